@@ -1,0 +1,1 @@
+"""Benchmarks for the pyrmq store and the pure-Python baseline they are compared against."""

@@ -1,0 +1,1 @@
+"""pytest-benchmark suites for the store; run them with ``pytest benches/pytest``."""

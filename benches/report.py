@@ -1,0 +1,298 @@
+"""Measure the store against the pure-Python baseline in one process and print a Markdown table.
+
+    python benches/report.py            # full run (a few minutes, 1 GiB recovery store)
+    python benches/report.py --quick    # seconds-long smoke run
+    python benches/report.py --json out.json --only append
+
+Each row runs one workload on both implementations, one after the other, in this process.
+Throughput is the best of the repeats; every loop stops at a count or a time limit, whichever
+comes first. The ratio is pyrmq msgs/s over baseline msgs/s; targets are ratios too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benches import workloads as w
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    target_ratio: float
+    run: Callable[[str, w.Sizes], w.Measurement]
+    note: str = ""
+
+
+def _append(body_size: int, batch: int) -> Callable[[str, w.Sizes], w.Measurement]:
+    def run(impl: str, sz: w.Sizes) -> w.Measurement:
+        per_op_bytes = w.stored_bytes(body_size, w.FILTER_TAG) * batch
+        max_ops = max(1, sz.max_append_bytes // per_op_bytes)
+        runs = []
+        with w.scratch_dir(f"append-{impl}") as path:
+            store = w.open_store(impl, path)
+            try:
+                op = w.append_op(store, body_size, batch)
+                for _ in range(sz.repeats):
+                    msgs, nbytes, secs = w.run_bounded(
+                        op, max_ops=max_ops, max_seconds=sz.max_seconds,
+                        warmup_ops=min(200, max_ops),
+                    )  # fmt: skip
+                    runs.append(w.Measurement("", impl, msgs, nbytes, secs))
+            finally:
+                store.close()
+        return w.best_of(runs)
+
+    return run
+
+
+def _sync_flush(impl: str, sz: w.Sizes) -> w.Measurement:
+    runs = []
+    per_msg = w.stored_bytes(w.SYNC_BODY_BYTES, w.FILTER_TAG)
+    max_ops = max(1, sz.max_append_bytes // per_msg)
+    with w.scratch_dir(f"sync-{impl}") as path:
+        store = w.open_store(impl, path, sync_flush=True)
+        try:
+            for _ in range(sz.repeats):
+                if impl == "pyrmq":
+                    msgs, nbytes, secs = w.run_threads(
+                        w.SYNC_THREADS, lambda i: w.sync_flush_op(store, i),
+                        max_ops_per_thread=max_ops // w.SYNC_THREADS, max_seconds=sz.max_seconds,
+                    )  # fmt: skip
+                    threads = w.SYNC_THREADS
+                else:
+                    msgs, nbytes, secs = w.run_bounded(
+                        w.sync_flush_op(store, 0), max_ops=max_ops, max_seconds=sz.max_seconds
+                    )
+                    threads = 1
+                runs.append(w.Measurement("", impl, msgs, nbytes, secs, {"threads": threads}))
+        finally:
+            store.close()
+    return w.best_of(runs)
+
+
+def _seeded(
+    label: str, count_of: Callable[[w.Sizes], int], body_size: int,
+    make_op: Callable[[w.Store, w.Sizes], Callable[[], tuple[int, int]]],
+) -> Callable[[str, w.Sizes], w.Measurement]:  # fmt: skip
+    def run(impl: str, sz: w.Sizes) -> w.Measurement:
+        count = count_of(sz)
+        runs = []
+        with w.scratch_dir(f"{label}-{impl}") as path:
+            store = w.open_store(impl, path)
+            try:
+                w.seed(store, count, body_size)
+                op = make_op(store, sz)
+                for _ in range(sz.repeats):
+                    msgs, nbytes, secs = w.run_bounded(
+                        op, max_ops=10 * count, max_seconds=sz.max_seconds, warmup_ops=2
+                    )
+                    extra = dict(getattr(op, "state", {}))
+                    runs.append(w.Measurement("", impl, msgs, nbytes, secs, extra))
+            finally:
+                store.close()
+        return w.best_of(runs)
+
+    return run
+
+
+def _recovery(impl: str, sz: w.Sizes) -> w.Measurement:
+    if impl == "pyrmq" and not w.pyrmq_available():
+        raise w.ImplementationUnavailable("pyrmq._core is not built")
+    runs = []
+    with w.scratch_dir(f"recovery-{impl}") as root:
+        template = root / "crashed"
+        crashed = w.make_crashed_store(impl, template, sz.recovery_bytes, sz.recovery_tail_bytes)
+        for i in range(sz.recovery_rounds):
+            copy = root / f"round{i}"
+            w.copy_tree(template, copy)
+            start = time.perf_counter()
+            store = w.open_for_recovery(impl, copy)
+            secs = time.perf_counter() - start
+            try:
+                msgs, phy = w.recovered_counts(store)
+            finally:
+                store.close()
+            shutil.rmtree(copy, ignore_errors=True)
+            if msgs < crashed.msgs_reported:
+                raise RuntimeError(
+                    f"{impl}: recovered {msgs} messages, the writer had acknowledged "
+                    f"{crashed.msgs_reported} before it was killed"
+                )
+            runs.append(w.Measurement("", impl, msgs, phy, secs, {"open_s": secs}))
+    return w.best_of(runs)
+
+
+def _mib(n: int) -> str:
+    return f"{n / w.MiB:.0f} MiB" if n < 1024 * w.MiB else f"{n / (1024 * w.MiB):g} GiB"
+
+
+def specs(sz: w.Sizes) -> list[Spec]:
+    return [
+        Spec("append 128 B, put, async flush", 3.0, _append(128, 1)),
+        Spec("append 128 B, put_batch x32, async flush", 10.0, _append(128, w.APPEND_BATCH)),
+        Spec("append 4 KiB, put, async flush", 2.0, _append(4096, 1)),
+        Spec("append 4 KiB, put_batch x32, async flush", 2.0, _append(4096, w.APPEND_BATCH)),
+        Spec(
+            "append 1 KiB, sync flush, 8 threads (baseline: 1 thread)",
+            4.0,
+            _sync_flush,
+            "pyrmq: 8 threads share group commits; baseline: one thread, msync per put",
+        ),
+        Spec(
+            "ConsumeQueue scan, no filter",
+            10.0,
+            _seeded(
+                "scan",
+                lambda s: s.scan_seed_units,
+                16,
+                lambda st, s: w.scan_op(st, s.scan_chunk_units, None),
+            ),
+        ),
+        Spec(
+            f"ConsumeQueue scan, tag filter (1/{len(w.TAGS)} match)",
+            10.0,
+            _seeded(
+                "scanf",
+                lambda s: s.scan_seed_units,
+                16,
+                lambda st, s: w.scan_op(st, s.scan_chunk_units, w.FILTER_TAG),
+            ),
+        ),
+        Spec(
+            "get 32 x 128 B, warm",
+            3.0,
+            _seeded("get128", lambda s: s.get_seed_msgs, 128, lambda st, s: w.get_op(st)),
+        ),
+        Spec(
+            "get 32 x 1 KiB, warm",
+            2.0,
+            _seeded("get1k", lambda s: s.get_seed_msgs, 1024, lambda st, s: w.get_op(st)),
+        ),
+        Spec(
+            f"recovery after kill -9, {_mib(sz.recovery_bytes)} store",
+            2.0,
+            _recovery,
+            "msgs/s and MB/s = recovered messages and commit-log bytes over open() time",
+        ),
+    ]
+
+
+def _fmt_rate(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def run_report(sz: w.Sizes, impls: list[str], only: str | None) -> tuple[list[dict], list[str]]:
+    rows: list[dict] = []
+    failures: list[str] = []
+    for spec in specs(sz):
+        if only and only.lower() not in spec.name.lower():
+            continue
+        row: dict = {"benchmark": spec.name, "target_ratio": spec.target_ratio, "note": spec.note}
+        for impl in impls:
+            try:
+                m = spec.run(impl, sz)
+                m.benchmark = spec.name
+                row[impl] = m.as_dict()
+            except (w.ImplementationUnavailable, NotImplementedError) as exc:
+                row[impl] = None
+                row.setdefault("skipped", {})[impl] = str(exc)
+            except Exception as exc:
+                row[impl] = None
+                failures.append(f"{spec.name} [{impl}]: {exc!r}")
+                traceback.print_exc()
+            sys.stderr.write(f"  {spec.name} [{impl}] done\n")
+        p, b = row.get("pyrmq"), row.get("baseline")
+        row["ratio"] = p["msgs_per_s"] / b["msgs_per_s"] if p and b and b["msgs_per_s"] else None
+        row["target_met"] = None if row["ratio"] is None else row["ratio"] >= spec.target_ratio
+        rows.append(row)
+    return rows, failures
+
+
+def markdown(rows: list[dict], machine: dict) -> str:
+    lines = [
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}, "
+        f"build profile {machine['build_profile']}, mode {machine['mode']}",
+        "",
+        "| benchmark | pyrmq msgs/s | MB/s | baseline msgs/s | ratio | target |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    notes = []
+    for row in rows:
+        p, b = row.get("pyrmq"), row.get("baseline")
+        ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+        status = {True: "met", False: "MISSED", None: "-"}[row["target_met"]]
+        lines.append(
+            f"| {row['benchmark']} | {_fmt_rate(p and p['msgs_per_s'])} | "
+            f"{_fmt_rate(p and p['mb_per_s'])} | {_fmt_rate(b and b['msgs_per_s'])} | {ratio} | "
+            f">= {row['target_ratio']:g}x {status} |"
+        )
+        if row.get("note"):
+            notes.append(f"- {row['benchmark']}: {row['note']}")
+        for impl, why in row.get("skipped", {}).items():
+            if not w.pyrmq_available() and impl == "pyrmq":
+                continue
+            notes.append(f"- {row['benchmark']}: {impl} skipped ({why})")
+        for impl in ("pyrmq", "baseline"):
+            m = row.get(impl)
+            if m and "open_s" in m["extra"]:
+                notes.append(
+                    f"- {row['benchmark']}: {impl} open() took {m['extra']['open_s']:.3f} s "
+                    f"for {m['msgs']:,} messages"
+                )
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="seconds-long smoke run")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
+    parser.add_argument("--only", metavar="TEXT", help="run rows whose name contains TEXT")
+    parser.add_argument(
+        "--impl", choices=["both", *w.IMPLEMENTATIONS], default="both",
+        help="implementations to run (default: both)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    mode = "smoke" if args.quick else w.bench_mode()
+    sz = w.sizes(mode)
+    impls = list(w.IMPLEMENTATIONS) if args.impl == "both" else [args.impl]
+    machine = {**w.machine_info(), "mode": mode}
+    started = time.perf_counter()
+    rows, failures = run_report(sz, impls, args.only)
+    elapsed = time.perf_counter() - started
+    text = markdown(rows, machine)
+    sys.stdout.write(text + "\n")
+    if not w.pyrmq_available() and "pyrmq" in impls:
+        sys.stdout.write("\npyrmq._core is not built: only the baseline was measured.\n")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"machine": machine, "sizes": asdict(sz), "elapsed_s": elapsed, "results": rows},
+                indent=2,
+            )
+            + "\n"
+        )
+    for failure in failures:
+        sys.stderr.write(f"FAILED {failure}\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

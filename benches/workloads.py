@@ -1,0 +1,648 @@
+"""Workloads shared by the pytest-benchmark suites, the asv suites and ``report.py``.
+
+Every benchmark runs the same workload against two implementations of the same formats:
+``"pyrmq"`` (the Rust store behind ``pyrmq.store.MessageStore``) and ``"baseline"`` (the
+pure-Python ``benches.baseline.pystore.PyStore``). ``open_store`` hides the few API differences.
+
+Sizes come from the mode: ``PYRMQ_BENCH_MODE=smoke`` (seconds, for CI) or ``full`` (the default).
+``PYRMQ_BENCH_RECOVERY_BYTES`` overrides the size of the store used for the recovery benchmark,
+``PYRMQ_BENCH_RECOVERY_TAIL_BYTES`` how much of it was written after the last flush (checkpoint),
+and ``PYRMQ_BENCH_DIR`` the directory where stores are created (default: the system temp dir).
+
+Throughput: ``msgs/s`` counts messages (or ConsumeQueue units for scans); ``MB/s`` counts the
+bytes the operation moves through the store (whole stored records for appends and reads, 20 bytes
+per unit for scans, commit-log bytes for recovery), with 1 MB = 10**6 bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from benches.baseline.pystore import (
+    CQ_UNIT_BYTES,
+    PyStore,
+    encode_properties,
+    record_size,
+    tag_codes_for,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+IMPLEMENTATIONS = ("pyrmq", "baseline")
+TOPIC = "BenchTopic"
+TAGS = tuple(f"Tag{c}" for c in "ABCDEFGH")
+FILTER_TAG = TAGS[0]
+MiB = 1024 * 1024
+SEGMENT_BYTES = 128 * MiB
+CQ_SEGMENT_BYTES = 6_000_000
+RECOVERY_SEGMENT_BYTES = 64 * MiB
+RECOVERY_QUEUES = 4
+RECOVERY_BODY_BYTES = 1024
+RECOVERY_WRITER_CONFIG = {
+    "flush_interval_commit_log_ms": 3_600_000,
+    "flush_interval_consume_queue_ms": 3_600_000,
+}
+SYNC_THREADS = 8
+SYNC_BODY_BYTES = 1024
+GET_BATCH = 32
+APPEND_BATCH = 32
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much data each workload seeds and how long each measurement may run."""
+
+    mode: str
+    get_seed_msgs: int
+    scan_seed_units: int
+    scan_chunk_units: int
+    recovery_bytes: int
+    recovery_tail_bytes: int
+    max_seconds: float
+    max_append_bytes: int
+    repeats: int
+    recovery_rounds: int
+
+
+def bench_mode() -> str:
+    mode = os.environ.get("PYRMQ_BENCH_MODE", "full")
+    if mode not in ("smoke", "full"):
+        raise ValueError(f"PYRMQ_BENCH_MODE={mode!r}: expected 'smoke' or 'full'")
+    return mode
+
+
+def sizes(mode: str | None = None) -> Sizes:
+    mode = mode or bench_mode()
+    if mode == "smoke":
+        s = Sizes(
+            mode="smoke", get_seed_msgs=4096, scan_seed_units=5 * 4096, scan_chunk_units=4096,
+            recovery_bytes=64 * MiB, recovery_tail_bytes=32 * MiB, max_seconds=0.25,
+            max_append_bytes=32 * MiB, repeats=1, recovery_rounds=3,
+        )  # fmt: skip
+    else:
+        s = Sizes(
+            mode="full", get_seed_msgs=100_000, scan_seed_units=32 * 32_768,
+            scan_chunk_units=32_768, recovery_bytes=1024 * MiB, recovery_tail_bytes=32 * MiB,
+            max_seconds=2.0,
+            max_append_bytes=256 * MiB, repeats=3, recovery_rounds=3,
+        )  # fmt: skip
+    for key, env in (
+        ("recovery_bytes", "PYRMQ_BENCH_RECOVERY_BYTES"),
+        ("recovery_tail_bytes", "PYRMQ_BENCH_RECOVERY_TAIL_BYTES"),
+    ):
+        if os.environ.get(env):
+            s = Sizes(**{**asdict(s), key: int(os.environ[env])})
+    return s
+
+
+@cache
+def make_body(size: int) -> bytes:
+    """Deterministic, incompressible body of ``size`` bytes."""
+    return random.Random(size).randbytes(size)
+
+
+def stored_bytes(body_size: int, tags: str | None = None, topic: str = TOPIC) -> int:
+    """Size of the stored record for one message of this workload."""
+    props = encode_properties({"TAGS": tags}) if tags else b""
+    return record_size(body_size, len(topic.encode()), len(props))
+
+
+@cache
+def pyrmq_available() -> bool:
+    try:
+        import pyrmq._core
+        import pyrmq.store  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_profile() -> str:
+    if not pyrmq_available():
+        return "not built"
+    import pyrmq._core as core
+
+    fn = getattr(core, "build_profile", None)
+    return str(fn()) if callable(fn) else "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "build_profile": build_profile(),
+        "mode": bench_mode(),
+    }
+
+
+class Store(Protocol):
+    impl: str
+
+    def put(self, topic: str, body: bytes, queue_id: int = 0, tags: str | None = None) -> Any: ...
+
+    def put_batch(
+        self, topic: str, bodies: Sequence[bytes], queue_id: int = 0, tags: str | None = None
+    ) -> Any: ...
+
+    def get(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int
+    ) -> tuple[int, int, int]:
+        """Returns (buffer bytes, message count, next begin offset)."""
+        ...
+
+    def scan(self, topic: str, queue_id: int, start: int, max_units: int, tags: str | None) -> int:
+        """Returns the number of matched units."""
+        ...
+
+    def max_offset(self, topic: str, queue_id: int) -> int: ...
+
+    @property
+    def max_phy_offset(self) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class BaselineStore:
+    impl = "baseline"
+
+    def __init__(self, path: Path, *, sync_flush: bool, segment_bytes: int, cq_segment_bytes: int):
+        self.store = PyStore.open(
+            path, segment_size=segment_bytes, cq_segment_size=cq_segment_bytes,
+            sync_flush=sync_flush,
+        )  # fmt: skip
+
+    def put(self, topic: str, body: bytes, queue_id: int = 0, tags: str | None = None) -> Any:
+        return self.store.put(topic, body, queue_id, tags)
+
+    def put_batch(
+        self, topic: str, bodies: Sequence[bytes], queue_id: int = 0, tags: str | None = None
+    ) -> Any:
+        return self.store.put_batch(topic, bodies, queue_id, tags)
+
+    def get(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int
+    ) -> tuple[int, int, int]:
+        r = self.store.get(topic, queue_id, queue_offset, max_count)
+        return len(r.buffer), r.message_count, r.next_begin_offset
+
+    def scan(self, topic: str, queue_id: int, start: int, max_units: int, tags: str | None) -> int:
+        return len(self.store.scan(topic, queue_id, start, max_units, tag_codes_for(tags)))
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.store.max_offset(topic, queue_id)
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.store.max_phy_offset
+
+    def flush(self) -> None:
+        self.store.flush()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class PyrmqStore:
+    impl = "pyrmq"
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        sync_flush: bool,
+        segment_bytes: int,
+        cq_segment_bytes: int,
+        extra_config: dict[str, Any] | None = None,
+    ):
+        from pyrmq.config import StoreConfig
+        from pyrmq.store import MessageStore
+
+        config = StoreConfig(
+            store_path_root_dir=str(path),
+            mapped_file_size_commit_log=segment_bytes,
+            mapped_file_size_consume_queue=cq_segment_bytes,
+            flush_disk_type="SYNC_FLUSH" if sync_flush else "ASYNC_FLUSH",
+            message_index_enable=False,
+            **(extra_config or {}),
+        )
+        self.store = MessageStore.open(str(path), config)
+
+    def put(self, topic: str, body: bytes, queue_id: int = 0, tags: str | None = None) -> Any:
+        return self.store.put(topic, body, queue_id=queue_id, tags=tags)
+
+    def put_batch(
+        self, topic: str, bodies: Sequence[bytes], queue_id: int = 0, tags: str | None = None
+    ) -> Any:
+        return self.store.put_batch(topic, bodies, queue_id=queue_id, tags=tags)
+
+    def get(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int
+    ) -> tuple[int, int, int]:
+        r = self.store.get(topic, queue_id, queue_offset, max_count=max_count)
+        return len(r.buffer), r.message_count, r.next_begin_offset
+
+    def scan(self, topic: str, queue_id: int, start: int, max_units: int, tags: str | None) -> int:
+        scan = getattr(self.store, "scan_consume_queue", None)
+        if scan is None:
+            raise NotImplementedError("MessageStore.scan_consume_queue is not available")
+        return scan(topic, queue_id, start, max_units, tags=tags)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.store.max_offset(topic, queue_id)
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.store.max_phy_offset
+
+    def flush(self) -> None:
+        self.store.flush()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class ImplementationUnavailable(RuntimeError):
+    pass
+
+
+def open_store(
+    impl: str,
+    path: str | os.PathLike[str],
+    *,
+    sync_flush: bool = False,
+    segment_bytes: int = SEGMENT_BYTES,
+    cq_segment_bytes: int = CQ_SEGMENT_BYTES,
+    pyrmq_config: dict[str, Any] | None = None,
+) -> Store:
+    """Open a store of either implementation; ``pyrmq_config`` adds StoreConfig fields."""
+    kwargs = {
+        "sync_flush": sync_flush,
+        "segment_bytes": segment_bytes,
+        "cq_segment_bytes": cq_segment_bytes,
+    }
+    if impl == "baseline":
+        return BaselineStore(Path(path), **kwargs)
+    if impl == "pyrmq":
+        if not pyrmq_available():
+            raise ImplementationUnavailable("pyrmq._core is not built")
+        return PyrmqStore(Path(path), **kwargs, extra_config=pyrmq_config)
+    raise ValueError(f"unknown implementation {impl!r}; expected one of {IMPLEMENTATIONS}")
+
+
+def bench_root() -> Path:
+    root = Path(os.environ.get("PYRMQ_BENCH_DIR") or tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@contextlib.contextmanager
+def scratch_dir(label: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=f"pyrmq-bench-{label}-", dir=bench_root()))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_dispatched(
+    store: Store, topic: str, queue_id: int, count: int, timeout_s: float = 60.0
+) -> None:
+    """Wait until ``count`` units are visible in the ConsumeQueue (dispatch may be asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.0005
+    while store.max_offset(topic, queue_id) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{store.impl}: topic={topic} queue_id={queue_id} has "
+                f"{store.max_offset(topic, queue_id)} of {count} units after {timeout_s}s"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def seed(
+    store: Store,
+    count: int,
+    body_size: int,
+    *,
+    topic: str = TOPIC,
+    queue_id: int = 0,
+    tags: Sequence[str] = TAGS,
+    batch: int = APPEND_BATCH,
+) -> int:
+    """Append ``count`` messages in batches, cycling the tag per batch; returns record bytes."""
+    body = make_body(body_size)
+    bodies = [body] * batch
+    written = 0
+    total = 0
+    i = 0
+    while written < count:
+        n = min(batch, count - written)
+        tag = tags[i % len(tags)] if tags else None
+        store.put_batch(topic, bodies[:n], queue_id, tag)
+        total += n * stored_bytes(body_size, tag, topic)
+        written += n
+        i += 1
+    wait_dispatched(store, topic, queue_id, count)
+    return total
+
+
+@dataclass
+class Measurement:
+    """One workload on one implementation."""
+
+    benchmark: str
+    impl: str
+    msgs: int
+    bytes: int
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.msgs / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["msgs_per_s"] = self.msgs_per_s
+        d["mb_per_s"] = self.mb_per_s
+        return d
+
+
+def run_bounded(
+    op: Callable[[], tuple[int, int]],
+    *,
+    max_ops: int,
+    max_seconds: float,
+    warmup_ops: int = 0,
+) -> tuple[int, int, float]:
+    """Call ``op`` (which returns (msgs, bytes)) until ``max_ops`` calls or ``max_seconds``."""
+    for _ in range(warmup_ops):
+        op()
+    msgs = nbytes = ops = 0
+    clock = time.perf_counter
+    start = clock()
+    deadline = start + max_seconds
+    now = start
+    while ops < max_ops:
+        m, b = op()
+        msgs += m
+        nbytes += b
+        ops += 1
+        now = clock()
+        if now >= deadline:
+            break
+    return msgs, nbytes, now - start
+
+
+def best_of(runs: list[Measurement]) -> Measurement:
+    return max(runs, key=lambda m: m.msgs_per_s)
+
+
+def append_op(
+    store: Store, body_size: int, batch: int, queue_id: int = 0
+) -> Callable[[], tuple[int, int]]:
+    """One put (batch == 1) or one put_batch of ``batch`` bodies, tagged like real traffic."""
+    body = make_body(body_size)
+    tag = FILTER_TAG
+    per_msg = stored_bytes(body_size, tag)
+    if batch == 1:
+
+        def put_one() -> tuple[int, int]:
+            store.put(TOPIC, body, queue_id, tag)
+            return 1, per_msg
+
+        return put_one
+    bodies = [body] * batch
+    per_batch = per_msg * batch
+
+    def put_many() -> tuple[int, int]:
+        store.put_batch(TOPIC, bodies, queue_id, tag)
+        return batch, per_batch
+
+    return put_many
+
+
+def get_op(
+    store: Store, queue_id: int = 0, batch: int = GET_BATCH
+) -> Callable[[], tuple[int, int]]:
+    """Pull ``batch`` messages at a time, walking the queue and wrapping at its end."""
+    end = store.max_offset(TOPIC, queue_id)
+    state = {"offset": 0}
+
+    def get_batch() -> tuple[int, int]:
+        nbytes, count, nxt = store.get(TOPIC, queue_id, state["offset"], batch)
+        state["offset"] = 0 if nxt >= end else nxt
+        return count, nbytes
+
+    return get_batch
+
+
+def scan_op(
+    store: Store, chunk_units: int, tags: str | None, queue_id: int = 0
+) -> Callable[[], tuple[int, int]]:
+    """Scan ``chunk_units`` units per call, walking the queue; counts units examined."""
+    end = store.max_offset(TOPIC, queue_id)
+    chunk = min(chunk_units, end)
+    state = {"offset": 0, "matched": 0}
+
+    def scan_chunk() -> tuple[int, int]:
+        start = state["offset"]
+        n = min(chunk, end - start)
+        state["matched"] += store.scan(TOPIC, queue_id, start, n, tags)
+        nxt = start + n
+        state["offset"] = 0 if nxt >= end else nxt
+        return n, n * CQ_UNIT_BYTES
+
+    scan_chunk.state = state  # type: ignore[attr-defined]
+    return scan_chunk
+
+
+def run_threads(
+    n_threads: int,
+    make_op: Callable[[int], Callable[[], tuple[int, int]]],
+    *,
+    max_ops_per_thread: int,
+    max_seconds: float,
+) -> tuple[int, int, float]:
+    """Run one op loop per thread, all released together; returns totals and wall time."""
+    ops = [make_op(i) for i in range(n_threads)]
+    barrier = threading.Barrier(n_threads + 1)
+    totals = [(0, 0)] * n_threads
+    errors: list[BaseException] = []
+    deadline_box: list[float] = []
+
+    def worker(i: int) -> None:
+        op = ops[i]
+        msgs = nbytes = 0
+        barrier.wait()
+        deadline = deadline_box[0]
+        try:
+            for _ in range(max_ops_per_thread):
+                m, b = op()
+                msgs += m
+                nbytes += b
+                if time.perf_counter() >= deadline:
+                    break
+        except BaseException as exc:
+            errors.append(exc)
+        totals[i] = (msgs, nbytes)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    start = time.perf_counter()
+    deadline_box.append(start + max_seconds)
+    barrier.wait()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return sum(m for m, _ in totals), sum(b for _, b in totals), elapsed
+
+
+def sync_flush_op(store: Store, queue_id: int) -> Callable[[], tuple[int, int]]:
+    return append_op(store, SYNC_BODY_BYTES, 1, queue_id)
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy a store directory (sparse where ``cp`` can), then ``sync``.
+
+    Every page of a fresh copy is dirty, unlike a crashed store's, so without the sync a store
+    that flushes during recovery would be timed writing back the whole copy.
+    """
+    if shutil.which("cp"):
+        subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dst)], check=True)
+    else:
+        shutil.copytree(src, dst)
+    os.sync()
+
+
+@dataclass(frozen=True)
+class CrashedStore:
+    impl: str
+    path: Path
+    msgs_reported: int
+
+
+def make_crashed_store(
+    impl: str, path: Path, total_bytes: int, tail_bytes: int, timeout_s: float = 600.0
+) -> CrashedStore:
+    """Fill a store from a child process and SIGKILL it while it is still appending.
+
+    The child flushes (and so checkpoints) once, ``tail_bytes`` before ``total_bytes``.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    cmd = [
+        sys.executable,
+        "-m",
+        "benches.workloads",
+        "crash-writer",
+        impl,
+        str(path),
+        str(total_bytes),
+        str(min(tail_bytes, total_bytes // 2)),
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.startswith("ready"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+    finally:
+        timer.cancel()
+    if not line.startswith("ready"):
+        raise RuntimeError(
+            f"crash writer for {impl} failed (rc={proc.returncode}): {stderr.strip()}"
+        )
+    return CrashedStore(impl, path, int(line.split()[1]))
+
+
+def open_for_recovery(impl: str, path: Path) -> Store:
+    return open_store(
+        impl, path, segment_bytes=RECOVERY_SEGMENT_BYTES, cq_segment_bytes=CQ_SEGMENT_BYTES
+    )
+
+
+def recovered_counts(store: Store) -> tuple[int, int]:
+    msgs = sum(store.max_offset(TOPIC, q) for q in range(RECOVERY_QUEUES))
+    return msgs, store.max_phy_offset
+
+
+def _crash_writer(impl: str, path: str, total_bytes: int, tail_bytes: int) -> None:
+    """Child side of ``make_crashed_store``: write, flush once ``tail_bytes`` before the end,
+    finish, say ready, keep writing until killed.
+
+    The explicit flush is the only checkpoint either store gets (pyrmq's periodic flushes are
+    pushed out past the writer's life), so both recoveries re-validate the same tail.
+    """
+    store = open_store(
+        impl, path, segment_bytes=RECOVERY_SEGMENT_BYTES, cq_segment_bytes=CQ_SEGMENT_BYTES,
+        pyrmq_config=RECOVERY_WRITER_CONFIG,
+    )  # fmt: skip
+    body = make_body(RECOVERY_BODY_BYTES)
+    bodies = [body] * APPEND_BATCH
+    per_batch = APPEND_BATCH * stored_bytes(RECOVERY_BODY_BYTES, FILTER_TAG)
+    flush_at = total_bytes - tail_bytes
+    flushed = False
+    written = msgs = i = 0
+    while written < total_bytes:
+        if not flushed and written >= flush_at:
+            store.flush()
+            flushed = True
+        store.put_batch(TOPIC, bodies, i % RECOVERY_QUEUES, TAGS[i % len(TAGS)])
+        written += per_batch
+        msgs += APPEND_BATCH
+        i += 1
+    sys.stdout.write(f"ready {msgs}\n")
+    sys.stdout.flush()
+    for _ in range(256):
+        store.put_batch(TOPIC, bodies, i % RECOVERY_QUEUES, TAGS[i % len(TAGS)])
+        i += 1
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 5 and argv[0] == "crash-writer":
+        _crash_writer(argv[1], argv[2], int(argv[3]), int(argv[4]))
+        return 1
+    sys.stderr.write("usage: python -m benches.workloads crash-writer IMPL PATH BYTES TAIL_BYTES\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,324 @@
+"""Type stubs of ``pyrmq._core``, the Rust extension behind :mod:`pyrmq.store`.
+
+Every method that touches store files releases the GIL. Errors are raised as the classes of
+:mod:`pyrmq.errors`.
+"""
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, Self, TypedDict, final
+
+from typing_extensions import Buffer, disjoint_base
+
+__all__ = [
+    "GetResult",
+    "MessageStore",
+    "PutResult",
+    "StoredMessage",
+    "__version__",
+    "build_profile",
+    "decode_messages",
+    "java_string_hash",
+]
+
+__version__: str
+"""Version of the ``pyrmq-py`` crate the extension was built from."""
+
+class _Recovery(TypedDict):
+    """What the last open of a store found (``MessageStore.recovery``)."""
+
+    records: int
+    """Records re-dispatched to the ConsumeQueues and the index."""
+    groups: int
+    """Append groups (single messages or batches) among those records."""
+    end_offset: int
+    """CommitLog offset where the valid data ends."""
+    truncated_bytes: int
+    """Bytes removed from the torn tail."""
+    corrupt_ranges: list[tuple[int, int]]
+    """``(start, end)`` CommitLog ranges that failed their checks but were kept."""
+
+@final
+class StoredMessage:
+    """A message as stored: every field of the record, decoded."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def queue_offset(self) -> int: ...
+    @property
+    def phy_offset(self) -> int:
+        """CommitLog offset of the record."""
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def flag(self) -> int: ...
+    @property
+    def sys_flag(self) -> int: ...
+    @property
+    def born_timestamp_ms(self) -> int: ...
+    @property
+    def born_host(self) -> str:
+        """``ip:port`` of the producer."""
+    @property
+    def store_timestamp_ms(self) -> int: ...
+    @property
+    def store_host(self) -> str:
+        """``ip:port`` of the broker that stored the message."""
+    @property
+    def reconsume_times(self) -> int: ...
+    @property
+    def prepared_transaction_offset(self) -> int: ...
+    @property
+    def properties(self) -> dict[str, str]:
+        """Every property, TAGS, KEYS and UNIQ_KEY included."""
+    @property
+    def body_crc(self) -> int: ...
+    @property
+    def store_size(self) -> int:
+        """Size of the whole record in bytes."""
+    @property
+    def msg_id(self) -> str:
+        """Offset message id: store host and CommitLog offset, in hex."""
+    @property
+    def tags(self) -> str | None:
+        """The ``TAGS`` property."""
+    @property
+    def keys(self) -> list[str]:
+        """The ``KEYS`` property split on spaces."""
+    @property
+    def uniq_key(self) -> str | None:
+        """The producer's message id (``UNIQ_KEY``)."""
+
+@final
+class PutResult:
+    """The result of an append of one message or one batch."""
+
+    @property
+    def status(self) -> int:
+        """0 = PUT_OK, 1 = FLUSH_DISK_TIMEOUT (stored, fsync late); see ``PutStatus``."""
+    @property
+    def phy_offsets(self) -> list[int]:
+        """CommitLog offset of each message."""
+    @property
+    def queue_offsets(self) -> list[int]:
+        """Queue offset of each message."""
+    @property
+    def queue_ids(self) -> list[int]:
+        """Queue id of each message."""
+    @property
+    def store_timestamp_ms(self) -> int: ...
+    @property
+    def wrote_bytes(self) -> int:
+        """Bytes appended to the CommitLog."""
+    @property
+    def store_host(self) -> str:
+        """``ip:port`` of the broker that stored the messages."""
+    @property
+    def count(self) -> int:
+        """Number of messages stored."""
+    @property
+    def phy_offset(self) -> int:
+        """CommitLog offset of the first message."""
+    @property
+    def queue_offset(self) -> int:
+        """Queue offset of the first message."""
+    @property
+    def queue_id(self) -> int:
+        """Queue id of the first message."""
+    @property
+    def msg_ids(self) -> list[str]:
+        """Offset message ids (store host + CommitLog offset), one per message."""
+    @property
+    def msg_id(self) -> str:
+        """Offset message id of the first message."""
+
+@final
+class GetResult:
+    """Messages read from one queue: their records end to end in one buffer."""
+
+    @property
+    def status(self) -> int:
+        """A ``GetMessageStatus`` value."""
+    @property
+    def next_begin_offset(self) -> int:
+        """Queue offset to read from next."""
+    @property
+    def min_offset(self) -> int: ...
+    @property
+    def max_offset(self) -> int: ...
+    @property
+    def buffer(self) -> bytes:
+        """The records, end to end: exactly a PULL_MESSAGE answer body."""
+    @property
+    def queue_offsets(self) -> list[int]:
+        """Queue offset of each record in the buffer."""
+    @property
+    def phy_offsets(self) -> list[int]:
+        """CommitLog offset of each record in the buffer."""
+    @property
+    def sizes(self) -> list[int]:
+        """Size in bytes of each record in the buffer."""
+    @property
+    def corrupt_offsets(self) -> list[int]:
+        """Queue offsets whose records failed their checks and were skipped."""
+    @property
+    def message_count(self) -> int:
+        """Number of records in the buffer."""
+    def messages(self) -> list[StoredMessage]:
+        """Decodes every record of the buffer."""
+    def __len__(self) -> int: ...
+
+@disjoint_base
+class MessageStore:
+    """A CommitLog with ConsumeQueues and a key index, rooted at one directory.
+
+    Subclassable; :class:`pyrmq.store.MessageStore` is the Python face of it.
+    """
+
+    def __new__(cls, path: str | os.PathLike[str], config: dict[str, Any] | None = None) -> Self:
+        """Opens the store rooted at ``path``; ``config`` maps StoreConfig field names to values."""
+    def put(
+        self,
+        topic: str,
+        body: Buffer,
+        *,
+        queue_id: int = 0,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: dict[str, str] | str | None = None,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_timestamp_ms: int | None = None,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        internal: bool = False,
+    ) -> PutResult:
+        """Appends one message; ``properties`` is a dict or an already encoded string."""
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Iterable[Buffer],
+        *,
+        queue_id: int = 0,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: dict[str, str] | str | None = None,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_timestamp_ms: int | None = None,
+        born_host: str | None = None,
+        internal: bool = False,
+    ) -> PutResult:
+        """Appends ``bodies`` to one queue as one group, all sharing tags, keys and properties."""
+    def put_encoded_batch(
+        self,
+        topic: str,
+        batch_body: Buffer,
+        *,
+        queue_id: int = 0,
+        sys_flag: int = 0,
+        born_timestamp_ms: int | None = None,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+        internal: bool = False,
+    ) -> PutResult:
+        """Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue."""
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        *,
+        max_count: int = 32,
+        max_bytes: int | None = None,
+        tags: str | Sequence[str] | None = None,
+    ) -> GetResult:
+        """Reads up to ``max_count`` messages (or ``max_bytes``) from ``queue_offset`` on.
+
+        Keeps those whose tag matches ``tags`` ("*", "TagA || TagB", or a list of tags).
+        """
+    def look_message_by_offset(self, phy_offset: int) -> StoredMessage | None:
+        """The message whose record starts at ``phy_offset``, or None."""
+    def view_message_by_id(self, msg_id: str) -> StoredMessage | None:
+        """The message named by an offset message id, or None."""
+    def query_message(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` with ``key`` among their KEYS or as UNIQ_KEY, newest first."""
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The smallest queue offset still stored."""
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next free queue offset."""
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset stored at or after ``timestamp_ms`` (the max offset if none)."""
+    def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
+        """Store timestamp of the queue's first message, or None."""
+    def store_time(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        """Store timestamp of the message at ``queue_offset``, or None."""
+    @property
+    def min_phy_offset(self) -> int:
+        """The smallest CommitLog offset still stored."""
+    @property
+    def max_phy_offset(self) -> int:
+        """The CommitLog offset the next append will write at."""
+    @property
+    def flushed_phy_offset(self) -> int:
+        """The CommitLog offset up to which data is on disk."""
+    def queue_ids(self) -> list[tuple[str, int]]:
+        """Every ``(topic, queue id)`` with a ConsumeQueue."""
+    def scan_consume_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        start_offset: int,
+        max_units: int,
+        tags: str | Sequence[str] | None = None,
+    ) -> int:
+        """Counts units of a ConsumeQueue range passing a tag filter (the scan loop, in Rust)."""
+    def consume_queue_units(
+        self, topic: str, queue_id: int, start_offset: int, max_units: int
+    ) -> list[tuple[int, int, int, int]]:
+        """Raw units ``(queue_offset, phy_offset, size, tags_code)`` from ``start_offset``."""
+    def flush(self) -> int:
+        """Flushes everything and advances the checkpoint; returns the flushed CommitLog offset."""
+    def delete_expired_files(self, now_ms: int | None = None, *, force: bool = False) -> int:
+        """Runs retention as of ``now_ms``; returns the number of CommitLog segments deleted."""
+    def check_disk(self) -> float | None:
+        """Re-reads disk usage and updates ``is_disk_full``.
+
+        Returns the used fraction (0.0-1.0) of the store's file system, or None if unknown.
+        """
+    @property
+    def is_disk_full(self) -> bool:
+        """Whether writes are refused: disk use was above the warning level at the last check."""
+    def wakeup_fd(self) -> int:
+        """A file descriptor that becomes readable when messages arrive (see ``drain_arrivals``)."""
+    def drain_arrivals(self) -> list[tuple[str, int, int, list[int] | None]]:
+        """Pending arrivals: ``(topic, queue_id, max_offset, tags_codes or None)`` per queue."""
+    @property
+    def recovery(self) -> _Recovery:
+        """What the last open found: records re-dispatched, torn bytes removed, corrupt ranges."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+    def close(self) -> None:
+        """Flushes everything and marks the shutdown clean. Idempotent."""
+
+def decode_messages(buffer: Buffer) -> list[StoredMessage]:
+    """Decodes records laid end to end (a PULL body, or ``GetResult.buffer``)."""
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` of ``s``: RocketMQ's tag code and index key hash."""
+
+def build_profile() -> Literal["release", "debug"]:
+    """The Cargo profile this extension was built with ("release" or "debug")."""

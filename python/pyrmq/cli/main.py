@@ -1,0 +1,15 @@
+"""The ``pyrmq`` console command: a click group that subcommands register on."""
+
+import click
+
+from pyrmq import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="pyrmq")
+def main() -> None:
+    """Run and inspect a pyrmq broker and its store."""
+
+
+if __name__ == "__main__":
+    main()

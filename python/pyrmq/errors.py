@@ -1,0 +1,99 @@
+"""The pyrmq exception hierarchy.
+
+Every exception pyrmq raises derives from :class:`PyrmqError`. The Rust extension imports these
+classes by name, so this module is the single definition and never imports ``pyrmq._core``.
+
+Expected outcomes of store calls (offset too small, no matched message, flush timeout) are status
+values, not exceptions. :class:`StoreError` means a broken invariant or an I/O failure, and
+:class:`MessageIllegalError` means the input was refused before anything was written.
+"""
+
+from collections.abc import Iterable
+
+__all__ = [
+    "ConfigError",
+    "CorruptRecordError",
+    "DiskFullError",
+    "InvalidQueueIdError",
+    "InvalidTopicError",
+    "MessageIllegalError",
+    "MessageTooLargeError",
+    "PropertiesTooLargeError",
+    "PyrmqError",
+    "StoreClosedError",
+    "StoreError",
+    "StoreIOError",
+    "SystemTopicError",
+]
+
+
+class PyrmqError(Exception):
+    """Base class of every exception raised by pyrmq."""
+
+
+class ConfigError(PyrmqError, ValueError):
+    """A configuration value is missing, malformed or inconsistent with another one.
+
+    Attributes:
+        problems: One line per problem found; a config loader reports all of them at once.
+    """
+
+    def __init__(self, *args: object, problems: Iterable[str] = ()) -> None:
+        super().__init__(*args)
+        self.problems: tuple[str, ...] = tuple(problems)
+
+
+class StoreError(PyrmqError):
+    """The store hit a broken invariant or an I/O failure."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used after it was closed."""
+
+
+class CorruptRecordError(StoreError):
+    """A commit-log record failed its magic, size or CRC check.
+
+    Attributes:
+        phy_offset: CommitLog byte position of the bad record, when known.
+        path: Segment file that holds the bad record, when known.
+    """
+
+    def __init__(
+        self, *args: object, phy_offset: int | None = None, path: str | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.phy_offset = phy_offset
+        self.path = path
+
+
+class DiskFullError(StoreError):
+    """Disk usage is above the warning level: writes are refused, reads are still served."""
+
+
+class StoreIOError(StoreError):
+    """A read, write, mmap or fsync on a store file failed."""
+
+
+class MessageIllegalError(PyrmqError, ValueError):
+    """A message was refused because of its content; nothing was written."""
+
+
+class InvalidTopicError(MessageIllegalError):
+    """The topic name is empty, too long or uses characters RocketMQ does not allow."""
+
+
+class MessageTooLargeError(MessageIllegalError):
+    """The encoded message is larger than the configured maximum message size."""
+
+
+class PropertiesTooLargeError(MessageIllegalError):
+    """The encoded properties do not fit the 2-byte length field of a record."""
+
+
+class InvalidQueueIdError(MessageIllegalError):
+    """The queue id is negative or not below the per-topic queue limit."""
+
+
+class SystemTopicError(MessageIllegalError):
+    """A user write targeted a topic reserved for the broker itself."""

@@ -1,0 +1,16 @@
+"""The message store: CommitLog + ConsumeQueue storage, in Rust.
+
+>>> from pyrmq.store import MessageStore, GetMessageStatus, PutStatus
+"""
+
+from pyrmq.store.message_store import GetResult, MessageStore, PutResult, StoredMessage
+from pyrmq.store.status import GetMessageStatus, PutStatus
+
+__all__ = [
+    "GetMessageStatus",
+    "GetResult",
+    "MessageStore",
+    "PutResult",
+    "PutStatus",
+    "StoredMessage",
+]

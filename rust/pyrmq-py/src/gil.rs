@@ -1,0 +1,15 @@
+//! The one helper that releases the GIL around store work and maps its errors.
+
+use pyo3::prelude::*;
+use pyrmq_store::StoreResult;
+
+use crate::errors;
+
+/// Runs `f` without the GIL. Inputs must already be owned or borrowed from immutable objects.
+pub fn run<T, F>(py: Python<'_>, f: F) -> PyResult<T>
+where
+    F: FnOnce() -> StoreResult<T> + Send,
+    T: Send,
+{
+    py.detach(f).map_err(errors::to_py)
+}

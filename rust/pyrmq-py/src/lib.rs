@@ -1,0 +1,30 @@
+//! `pyrmq._core`: the Python binding of the pyrmq store. Conversion, error mapping and GIL
+//! handling only; the logic lives in `pyrmq-store`.
+
+use pyo3::prelude::*;
+
+mod errors;
+mod gil;
+mod message;
+mod store;
+
+/// The Cargo profile this extension was built with ("release" or "debug").
+#[pyfunction]
+fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) { "debug" } else { "release" }
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Rust's `log` records go to Python's `logging`, under the `pyrmq_store` logger names.
+    let _ = pyo3_log::try_init();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<store::PyMessageStore>()?;
+    m.add_class::<store::PyPutResult>()?;
+    m.add_class::<store::PyGetResult>()?;
+    m.add_class::<message::PyStoredMessage>()?;
+    m.add_function(wrap_pyfunction!(message::decode_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(message::java_string_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(build_profile, m)?)?;
+    Ok(())
+}

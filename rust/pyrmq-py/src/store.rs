@@ -1,0 +1,670 @@
+//! `MessageStore` pyclass: conversions around `pyrmq_store::MessageStore`.
+
+use std::net::{SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyrmq_store::config::parse_delay_levels;
+use pyrmq_store::message::{self, BatchItem, MessageInput};
+use pyrmq_store::store::{normalize_host, PutOutcome, PutStatus};
+use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig};
+
+use crate::errors::{self, ConfigError};
+use crate::gil;
+use crate::message::PyStoredMessage;
+
+/// Copying a batch into its buffer releases the GIL above this many bytes.
+const DETACHED_COPY_BYTES: usize = 64 * 1024;
+
+fn config_from_dict(path: PathBuf, dict: Option<&Bound<'_, PyDict>>) -> PyResult<StoreConfig> {
+    let mut c = StoreConfig { store_path_root_dir: path, ..StoreConfig::default() };
+    let Some(dict) = dict else { return Ok(c) };
+    let mut problems = Vec::new();
+    for (k, v) in dict.iter() {
+        let key: String = k.extract()?;
+        let r: PyResult<()> = (|| {
+            match key.as_str() {
+                "store_path_root_dir" => {}
+                "mapped_file_size_commit_log" => c.mapped_file_size_commit_log = v.extract()?,
+                "mapped_file_size_consume_queue" => c.mapped_file_size_consume_queue = v.extract()?,
+                "flush_disk_type" => {
+                    c.flush_disk_type = FlushDiskType::parse(&v.extract::<String>()?).map_err(errors::to_py)?;
+                }
+                "flush_interval_commit_log_ms" => c.flush_interval_commit_log_ms = v.extract()?,
+                "flush_interval_consume_queue_ms" => c.flush_interval_consume_queue_ms = v.extract()?,
+                "sync_flush_timeout_ms" => c.sync_flush_timeout_ms = v.extract()?,
+                "file_reserved_time_hours" => c.file_reserved_time_hours = v.extract()?,
+                "delete_when" => {
+                    let s: String = v.extract()?;
+                    c.delete_when_hours = s
+                        .split(';')
+                        .filter(|h| !h.trim().is_empty())
+                        .map(|h| h.trim().parse::<u32>().ok().filter(|h| *h < 24))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| PyValueError::new_err(format!("bad delete_when {s:?}")))?;
+                }
+                "clean_resource_interval_ms" => c.clean_resource_interval_ms = v.extract()?,
+                "disk_max_used_space_ratio" => c.disk_max_used_space_ratio = v.extract()?,
+                "disk_space_clean_forcibly_ratio" => c.disk_space_clean_forcibly_ratio = v.extract()?,
+                "disk_space_warning_level_ratio" => c.disk_space_warning_level_ratio = v.extract()?,
+                "max_message_size" => c.max_message_size_bytes = v.extract()?,
+                "max_transfer_bytes_on_message_in_memory" => c.max_transfer_bytes_on_message_in_memory = v.extract()?,
+                "max_transfer_count_on_message_in_memory" => c.max_transfer_count_on_message_in_memory = v.extract()?,
+                "message_index_enable" => c.message_index_enable = v.extract()?,
+                "max_hash_slot_num" => c.max_hash_slot_num = v.extract()?,
+                "max_index_num" => c.max_index_num = v.extract()?,
+                "message_delay_level" => {
+                    c.message_delay_level_ms = parse_delay_levels(&v.extract::<String>()?).map_err(errors::to_py)?;
+                }
+                "check_crc_on_recover" => c.check_crc_on_recover = v.extract()?,
+                "store_host" => {
+                    let s: String = v.extract()?;
+                    c.store_host = s
+                        .parse::<SocketAddrV4>()
+                        .map_err(|_| PyValueError::new_err(format!("store_host must be ipv4:port, not {s:?}")))?;
+                }
+                "max_queue_nums_per_topic" => c.max_queue_nums_per_topic = v.extract()?,
+                "background_services" => c.background_services = v.extract()?,
+                other => return Err(PyValueError::new_err(format!("unknown store setting {other:?}"))),
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            problems.push(format!("{key}: {e}"));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ConfigError::new_err(problems.join("; ")));
+    }
+    Ok(c)
+}
+
+fn parse_host(s: Option<&str>) -> PyResult<SocketAddr> {
+    match s {
+        None => Ok(SocketAddr::from(([127, 0, 0, 1], 0))),
+        Some(s) => s
+            .parse::<SocketAddr>()
+            .map(normalize_host)
+            .map_err(|_| errors::illegal(format!("born_host must be ip:port, not {s:?}"))),
+    }
+}
+
+fn check_property_text(s: &str, what: &str) -> PyResult<()> {
+    if s.bytes().any(|b| b == message::NAME_VALUE_SEPARATOR || b == message::PROPERTY_SEPARATOR) {
+        return Err(errors::illegal(format!("{what} {s:?} contains a \\x01 or \\x02 separator")));
+    }
+    Ok(())
+}
+
+/// Encodes user properties plus TAGS and KEYS into the record's property string.
+fn encode_properties(
+    properties: Option<&Bound<'_, PyAny>>,
+    tags: Option<&str>,
+    keys: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<u8>> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut raw: Vec<u8> = Vec::new();
+    if let Some(p) = properties {
+        if let Ok(s) = p.cast::<PyString>() {
+            raw.extend_from_slice(s.to_str()?.as_bytes());
+        } else if let Ok(d) = p.cast::<PyDict>() {
+            for (k, v) in d.iter() {
+                let (Ok(k), Ok(v)) = (k.extract::<String>(), v.extract::<String>()) else {
+                    return Err(errors::illegal("property names and values must be str"));
+                };
+                check_property_text(&k, "property name")?;
+                check_property_text(&v, "property value")?;
+                if k.is_empty() {
+                    return Err(errors::illegal("property names must not be empty"));
+                }
+                pairs.push((k, v));
+            }
+        } else {
+            return Err(errors::illegal("properties must be a dict or an encoded str"));
+        }
+    }
+    if let Some(t) = tags {
+        check_property_text(t, "tags")?;
+        pairs.push((message::PROPERTY_TAGS.to_owned(), t.to_owned()));
+    }
+    if let Some(k) = keys {
+        let joined = if let Ok(s) = k.cast::<PyString>() {
+            s.to_str()?.to_owned()
+        } else {
+            let parts: Vec<String> =
+                k.extract().map_err(|_| errors::illegal("keys must be a str or a sequence of str"))?;
+            parts.join(" ")
+        };
+        check_property_text(&joined, "keys")?;
+        pairs.push((message::PROPERTY_KEYS.to_owned(), joined));
+    }
+    let encoded = message::encode_properties(pairs.iter().map(|(a, b)| (a.as_str(), b.as_str())));
+    if raw.is_empty() {
+        return Ok(encoded);
+    }
+    if !encoded.is_empty() {
+        if raw.last() != Some(&message::PROPERTY_SEPARATOR) {
+            raw.push(message::PROPERTY_SEPARATOR);
+        }
+        raw.extend_from_slice(&encoded);
+    }
+    Ok(raw)
+}
+
+/// A body as bytes: borrowed from an immutable `bytes`, else copied once from the buffer.
+pub enum Body<'py> {
+    Borrowed(Bound<'py, PyBytes>),
+    Owned(Vec<u8>),
+}
+
+impl Body<'_> {
+    pub fn extract<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Body<'py>> {
+        if let Ok(b) = obj.cast::<PyBytes>() {
+            return Ok(Body::Borrowed(b.clone()));
+        }
+        let buf = pyo3::buffer::PyBuffer::<u8>::get(obj)
+            .map_err(|_| errors::illegal("expected bytes or a byte buffer"))?;
+        Ok(Body::Owned(buf.to_vec(obj.py())?))
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Body::Borrowed(b) => b.as_bytes(),
+            Body::Owned(v) => v,
+        }
+    }
+}
+
+/// The result of an append.
+#[pyclass(name = "PutResult", module = "pyrmq._core", frozen, get_all)]
+pub struct PyPutResult {
+    /// 0 = PUT_OK, 1 = FLUSH_DISK_TIMEOUT (stored, fsync late).
+    status: u8,
+    phy_offsets: Vec<i64>,
+    queue_offsets: Vec<i64>,
+    queue_ids: Vec<i32>,
+    store_timestamp_ms: i64,
+    wrote_bytes: u64,
+    store_host: String,
+}
+
+#[pymethods]
+impl PyPutResult {
+    #[getter]
+    fn count(&self) -> usize {
+        self.phy_offsets.len()
+    }
+    #[getter]
+    fn phy_offset(&self) -> i64 {
+        self.phy_offsets[0]
+    }
+    #[getter]
+    fn queue_offset(&self) -> i64 {
+        self.queue_offsets[0]
+    }
+    #[getter]
+    fn queue_id(&self) -> i32 {
+        self.queue_ids[0]
+    }
+    /// Offset message ids (store host + CommitLog offset), one per message.
+    #[getter]
+    fn msg_ids(&self) -> PyResult<Vec<String>> {
+        let host: SocketAddr = self.store_host.parse().map_err(|_| PyValueError::new_err("store host"))?;
+        Ok(self.phy_offsets.iter().map(|p| message::offset_msg_id(&host, *p)).collect())
+    }
+    #[getter]
+    fn msg_id(&self) -> PyResult<String> {
+        Ok(self.msg_ids()?.swap_remove(0))
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "PutResult(status={}, count={}, phy_offset={}, queue_offset={})",
+            self.status,
+            self.phy_offsets.len(),
+            self.phy_offsets[0],
+            self.queue_offsets[0]
+        )
+    }
+}
+
+impl From<PutOutcome> for PyPutResult {
+    fn from(o: PutOutcome) -> Self {
+        Self {
+            status: match o.status {
+                PutStatus::PutOk => 0,
+                PutStatus::FlushDiskTimeout => 1,
+            },
+            phy_offsets: o.entries.iter().map(|e| e.phy_offset).collect(),
+            queue_offsets: o.entries.iter().map(|e| e.queue_offset).collect(),
+            queue_ids: o.entries.iter().map(|e| e.queue_id).collect(),
+            store_timestamp_ms: o.store_timestamp_ms,
+            wrote_bytes: o.wrote_bytes,
+            store_host: o.store_host.to_string(),
+        }
+    }
+}
+
+/// Messages read from one queue: their records end to end in one buffer.
+#[pyclass(name = "GetResult", module = "pyrmq._core", frozen, get_all)]
+pub struct PyGetResult {
+    /// A GetMessageStatus value.
+    status: u8,
+    next_begin_offset: u64,
+    min_offset: u64,
+    max_offset: u64,
+    /// The records, end to end: exactly a PULL_MESSAGE answer body.
+    buffer: Py<PyBytes>,
+    queue_offsets: Vec<u64>,
+    phy_offsets: Vec<u64>,
+    sizes: Vec<u32>,
+    corrupt_offsets: Vec<u64>,
+}
+
+#[pymethods]
+impl PyGetResult {
+    #[getter]
+    fn message_count(&self) -> usize {
+        self.sizes.len()
+    }
+    /// Decodes every record of the buffer.
+    fn messages(&self, py: Python<'_>) -> PyResult<Vec<PyStoredMessage>> {
+        crate::message::decode_all(py, self.buffer.bind(py).as_bytes())
+    }
+    fn __len__(&self) -> usize {
+        self.sizes.len()
+    }
+}
+
+/// Parses a subscription expression into tag codes; `None` means every message.
+fn tag_codes(tags: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
+    let Some(t) = tags else { return Ok(None) };
+    let names: Vec<String> = if let Ok(s) = t.cast::<PyString>() {
+        let s = s.to_str()?.trim().to_owned();
+        if s.is_empty() || s == "*" {
+            return Ok(None);
+        }
+        s.split("||").map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
+    } else {
+        t.extract().map_err(|_| errors::illegal("tags must be a str or a sequence of str"))?
+    };
+    if names.iter().any(|n| n == "*") {
+        return Ok(None);
+    }
+    Ok(Some(names.iter().map(|n| message::tags_code(Some(n))).collect()))
+}
+
+#[pyclass(name = "MessageStore", module = "pyrmq._core", subclass, frozen)]
+pub struct PyMessageStore {
+    store: MessageStore,
+}
+
+#[pymethods]
+impl PyMessageStore {
+    /// Opens the store rooted at `path`; `config` maps StoreConfig field names to values.
+    #[new]
+    #[pyo3(signature = (path, config=None))]
+    fn new(py: Python<'_>, path: PathBuf, config: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let config = config_from_dict(path, config)?;
+        let store = gil::run(py, move || MessageStore::open(config))?;
+        Ok(Self { store })
+    }
+
+    #[pyo3(signature = (topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0,
+        sys_flag=0, born_timestamp_ms=None, born_host=None, reconsume_times=0,
+        prepared_transaction_offset=0, internal=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        body: &Bound<'_, PyAny>,
+        queue_id: i32,
+        tags: Option<&str>,
+        keys: Option<&Bound<'_, PyAny>>,
+        properties: Option<&Bound<'_, PyAny>>,
+        flag: i32,
+        sys_flag: i32,
+        born_timestamp_ms: Option<i64>,
+        born_host: Option<&str>,
+        reconsume_times: i32,
+        prepared_transaction_offset: i64,
+        internal: bool,
+    ) -> PyResult<PyPutResult> {
+        let body = Body::extract(body)?;
+        let props = encode_properties(properties, tags, keys)?;
+        let input = MessageInput {
+            topic,
+            queue_id,
+            flag,
+            body: body.as_slice(),
+            properties: &props,
+            sys_flag,
+            born_timestamp_ms: born_timestamp_ms.unwrap_or_else(pyrmq_store::clock::now_ms),
+            born_host: parse_host(born_host)?,
+            reconsume_times,
+            prepared_transaction_offset,
+        };
+        let store = &self.store;
+        gil::run(py, || store.put(std::slice::from_ref(&input), internal)).map(Into::into)
+    }
+
+    /// Appends `bodies` to one queue as one group, all sharing tags, keys and properties.
+    #[pyo3(signature = (topic, bodies, *, queue_id=0, tags=None, keys=None, properties=None,
+        flag=0, sys_flag=0, born_timestamp_ms=None, born_host=None, internal=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn put_batch(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        bodies: &Bound<'_, PyAny>,
+        queue_id: i32,
+        tags: Option<&str>,
+        keys: Option<&Bound<'_, PyAny>>,
+        properties: Option<&Bound<'_, PyAny>>,
+        flag: i32,
+        sys_flag: i32,
+        born_timestamp_ms: Option<i64>,
+        born_host: Option<&str>,
+        internal: bool,
+    ) -> PyResult<PyPutResult> {
+        let props = encode_properties(properties, tags, keys)?;
+        let born_host = parse_host(born_host)?;
+        let born = born_timestamp_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
+        let owned: Vec<Body<'_>> = if let Ok(list) = bodies.cast::<PyList>() {
+            list.iter().map(|b| Body::extract(&b)).collect::<PyResult<_>>()?
+        } else {
+            bodies.try_iter()?.map(|b| Body::extract(&b?)).collect::<PyResult<_>>()?
+        };
+        if owned.is_empty() {
+            return Err(errors::illegal("put_batch needs at least one body"));
+        }
+        let inputs: Vec<MessageInput<'_>> = owned
+            .iter()
+            .map(|b| MessageInput {
+                topic,
+                queue_id,
+                flag,
+                body: b.as_slice(),
+                properties: &props,
+                sys_flag,
+                born_timestamp_ms: born,
+                born_host,
+                reconsume_times: 0,
+                prepared_transaction_offset: 0,
+            })
+            .collect();
+        let store = &self.store;
+        gil::run(py, || store.put(&inputs, internal)).map(Into::into)
+    }
+
+    /// Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue.
+    #[pyo3(signature = (topic, batch_body, *, queue_id=0, sys_flag=0, born_timestamp_ms=None,
+        born_host=None, reconsume_times=0, internal=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn put_encoded_batch(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        batch_body: &Bound<'_, PyAny>,
+        queue_id: i32,
+        sys_flag: i32,
+        born_timestamp_ms: Option<i64>,
+        born_host: Option<&str>,
+        reconsume_times: i32,
+        internal: bool,
+    ) -> PyResult<PyPutResult> {
+        let batch_body = Body::extract(batch_body)?;
+        let items = message::decode_client_batch(batch_body.as_slice())
+            .map_err(|e| errors::illegal(format!("malformed batch body: {e}")))?;
+        let born_host = parse_host(born_host)?;
+        let born = born_timestamp_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
+        let inputs: Vec<MessageInput<'_>> = items
+            .iter()
+            .map(|it: &BatchItem<'_>| MessageInput {
+                topic,
+                queue_id,
+                flag: it.flag,
+                body: it.body,
+                properties: it.properties,
+                sys_flag,
+                born_timestamp_ms: born,
+                born_host,
+                reconsume_times,
+                prepared_transaction_offset: 0,
+            })
+            .collect();
+        let store = &self.store;
+        gil::run(py, || store.put(&inputs, internal)).map(Into::into)
+    }
+
+    /// Reads up to `max_count` messages (or `max_bytes`) from `queue_offset` on, keeping those
+    /// whose tag matches `tags` ("*", "TagA || TagB", or a list of tags).
+    #[pyo3(signature = (topic, queue_id, queue_offset, *, max_count=32, max_bytes=None, tags=None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: i64,
+        max_count: u32,
+        max_bytes: Option<u32>,
+        tags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyGetResult> {
+        let codes = tag_codes(tags)?;
+        let store = &self.store;
+        let req = GetRequest {
+            topic,
+            queue_id,
+            queue_offset: queue_offset.max(0) as u64,
+            max_count,
+            max_bytes,
+            tags_codes: codes.as_deref(),
+        };
+        let mut out = gil::run(py, || store.get(&req))?;
+        if queue_offset < 0 && out.min_offset > 0 {
+            out.status = pyrmq_store::GetMessageStatus::OffsetTooSmall;
+        }
+        let total = out.total_bytes;
+        let fill = |buf: &mut [u8]| {
+            let mut at = 0;
+            for r in &out.records {
+                let b = r.bytes();
+                buf[at..at + b.len()].copy_from_slice(b);
+                at += b.len();
+            }
+        };
+        let buffer = PyBytes::new_with(py, total, |buf| {
+            if total > DETACHED_COPY_BYTES {
+                py.detach(|| fill(buf));
+            } else {
+                fill(buf);
+            }
+            Ok(())
+        })?;
+        Ok(PyGetResult {
+            status: out.status as u8,
+            next_begin_offset: out.next_begin_offset,
+            min_offset: out.min_offset,
+            max_offset: out.max_offset,
+            buffer: buffer.unbind(),
+            queue_offsets: out.records.iter().map(|r| r.queue_offset).collect(),
+            phy_offsets: out.records.iter().map(|r| r.phy_offset).collect(),
+            sizes: out.records.iter().map(|r| r.size).collect(),
+            corrupt_offsets: out.corrupt_offsets,
+        })
+    }
+
+    /// The message whose record starts at `phy_offset`, or None.
+    fn look_message_by_offset(&self, py: Python<'_>, phy_offset: i64) -> PyResult<Option<PyStoredMessage>> {
+        if phy_offset < 0 {
+            return Ok(None);
+        }
+        let store = &self.store;
+        let raw = gil::run(py, || store.look_message_by_offset(phy_offset as u64))?;
+        raw.map(|r| PyStoredMessage::decode(py, &r)).transpose()
+    }
+
+    /// The message named by an offset message id, or None.
+    fn view_message_by_id(&self, py: Python<'_>, msg_id: &str) -> PyResult<Option<PyStoredMessage>> {
+        let store = &self.store;
+        let raw = gil::run(py, || store.view_message_by_id(msg_id))?;
+        raw.map(|r| PyStoredMessage::decode(py, &r)).transpose()
+    }
+
+    /// Messages of `topic` with `key` among their KEYS or as UNIQ_KEY, newest first.
+    #[pyo3(signature = (topic, key, *, max_count=32, begin_ms=0, end_ms=None))]
+    fn query_message(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        key: &str,
+        max_count: usize,
+        begin_ms: i64,
+        end_ms: Option<i64>,
+    ) -> PyResult<Vec<PyStoredMessage>> {
+        let store = &self.store;
+        let end_ms = end_ms.unwrap_or(i64::MAX);
+        let raws = gil::run(py, || store.query_message(topic, key, max_count, begin_ms, end_ms))?;
+        raws.iter().map(|r| PyStoredMessage::decode(py, r)).collect()
+    }
+
+    /// The smallest queue offset still stored.
+    fn min_offset(&self, topic: &str, queue_id: i32) -> u64 {
+        self.store.min_offset(topic, queue_id)
+    }
+
+    /// The next free queue offset.
+    fn max_offset(&self, topic: &str, queue_id: i32) -> u64 {
+        self.store.max_offset(topic, queue_id)
+    }
+
+    /// First queue offset stored at or after `timestamp_ms` (the max offset if none).
+    fn offset_for_time(&self, py: Python<'_>, topic: &str, queue_id: i32, timestamp_ms: i64) -> u64 {
+        let store = &self.store;
+        py.detach(|| store.offset_for_time(topic, queue_id, timestamp_ms))
+    }
+
+    /// Store time of the oldest message still in the queue.
+    fn earliest_store_time(&self, topic: &str, queue_id: i32) -> Option<i64> {
+        self.store.earliest_store_time(topic, queue_id)
+    }
+
+    /// Store time of the message at `queue_offset`.
+    fn store_time(&self, topic: &str, queue_id: i32, queue_offset: u64) -> Option<i64> {
+        self.store.store_time(topic, queue_id, queue_offset)
+    }
+
+    /// First CommitLog offset still on disk.
+    #[getter]
+    fn min_phy_offset(&self) -> u64 {
+        self.store.min_phy_offset()
+    }
+
+    /// End of the CommitLog's written data.
+    #[getter]
+    fn max_phy_offset(&self) -> u64 {
+        self.store.max_phy_offset()
+    }
+
+    /// CommitLog offset up to which data is durable.
+    #[getter]
+    fn flushed_phy_offset(&self) -> u64 {
+        self.store.flushed_phy_offset()
+    }
+
+    /// Every (topic, queue id) with a ConsumeQueue.
+    fn queue_ids(&self) -> Vec<(String, i32)> {
+        self.store.queue_ids()
+    }
+
+    /// Counts units of a ConsumeQueue range passing a tag filter (the scan loop, in Rust).
+    #[pyo3(signature = (topic, queue_id, start_offset, max_units, tags=None))]
+    fn scan_consume_queue(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        start_offset: u64,
+        max_units: u64,
+        tags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let codes = tag_codes(tags)?;
+        let store = &self.store;
+        Ok(py.detach(|| store.scan_consume_queue(topic, queue_id, start_offset, max_units, codes.as_deref()).0))
+    }
+
+    /// Raw units `(queue_offset, phy_offset, size, tags_code)` from `start_offset`.
+    fn consume_queue_units(&self, topic: &str, queue_id: i32, start_offset: u64, max_units: u64) -> Vec<(u64, u64, u32, i64)> {
+        self.store
+            .consume_queue_units(topic, queue_id, start_offset, max_units)
+            .into_iter()
+            .map(|u| (u.queue_offset, u.phy_offset, u.size, u.tags_code))
+            .collect()
+    }
+
+    /// Flushes everything and advances the checkpoint; returns the flushed CommitLog offset.
+    fn flush(&self, py: Python<'_>) -> PyResult<u64> {
+        let store = &self.store;
+        gil::run(py, || store.flush())
+    }
+
+    /// Runs retention as of `now_ms`; returns the number of CommitLog segments deleted.
+    #[pyo3(signature = (now_ms=None, *, force=false))]
+    fn delete_expired_files(&self, py: Python<'_>, now_ms: Option<i64>, force: bool) -> PyResult<usize> {
+        let store = &self.store;
+        let now = now_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
+        gil::run(py, || store.delete_expired_files(now, force))
+    }
+
+    /// Re-reads disk usage; returns the used fraction of the store's file system.
+    fn check_disk(&self) -> Option<f64> {
+        self.store.check_disk()
+    }
+
+    /// Whether writes are refused because the disk is fuller than the warning level.
+    #[getter]
+    fn is_disk_full(&self) -> bool {
+        self.store.is_disk_full()
+    }
+
+    /// A file descriptor that becomes readable when messages arrive (see `drain_arrivals`).
+    fn wakeup_fd(&self) -> i32 {
+        self.store.arrivals_fd()
+    }
+
+    /// Pending arrivals: `(topic, queue_id, max_offset, tags_codes or None)` per queue.
+    fn drain_arrivals(&self) -> Vec<(String, i32, u64, Option<Vec<i64>>)> {
+        self.store
+            .drain_arrivals()
+            .into_iter()
+            .map(|a| (a.topic, a.queue_id, a.max_offset, a.tags_codes))
+            .collect()
+    }
+
+    /// What the last open found: records re-dispatched, torn bytes removed, corrupt ranges.
+    #[getter]
+    fn recovery<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = &self.store.recovery;
+        let d = PyDict::new(py);
+        d.set_item("records", r.records)?;
+        d.set_item("groups", r.groups)?;
+        d.set_item("end_offset", r.end_offset)?;
+        d.set_item("truncated_bytes", r.truncated_bytes)?;
+        d.set_item("corrupt_ranges", r.corrupt_ranges.clone())?;
+        Ok(d)
+    }
+
+    /// Whether `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.store.is_closed()
+    }
+
+    /// Flushes everything and marks the shutdown clean. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let store = &self.store;
+        gil::run(py, || store.close())
+    }
+}

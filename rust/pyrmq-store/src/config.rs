@@ -1,0 +1,155 @@
+//! Store configuration. Field names carry their unit; defaults are RocketMQ's.
+
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+
+use crate::error::{StoreError, StoreResult};
+
+/// When an append counts as durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushDiskType {
+    /// A background flusher writes dirty pages back every `flush_interval_commit_log_ms`.
+    Async,
+    /// An append returns only after its bytes are on disk; concurrent appends share one fsync.
+    Sync,
+}
+
+impl FlushDiskType {
+    pub fn parse(name: &str) -> StoreResult<Self> {
+        match name {
+            "ASYNC_FLUSH" => Ok(Self::Async),
+            "SYNC_FLUSH" => Ok(Self::Sync),
+            other => Err(StoreError::Config(format!(
+                "flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, not {other:?}"
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub store_path_root_dir: PathBuf,
+    /// Size of one CommitLog segment file.
+    pub mapped_file_size_commit_log: u64,
+    /// Size of one ConsumeQueue file; a multiple of 20 (the unit size).
+    pub mapped_file_size_consume_queue: u64,
+    pub flush_disk_type: FlushDiskType,
+    pub flush_interval_commit_log_ms: u64,
+    /// Period of the ConsumeQueue/index flush, which also advances the checkpoint.
+    pub flush_interval_consume_queue_ms: u64,
+    /// How long a `SYNC_FLUSH` append waits for its fsync before answering `FLUSH_DISK_TIMEOUT`.
+    pub sync_flush_timeout_ms: u64,
+    pub file_reserved_time_hours: u64,
+    /// Local hours of the day at which expired segments are deleted.
+    pub delete_when_hours: Vec<u32>,
+    pub clean_resource_interval_ms: u64,
+    /// Disk use (percent) above which expired segments are deleted at any hour.
+    pub disk_max_used_space_ratio: u32,
+    /// Disk use (percent) above which the oldest segments are deleted even if not expired.
+    pub disk_space_clean_forcibly_ratio: u32,
+    /// Disk use (percent) above which appends are refused.
+    pub disk_space_warning_level_ratio: u32,
+    pub max_message_size_bytes: u32,
+    pub max_transfer_bytes_on_message_in_memory: u32,
+    pub max_transfer_count_on_message_in_memory: u32,
+    pub message_index_enable: bool,
+    pub max_hash_slot_num: u32,
+    pub max_index_num: u32,
+    /// Delay of each level (1-based in RocketMQ, index 0 here).
+    pub message_delay_level_ms: Vec<u64>,
+    pub check_crc_on_recover: bool,
+    /// Address written as STOREHOST into every record and into offset message ids.
+    pub store_host: SocketAddrV4,
+    /// Queue ids must lie in `[0, max_queue_nums_per_topic)`.
+    pub max_queue_nums_per_topic: u32,
+    /// Run the flush, checkpoint and clean threads. Tests that drive time by hand turn this off.
+    pub background_services: bool,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            store_path_root_dir: PathBuf::from("store"),
+            mapped_file_size_commit_log: 1024 * 1024 * 1024,
+            mapped_file_size_consume_queue: 300_000 * 20,
+            flush_disk_type: FlushDiskType::Async,
+            flush_interval_commit_log_ms: 500,
+            flush_interval_consume_queue_ms: 1000,
+            sync_flush_timeout_ms: 5000,
+            file_reserved_time_hours: 72,
+            delete_when_hours: vec![4],
+            clean_resource_interval_ms: 10_000,
+            disk_max_used_space_ratio: 75,
+            disk_space_clean_forcibly_ratio: 85,
+            disk_space_warning_level_ratio: 90,
+            max_message_size_bytes: 4 * 1024 * 1024,
+            max_transfer_bytes_on_message_in_memory: 256 * 1024,
+            max_transfer_count_on_message_in_memory: 32,
+            message_index_enable: true,
+            max_hash_slot_num: 5_000_000,
+            max_index_num: 20_000_000,
+            message_delay_level_ms: parse_delay_levels(
+                "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+            )
+            .expect("the default delay table parses"),
+            check_crc_on_recover: true,
+            store_host: SocketAddrV4::new([127, 0, 0, 1].into(), 10911),
+            max_queue_nums_per_topic: 1024,
+            background_services: true,
+        }
+    }
+}
+
+impl StoreConfig {
+    pub fn validate(&self) -> StoreResult<()> {
+        let mut problems = Vec::new();
+        if self.mapped_file_size_commit_log < 4096 {
+            problems.push("mapped_file_size_commit_log must be at least 4096".to_owned());
+        }
+        if self.mapped_file_size_consume_queue == 0 || self.mapped_file_size_consume_queue % 20 != 0 {
+            problems.push("mapped_file_size_consume_queue must be a positive multiple of 20".to_owned());
+        }
+        if self.max_hash_slot_num == 0 || self.max_index_num < 2 {
+            problems.push("max_hash_slot_num must be > 0 and max_index_num >= 2".to_owned());
+        }
+        if self.max_queue_nums_per_topic == 0 {
+            problems.push("max_queue_nums_per_topic must be > 0".to_owned());
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(StoreError::Config(problems.join("; ")))
+        }
+    }
+
+    pub fn commit_log_dir(&self) -> PathBuf {
+        self.store_path_root_dir.join("commitlog")
+    }
+
+    pub fn consume_queue_dir(&self) -> PathBuf {
+        self.store_path_root_dir.join("consumequeue")
+    }
+
+    pub fn index_dir(&self) -> PathBuf {
+        self.store_path_root_dir.join("index")
+    }
+}
+
+/// Parses RocketMQ's `messageDelayLevel` ("1s 5s 10m 2h 1d") into milliseconds.
+pub fn parse_delay_levels(text: &str) -> StoreResult<Vec<u64>> {
+    text.split_whitespace()
+        .map(|level| {
+            let (num, unit) = level.split_at(level.len().saturating_sub(1));
+            let factor = match unit {
+                "s" => 1000,
+                "m" => 60_000,
+                "h" => 3_600_000,
+                "d" => 86_400_000,
+                _ => return Err(StoreError::Config(format!("bad delay level {level:?}"))),
+            };
+            num.parse::<u64>()
+                .map(|n| n * factor)
+                .map_err(|_| StoreError::Config(format!("bad delay level {level:?}")))
+        })
+        .collect()
+}

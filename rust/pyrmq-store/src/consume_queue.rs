@@ -1,0 +1,278 @@
+//! ConsumeQueue: the per-(topic, queue id) index of CommitLog records, in 20-byte units.
+//!
+//! Files live at `consumequeue/<topic>/<queueId>/<20-digit byte offset>`, each
+//! `mapped_file_size_consume_queue` bytes (300,000 units by default). Unit `n` (the queue
+//! offset) sits at byte `20 * n` of the queue. Big-endian:
+//!
+//! | off | size | field      | invariant                                                 |
+//! |-----|------|------------|-----------------------------------------------------------|
+//! |   0 |    8 | phy_offset | CommitLog offset of the record, >= 0                      |
+//! |   8 |    4 | size       | record TOTALSIZE, > 0; 0 marks a unit never written      |
+//! |  12 |    8 | tags_code  | Java hash of TAGS; due time (ms) in SCHEDULE_TOPIC_XXXX   |
+//!
+//! Units are written before the queue's max offset is published (Release), and readers load
+//! it (Acquire) first, so a reader never sees a unit whose record is not written.
+//! After a crash, units whose record lies past the recovered CommitLog end are zeroed and the
+//! missing units are rewritten from the CommitLog (each record carries its queue offset, so a
+//! rewrite is idempotent).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::StoreResult;
+use crate::mapped_file_queue::MappedFileQueue;
+
+pub const CQ_UNIT_SIZE: u64 = 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqUnit {
+    pub queue_offset: u64,
+    pub phy_offset: u64,
+    pub size: u32,
+    pub tags_code: i64,
+}
+
+pub struct ConsumeQueue {
+    topic: String,
+    queue_id: i32,
+    files: MappedFileQueue,
+    units_per_file: u64,
+    /// Next free queue offset; every unit below it is written.
+    max_offset: AtomicU64,
+    /// First queue offset whose record still exists.
+    min_offset: AtomicU64,
+    /// Queue offset up to which units are durable.
+    flushed: AtomicU64,
+}
+
+impl ConsumeQueue {
+    /// Opens the queue in `dir` and finds its max offset: the first unwritten unit of the last file.
+    pub fn load(dir: &Path, topic: &str, queue_id: i32, file_size: u64) -> StoreResult<Self> {
+        let files = MappedFileQueue::load(dir, file_size)?;
+        let units_per_file = file_size / CQ_UNIT_SIZE;
+        let (min, max) = match (files.first(), files.last()) {
+            (Some(first), Some(last)) => {
+                let base = last.file_from_offset() / CQ_UNIT_SIZE;
+                let data = last.slice(0, file_size as usize);
+                let written = data
+                    .chunks_exact(CQ_UNIT_SIZE as usize)
+                    .position(|u| unit_size(u) == 0)
+                    .unwrap_or(units_per_file as usize) as u64;
+                (first.file_from_offset() / CQ_UNIT_SIZE, base + written)
+            }
+            _ => (0, 0),
+        };
+        Ok(Self {
+            topic: topic.to_owned(),
+            queue_id,
+            files,
+            units_per_file,
+            max_offset: AtomicU64::new(max),
+            min_offset: AtomicU64::new(min.min(max)),
+            flushed: AtomicU64::new(max),
+        })
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn queue_id(&self) -> i32 {
+        self.queue_id
+    }
+
+    pub fn max_offset(&self) -> u64 {
+        self.max_offset.load(Ordering::Acquire)
+    }
+
+    pub fn min_offset(&self) -> u64 {
+        self.min_offset.load(Ordering::Acquire)
+    }
+
+    /// Creates the files needed to hold units up to (excluding) `end`. Nothing is written.
+    pub fn ensure_capacity(&self, end: u64) -> StoreResult<()> {
+        if end == 0 {
+            return Ok(());
+        }
+        self.files.get_or_create((end - 1) * CQ_UNIT_SIZE).map(|_| ())
+    }
+
+    /// Writes unit `queue_offset`. Only the put-lock holder (or recovery) calls this.
+    pub fn write_unit(&self, queue_offset: u64, phy: u64, size: u32, tags_code: i64) -> StoreResult<()> {
+        let byte = queue_offset * CQ_UNIT_SIZE;
+        let file = self.files.get_or_create(byte)?;
+        let mut unit = [0u8; CQ_UNIT_SIZE as usize];
+        unit[..8].copy_from_slice(&phy.to_be_bytes());
+        unit[8..12].copy_from_slice(&size.to_be_bytes());
+        unit[12..].copy_from_slice(&tags_code.to_be_bytes());
+        // SAFETY: single writer under the put lock; the unit is unpublished until `publish`.
+        unsafe { file.write_at(byte - file.file_from_offset(), &unit) };
+        Ok(())
+    }
+
+    /// Makes units below `end` visible to readers.
+    pub fn publish(&self, end: u64) {
+        self.max_offset.fetch_max(end, Ordering::AcqRel);
+    }
+
+    /// The unit at `queue_offset`, if it is published and its file still exists.
+    pub fn unit(&self, queue_offset: u64) -> Option<CqUnit> {
+        if queue_offset >= self.max_offset() {
+            return None;
+        }
+        let byte = queue_offset * CQ_UNIT_SIZE;
+        let file = self.files.find(byte)?;
+        let raw = file.slice(byte - file.file_from_offset(), CQ_UNIT_SIZE as usize);
+        let unit = decode_unit(queue_offset, raw);
+        (unit.size > 0).then_some(unit)
+    }
+
+    /// Scans up to `max_units` units from `start`, appending those that pass `filter` (tag codes;
+    /// `None` keeps all) to `out`, stopping early once `max_matches` units matched. Returns the
+    /// queue offset after the last unit examined.
+    pub fn scan(
+        &self,
+        start: u64,
+        max_units: u64,
+        filter: Option<&[i64]>,
+        max_matches: usize,
+        out: &mut Vec<CqUnit>,
+    ) -> u64 {
+        let end = self.max_offset().min(start.saturating_add(max_units));
+        let mut offset = start.max(self.min_offset());
+        let file_bytes = self.units_per_file * CQ_UNIT_SIZE;
+        while offset < end && out.len() < max_matches {
+            let byte = offset * CQ_UNIT_SIZE;
+            let Some(file) = self.files.find(byte) else { return offset };
+            let rel = byte - file.file_from_offset();
+            let units_here = ((file_bytes - rel) / CQ_UNIT_SIZE).min(end - offset);
+            let data = file.slice(rel, (units_here * CQ_UNIT_SIZE) as usize);
+            let mut examined = 0u64;
+            for raw in data.chunks_exact(CQ_UNIT_SIZE as usize) {
+                examined += 1;
+                let tags = i64::from_be_bytes(raw[12..20].try_into().expect("8 bytes"));
+                let keep = filter.is_none_or(|codes| codes.contains(&tags));
+                if keep && unit_size(raw) > 0 {
+                    out.push(decode_unit(offset + examined - 1, raw));
+                    if out.len() >= max_matches {
+                        break;
+                    }
+                }
+            }
+            offset += examined;
+        }
+        offset
+    }
+
+    /// Counts units in `start..start + max_units` whose tag code passes `filter`: the scan loop
+    /// alone, for benchmarks and checks.
+    pub fn count_matching(&self, start: u64, max_units: u64, filter: Option<&[i64]>) -> (u64, u64) {
+        let end = self.max_offset().min(start.saturating_add(max_units));
+        let mut offset = start.max(self.min_offset());
+        let mut matched = 0u64;
+        let file_bytes = self.units_per_file * CQ_UNIT_SIZE;
+        while offset < end {
+            let byte = offset * CQ_UNIT_SIZE;
+            let Some(file) = self.files.find(byte) else { break };
+            let rel = byte - file.file_from_offset();
+            let units_here = ((file_bytes - rel) / CQ_UNIT_SIZE).min(end - offset);
+            let data = file.slice(rel, (units_here * CQ_UNIT_SIZE) as usize);
+            matched += match filter {
+                None => data.chunks_exact(20).filter(|u| unit_size(u) > 0).count() as u64,
+                Some(codes) => data
+                    .chunks_exact(20)
+                    .filter(|u| codes.contains(&i64::from_be_bytes(u[12..20].try_into().expect("8"))))
+                    .count() as u64,
+            };
+            offset += units_here;
+        }
+        (matched, offset)
+    }
+
+    /// Flushes units written since the last flush; returns the flushed queue offset.
+    pub fn flush(&self) -> StoreResult<u64> {
+        let max = self.max_offset();
+        let from = self.flushed.load(Ordering::Acquire);
+        if max > from {
+            self.files.flush(from * CQ_UNIT_SIZE, max * CQ_UNIT_SIZE)?;
+            self.flushed.fetch_max(max, Ordering::AcqRel);
+        }
+        Ok(max)
+    }
+
+    /// Recovery: zeroes units whose record ends past `commit_log_end` and lowers the max offset
+    /// to the first of them.
+    pub fn truncate_beyond(&self, commit_log_end: u64) -> StoreResult<()> {
+        let mut max = self.max_offset();
+        let min_file = self.files.min_offset().unwrap_or(0) / CQ_UNIT_SIZE;
+        while max > min_file {
+            let q = max - 1;
+            let byte = q * CQ_UNIT_SIZE;
+            let Some(file) = self.files.find(byte) else { break };
+            let raw = file.slice(byte - file.file_from_offset(), CQ_UNIT_SIZE as usize);
+            let unit = decode_unit(q, raw);
+            if unit.size > 0 && unit.phy_offset + u64::from(unit.size) <= commit_log_end {
+                break;
+            }
+            // SAFETY: recovery runs before any reader or writer starts.
+            unsafe { file.write_at(byte - file.file_from_offset(), &[0u8; CQ_UNIT_SIZE as usize]) };
+            max = q;
+        }
+        if max < self.max_offset() {
+            log::warn!(
+                "consume queue topic={} queue_id={} truncated to offset {max}",
+                self.topic,
+                self.queue_id
+            );
+            self.max_offset.store(max, Ordering::Release);
+            self.files.flush(max * CQ_UNIT_SIZE, (max + 1) * CQ_UNIT_SIZE)?;
+            // Files wholly past the new end hold nothing.
+            let fs = self.files.file_size();
+            self.files.delete_from((max * CQ_UNIT_SIZE / fs + 1) * fs)?;
+        }
+        self.flushed.store(self.max_offset(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Sets the min offset to the first unit whose record starts at or after
+    /// `commit_log_min` and deletes files that hold only older units (the last file stays).
+    pub fn correct_min_offset(&self, commit_log_min: u64) -> StoreResult<()> {
+        loop {
+            let Some(first) = self.files.first() else { break };
+            if self.files.len() <= 1 {
+                break;
+            }
+            let data = first.slice(0, first.file_size() as usize);
+            let last_unit = data.chunks_exact(20).rev().find(|u| unit_size(u) > 0);
+            match last_unit {
+                Some(u) if decode_unit(0, u).phy_offset >= commit_log_min => break,
+                _ => {
+                    self.files.delete_first()?;
+                }
+            }
+        }
+        let max = self.max_offset();
+        let mut min = self.files.min_offset().map_or(max, |b| b / CQ_UNIT_SIZE);
+        while min < max {
+            match self.unit(min) {
+                Some(u) if u.phy_offset >= commit_log_min => break,
+                _ => min += 1,
+            }
+        }
+        self.min_offset.store(min, Ordering::Release);
+        Ok(())
+    }
+}
+
+fn unit_size(raw: &[u8]) -> u32 {
+    u32::from_be_bytes(raw[8..12].try_into().expect("4 bytes"))
+}
+
+fn decode_unit(queue_offset: u64, raw: &[u8]) -> CqUnit {
+    CqUnit {
+        queue_offset,
+        phy_offset: u64::from_be_bytes(raw[..8].try_into().expect("8 bytes")),
+        size: unit_size(raw),
+        tags_code: i64::from_be_bytes(raw[12..20].try_into().expect("8 bytes")),
+    }
+}

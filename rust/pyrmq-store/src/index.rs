@@ -1,0 +1,232 @@
+//! The key index: finds messages by `KEYS` entry or `UNIQ_KEY` within a time range.
+//!
+//! Files `index/<20-digit creation ms>`, each a hash table with chained entries, big-endian:
+//!
+//! | off               | size | field                                                  |
+//! |-------------------|------|--------------------------------------------------------|
+//! | 0                 |    8 | begin_timestamp_ms (store time of the first entry)     |
+//! | 8                 |    8 | end_timestamp_ms   (store time of the last entry)      |
+//! | 16                |    8 | begin_phy_offset                                       |
+//! | 24                |    8 | end_phy_offset     (record of the last entry)          |
+//! | 32                |    4 | hash_slot_count    (slots holding a chain)             |
+//! | 36                |    4 | index_count        (next entry number; starts at 1)    |
+//! | 40                | 4*S  | slots: newest entry number of the chain, 0 = empty     |
+//! | 40 + 4*S          | 20*N | entries: key_hash i32, phy_offset i64,                 |
+//! |                   |      |          time_diff_s i32 (from begin), prev entry i32  |
+//!
+//! Keys are `topic#key`, hashed with Java's `String.hashCode` made non-negative. Entries do not
+//! store keys, so a query checks each candidate record's topic and keys.
+//! After a crash, records from the last indexed offset on are indexed again; a query drops the
+//! duplicates this may leave.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::{StoreError, StoreResult};
+use crate::mapped_file::{segment_name, MappedFile};
+use crate::message::java_string_hash;
+
+const HEADER_LEN: u64 = 40;
+const SLOT_LEN: u64 = 4;
+const ENTRY_LEN: u64 = 20;
+
+struct IndexFile {
+    file: Arc<MappedFile>,
+    slots: u64,
+    entries: u64,
+}
+
+impl IndexFile {
+    fn read_i64(&self, at: u64) -> i64 {
+        i64::from_be_bytes(self.file.slice(at, 8).try_into().expect("8 bytes"))
+    }
+    fn read_i32(&self, at: u64) -> i32 {
+        i32::from_be_bytes(self.file.slice(at, 4).try_into().expect("4 bytes"))
+    }
+    fn write(&self, at: u64, bytes: &[u8]) {
+        // SAFETY: the index mutex serialises writers; readers take the same mutex.
+        unsafe { self.file.write_at(at, bytes) };
+    }
+    fn begin_ts(&self) -> i64 {
+        self.read_i64(0)
+    }
+    fn end_ts(&self) -> i64 {
+        self.read_i64(8)
+    }
+    fn end_phy(&self) -> i64 {
+        self.read_i64(24)
+    }
+    fn count(&self) -> u64 {
+        u64::try_from(self.read_i32(36)).unwrap_or(0).max(1)
+    }
+    fn is_full(&self) -> bool {
+        self.count() >= self.entries
+    }
+
+    fn put(&self, key: &str, phy: i64, store_ts: i64) {
+        let hash = key_hash(key);
+        let slot_at = HEADER_LEN + (u64::from(hash) % self.slots) * SLOT_LEN;
+        let count = self.count();
+        let mut prev = self.read_i32(slot_at);
+        if prev <= 0 || u64::from(prev.unsigned_abs()) >= count {
+            prev = 0;
+        }
+        if count == 1 {
+            self.write(0, &store_ts.to_be_bytes());
+            self.write(16, &phy.to_be_bytes());
+        }
+        let diff_s = ((store_ts - self.begin_ts()).max(0) / 1000).min(i64::from(i32::MAX)) as i32;
+        let entry_at = HEADER_LEN + self.slots * SLOT_LEN + count * ENTRY_LEN;
+        let mut entry = [0u8; ENTRY_LEN as usize];
+        entry[..4].copy_from_slice(&hash.to_be_bytes());
+        entry[4..12].copy_from_slice(&phy.to_be_bytes());
+        entry[12..16].copy_from_slice(&diff_s.to_be_bytes());
+        entry[16..20].copy_from_slice(&prev.to_be_bytes());
+        self.write(entry_at, &entry);
+        self.write(slot_at, &(count as i32).to_be_bytes());
+        if prev == 0 {
+            let slots_used = self.read_i32(32) + 1;
+            self.write(32, &slots_used.to_be_bytes());
+        }
+        self.write(8, &store_ts.to_be_bytes());
+        self.write(24, &phy.to_be_bytes());
+        self.write(36, &((count + 1) as i32).to_be_bytes());
+    }
+
+    fn query(&self, key: &str, begin_ms: i64, end_ms: i64, max: usize, out: &mut Vec<i64>) {
+        let hash = key_hash(key);
+        let slot_at = HEADER_LEN + (u64::from(hash) % self.slots) * SLOT_LEN;
+        let count = self.count();
+        let begin_ts = self.begin_ts();
+        let mut cur = self.read_i32(slot_at);
+        let mut steps = 0u64;
+        while cur > 0 && u64::from(cur.unsigned_abs()) < count && out.len() < max && steps < count {
+            steps += 1;
+            let at = HEADER_LEN + self.slots * SLOT_LEN + u64::from(cur.unsigned_abs()) * ENTRY_LEN;
+            let entry_hash = self.read_i32(at);
+            let phy = self.read_i64(at + 4);
+            let ts = begin_ts + i64::from(self.read_i32(at + 12)) * 1000;
+            let prev = self.read_i32(at + 16);
+            // Entry times are truncated to seconds: widen the window by one second.
+            if ts + 1000 < begin_ms {
+                break;
+            }
+            if entry_hash as u32 == hash && ts <= end_ms {
+                out.push(phy);
+            }
+            if prev >= cur {
+                break;
+            }
+            cur = prev;
+        }
+    }
+}
+
+fn key_hash(key: &str) -> u32 {
+    let h = java_string_hash(key);
+    if h == i32::MIN { 0 } else { h.unsigned_abs() }
+}
+
+pub struct IndexService {
+    dir: PathBuf,
+    slots: u64,
+    entries: u64,
+    files: Mutex<Vec<IndexFile>>,
+}
+
+impl IndexService {
+    pub fn load(dir: &Path, slots: u32, entries: u32) -> StoreResult<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io("creating directory", dir, e))?;
+        let (slots, entries) = (u64::from(slots), u64::from(entries));
+        let size = HEADER_LEN + slots * SLOT_LEN + entries * ENTRY_LEN;
+        let mut names: Vec<(u64, PathBuf)> = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io("listing", dir, e))? {
+            let entry = entry.map_err(|e| StoreError::io("listing", dir, e))?;
+            if let Some(n) = entry.file_name().to_str() {
+                if n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()) {
+                    names.push((n.parse().expect("digits"), entry.path()));
+                }
+            }
+        }
+        names.sort_unstable();
+        let mut files = Vec::new();
+        for (stamp, path) in names {
+            match MappedFile::open(&path, stamp, size) {
+                Ok(file) => files.push(IndexFile { file: Arc::new(file), slots, entries }),
+                Err(e) => {
+                    // An index file of another geometry (config changed) or cut short: the index
+                    // is derived data, so drop it rather than refuse to start.
+                    log::warn!("dropping unreadable index file {}: {e}", path.display());
+                    std::fs::remove_file(&path).map_err(|e| StoreError::io("removing", &path, e))?;
+                }
+            }
+        }
+        Ok(Self { dir: dir.to_owned(), slots, entries, files: Mutex::new(files) })
+    }
+
+    /// Offset of the last indexed record; records from here on are re-indexed on recovery.
+    pub fn last_indexed_phy(&self) -> Option<i64> {
+        let files = self.files.lock();
+        let last = files.last()?;
+        (last.count() > 1).then(|| last.end_phy())
+    }
+
+    /// Indexes `keys` (already prefixed `topic#`) of the record at `phy`.
+    pub fn put<'a>(&self, keys: impl IntoIterator<Item = &'a str>, phy: i64, store_ts: i64, now_ms: i64) -> StoreResult<()> {
+        let mut files = self.files.lock();
+        for key in keys {
+            if files.last().is_none_or(IndexFile::is_full) {
+                let size = HEADER_LEN + self.slots * SLOT_LEN + self.entries * ENTRY_LEN;
+                let mut stamp = now_ms.max(0) as u64;
+                if let Some(last) = files.last() {
+                    stamp = stamp.max(last.file.file_from_offset() + 1);
+                }
+                let path = self.dir.join(segment_name(stamp));
+                let file = MappedFile::create(&path, stamp, size)?;
+                files.push(IndexFile { file: Arc::new(file), slots: self.slots, entries: self.entries });
+            }
+            files.last().expect("an index file exists").put(key, phy, store_ts);
+        }
+        Ok(())
+    }
+
+    /// Candidate record offsets for `key` (prefixed `topic#`), newest first, without duplicates.
+    pub fn query(&self, key: &str, begin_ms: i64, end_ms: i64, max: usize) -> Vec<i64> {
+        let files = self.files.lock();
+        let mut out = Vec::new();
+        for f in files.iter().rev() {
+            if out.len() >= max {
+                break;
+            }
+            if f.count() <= 1 || f.end_ts() + 1000 < begin_ms || f.begin_ts() > end_ms {
+                continue;
+            }
+            f.query(key, begin_ms, end_ms, max, &mut out);
+        }
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|p| seen.insert(*p));
+        out
+    }
+
+    pub fn flush(&self) -> StoreResult<()> {
+        let files = self.files.lock();
+        if let Some(last) = files.last() {
+            last.file.flush_range(0, last.file.file_size())?;
+        }
+        Ok(())
+    }
+
+    /// Deletes index files whose records all lie before `commit_log_min` (the last file stays).
+    pub fn delete_before(&self, commit_log_min: i64) -> StoreResult<usize> {
+        let mut files = self.files.lock();
+        let mut removed = 0;
+        while files.len() > 1 && files[0].end_phy() < commit_log_min {
+            let f = files.remove(0);
+            std::fs::remove_file(f.file.path()).map_err(|e| StoreError::io("removing", f.file.path(), e))?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+}

@@ -1,0 +1,178 @@
+//! One preallocated, memory-mapped segment file.
+//!
+//! The file is allocated to its full size at creation (`fallocate`), so a full disk surfaces as an
+//! error when a segment is created, never as a SIGBUS when a page is first written.
+//!
+//! Concurrency: exactly one writer (the holder of the owner's put lock) writes bytes past the
+//! published position; readers only read below it. The owner publishes with Release after
+//! writing and readers load with Acquire before reading, so no byte is read while written.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fs4::FileExt;
+use memmap2::MmapRaw;
+
+use crate::error::{StoreError, StoreResult};
+
+pub struct MappedFile {
+    path: PathBuf,
+    /// Offset of this file's first byte in its log (CommitLog bytes or ConsumeQueue bytes).
+    file_from_offset: u64,
+    file_size: u64,
+    map: MmapRaw,
+    _file: File,
+    /// Bytes known durable, relative to the file start.
+    flushed_position: AtomicU64,
+}
+
+impl MappedFile {
+    /// Creates and preallocates a new segment.
+    pub fn create(path: &Path, file_from_offset: u64, file_size: u64) -> StoreResult<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| StoreError::io("creating segment", path, e))?;
+        if let Err(e) = file.allocate(file_size) {
+            drop(file);
+            let _ = std::fs::remove_file(path);
+            return Err(StoreError::io("preallocating segment", path, e));
+        }
+        Self::map(path, file, file_from_offset, file_size)
+    }
+
+    /// Maps an existing segment, which must already have its full size.
+    pub fn open(path: &Path, file_from_offset: u64, file_size: u64) -> StoreResult<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| StoreError::io("opening segment", path, e))?;
+        let len = file.metadata().map_err(|e| StoreError::io("reading size of", path, e))?.len();
+        if len != file_size {
+            return Err(StoreError::Corrupt {
+                phy_offset: file_from_offset,
+                reason: format!("segment {} is {len} bytes, expected {file_size}", path.display()),
+            });
+        }
+        Self::map(path, file, file_from_offset, file_size)
+    }
+
+    fn map(path: &Path, file: File, file_from_offset: u64, file_size: u64) -> StoreResult<Self> {
+        let map = MmapRaw::map_raw(&file).map_err(|e| StoreError::io("mapping segment", path, e))?;
+        Ok(Self {
+            path: path.to_owned(),
+            file_from_offset,
+            file_size,
+            map,
+            _file: file,
+            flushed_position: AtomicU64::new(0),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file_from_offset(&self) -> u64 {
+        self.file_from_offset
+    }
+
+    pub fn file_size(&self) -> u64 {
+        self.file_size
+    }
+
+    /// Copies `data` to `pos` (relative to the file start).
+    ///
+    /// # Safety
+    /// The caller must be the only writer of `pos..pos + data.len()` and no reader may read that
+    /// range until the owner publishes it.
+    pub unsafe fn write_at(&self, pos: u64, data: &[u8]) {
+        assert!(pos + data.len() as u64 <= self.file_size, "write past the end of {:?}", self.path);
+        // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.map.as_mut_ptr().add(pos as usize),
+                data.len(),
+            );
+        }
+    }
+
+    /// A mutable view of `pos..pos + len` for encoding in place.
+    ///
+    /// # Safety
+    /// Same contract as [`Self::write_at`]; the slice must be dropped before publication.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, pos: u64, len: usize) -> &mut [u8] {
+        assert!(pos + len as u64 <= self.file_size, "slice past the end of {:?}", self.path);
+        // SAFETY: in bounds; exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(pos as usize), len) }
+    }
+
+    /// Reads `pos..pos + len`, clamped to the file. Callers read only published bytes.
+    pub fn slice(&self, pos: u64, len: usize) -> &[u8] {
+        let start = pos.min(self.file_size) as usize;
+        let end = (pos + len as u64).min(self.file_size) as usize;
+        // SAFETY: the mapping lives as long as `self` and the range is in bounds. Published bytes
+        // are never written again (except by recovery and truncation, which run single-threaded).
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), end - start) }
+    }
+
+    /// Makes `from..to` (relative to the file start) durable.
+    pub fn flush_range(&self, from: u64, to: u64) -> StoreResult<()> {
+        if to > from {
+            self.map
+                .flush_range(from as usize, (to - from) as usize)
+                .map_err(|e| StoreError::io("flushing segment", &self.path, e))?;
+        }
+        self.flushed_position.fetch_max(to, Ordering::AcqRel);
+        Ok(())
+    }
+
+    pub fn flushed_position(&self) -> u64 {
+        self.flushed_position.load(Ordering::Acquire)
+    }
+
+    /// Zeroes the written tail from `from` on: up to the first page that is entirely zero
+    /// (preallocated space never written). Returns the number of non-zero bytes cleared.
+    pub fn zero_from(&self, from: u64) -> StoreResult<u64> {
+        const PAGE: u64 = 4096;
+        let mut cleared = 0u64;
+        let mut pos = from;
+        while pos < self.file_size {
+            let page_end = ((pos / PAGE) + 1) * PAGE;
+            let end = page_end.min(self.file_size);
+            let chunk = self.slice(pos, (end - pos) as usize);
+            let nonzero = chunk.iter().filter(|b| **b != 0).count() as u64;
+            if nonzero == 0 && pos % PAGE == 0 {
+                break;
+            }
+            if nonzero > 0 {
+                // SAFETY: recovery runs before any reader or writer starts.
+                unsafe { self.slice_mut(pos, (end - pos) as usize).fill(0) };
+                cleared += nonzero;
+            }
+            pos = end;
+        }
+        if pos > from {
+            self.flush_range(from, pos)?;
+        }
+        Ok(cleared)
+    }
+
+    /// Last modification time of the file, in ms since the epoch.
+    pub fn modified_ms(&self) -> Option<i64> {
+        let meta = std::fs::metadata(&self.path).ok()?;
+        let t = meta.modified().ok()?;
+        Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
+    }
+}
+
+/// File name for a segment starting at `offset`: 20 zero-padded digits, as RocketMQ names them.
+pub fn segment_name(offset: u64) -> String {
+    format!("{offset:020}")
+}

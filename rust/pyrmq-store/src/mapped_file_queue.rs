@@ -1,0 +1,183 @@
+//! An ordered run of equally sized segments covering one contiguous offset range.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::error::{StoreError, StoreResult};
+use crate::mapped_file::{segment_name, MappedFile};
+
+pub struct MappedFileQueue {
+    dir: PathBuf,
+    file_size: u64,
+    files: RwLock<Vec<Arc<MappedFile>>>,
+}
+
+impl MappedFileQueue {
+    /// Opens every segment in `dir` (created if missing). A last segment of the wrong size is a
+    /// creation cut short: it never held data and is removed. Any other gap or size mismatch is
+    /// an error rather than a guess.
+    pub fn load(dir: &Path, file_size: u64) -> StoreResult<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io("creating directory", dir, e))?;
+        let mut names: Vec<(u64, PathBuf)> = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io("listing", dir, e))? {
+            let entry = entry.map_err(|e| StoreError::io("listing", dir, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+                names.push((name.parse().expect("20 digits parse"), entry.path()));
+            }
+        }
+        names.sort_unstable();
+        let mut files: Vec<Arc<MappedFile>> = Vec::with_capacity(names.len());
+        let count = names.len();
+        for (i, (offset, path)) in names.into_iter().enumerate() {
+            let len = std::fs::metadata(&path).map_err(|e| StoreError::io("stat", &path, e))?.len();
+            if len != file_size && i + 1 == count {
+                log::warn!("removing partially created segment path={} size={len}", path.display());
+                std::fs::remove_file(&path).map_err(|e| StoreError::io("removing", &path, e))?;
+                continue;
+            }
+            if let Some(prev) = files.last() {
+                if prev.file_from_offset() + file_size != offset {
+                    return Err(StoreError::Corrupt {
+                        phy_offset: offset,
+                        reason: format!("segment gap before {}", path.display()),
+                    });
+                }
+            }
+            files.push(Arc::new(MappedFile::open(&path, offset, file_size)?));
+        }
+        Ok(Self { dir: dir.to_owned(), file_size, files: RwLock::new(files) })
+    }
+
+    pub fn file_size(&self) -> u64 {
+        self.file_size
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn first(&self) -> Option<Arc<MappedFile>> {
+        self.files.read().first().cloned()
+    }
+
+    pub fn last(&self) -> Option<Arc<MappedFile>> {
+        self.files.read().last().cloned()
+    }
+
+    pub fn snapshot(&self) -> Vec<Arc<MappedFile>> {
+        self.files.read().clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.read().is_empty()
+    }
+
+    /// The segment holding `offset`, if it still exists.
+    pub fn find(&self, offset: u64) -> Option<Arc<MappedFile>> {
+        let files = self.files.read();
+        let first = files.first()?.file_from_offset();
+        if offset < first {
+            return None;
+        }
+        let index = ((offset - first) / self.file_size) as usize;
+        files.get(index).cloned()
+    }
+
+    /// Creates the segment that starts at `offset`, which must follow the last one.
+    pub fn create(&self, offset: u64) -> StoreResult<Arc<MappedFile>> {
+        let mut files = self.files.write();
+        if let Some(last) = files.last() {
+            assert_eq!(
+                last.file_from_offset() + self.file_size,
+                offset,
+                "segments of {:?} must be contiguous",
+                self.dir
+            );
+        }
+        let path = self.dir.join(segment_name(offset));
+        let file = Arc::new(MappedFile::create(&path, offset, self.file_size)?);
+        files.push(file.clone());
+        Ok(file)
+    }
+
+    /// The segment holding `offset`, created (with any segments before it) if needed.
+    pub fn get_or_create(&self, offset: u64) -> StoreResult<Arc<MappedFile>> {
+        if let Some(f) = self.find(offset) {
+            return Ok(f);
+        }
+        let start = offset - offset % self.file_size;
+        let mut next = match self.last() {
+            Some(last) => last.file_from_offset() + self.file_size,
+            None => start,
+        };
+        if next > start {
+            return Err(StoreError::Corrupt {
+                phy_offset: offset,
+                reason: format!("offset {offset} lies before the first segment of {:?}", self.dir),
+            });
+        }
+        loop {
+            let f = self.create(next)?;
+            if next == start {
+                return Ok(f);
+            }
+            next += self.file_size;
+        }
+    }
+
+    /// Deletes every segment that starts at or after `offset` (recovery truncation).
+    pub fn delete_from(&self, offset: u64) -> StoreResult<()> {
+        let mut files = self.files.write();
+        while let Some(last) = files.last() {
+            if last.file_from_offset() < offset {
+                break;
+            }
+            let path = last.path().to_owned();
+            files.pop();
+            std::fs::remove_file(&path).map_err(|e| StoreError::io("removing", &path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the first segment from the queue and deletes its file. Readers still holding it
+    /// keep their mapping until they drop it.
+    pub fn delete_first(&self) -> StoreResult<Option<Arc<MappedFile>>> {
+        let mut files = self.files.write();
+        if files.is_empty() {
+            return Ok(None);
+        }
+        let first = files.remove(0);
+        std::fs::remove_file(first.path())
+            .map_err(|e| StoreError::io("removing", first.path(), e))?;
+        Ok(Some(first))
+    }
+
+    /// Offset of the first byte still present, or `None` when there is no segment.
+    pub fn min_offset(&self) -> Option<u64> {
+        self.files.read().first().map(|f| f.file_from_offset())
+    }
+
+    /// Flushes `from..to` (log offsets) across segments.
+    pub fn flush(&self, from: u64, to: u64) -> StoreResult<()> {
+        let files = self.snapshot();
+        for f in files {
+            let start = f.file_from_offset();
+            let end = start + self.file_size;
+            if end <= from || start >= to {
+                continue;
+            }
+            let lo = from.max(start) - start;
+            let hi = to.min(end) - start;
+            f.flush_range(lo, hi)?;
+        }
+        Ok(())
+    }
+}

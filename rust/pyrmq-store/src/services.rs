@@ -1,0 +1,122 @@
+//! Background services: CommitLog flush (periodic, or group commit under SYNC_FLUSH), the
+//! ConsumeQueue/index flush that advances the checkpoint, and retention with the disk check.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::clock;
+use crate::config::FlushDiskType;
+use crate::store::Inner;
+
+struct Stop {
+    flag: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Stop {
+    /// Sleeps up to `d`; returns true once stopping.
+    fn sleep(&self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        let mut g = self.lock.lock();
+        while !self.flag.load(Ordering::Acquire) {
+            if self.cv.wait_until(&mut g, deadline).timed_out() {
+                break;
+            }
+        }
+        self.flag.load(Ordering::Acquire)
+    }
+}
+
+pub(crate) struct Services {
+    stop: Arc<Stop>,
+    inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// Rate limit for errors a service loop may repeat every turn.
+const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new().name(name.to_owned()).spawn(f).expect("spawning a store service thread")
+}
+
+impl Services {
+    pub(crate) fn start(inner: &Arc<Inner>) -> Self {
+        let stop = Arc::new(Stop { flag: AtomicBool::new(false), lock: Mutex::new(()), cv: Condvar::new() });
+        let mut threads = Vec::new();
+
+        let (s, i) = (stop.clone(), inner.clone());
+        threads.push(spawn("pyrmq-flush-commitlog", move || {
+            let mut last_error: Option<Instant> = None;
+            loop {
+                let result = match i.config.flush_disk_type {
+                    FlushDiskType::Sync => {
+                        if s.flag.load(Ordering::Acquire) {
+                            break;
+                        }
+                        i.commit_log.group_commit_once(Duration::from_millis(10))
+                    }
+                    FlushDiskType::Async => {
+                        if s.sleep(Duration::from_millis(i.config.flush_interval_commit_log_ms)) {
+                            break;
+                        }
+                        i.flush_commit_log().map(|_| ())
+                    }
+                };
+                if let Err(e) = result {
+                    if last_error.is_none_or(|t| t.elapsed() > ERROR_LOG_INTERVAL) {
+                        log::error!("commit log flush failed: {e}");
+                        last_error = Some(Instant::now());
+                    }
+                    if s.sleep(Duration::from_millis(100)) {
+                        break;
+                    }
+                }
+            }
+        }));
+
+        let (s, i) = (stop.clone(), inner.clone());
+        threads.push(spawn("pyrmq-flush-logics", move || {
+            let mut last_error: Option<Instant> = None;
+            while !s.sleep(Duration::from_millis(i.config.flush_interval_consume_queue_ms)) {
+                if let Err(e) = i.flush_all() {
+                    if last_error.is_none_or(|t| t.elapsed() > ERROR_LOG_INTERVAL) {
+                        log::error!("consume queue / checkpoint flush failed: {e}");
+                        last_error = Some(Instant::now());
+                    }
+                }
+            }
+        }));
+
+        let (s, i) = (stop.clone(), inner.clone());
+        threads.push(spawn("pyrmq-clean", move || {
+            while !s.sleep(Duration::from_millis(i.config.clean_resource_interval_ms)) {
+                i.update_disk_full();
+                if let Err(e) = i.delete_expired_files(clock::now_ms(), false) {
+                    log::error!("retention pass failed: {e}");
+                }
+            }
+        }));
+
+        Self { stop, inner: inner.clone(), threads }
+    }
+
+    pub(crate) fn stop(self) {
+        self.stop.flag.store(true, Ordering::Release);
+        {
+            let _g = self.stop.lock.lock();
+            self.stop.cv.notify_all();
+        }
+        self.inner.commit_log.wake_flusher();
+        for t in self.threads {
+            if t.join().is_err() {
+                log::error!("a store service thread panicked");
+            }
+        }
+    }
+}

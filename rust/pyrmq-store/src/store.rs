@@ -1,0 +1,964 @@
+//! `MessageStore`: the CommitLog, its ConsumeQueues and key index, recovery and retention.
+//!
+//! Lock order (never take an earlier lock while holding a later one):
+//! 1. the CommitLog put lock
+//! 2. the queue table (`queues`)
+//! 3. a MappedFileQueue's segment list
+//! 4. the index mutex, the arrivals mutex
+//!
+//! See LOCKING.md for the reasoning.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use crate::checkpoint::{Checkpoint, CheckpointFile};
+use crate::clock;
+use crate::commit_log::{CommitLog, RecoveryReport, FENCE_LEN};
+use crate::config::{FlushDiskType, StoreConfig};
+use crate::consume_queue::{ConsumeQueue, CqUnit};
+use crate::error::{StoreError, StoreResult};
+use crate::index::IndexService;
+use crate::mapped_file::MappedFile;
+use crate::mapped_file_queue::MappedFileQueue;
+use crate::message::{
+    self, Assigned, MessageInput, Record, MAX_PROPERTIES_LEN, PROPERTY_DELAY, PROPERTY_KEYS,
+    PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS, PROPERTY_UNIQ_KEY_SHORT,
+    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
+};
+use crate::services::Services;
+use crate::wakeup::{Arrival, Arrivals};
+
+pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
+
+/// Outcome of an append that stored its messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutStatus {
+    PutOk,
+    /// Stored and visible, but the fsync did not finish within `sync_flush_timeout_ms`.
+    FlushDiskTimeout,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutEntry {
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub phy_offset: i64,
+    pub size: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct PutOutcome {
+    pub status: PutStatus,
+    pub entries: Vec<PutEntry>,
+    pub store_timestamp_ms: i64,
+    pub wrote_bytes: u64,
+    pub store_host: SocketAddr,
+}
+
+/// RocketMQ's `GetMessageStatus`, in its declaration order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum GetMessageStatus {
+    Found = 0,
+    NoMatchedMessage = 1,
+    MessageWasRemoving = 2,
+    OffsetFoundNull = 3,
+    OffsetOverflowBadly = 4,
+    OffsetOverflowOne = 5,
+    OffsetTooSmall = 6,
+    NoMatchedLogicQueue = 7,
+    NoMessageInQueue = 8,
+}
+
+/// A found record: its bytes stay in the segment, which this handle keeps mapped.
+#[derive(Clone)]
+pub struct FoundRecord {
+    pub file: Arc<MappedFile>,
+    pub rel: u64,
+    pub size: u32,
+    pub queue_offset: u64,
+    pub phy_offset: u64,
+}
+
+impl FoundRecord {
+    pub fn bytes(&self) -> &[u8] {
+        self.file.slice(self.rel, self.size as usize)
+    }
+}
+
+pub struct GetOutcome {
+    pub status: GetMessageStatus,
+    pub next_begin_offset: u64,
+    pub min_offset: u64,
+    pub max_offset: u64,
+    pub records: Vec<FoundRecord>,
+    /// Queue offsets whose records failed their checks; skipped, never returned.
+    pub corrupt_offsets: Vec<u64>,
+    pub total_bytes: usize,
+}
+
+/// A read request against one queue.
+pub struct GetRequest<'a> {
+    pub topic: &'a str,
+    pub queue_id: i32,
+    pub queue_offset: u64,
+    pub max_count: u32,
+    pub max_bytes: Option<u32>,
+    /// Tag codes to keep; `None` keeps every message.
+    pub tags_codes: Option<&'a [i64]>,
+}
+
+type QueueKey = (String, i32);
+
+pub(crate) struct Inner {
+    pub(crate) config: StoreConfig,
+    pub(crate) commit_log: CommitLog,
+    queues: RwLock<HashMap<QueueKey, Arc<ConsumeQueue>>>,
+    index: Option<IndexService>,
+    checkpoint: CheckpointFile,
+    arrivals: Arrivals,
+    /// CommitLog offset up to which every record's units and index entries are written.
+    dispatched: AtomicU64,
+    closed: AtomicBool,
+    pub(crate) disk_full: AtomicBool,
+    abort_path: PathBuf,
+    /// Held (flock) while open; released by `close` so the directory can be reopened.
+    lock_file: parking_lot::Mutex<Option<File>>,
+}
+
+pub struct MessageStore {
+    inner: Arc<Inner>,
+    services: parking_lot::Mutex<Option<Services>>,
+    pub recovery: RecoveryReport,
+}
+
+impl MessageStore {
+    /// Opens (creating if needed) the store under `config.store_path_root_dir`, recovering from
+    /// an abnormal stop if there was one.
+    pub fn open(config: StoreConfig) -> StoreResult<Self> {
+        config.validate()?;
+        let root = config.store_path_root_dir.clone();
+        std::fs::create_dir_all(&root).map_err(|e| StoreError::io("creating store root", &root, e))?;
+        let lock_path = root.join("lock");
+        let lock_file = File::options()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StoreError::io("opening", &lock_path, e))?;
+        if lock_file.try_lock().is_err() {
+            return Err(StoreError::Locked(root));
+        }
+        let abort_path = root.join("abort");
+        let abnormal = abort_path.exists();
+        let checkpoint = CheckpointFile::new(&root);
+        let cp = checkpoint.load();
+
+        let cl_files = MappedFileQueue::load(&config.commit_log_dir(), config.mapped_file_size_commit_log)?;
+        let commit_log = CommitLog::load(cl_files);
+        let queues = load_queues(&config)?;
+        let index = if config.message_index_enable {
+            Some(IndexService::load(&config.index_dir(), config.max_hash_slot_num, config.max_index_num)?)
+        } else {
+            None
+        };
+        let arrivals = Arrivals::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
+        let inner = Inner {
+            config,
+            commit_log,
+            queues: RwLock::new(queues),
+            index,
+            checkpoint,
+            arrivals,
+            dispatched: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            disk_full: AtomicBool::new(false),
+            abort_path,
+            lock_file: parking_lot::Mutex::new(Some(lock_file)),
+        };
+        let start = match cp {
+            Some(cp) if !abnormal => cp.recovery_start(),
+            Some(cp) => cp.recovery_start(),
+            None => 0,
+        };
+        if abnormal {
+            log::warn!("store {} was not shut down cleanly; recovering from offset {start}", root.display());
+        }
+        let recovery = inner.recover(start)?;
+        inner.update_disk_full();
+        std::fs::write(&inner.abort_path, b"")
+            .map_err(|e| StoreError::io("creating", &inner.abort_path, e))?;
+        let inner = Arc::new(inner);
+        let services = inner.config.background_services.then(|| Services::start(&inner));
+        Ok(Self { inner, services: parking_lot::Mutex::new(services), recovery })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// Appends `msgs` as one group: all of them or none become visible, in order, and under
+    /// `SYNC_FLUSH` the call returns once they are durable. Messages may target different
+    /// queues. `internal` allows the broker's reserved topics.
+    pub fn put(&self, msgs: &[MessageInput<'_>], internal: bool) -> StoreResult<PutOutcome> {
+        self.inner.put(msgs, internal, clock::now_ms())
+    }
+
+    pub fn get(&self, req: &GetRequest<'_>) -> StoreResult<GetOutcome> {
+        self.inner.check_open()?;
+        Ok(self.inner.get(req))
+    }
+
+    /// The raw record at `phy_offset`, CRC-checked; `None` if no record starts there.
+    pub fn look_message_by_offset(&self, phy_offset: u64) -> StoreResult<Option<Vec<u8>>> {
+        self.inner.check_open()?;
+        self.inner.look(phy_offset)
+    }
+
+    /// The raw record named by an offset message id.
+    pub fn view_message_by_id(&self, msg_id: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.inner.check_open()?;
+        match message::decode_offset_msg_id(msg_id) {
+            Some((_, phy)) if phy >= 0 => self.inner.look(phy as u64),
+            _ => Ok(None),
+        }
+    }
+
+    /// Records of `topic` whose KEYS contain `key` or whose UNIQ_KEY is `key`, stored within
+    /// `[begin_ms, end_ms]`, newest first.
+    pub fn query_message(&self, topic: &str, key: &str, max: usize, begin_ms: i64, end_ms: i64) -> StoreResult<Vec<Vec<u8>>> {
+        self.inner.check_open()?;
+        self.inner.query(topic, key, max, begin_ms, end_ms)
+    }
+
+    pub fn min_offset(&self, topic: &str, queue_id: i32) -> u64 {
+        self.inner.queue(topic, queue_id).map_or(0, |q| q.min_offset())
+    }
+
+    pub fn max_offset(&self, topic: &str, queue_id: i32) -> u64 {
+        self.inner.queue(topic, queue_id).map_or(0, |q| q.max_offset())
+    }
+
+    /// First queue offset whose store time is at or after `timestamp_ms`; the max offset when
+    /// every message is older.
+    pub fn offset_for_time(&self, topic: &str, queue_id: i32, timestamp_ms: i64) -> u64 {
+        self.inner.offset_for_time(topic, queue_id, timestamp_ms)
+    }
+
+    pub fn earliest_store_time(&self, topic: &str, queue_id: i32) -> Option<i64> {
+        let q = self.inner.queue(topic, queue_id)?;
+        self.inner.unit_store_time(&q, q.min_offset())
+    }
+
+    /// Store time of the message at `queue_offset`.
+    pub fn store_time(&self, topic: &str, queue_id: i32, queue_offset: u64) -> Option<i64> {
+        let q = self.inner.queue(topic, queue_id)?;
+        self.inner.unit_store_time(&q, queue_offset)
+    }
+
+    pub fn min_phy_offset(&self) -> u64 {
+        self.inner.commit_log.min_offset()
+    }
+
+    pub fn max_phy_offset(&self) -> u64 {
+        self.inner.commit_log.max_offset()
+    }
+
+    pub fn flushed_phy_offset(&self) -> u64 {
+        self.inner.commit_log.flushed_offset()
+    }
+
+    /// Every (topic, queue id) the store has a ConsumeQueue for.
+    pub fn queue_ids(&self) -> Vec<(String, i32)> {
+        let mut v: Vec<_> = self.inner.queues.read().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Counts units in `start..start + max_units` passing `tags_codes`: the bare scan loop.
+    pub fn scan_consume_queue(&self, topic: &str, queue_id: i32, start: u64, max_units: u64, tags_codes: Option<&[i64]>) -> (u64, u64) {
+        match self.inner.queue(topic, queue_id) {
+            Some(q) => q.count_matching(start, max_units, tags_codes),
+            None => (0, start),
+        }
+    }
+
+    /// Units `start..` of a queue, for inspection and tests.
+    pub fn consume_queue_units(&self, topic: &str, queue_id: i32, start: u64, max_units: u64) -> Vec<CqUnit> {
+        let mut out = Vec::new();
+        if let Some(q) = self.inner.queue(topic, queue_id) {
+            q.scan(start, max_units, None, usize::MAX, &mut out);
+        }
+        out
+    }
+
+    /// Flushes the CommitLog, ConsumeQueues and index and advances the checkpoint.
+    pub fn flush(&self) -> StoreResult<u64> {
+        self.inner.check_open()?;
+        self.inner.flush_all()
+    }
+
+    /// Runs retention now: see [`Inner::delete_expired_files`].
+    pub fn delete_expired_files(&self, now_ms: i64, force: bool) -> StoreResult<usize> {
+        self.inner.check_open()?;
+        self.inner.delete_expired_files(now_ms, force)
+    }
+
+    pub fn is_disk_full(&self) -> bool {
+        self.inner.disk_full.load(Ordering::Acquire)
+    }
+
+    /// Re-reads disk usage and updates the refuse-writes flag.
+    pub fn check_disk(&self) -> Option<f64> {
+        self.inner.update_disk_full()
+    }
+
+    pub fn arrivals_fd(&self) -> i32 {
+        self.inner.arrivals.fd()
+    }
+
+    pub fn drain_arrivals(&self) -> Vec<Arrival> {
+        self.inner.arrivals.drain()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Stops the services, flushes everything, writes the checkpoint and removes the abort
+    /// marker, so the next open knows the shutdown was clean. Idempotent.
+    pub fn close(&self) -> StoreResult<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // Wait for in-flight appends to finish.
+        drop(self.inner.commit_log.lock());
+        if let Some(services) = self.services.lock().take() {
+            services.stop();
+        }
+        self.inner.flush_all()?;
+        std::fs::remove_file(&self.inner.abort_path)
+            .map_err(|e| StoreError::io("removing", &self.inner.abort_path, e))?;
+        self.inner.lock_file.lock().take();
+        Ok(())
+    }
+}
+
+impl Drop for MessageStore {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::error!("closing store {}: {e}", self.inner.config.store_path_root_dir.display());
+        }
+    }
+}
+
+fn load_queues(config: &StoreConfig) -> StoreResult<HashMap<QueueKey, Arc<ConsumeQueue>>> {
+    let root = config.consume_queue_dir();
+    std::fs::create_dir_all(&root).map_err(|e| StoreError::io("creating directory", &root, e))?;
+    let mut queues = HashMap::new();
+    for topic_dir in std::fs::read_dir(&root).map_err(|e| StoreError::io("listing", &root, e))? {
+        let topic_dir = topic_dir.map_err(|e| StoreError::io("listing", &root, e))?;
+        let Some(topic) = topic_dir.file_name().to_str().map(str::to_owned) else { continue };
+        if message::validate_topic(&topic).is_err() || !topic_dir.path().is_dir() {
+            continue;
+        }
+        for qdir in std::fs::read_dir(topic_dir.path()).map_err(|e| StoreError::io("listing", topic_dir.path(), e))? {
+            let qdir = qdir.map_err(|e| StoreError::io("listing", topic_dir.path(), e))?;
+            let Some(queue_id) = qdir.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            let cq = ConsumeQueue::load(&qdir.path(), &topic, queue_id, config.mapped_file_size_consume_queue)?;
+            queues.insert((topic.clone(), queue_id), Arc::new(cq));
+        }
+    }
+    Ok(queues)
+}
+
+/// A message after validation and the delay rewrite, ready to encode.
+struct Prepared<'a> {
+    input: MessageInput<'a>,
+    crc: u32,
+    len: usize,
+    /// Due delay for SCHEDULE_TOPIC_XXXX messages (its unit holds store time + delay).
+    delay_ms: Option<u64>,
+    dispatch: bool,
+}
+
+struct Rewrite {
+    topic: &'static str,
+    queue_id: i32,
+    properties: Vec<u8>,
+    delay_ms: u64,
+}
+
+/// What dispatch needs from a stored record.
+struct Dispatch<'a> {
+    topic: &'a str,
+    queue_id: i32,
+    queue_offset: u64,
+    phy: u64,
+    size: u32,
+    tags_code: i64,
+    store_ts: i64,
+    properties: &'a [u8],
+    sys_flag: i32,
+}
+
+impl Inner {
+    fn check_open(&self) -> StoreResult<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(StoreError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn queue(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
+        self.queues.read().get(&(topic.to_owned(), queue_id)).cloned()
+    }
+
+    fn queue_or_create(&self, topic: &str, queue_id: i32) -> StoreResult<Arc<ConsumeQueue>> {
+        if let Some(q) = self.queue(topic, queue_id) {
+            return Ok(q);
+        }
+        let mut queues = self.queues.write();
+        let key = (topic.to_owned(), queue_id);
+        if let Some(q) = queues.get(&key) {
+            return Ok(q.clone());
+        }
+        let dir = self.config.consume_queue_dir().join(topic).join(queue_id.to_string());
+        let q = Arc::new(ConsumeQueue::load(&dir, topic, queue_id, self.config.mapped_file_size_consume_queue)?);
+        queues.insert(key, q.clone());
+        Ok(q)
+    }
+
+    fn validate(&self, m: &MessageInput<'_>, internal: bool) -> StoreResult<()> {
+        message::validate_topic(m.topic)
+            .map_err(|reason| StoreError::InvalidTopic { topic: m.topic.to_owned(), reason })?;
+        if !internal && message::is_system_topic(m.topic) {
+            return Err(StoreError::SystemTopic(m.topic.to_owned()));
+        }
+        if m.body.len() as u64 > u64::from(self.config.max_message_size_bytes) {
+            return Err(StoreError::MessageTooLarge {
+                size_bytes: m.body.len() as u64,
+                max_bytes: u64::from(self.config.max_message_size_bytes),
+            });
+        }
+        if m.properties.len() > MAX_PROPERTIES_LEN {
+            return Err(StoreError::PropertiesTooLarge { size_bytes: m.properties.len() });
+        }
+        if m.queue_id < 0 || m.queue_id as u32 >= self.config.max_queue_nums_per_topic {
+            return Err(StoreError::InvalidQueueId { queue_id: m.queue_id, max: self.config.max_queue_nums_per_topic });
+        }
+        if m.properties.contains(&0) && std::str::from_utf8(m.properties).is_err() {
+            return Err(StoreError::IllegalMessage("properties are not valid UTF-8".to_owned()));
+        }
+        Ok(())
+    }
+
+    /// A message with `DELAY` > 0 (and not a transaction half/rollback) is parked in
+    /// SCHEDULE_TOPIC_XXXX, queue level - 1, with its real topic and queue in properties.
+    fn delay_rewrite(&self, m: &MessageInput<'_>) -> StoreResult<Option<Rewrite>> {
+        let tx = m.sys_flag & SYSFLAG_TRANSACTION_MASK;
+        if tx == SYSFLAG_TRANSACTION_PREPARED || tx == SYSFLAG_TRANSACTION_ROLLBACK || m.topic == SCHEDULE_TOPIC {
+            return Ok(None);
+        }
+        let Some(level) = message::property(m.properties, PROPERTY_DELAY).and_then(|v| v.trim().parse::<i64>().ok()) else {
+            return Ok(None);
+        };
+        let levels = &self.config.message_delay_level_ms;
+        if level <= 0 || levels.is_empty() {
+            return Ok(None);
+        }
+        let level = (level as usize).min(levels.len());
+        let mut pairs: Vec<(&str, &str)> = message::iter_properties(m.properties)
+            .filter(|(n, _)| *n != PROPERTY_REAL_TOPIC && *n != PROPERTY_REAL_QUEUE_ID)
+            .collect();
+        let qid = m.queue_id.to_string();
+        pairs.push((PROPERTY_REAL_TOPIC, m.topic));
+        pairs.push((PROPERTY_REAL_QUEUE_ID, &qid));
+        let properties = message::encode_properties(pairs);
+        if properties.len() > MAX_PROPERTIES_LEN {
+            return Err(StoreError::PropertiesTooLarge { size_bytes: properties.len() });
+        }
+        Ok(Some(Rewrite { topic: SCHEDULE_TOPIC, queue_id: level as i32 - 1, properties, delay_ms: levels[level - 1] }))
+    }
+
+    fn put(&self, msgs: &[MessageInput<'_>], internal: bool, now_ms: i64) -> StoreResult<PutOutcome> {
+        self.check_open()?;
+        if msgs.is_empty() {
+            return Err(StoreError::IllegalMessage("no messages to put".to_owned()));
+        }
+        for m in msgs {
+            self.validate(m, internal)?;
+        }
+        let rewrites: Vec<Option<Rewrite>> = msgs.iter().map(|m| self.delay_rewrite(m)).collect::<StoreResult<_>>()?;
+        let prepared: Vec<Prepared<'_>> = msgs
+            .iter()
+            .zip(&rewrites)
+            .map(|(m, rw)| {
+                let mut input = m.clone();
+                let mut delay_ms = None;
+                if let Some(rw) = rw {
+                    input.topic = rw.topic;
+                    input.queue_id = rw.queue_id;
+                    input.properties = &rw.properties;
+                    delay_ms = Some(rw.delay_ms);
+                }
+                let mut sys_flag = input.sys_flag;
+                if input.born_host.is_ipv6() {
+                    sys_flag |= message::SYSFLAG_BORNHOST_V6;
+                }
+                let tx = input.sys_flag & SYSFLAG_TRANSACTION_MASK;
+                Prepared {
+                    crc: message::body_crc(input.body),
+                    len: message::record_len(input.body.len(), input.topic.len(), input.properties.len(), sys_flag),
+                    input,
+                    delay_ms,
+                    dispatch: tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK,
+                }
+            })
+            .collect();
+        let records_len: u64 = prepared.iter().map(|p| p.len as u64).sum();
+        let group_len = records_len + FENCE_LEN as u64;
+        if group_len + crate::commit_log::END_FILE_MIN_BLANK_LENGTH > self.commit_log.segment_size() {
+            return Err(StoreError::MessageTooLarge { size_bytes: group_len, max_bytes: self.commit_log.segment_size() });
+        }
+        if self.disk_full.load(Ordering::Acquire) {
+            return Err(StoreError::DiskFull(format!(
+                "disk use of {} is above diskSpaceWarningLevelRatio {}%",
+                self.config.store_path_root_dir.display(),
+                self.config.disk_space_warning_level_ratio
+            )));
+        }
+
+        let store_host = SocketAddr::V4(self.config.store_host);
+        let mut st = self.commit_log.lock();
+        self.check_open()?;
+        // Resolve every queue and make room for its units before writing a byte.
+        let mut queues: Vec<(Arc<ConsumeQueue>, u64)> = Vec::new();
+        let mut slot_of: Vec<usize> = Vec::with_capacity(prepared.len());
+        for p in &prepared {
+            if !p.dispatch {
+                slot_of.push(usize::MAX);
+                continue;
+            }
+            let found = queues.iter().position(|(q, _)| q.topic() == p.input.topic && q.queue_id() == p.input.queue_id);
+            let slot = match found {
+                Some(i) => i,
+                None => {
+                    let q = self.queue_or_create(p.input.topic, p.input.queue_id)?;
+                    let next = q.max_offset();
+                    queues.push((q, next));
+                    queues.len() - 1
+                }
+            };
+            queues[slot].1 += 1;
+            slot_of.push(slot);
+        }
+        for (q, end) in &queues {
+            q.ensure_capacity(*end)?;
+        }
+        let res = self.commit_log.reserve(&mut st, group_len)?;
+
+        let store_ts = now_ms.max(st.last_store_timestamp_ms);
+        st.last_store_timestamp_ms = store_ts;
+        let mut next_offsets: Vec<u64> = queues.iter().map(|(q, _)| q.max_offset()).collect();
+        let mut entries = Vec::with_capacity(prepared.len());
+        let mut rel = res.rel;
+        for (p, &slot) in prepared.iter().zip(&slot_of) {
+            let queue_offset = if slot == usize::MAX {
+                0
+            } else {
+                let o = next_offsets[slot];
+                next_offsets[slot] += 1;
+                o
+            };
+            let phy = res.file.file_from_offset() + rel;
+            let at = Assigned { queue_offset: queue_offset as i64, phy_offset: phy as i64, store_timestamp_ms: store_ts, store_host };
+            // SAFETY: we hold the put lock and `rel..rel + len` lies past the published end.
+            let out = unsafe { res.file.slice_mut(rel, p.len) };
+            message::encode_into(out, &p.input, p.crc, &at);
+            entries.push(PutEntry { queue_id: p.input.queue_id, queue_offset: queue_offset as i64, phy_offset: phy as i64, size: p.len as u32 });
+            rel += p.len as u64;
+        }
+        let end = self.commit_log.seal_and_publish(&mut st, &res, records_len);
+
+        // Dispatch: index entries and queue units, then publish each queue.
+        let mut tags_by_slot: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
+        for ((p, e), &slot) in prepared.iter().zip(&entries).zip(&slot_of) {
+            let tags_code = match p.delay_ms {
+                Some(d) => store_ts.saturating_add(d as i64),
+                None => message::tags_code(message::property(p.input.properties, PROPERTY_TAGS)),
+            };
+            self.dispatch(&Dispatch {
+                topic: p.input.topic,
+                queue_id: p.input.queue_id,
+                queue_offset: e.queue_offset as u64,
+                phy: e.phy_offset as u64,
+                size: e.size,
+                tags_code,
+                store_ts,
+                properties: p.input.properties,
+                sys_flag: p.input.sys_flag,
+            }, slot != usize::MAX, false);
+            if slot != usize::MAX && !tags_by_slot[slot].contains(&tags_code) {
+                tags_by_slot[slot].push(tags_code);
+            }
+        }
+        for ((q, _), (next, tags)) in queues.iter().zip(next_offsets.iter().zip(&tags_by_slot)) {
+            q.publish(*next);
+            self.arrivals.notify(q.topic(), q.queue_id(), *next, tags);
+        }
+        self.dispatched.store(end, Ordering::Release);
+        drop(st);
+
+        let mut status = PutStatus::PutOk;
+        if self.config.flush_disk_type == FlushDiskType::Sync
+            && !self.commit_log.wait_flushed(end, Duration::from_millis(self.config.sync_flush_timeout_ms))
+        {
+            log::warn!("sync flush of offset {end} timed out after {} ms", self.config.sync_flush_timeout_ms);
+            status = PutStatus::FlushDiskTimeout;
+        }
+        Ok(PutOutcome { status, entries, store_timestamp_ms: store_ts, wrote_bytes: group_len, store_host })
+    }
+
+    /// Writes the index entries and (with `unit`) the queue unit of one record. During a put
+    /// the caller publishes the queue; during recovery this publishes it.
+    fn dispatch(&self, d: &Dispatch<'_>, unit: bool, recovering: bool) {
+        if let Some(index) = &self.index {
+            let tx = d.sys_flag & SYSFLAG_TRANSACTION_MASK;
+            let reindex = !recovering || index.last_indexed_phy().is_none_or(|p| d.phy as i64 >= p);
+            if tx != SYSFLAG_TRANSACTION_ROLLBACK && reindex {
+                let mut keys: Vec<String> = Vec::new();
+                if let Some(uniq) = message::property(d.properties, PROPERTY_UNIQ_KEY_SHORT) {
+                    keys.push(format!("{}#{uniq}", d.topic));
+                }
+                if let Some(ks) = message::property(d.properties, PROPERTY_KEYS) {
+                    keys.extend(ks.split(' ').filter(|k| !k.is_empty()).map(|k| format!("{}#{k}", d.topic)));
+                }
+                if !keys.is_empty() {
+                    if let Err(e) = index.put(keys.iter().map(String::as_str), d.phy as i64, d.store_ts, clock::now_ms()) {
+                        log::error!("indexing record at offset {} failed: {e}", d.phy);
+                    }
+                }
+            }
+        }
+        if unit && recovering {
+            match self.queue_or_create(d.topic, d.queue_id) {
+                Ok(q) => {
+                    let first = q.min_offset();
+                    if d.queue_offset >= first || q.max_offset() == 0 {
+                        match q.write_unit(d.queue_offset, d.phy, d.size, d.tags_code) {
+                            Ok(()) => q.publish(d.queue_offset + 1),
+                            Err(e) => log::error!("rebuilding unit topic={} queue_id={} offset={}: {e}", d.topic, d.queue_id, d.queue_offset),
+                        }
+                    }
+                }
+                Err(e) => log::error!("opening queue topic={} queue_id={}: {e}", d.topic, d.queue_id),
+            }
+        } else if unit {
+            let q = self.queue(d.topic, d.queue_id).expect("queue resolved before the append");
+            q.write_unit(d.queue_offset, d.phy, d.size, d.tags_code).expect("unit capacity ensured before the append");
+        }
+    }
+
+    fn recover(&self, start: u64) -> StoreResult<RecoveryReport> {
+        let delays = &self.config.message_delay_level_ms;
+        let report = self.commit_log.recover(start, self.config.check_crc_on_recover, |phy, raw| {
+            let Ok(rec) = message::decode(raw, false) else { return Ok(()) };
+            let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
+            let tags_code = recorded_tags_code(&rec, delays);
+            self.dispatch(&Dispatch {
+                topic: rec.topic,
+                queue_id: rec.queue_id,
+                queue_offset: rec.queue_offset as u64,
+                phy,
+                size: rec.total_size,
+                tags_code,
+                store_ts: rec.store_timestamp_ms,
+                properties: rec.properties,
+                sys_flag: rec.sys_flag,
+            }, tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK, true);
+            Ok(())
+        })?;
+        let end = report.end_offset;
+        let cl_min = self.commit_log.min_offset();
+        let queues: Vec<_> = self.queues.read().values().cloned().collect();
+        for q in queues {
+            q.truncate_beyond(end)?;
+            q.correct_min_offset(cl_min)?;
+        }
+        self.commit_log.restore_last_store_timestamp(report.max_store_timestamp_ms);
+        self.dispatched.store(end, Ordering::Release);
+        self.flush_all()?;
+        if report.records > 0 || report.truncated_bytes > 0 || !report.corrupt_ranges.is_empty() {
+            log::info!(
+                "recovered store: {} records re-dispatched from offset {start}, end {end}, {} torn bytes removed, {} corrupt ranges",
+                report.records, report.truncated_bytes, report.corrupt_ranges.len()
+            );
+        }
+        Ok(report)
+    }
+
+    pub(crate) fn flush_all(&self) -> StoreResult<u64> {
+        let dispatched = self.dispatched.load(Ordering::Acquire);
+        let cl_flushed = self.commit_log.flush()?;
+        let queues: Vec<_> = self.queues.read().values().cloned().collect();
+        for q in queues {
+            q.flush()?;
+        }
+        if let Some(index) = &self.index {
+            index.flush()?;
+        }
+        self.checkpoint.store(&Checkpoint {
+            commit_log_flushed: cl_flushed,
+            logics_flushed: dispatched.min(cl_flushed.max(dispatched)),
+            index_flushed: dispatched,
+            written_at_ms: clock::now_ms(),
+        })?;
+        Ok(cl_flushed)
+    }
+
+    /// Flushes the CommitLog only (the periodic async flush).
+    pub(crate) fn flush_commit_log(&self) -> StoreResult<u64> {
+        self.commit_log.flush()
+    }
+
+    fn get(&self, req: &GetRequest<'_>) -> GetOutcome {
+        let mut out = GetOutcome {
+            status: GetMessageStatus::NoMatchedLogicQueue,
+            next_begin_offset: 0,
+            min_offset: 0,
+            max_offset: 0,
+            records: Vec::new(),
+            corrupt_offsets: Vec::new(),
+            total_bytes: 0,
+        };
+        let offset = req.queue_offset;
+        let Some(q) = self.queue(req.topic, req.queue_id) else {
+            return out;
+        };
+        let (min, max) = (q.min_offset(), q.max_offset());
+        out.min_offset = min;
+        out.max_offset = max;
+        if max == 0 {
+            out.status = GetMessageStatus::NoMessageInQueue;
+            return out;
+        }
+        if offset < min {
+            out.status = GetMessageStatus::OffsetTooSmall;
+            out.next_begin_offset = min;
+            return out;
+        }
+        if offset == max {
+            out.status = GetMessageStatus::OffsetOverflowOne;
+            out.next_begin_offset = offset;
+            return out;
+        }
+        if offset > max {
+            out.status = GetMessageStatus::OffsetOverflowBadly;
+            out.next_begin_offset = if min == 0 { min } else { max };
+            return out;
+        }
+        let max_count = req.max_count.clamp(1, self.config.max_transfer_count_on_message_in_memory.max(1)) as usize;
+        let max_bytes = req.max_bytes.unwrap_or(self.config.max_transfer_bytes_on_message_in_memory) as usize;
+        // As RocketMQ: examine at least 800 units (16,000 bytes) per call, so a sparse tag
+        // filter still makes progress.
+        let max_units = (max_count as u64).max(800);
+        let mut units = Vec::with_capacity(max_count);
+        let scanned_to = q.scan(offset, max_units, req.tags_codes, max_count, &mut units);
+        if scanned_to == offset && units.is_empty() {
+            out.status = GetMessageStatus::OffsetFoundNull;
+            out.next_begin_offset = offset;
+            return out;
+        }
+        out.status = GetMessageStatus::NoMatchedMessage;
+        out.next_begin_offset = scanned_to;
+        for u in units {
+            if !out.records.is_empty() && out.total_bytes + u.size as usize > max_bytes {
+                out.next_begin_offset = u.queue_offset;
+                break;
+            }
+            let Some((file, rel)) = self.commit_log.record_bytes(u.phy_offset, u.size) else {
+                if out.records.is_empty() {
+                    out.status = GetMessageStatus::MessageWasRemoving;
+                }
+                continue;
+            };
+            let raw = file.slice(rel, u.size as usize);
+            match message::decode(raw, true) {
+                Ok(rec) if rec.phy_offset as u64 == u.phy_offset && rec.topic == req.topic => {}
+                Ok(_) => {
+                    log::error!("record at offset {} does not belong to topic={} queue_id={} offset={}", u.phy_offset, req.topic, req.queue_id, u.queue_offset);
+                    out.corrupt_offsets.push(u.queue_offset);
+                    continue;
+                }
+                Err(e) => {
+                    log::error!("corrupt record at offset {} (topic={} queue_id={} offset={}): {e}", u.phy_offset, req.topic, req.queue_id, u.queue_offset);
+                    out.corrupt_offsets.push(u.queue_offset);
+                    continue;
+                }
+            }
+            out.total_bytes += u.size as usize;
+            out.records.push(FoundRecord { file, rel, size: u.size, queue_offset: u.queue_offset, phy_offset: u.phy_offset });
+            out.status = GetMessageStatus::Found;
+        }
+        out
+    }
+
+    fn look(&self, phy: u64) -> StoreResult<Option<Vec<u8>>> {
+        let Some(size) = self.commit_log.record_size_at(phy) else { return Ok(None) };
+        let Some((file, rel)) = self.commit_log.record_bytes(phy, size) else {
+            return Err(StoreError::Corrupt { phy_offset: phy, reason: format!("record size {size} runs past the end of the log") });
+        };
+        let raw = file.slice(rel, size as usize);
+        match message::decode(raw, true) {
+            Ok(rec) if rec.phy_offset as u64 == phy => Ok(Some(raw.to_vec())),
+            Ok(rec) => Err(StoreError::Corrupt { phy_offset: phy, reason: format!("record claims offset {}", rec.phy_offset) }),
+            Err(e) => Err(StoreError::Corrupt { phy_offset: phy, reason: e.to_string() }),
+        }
+    }
+
+    fn query(&self, topic: &str, key: &str, max: usize, begin_ms: i64, end_ms: i64) -> StoreResult<Vec<Vec<u8>>> {
+        let Some(index) = &self.index else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        // Hash collisions are filtered below, so ask for more candidates than wanted.
+        for phy in index.query(&format!("{topic}#{key}"), begin_ms, end_ms, max.saturating_mul(4).max(64)) {
+            if out.len() >= max {
+                break;
+            }
+            let Ok(Some(raw)) = self.look(phy as u64) else { continue };
+            let Ok(rec) = message::decode(&raw, false) else { continue };
+            let keys_match = rec.property(PROPERTY_KEYS).is_some_and(|ks| ks.split(' ').any(|k| k == key))
+                || rec.property(PROPERTY_UNIQ_KEY_SHORT) == Some(key);
+            if rec.topic == topic && keys_match && (begin_ms..=end_ms).contains(&rec.store_timestamp_ms) {
+                out.push(raw);
+            }
+        }
+        Ok(out)
+    }
+
+    fn unit_store_time(&self, q: &ConsumeQueue, queue_offset: u64) -> Option<i64> {
+        let unit = q.unit(queue_offset)?;
+        let (file, rel) = self.commit_log.record_bytes(unit.phy_offset, unit.size)?;
+        Some(crate::commit_log::record_store_timestamp(file.slice(rel, unit.size.min(120) as usize)))
+    }
+
+    fn offset_for_time(&self, topic: &str, queue_id: i32, ts: i64) -> u64 {
+        let Some(q) = self.queue(topic, queue_id) else { return 0 };
+        let (mut lo, mut hi) = (q.min_offset(), q.max_offset());
+        // Store times never decrease along a queue, so bisect for the first one >= ts.
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let t = (mid..hi).find_map(|o| self.unit_store_time(&q, o));
+            match t {
+                Some(t) if t >= ts => hi = mid,
+                Some(_) => lo = mid + 1,
+                None => hi = mid,
+            }
+        }
+        lo
+    }
+
+    /// Used fraction of the store's file system, and whether writes must be refused.
+    pub(crate) fn update_disk_full(&self) -> Option<f64> {
+        let ratio = disk_used_ratio(&self.config.store_path_root_dir)?;
+        let full = ratio * 100.0 > f64::from(self.config.disk_space_warning_level_ratio);
+        let was = self.disk_full.swap(full, Ordering::AcqRel);
+        if full && !was {
+            log::error!(
+                "disk use {:.1}% of {} is above diskSpaceWarningLevelRatio {}%: refusing writes",
+                ratio * 100.0,
+                self.config.store_path_root_dir.display(),
+                self.config.disk_space_warning_level_ratio
+            );
+        } else if was && !full {
+            log::info!("disk use back to {:.1}%: accepting writes", ratio * 100.0);
+        }
+        Some(ratio)
+    }
+
+    /// Deletes CommitLog segments older than `file_reserved_time_hours` when it is a delete hour
+    /// or the disk is fuller than `disk_max_used_space_ratio` (or `force`); above
+    /// `disk_space_clean_forcibly_ratio` the oldest segment goes even if not expired. The
+    /// active segment is never deleted. Queues, then index files, follow the new minimum.
+    pub(crate) fn delete_expired_files(&self, now_ms: i64, force: bool) -> StoreResult<usize> {
+        let ratio = disk_used_ratio(&self.config.store_path_root_dir).unwrap_or(0.0) * 100.0;
+        let delete_hour = clock::local_hour(now_ms).is_some_and(|h| self.config.delete_when_hours.contains(&h));
+        let space_tight = ratio > f64::from(self.config.disk_max_used_space_ratio);
+        let forcibly = ratio > f64::from(self.config.disk_space_clean_forcibly_ratio);
+        if !(delete_hour || space_tight || force || forcibly) {
+            return Ok(0);
+        }
+        let expire_ms = self.config.file_reserved_time_hours as i64 * 3_600_000;
+        let mut deleted = 0;
+        // RocketMQ deletes at most 10 segments per pass to spread the I/O.
+        while deleted < 10 {
+            let files = self.commit_log.files().snapshot();
+            if files.len() <= 1 {
+                break;
+            }
+            let oldest = &files[0];
+            let expired = oldest.modified_ms().is_some_and(|m| now_ms - m >= expire_ms);
+            if !(expired || (forcibly && deleted == 0)) {
+                break;
+            }
+            if self.commit_log.delete_oldest_segment()?.is_none() {
+                break;
+            }
+            log::info!("deleted commit log segment {}", oldest.path().display());
+            deleted += 1;
+        }
+        if deleted > 0 {
+            let cl_min = self.commit_log.min_offset();
+            let queues: Vec<_> = self.queues.read().values().cloned().collect();
+            for q in queues {
+                q.correct_min_offset(cl_min)?;
+            }
+            if let Some(index) = &self.index {
+                index.delete_before(cl_min as i64)?;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+/// Tag code of a stored record: a delayed message's due time, else its tag hash.
+fn recorded_tags_code(rec: &Record<'_>, delays: &[u64]) -> i64 {
+    if rec.topic == SCHEDULE_TOPIC {
+        let level = rec.property(PROPERTY_DELAY).and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(rec.queue_id as usize + 1);
+        let delay = delays.get(level.clamp(1, delays.len().max(1)) - 1).copied().unwrap_or(0);
+        return rec.store_timestamp_ms.saturating_add(delay as i64);
+    }
+    message::tags_code(rec.property(PROPERTY_TAGS))
+}
+
+fn disk_used_ratio(path: &Path) -> Option<f64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs writes into a zeroed struct we own; `c` is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &raw mut st) } != 0 {
+        return None;
+    }
+    let total = st.f_blocks as f64 * st.f_frsize as f64;
+    let avail = st.f_bavail as f64 * st.f_frsize as f64;
+    (total > 0.0).then(|| (total - avail) / total)
+}
+
+/// Turns an IPv4-mapped IPv6 address into plain IPv4 (C++ clients read 4-byte hosts only).
+pub fn normalize_host(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), addr.port()),
+            None => addr,
+        },
+        IpAddr::V4(_) => addr,
+    }
+}

@@ -1,0 +1,289 @@
+"""Refused input: a typed error, nothing written, and the store still usable afterwards."""
+
+import hashlib
+import os
+import struct
+
+import pytest
+
+from pyrmq.errors import (
+    InvalidQueueIdError,
+    InvalidTopicError,
+    MessageIllegalError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+    StoreClosedError,
+    StoreIOError,
+    SystemTopicError,
+)
+from pyrmq.store import GetMessageStatus, MessageStore
+
+pytestmark = pytest.mark.integration
+
+MAX_BODY = 1024
+MAX_QUEUES = 8
+
+
+@pytest.fixture
+def store(open_store):
+    store = open_store(max_message_size=MAX_BODY, max_queue_nums_per_topic=MAX_QUEUES)
+    store.put("TopicGood", b"seed", keys="seed")
+    return store
+
+
+def snapshot(store: MessageStore, root) -> tuple:
+    """Offsets, queues, and the name and content of every data file."""
+    files = {}
+    for d, _, names in os.walk(root):
+        for name in names:
+            if name not in ("checkpoint", "lock", "abort"):
+                path = os.path.join(d, name)
+                with open(path, "rb") as f:
+                    files[os.path.relpath(path, root)] = hashlib.blake2b(f.read()).digest()
+    return store.max_phy_offset, store.queue_ids(), files
+
+
+def assert_refused(store, tmp_path, error, call) -> None:
+    """``call(store)`` raises ``error`` and leaves the store as it was, and usable."""
+    before = snapshot(store, tmp_path / "store")
+    with pytest.raises(error):
+        call(store)
+    assert snapshot(store, tmp_path / "store") == before
+    nxt = store.max_offset("TopicGood", 0)
+    r = store.put("TopicGood", b"after")
+    assert (r.phy_offset, r.queue_offset) == (before[0], nxt)
+    got = store.get("TopicGood", 0, nxt)
+    assert got.status is GetMessageStatus.FOUND
+    assert [m.body for m in got.messages()] == [b"after"]
+
+
+BAD_TOPICS = [
+    "",
+    "x" * 128,
+    "has space",
+    "a/b",
+    "tópico",
+    "topic\x00",
+    "tab\t",
+    "dot.topic",
+    "ünï",
+]
+
+
+@pytest.mark.parametrize("topic", BAD_TOPICS, ids=repr)
+@pytest.mark.parametrize("api", ["put", "put_batch", "put_encoded_batch"])
+def test_invalid_topic_names(store, tmp_path, topic, api):
+    calls = {
+        "put": lambda s: s.put(topic, b"x"),
+        "put_batch": lambda s: s.put_batch(topic, [b"x", b"y"]),
+        "put_encoded_batch": lambda s: s.put_encoded_batch(topic, encoded_batch([b"x"])),
+    }
+    assert_refused(store, tmp_path, InvalidTopicError, calls[api])
+
+
+def test_longest_and_widest_topic_names_are_accepted(store):
+    longest = "t" * 127
+    assert store.put(longest, b"x").queue_offset == 0
+    assert store.get(longest, 0, 0).messages()[0].topic == longest
+    assert store.put("Az09_-%|", b"y").queue_offset == 0
+
+
+@pytest.mark.parametrize("topic", ["SCHEDULE_TOPIC_XXXX", "TBW102", "rmq_sys_x"])
+def test_system_topics_need_internal(store, tmp_path, topic):
+    assert_refused(store, tmp_path, SystemTopicError, lambda s: s.put(topic, b"x"))
+    assert_refused(store, tmp_path, SystemTopicError, lambda s: s.put_batch(topic, [b"x"]))
+    assert_refused(
+        store,
+        tmp_path,
+        SystemTopicError,
+        lambda s: s.put_encoded_batch(topic, encoded_batch([b"x"])),
+    )
+    r = store.put(topic, b"internal", queue_id=1, internal=True)
+    assert r.queue_offset == 0
+    got = store.get(topic, 1, 0)
+    assert [(m.topic, m.body) for m in got.messages()] == [(topic, b"internal")]
+    assert store.put_batch(topic, [b"a", b"b"], queue_id=1, internal=True).queue_offsets == [1, 2]
+
+
+def test_body_over_max_message_size(store, tmp_path):
+    assert store.put("TopicGood", b"x" * MAX_BODY).count == 1
+    too_big = b"x" * (MAX_BODY + 1)
+    assert_refused(store, tmp_path, MessageTooLargeError, lambda s: s.put("TopicGood", too_big))
+    # One oversized body refuses the whole batch.
+    assert_refused(
+        store,
+        tmp_path,
+        MessageTooLargeError,
+        lambda s: s.put_batch("TopicGood", [b"small", too_big, b"small"]),
+    )
+    assert_refused(
+        store,
+        tmp_path,
+        MessageTooLargeError,
+        lambda s: s.put_encoded_batch("TopicGood", encoded_batch([b"ok", too_big])),
+    )
+
+
+def test_group_larger_than_a_segment(open_store, tmp_path):
+    store = open_store(mapped_file_size_commit_log=64 * 1024)
+    store.put("TopicGood", b"seed")
+    bodies = [b"z" * 20_000] * 4
+    assert_refused(store, tmp_path, MessageTooLargeError, lambda s: s.put_batch("TopicGood", bodies))
+
+
+def test_properties_over_32767_bytes(store, tmp_path):
+    value = "v" * 32_760
+    assert_refused(
+        store,
+        tmp_path,
+        PropertiesTooLargeError,
+        lambda s: s.put("TopicGood", b"x", properties={"big": value, "more": "0123456789"}),
+    )
+    assert_refused(
+        store,
+        tmp_path,
+        PropertiesTooLargeError,
+        lambda s: s.put_batch("TopicGood", [b"x"], keys=["k" * 20_000, "j" * 20_000]),
+    )
+    # Exactly 32767 bytes fit: "big" + \x01 + value.
+    r = store.put("TopicGood", b"x", properties={"big": "v" * (32_767 - 4)})
+    assert len(store.look_message_by_offset(r.phy_offset).properties["big"]) == 32_763
+
+
+@pytest.mark.parametrize("queue_id", [-1, MAX_QUEUES, MAX_QUEUES + 1, 2**31 - 1, -(2**31)])
+def test_queue_id_out_of_range(store, tmp_path, queue_id):
+    assert_refused(
+        store, tmp_path, InvalidQueueIdError, lambda s: s.put("TopicGood", b"x", queue_id=queue_id)
+    )
+    assert_refused(
+        store,
+        tmp_path,
+        InvalidQueueIdError,
+        lambda s: s.put_batch("TopicGood", [b"x"], queue_id=queue_id),
+    )
+    assert_refused(
+        store,
+        tmp_path,
+        InvalidQueueIdError,
+        lambda s: s.put_encoded_batch("TopicGood", encoded_batch([b"x"]), queue_id=queue_id),
+    )
+
+
+def test_highest_queue_id_is_accepted(store):
+    assert store.put("TopicGood", b"x", queue_id=MAX_QUEUES - 1).queue_id == MAX_QUEUES - 1
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"properties": {"bad\x01name": "v"}},
+        {"properties": {"bad\x02name": "v"}},
+        {"properties": {"name": "bad\x01value"}},
+        {"properties": {"name": "bad\x02value"}},
+        {"properties": {"": "empty name"}},
+        {"tags": "Tag\x02A"},
+        {"tags": "Tag\x01A"},
+        {"keys": ["k1", "k\x022"]},
+        {"keys": "k\x01"},
+    ],
+    ids=repr,
+)
+def test_separators_in_property_text(store, tmp_path, kwargs):
+    assert_refused(
+        store, tmp_path, MessageIllegalError, lambda s: s.put("TopicGood", b"x", **kwargs)
+    )
+    assert_refused(
+        store, tmp_path, MessageIllegalError, lambda s: s.put_batch("TopicGood", [b"x"], **kwargs)
+    )
+
+
+def encoded_batch(bodies: list[bytes], props: bytes = b"") -> bytes:
+    out = b""
+    for body in bodies:
+        total = 20 + len(body) + 2 + len(props)
+        out += struct.pack(">iiiii", total, 0, 0, 0, len(body)) + body
+        out += struct.pack(">h", len(props)) + props
+    return out
+
+
+GOOD = encoded_batch([b"hello", b"world"])
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(b"\x00\x00", id="two-bytes"),
+        pytest.param(GOOD[:-1], id="last-byte-missing"),
+        pytest.param(GOOD + b"\x00", id="trailing-byte"),
+        pytest.param(GOOD[:10], id="cut-in-header"),
+        pytest.param(
+            struct.pack(">iiiii", 10, 0, 0, 0, 0) + b"\x00\x00", id="total-below-fixed-part"
+        ),
+        pytest.param(
+            struct.pack(">iiiii", 1000, 0, 0, 0, 5) + b"hello\x00\x00", id="total-past-buffer"
+        ),
+        pytest.param(
+            struct.pack(">iiiii", 27, 0, 0, 0, 500) + b"hello\x00\x00", id="body-past-item"
+        ),
+        pytest.param(
+            struct.pack(">iiiii", 27, 0, 0, 0, 2) + b"hello\x00\x00", id="bytes-left-in-item"
+        ),
+        pytest.param(
+            struct.pack(">iiiii", 27, 0, 0, 0, 5) + b"hello\x00\x09", id="props-past-item"
+        ),
+        pytest.param(
+            struct.pack(">iiiii", -27, 0, 0, 0, 5) + b"hello\x00\x00", id="negative-total"
+        ),
+    ],
+)
+def test_malformed_encoded_batch(store, tmp_path, batch):
+    assert_refused(
+        store, tmp_path, MessageIllegalError, lambda s: s.put_encoded_batch("TopicGood", batch)
+    )
+
+
+def test_empty_batch_is_refused(store, tmp_path):
+    assert_refused(store, tmp_path, MessageIllegalError, lambda s: s.put_batch("TopicGood", []))
+
+
+@pytest.mark.parametrize("host", ["localhost:1", "1.2.3.4", "1.2.3.4:99999", "nonsense"])
+def test_bad_born_host(store, tmp_path, host):
+    assert_refused(
+        store, tmp_path, MessageIllegalError, lambda s: s.put("TopicGood", b"x", born_host=host)
+    )
+
+
+def test_every_call_after_close_raises_store_closed(open_store):
+    store = open_store()
+    r = store.put("TopicGood", b"x")
+    store.close()
+    store.close()  # idempotent
+    assert store.closed
+    calls = [
+        lambda: store.put("TopicGood", b"x"),
+        lambda: store.put_batch("TopicGood", [b"x"]),
+        lambda: store.put_encoded_batch("TopicGood", GOOD),
+        lambda: store.get("TopicGood", 0, 0),
+        lambda: store.look_message_by_offset(r.phy_offset),
+        lambda: store.view_message_by_id(r.msg_id),
+        lambda: store.query_message("TopicGood", "x"),
+        lambda: store.flush(),
+        lambda: store.delete_expired_files(force=True),
+    ]
+    for call in calls:
+        with pytest.raises(StoreClosedError):
+            call()
+
+
+def test_opening_an_open_directory_twice_fails(open_store, tmp_path, make_config):
+    store = open_store()
+    store.put("TopicGood", b"x")
+    max_phy = store.max_phy_offset
+    with pytest.raises(StoreIOError):
+        MessageStore.open(tmp_path / "store", make_config(), background_services=False)
+    # The failed open changed nothing; the first store still works.
+    assert store.put("TopicGood", b"y").phy_offset == max_phy
+    store.close()
+    again = open_store()
+    assert [m.body for m in again.get("TopicGood", 0, 0).messages()] == [b"x", b"y"]

@@ -1,0 +1,224 @@
+"""Damage written to the CommitLog files behind the store's back: a flipped byte in place is
+reported and kept, a torn tail is cut back to the last intact put."""
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pyrmq.errors import CorruptRecordError
+from pyrmq.store import GetMessageStatus, MessageStore
+
+pytestmark = pytest.mark.integration
+
+SEGMENT = 64 * 1024
+FENCE = 20
+
+
+def segment_path(root: Path, phy: int) -> Path:
+    return root / "commitlog" / f"{phy - phy % SEGMENT:020d}"
+
+
+def patch(root: Path, phy: int, data: bytes) -> None:
+    """Overwrites CommitLog bytes at ``phy`` (which must not cross a segment end)."""
+    assert phy % SEGMENT + len(data) <= SEGMENT
+    with open(segment_path(root, phy), "r+b") as f:
+        f.seek(phy % SEGMENT)
+        f.write(data)
+
+
+def read_log(root: Path, start: int, end: int) -> bytes:
+    with open(segment_path(root, start), "rb") as f:
+        f.seek(start % SEGMENT)
+        return f.read(end - start)
+
+
+def mark_crashed(root: Path, *, lose_checkpoint: bool) -> None:
+    """Makes the next open treat the last stop as a crash."""
+    (root / "abort").write_bytes(b"")
+    if lose_checkpoint:
+        (root / "checkpoint").unlink()
+
+
+def read_queue(store: MessageStore, topic: str, queue_id: int, decoder) -> list[bytes]:
+    """Bodies of a whole queue; every record must be intact."""
+    bodies = []
+    offset = store.min_offset(topic, queue_id)
+    while True:
+        got = store.get(topic, queue_id, offset)
+        assert got.corrupt_offsets == []
+        if got.status is not GetMessageStatus.FOUND:
+            assert got.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+            return bodies
+        assert got.queue_offsets == list(range(offset, offset + got.message_count))
+        for view, qo in zip(got.views(), got.queue_offsets, strict=True):
+            rec = decoder(view)
+            assert (rec["topic"], rec["queue_id"], rec["queue_offset"]) == (topic, queue_id, qo)
+            bodies.append(rec["body"])
+        offset = got.next_begin_offset
+
+
+# --- a flipped body byte in the middle of a segment -------------------------------------------
+
+
+def corrupt_body(i: int) -> bytes:
+    return bytes((i * 31 + j) % 256 for j in range(1500 + i))
+
+
+@pytest.mark.parametrize(
+    "reopen", ["clean", "crash", "crash-without-checkpoint"], ids=lambda r: r
+)
+def test_flipped_body_byte_is_reported_and_never_truncated(
+    open_store, tmp_path, record_decoder, reopen
+):
+    root = tmp_path / "store"
+    config = {"mapped_file_size_commit_log": 256 * 1024}
+    store = open_store(root, **config)
+    sent = [store.put("TopicCorrupt", corrupt_body(i), keys=f"k{i}") for i in range(60)]
+    other = store.put("TopicOther", b"unrelated")
+    max_phy = store.max_phy_offset
+    store.close()
+
+    bad = 30
+    assert 0 < sent[bad].phy_offset < 256 * 1024 // 2 < sent[-1].phy_offset
+    flip_at = sent[bad].phy_offset + 88 + 700
+    original = read_log(root, flip_at, flip_at + 1)
+    patch(root, flip_at, bytes([original[0] ^ 0x5A]))
+    if reopen != "clean":
+        mark_crashed(root, lose_checkpoint=reopen == "crash-without-checkpoint")
+
+    for _ in range(2):  # and once more: a second recovery must not cut anything either
+        store = open_store(root, **config)
+        assert store.max_phy_offset == max_phy
+        assert store.max_offset("TopicCorrupt", 0) == 60
+        assert store.min_offset("TopicCorrupt", 0) == 0
+
+        got = store.get("TopicCorrupt", 0, bad - 5, max_count=10)
+        assert got.status is GetMessageStatus.FOUND
+        assert got.corrupt_offsets == [bad]
+        expected = [q for q in range(bad - 5, bad + 5) if q != bad]
+        assert got.queue_offsets == expected
+        assert [record_decoder(v)["body"] for v in got.views()] == [
+            corrupt_body(q) for q in expected
+        ]
+        assert got.next_begin_offset == bad + 5
+
+        only_bad = store.get("TopicCorrupt", 0, bad, max_count=1)
+        assert only_bad.corrupt_offsets == [bad]
+        assert (only_bad.message_count, only_bad.buffer) == (0, b"")
+        assert only_bad.next_begin_offset == bad + 1
+
+        with pytest.raises(CorruptRecordError) as err:
+            store.look_message_by_offset(sent[bad].phy_offset)
+        assert err.value.phy_offset == sent[bad].phy_offset
+        with pytest.raises(CorruptRecordError):
+            store.view_message_by_id(sent[bad].msg_id)
+        for i in (0, bad - 1, bad + 1, 59):
+            assert store.look_message_by_offset(sent[i].phy_offset).body == corrupt_body(i)
+        assert store.get("TopicOther", 0, 0).messages()[0].body == b"unrelated"
+        assert store.view_message_by_id(other.msg_id).body == b"unrelated"
+        store.close()
+        (root / "abort").write_bytes(b"")
+
+    # The store still appends after the damage.
+    store = open_store(root, **config)
+    r = store.put("TopicCorrupt", b"after")
+    assert (r.phy_offset, r.queue_offset) == (max_phy, 60)
+
+
+# --- a torn tail at every byte of the last puts ---------------------------------------------
+
+
+def torn_body(i: int) -> bytes:
+    return bytes((i * 7 + j * 13) % 251 for j in range(5 + i % 29))
+
+
+FILLER = 25
+SMALL = 8
+TORN_CONFIG = {"mapped_file_size_commit_log": SEGMENT, "message_index_enable": False}
+
+
+def build_torn_template(root: Path, open_store, *, stale_checkpoint: bool) -> list[tuple[int, int]]:
+    """Fills the first segment with large puts, then puts SMALL small ones into the second.
+    Returns every small put's (start, end) CommitLog offsets; a put's group ends with its fence.
+
+    With ``stale_checkpoint`` the checkpoint on disk predates the last three puts and the abort
+    marker is left behind, as when a process dies before its next checkpoint.
+    """
+    store = open_store(root, **TORN_CONFIG)
+    for i in range(FILLER):
+        store.put("TopicFiller", bytes([i]) * 3000)
+    groups = []
+
+    def put_small(i: int) -> None:
+        r = store.put("TopicTorn", torn_body(i), tags=f"Tag{i % 3}")
+        size = len(store.get("TopicTorn", 0, r.queue_offset, max_count=1).buffer)
+        assert r.wrote_bytes == size + FENCE
+        groups.append((r.phy_offset, r.phy_offset + r.wrote_bytes))
+
+    for i in range(SMALL - 3):
+        put_small(i)
+    if stale_checkpoint:
+        store.close()
+        old_checkpoint = (root / "checkpoint").read_bytes()
+        store = open_store(root, **TORN_CONFIG)
+    for i in range(SMALL - 3, SMALL):
+        put_small(i)
+    store.close()
+    if stale_checkpoint:
+        (root / "checkpoint").write_bytes(old_checkpoint)
+        (root / "abort").write_bytes(b"")
+    assert groups[0][0] >= SEGMENT, "the small puts must be in the second segment"
+    assert groups[-1][1] < 2 * SEGMENT
+    return groups
+
+
+@pytest.mark.crash
+@pytest.mark.slow
+@pytest.mark.parametrize("stale_checkpoint", [False, True], ids=["clean-close", "crash"])
+@pytest.mark.parametrize("mode", ["zero", "garble"])
+def test_torn_tail_keeps_exactly_the_intact_puts(
+    open_store, make_config, tmp_path, record_decoder, mode, stale_checkpoint
+):
+    template = tmp_path / "template"
+    groups = build_torn_template(template, open_store, stale_checkpoint=stale_checkpoint)
+    data_start, data_end = groups[-3][0], groups[-1][1]
+    original = read_log(template, data_start, data_end)
+    filler_end = groups[0][0]
+
+    for p in range(data_start, data_end):
+        if mode == "zero":
+            damage = bytes(data_end - p)
+            # Zeroing changes nothing where the bytes were zero already.
+            changed = next((q for q in range(p, data_end) if original[q - data_start]), data_end)
+        else:
+            rng = random.Random(p)
+            damage = bytes(
+                b ^ rng.randint(1, 255) for b in original[p - data_start : data_end - data_start]
+            )
+            changed = p
+        kept = [g for g in groups if g[1] <= changed]
+        expect_end = kept[-1][1] if kept else filler_end
+
+        case = tmp_path / f"case-{p}"
+        shutil.copytree(template, case)
+        patch(case, p, damage)
+        # Opened directly (not through the fixture) so each case's store is dropped at once.
+        store = MessageStore.open(case, make_config(**TORN_CONFIG), background_services=False)
+        where = f"p={p} mode={mode} changed={changed}"
+        assert store.max_phy_offset == expect_end, where
+        assert store.max_offset("TopicTorn", 0) == len(kept), where
+        assert read_queue(store, "TopicTorn", 0, record_decoder) == [
+            torn_body(i) for i in range(len(kept))
+        ], where
+        assert store.max_offset("TopicFiller", 0) == FILLER, where
+        if len(kept) < len(groups):
+            assert store.look_message_by_offset(groups[len(kept)][0]) is None, where
+        # Appends resume at the recovered end.
+        r = store.put("TopicTorn", b"after")
+        assert (r.phy_offset, r.queue_offset) == (expect_end, len(kept)), where
+        assert store.get("TopicTorn", 0, len(kept)).messages()[0].body == b"after", where
+        store.close()
+        del store
+        shutil.rmtree(case)

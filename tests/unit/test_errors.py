@@ -1,0 +1,81 @@
+import pickle
+
+import pytest
+
+from pyrmq import errors
+from pyrmq.errors import (
+    ConfigError,
+    CorruptRecordError,
+    DiskFullError,
+    InvalidQueueIdError,
+    InvalidTopicError,
+    MessageIllegalError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+    PyrmqError,
+    StoreClosedError,
+    StoreError,
+    StoreIOError,
+    SystemTopicError,
+)
+
+PARENTS = {
+    PyrmqError: (Exception,),
+    ConfigError: (PyrmqError, ValueError),
+    StoreError: (PyrmqError,),
+    StoreClosedError: (StoreError,),
+    CorruptRecordError: (StoreError,),
+    DiskFullError: (StoreError,),
+    StoreIOError: (StoreError,),
+    MessageIllegalError: (PyrmqError, ValueError),
+    InvalidTopicError: (MessageIllegalError,),
+    MessageTooLargeError: (MessageIllegalError,),
+    PropertiesTooLargeError: (MessageIllegalError,),
+    InvalidQueueIdError: (MessageIllegalError,),
+    SystemTopicError: (MessageIllegalError,),
+}
+
+
+def test_hierarchy_matches_the_contract() -> None:
+    for cls, parents in PARENTS.items():
+        assert cls.__bases__ == parents, cls.__name__
+
+
+def test_every_exported_class_is_covered_and_documented() -> None:
+    exported = {getattr(errors, name) for name in errors.__all__}
+
+    assert exported == set(PARENTS)
+    assert all(cls.__doc__ for cls in exported)
+
+
+def test_store_errors_are_not_value_errors() -> None:
+    assert not issubclass(StoreError, ValueError)
+
+
+def test_corrupt_record_error_carries_offset_and_path() -> None:
+    error = CorruptRecordError("bad crc", phy_offset=4096, path="/store/commitlog/0")
+
+    assert str(error) == "bad crc"
+    assert (error.phy_offset, error.path) == (4096, "/store/commitlog/0")
+    assert (CorruptRecordError("bad magic").phy_offset, CorruptRecordError().path) == (None, None)
+
+
+def test_config_error_carries_its_problems() -> None:
+    assert ConfigError("two problems", problems=["a", "b"]).problems == ("a", "b")
+    assert ConfigError("from elsewhere").problems == ()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        CorruptRecordError("bad crc", phy_offset=7, path="/x"),
+        ConfigError("bad", problems=["p"]),
+        InvalidTopicError("topic 'a b' has a space"),
+    ],
+)
+def test_errors_survive_pickling(error: PyrmqError) -> None:
+    copy = pickle.loads(pickle.dumps(error))
+
+    assert type(copy) is type(error)
+    assert copy.args == error.args
+    assert vars(copy) == vars(error)
