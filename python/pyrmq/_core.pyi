@@ -10,6 +10,8 @@ from typing import Any, Literal, Self, TypedDict, final
 
 from typing_extensions import Buffer, disjoint_base
 
+from pyrmq.store.status import GetMessageStatus, PutStatus
+
 __all__ = [
     "GetResult",
     "MessageStore",
@@ -97,8 +99,8 @@ class PutResult:
     """The result of an append of one message or one batch."""
 
     @property
-    def status(self) -> int:
-        """0 = PUT_OK, 1 = FLUSH_DISK_TIMEOUT (stored, fsync late); see ``PutStatus``."""
+    def status(self) -> PutStatus:
+        """PUT_OK, or FLUSH_DISK_TIMEOUT (stored, fsync late)."""
     @property
     def phy_offsets(self) -> list[int]:
         """CommitLog offset of each message."""
@@ -140,8 +142,8 @@ class GetResult:
     """Messages read from one queue: their records end to end in one buffer."""
 
     @property
-    def status(self) -> int:
-        """A ``GetMessageStatus`` value."""
+    def status(self) -> GetMessageStatus:
+        """How the read ended."""
     @property
     def next_begin_offset(self) -> int:
         """Queue offset to read from next."""
@@ -169,6 +171,8 @@ class GetResult:
         """Number of records in the buffer."""
     def messages(self) -> list[StoredMessage]:
         """Decodes every record of the buffer."""
+    def views(self) -> list[memoryview]:
+        """One read-only memoryview per record, sharing the buffer."""
     def __len__(self) -> int: ...
 
 @disjoint_base

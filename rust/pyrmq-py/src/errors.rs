@@ -15,6 +15,8 @@ pyo3::import_exception!(pyrmq.errors, PropertiesTooLargeError);
 pyo3::import_exception!(pyrmq.errors, InvalidQueueIdError);
 pyo3::import_exception!(pyrmq.errors, SystemTopicError);
 
+// Taken by value so that it plugs into `map_err` directly.
+#[allow(clippy::needless_pass_by_value)]
 pub fn to_py(err: StoreError) -> PyErr {
     let msg = err.to_string();
     match err {

@@ -1,6 +1,11 @@
 //! `pyrmq._core`: the Python binding of the pyrmq store. Conversion, error mapping and GIL
 //! handling only; the logic lives in `pyrmq-store`.
 
+// Python keyword signatures mirror RocketMQ's message fields; they are long by nature.
+#![allow(clippy::too_many_arguments)]
+// A panic in the binding is a bug: fail loudly in review, not at run time.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use pyo3::prelude::*;
 
 mod errors;
@@ -11,7 +16,11 @@ mod store;
 /// The Cargo profile this extension was built with ("release" or "debug").
 #[pyfunction]
 fn build_profile() -> &'static str {
-    if cfg!(debug_assertions) { "debug" } else { "release" }
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
 }
 
 #[pymodule]

@@ -43,8 +43,8 @@ pub struct PyStoredMessage {
 }
 
 impl PyStoredMessage {
-    pub fn from_record(py: Python<'_>, rec: &Record<'_>) -> PyResult<Self> {
-        Ok(Self {
+    pub fn from_record(py: Python<'_>, rec: &Record<'_>) -> Self {
+        Self {
             topic: rec.topic.to_owned(),
             queue_id: rec.queue_id,
             queue_offset: rec.queue_offset,
@@ -58,22 +58,28 @@ impl PyStoredMessage {
             store_host: rec.store_host.to_string(),
             reconsume_times: rec.reconsume_times,
             prepared_transaction_offset: rec.prepared_transaction_offset,
-            properties: message::iter_properties(rec.properties).map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+            properties: message::iter_properties(rec.properties)
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
             body_crc: rec.body_crc,
             store_size: rec.total_size,
             msg_id: rec.offset_msg_id(),
-        })
+        }
     }
 
     pub fn decode(py: Python<'_>, raw: &[u8]) -> PyResult<Self> {
         let rec = message::decode(raw, false)
             .map_err(|e| crate::errors::illegal(format!("not a stored message: {e}")))?;
-        Self::from_record(py, &rec)
+        Ok(Self::from_record(py, &rec))
     }
 
     fn prop(&self, name: &str) -> Option<String> {
         // The last occurrence wins, as when Java parses the property string into a map.
-        self.properties.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        self.properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
     }
 }
 
@@ -99,7 +105,12 @@ impl PyStoredMessage {
     #[getter]
     fn keys(&self) -> Vec<String> {
         self.prop(message::PROPERTY_KEYS)
-            .map(|k| k.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect())
+            .map(|k| {
+                k.split(' ')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -119,7 +130,10 @@ impl PyStoredMessage {
 
 /// Decodes records laid end to end (a PULL body, or `GetResult.buffer`).
 #[pyfunction]
-pub fn decode_messages(py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<Vec<PyStoredMessage>> {
+pub fn decode_messages(
+    py: Python<'_>,
+    buffer: &Bound<'_, PyAny>,
+) -> PyResult<Vec<PyStoredMessage>> {
     let owned = crate::store::Body::extract(buffer)?;
     decode_all(py, owned.as_slice())
 }
@@ -132,7 +146,7 @@ pub fn decode_all(py: Python<'_>, buffer: &[u8]) -> PyResult<Vec<PyStoredMessage
             crate::errors::illegal(format!("record at byte {pos} of the buffer: {e}"))
         })?;
         pos += rec.total_size as usize;
-        out.push(PyStoredMessage::from_record(py, &rec)?);
+        out.push(PyStoredMessage::from_record(py, &rec));
     }
     Ok(out)
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyrmq_store::config::parse_delay_levels;
 use pyrmq_store::message::{self, BatchItem, MessageInput};
@@ -19,7 +20,10 @@ use crate::message::PyStoredMessage;
 const DETACHED_COPY_BYTES: usize = 64 * 1024;
 
 fn config_from_dict(path: PathBuf, dict: Option<&Bound<'_, PyDict>>) -> PyResult<StoreConfig> {
-    let mut c = StoreConfig { store_path_root_dir: path, ..StoreConfig::default() };
+    let mut c = StoreConfig {
+        store_path_root_dir: path,
+        ..StoreConfig::default()
+    };
     let Some(dict) = dict else { return Ok(c) };
     let mut problems = Vec::new();
     for (k, v) in dict.iter() {
@@ -28,12 +32,17 @@ fn config_from_dict(path: PathBuf, dict: Option<&Bound<'_, PyDict>>) -> PyResult
             match key.as_str() {
                 "store_path_root_dir" => {}
                 "mapped_file_size_commit_log" => c.mapped_file_size_commit_log = v.extract()?,
-                "mapped_file_size_consume_queue" => c.mapped_file_size_consume_queue = v.extract()?,
+                "mapped_file_size_consume_queue" => {
+                    c.mapped_file_size_consume_queue = v.extract()?;
+                }
                 "flush_disk_type" => {
-                    c.flush_disk_type = FlushDiskType::parse(&v.extract::<String>()?).map_err(errors::to_py)?;
+                    c.flush_disk_type =
+                        FlushDiskType::parse(&v.extract::<String>()?).map_err(errors::to_py)?;
                 }
                 "flush_interval_commit_log_ms" => c.flush_interval_commit_log_ms = v.extract()?,
-                "flush_interval_consume_queue_ms" => c.flush_interval_consume_queue_ms = v.extract()?,
+                "flush_interval_consume_queue_ms" => {
+                    c.flush_interval_consume_queue_ms = v.extract()?;
+                }
                 "sync_flush_timeout_ms" => c.sync_flush_timeout_ms = v.extract()?,
                 "file_reserved_time_hours" => c.file_reserved_time_hours = v.extract()?,
                 "delete_when" => {
@@ -47,27 +56,40 @@ fn config_from_dict(path: PathBuf, dict: Option<&Bound<'_, PyDict>>) -> PyResult
                 }
                 "clean_resource_interval_ms" => c.clean_resource_interval_ms = v.extract()?,
                 "disk_max_used_space_ratio" => c.disk_max_used_space_ratio = v.extract()?,
-                "disk_space_clean_forcibly_ratio" => c.disk_space_clean_forcibly_ratio = v.extract()?,
-                "disk_space_warning_level_ratio" => c.disk_space_warning_level_ratio = v.extract()?,
+                "disk_space_clean_forcibly_ratio" => {
+                    c.disk_space_clean_forcibly_ratio = v.extract()?;
+                }
+                "disk_space_warning_level_ratio" => {
+                    c.disk_space_warning_level_ratio = v.extract()?;
+                }
                 "max_message_size" => c.max_message_size_bytes = v.extract()?,
-                "max_transfer_bytes_on_message_in_memory" => c.max_transfer_bytes_on_message_in_memory = v.extract()?,
-                "max_transfer_count_on_message_in_memory" => c.max_transfer_count_on_message_in_memory = v.extract()?,
+                "max_transfer_bytes_on_message_in_memory" => {
+                    c.max_transfer_bytes_on_message_in_memory = v.extract()?;
+                }
+                "max_transfer_count_on_message_in_memory" => {
+                    c.max_transfer_count_on_message_in_memory = v.extract()?;
+                }
                 "message_index_enable" => c.message_index_enable = v.extract()?,
                 "max_hash_slot_num" => c.max_hash_slot_num = v.extract()?,
                 "max_index_num" => c.max_index_num = v.extract()?,
                 "message_delay_level" => {
-                    c.message_delay_level_ms = parse_delay_levels(&v.extract::<String>()?).map_err(errors::to_py)?;
+                    c.message_delay_level_ms =
+                        parse_delay_levels(&v.extract::<String>()?).map_err(errors::to_py)?;
                 }
                 "check_crc_on_recover" => c.check_crc_on_recover = v.extract()?,
                 "store_host" => {
                     let s: String = v.extract()?;
-                    c.store_host = s
-                        .parse::<SocketAddrV4>()
-                        .map_err(|_| PyValueError::new_err(format!("store_host must be ipv4:port, not {s:?}")))?;
+                    c.store_host = s.parse::<SocketAddrV4>().map_err(|_| {
+                        PyValueError::new_err(format!("store_host must be ipv4:port, not {s:?}"))
+                    })?;
                 }
                 "max_queue_nums_per_topic" => c.max_queue_nums_per_topic = v.extract()?,
                 "background_services" => c.background_services = v.extract()?,
-                other => return Err(PyValueError::new_err(format!("unknown store setting {other:?}"))),
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "unknown store setting {other:?}"
+                    )))
+                }
             }
             Ok(())
         })();
@@ -92,8 +114,12 @@ fn parse_host(s: Option<&str>) -> PyResult<SocketAddr> {
 }
 
 fn check_property_text(s: &str, what: &str) -> PyResult<()> {
-    if s.bytes().any(|b| b == message::NAME_VALUE_SEPARATOR || b == message::PROPERTY_SEPARATOR) {
-        return Err(errors::illegal(format!("{what} {s:?} contains a \\x01 or \\x02 separator")));
+    if s.bytes()
+        .any(|b| b == message::NAME_VALUE_SEPARATOR || b == message::PROPERTY_SEPARATOR)
+    {
+        return Err(errors::illegal(format!(
+            "{what} {s:?} contains a \\x01 or \\x02 separator"
+        )));
     }
     Ok(())
 }
@@ -122,7 +148,9 @@ fn encode_properties(
                 pairs.push((k, v));
             }
         } else {
-            return Err(errors::illegal("properties must be a dict or an encoded str"));
+            return Err(errors::illegal(
+                "properties must be a dict or an encoded str",
+            ));
         }
     }
     if let Some(t) = tags {
@@ -133,8 +161,9 @@ fn encode_properties(
         let joined = if let Ok(s) = k.cast::<PyString>() {
             s.to_str()?.to_owned()
         } else {
-            let parts: Vec<String> =
-                k.extract().map_err(|_| errors::illegal("keys must be a str or a sequence of str"))?;
+            let parts: Vec<String> = k
+                .extract()
+                .map_err(|_| errors::illegal("keys must be a str or a sequence of str"))?;
             parts.join(" ")
         };
         check_property_text(&joined, "keys")?;
@@ -151,6 +180,30 @@ fn encode_properties(
         raw.extend_from_slice(&encoded);
     }
     Ok(raw)
+}
+
+static PUT_STATUS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+static GET_STATUS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+
+/// The `pyrmq.store.status` enum member for `value`, built once per process.
+fn status_member(
+    py: Python<'_>,
+    cell: &PyOnceLock<Vec<Py<PyAny>>>,
+    class: &str,
+    value: u8,
+) -> PyResult<Py<PyAny>> {
+    let members = cell.get_or_try_init(py, || {
+        let cls = py.import("pyrmq.store.status")?.getattr(class)?;
+        let all: Vec<Py<PyAny>> = cls
+            .try_iter()?
+            .map(|m| m.map(Bound::unbind))
+            .collect::<PyResult<_>>()?;
+        Ok::<_, PyErr>(all)
+    })?;
+    members
+        .get(value as usize)
+        .map(|m| m.clone_ref(py))
+        .ok_or_else(|| PyValueError::new_err(format!("no {class} with value {value}")))
 }
 
 /// A body as bytes: borrowed from an immutable `bytes`, else copied once from the buffer.
@@ -178,20 +231,30 @@ impl Body<'_> {
 }
 
 /// The result of an append.
-#[pyclass(name = "PutResult", module = "pyrmq._core", frozen, get_all)]
+#[pyclass(name = "PutResult", module = "pyrmq._core", frozen)]
 pub struct PyPutResult {
-    /// 0 = PUT_OK, 1 = FLUSH_DISK_TIMEOUT (stored, fsync late).
     status: u8,
+    #[pyo3(get)]
     phy_offsets: Vec<i64>,
+    #[pyo3(get)]
     queue_offsets: Vec<i64>,
+    #[pyo3(get)]
     queue_ids: Vec<i32>,
+    #[pyo3(get)]
     store_timestamp_ms: i64,
+    #[pyo3(get)]
     wrote_bytes: u64,
+    #[pyo3(get)]
     store_host: String,
 }
 
 #[pymethods]
 impl PyPutResult {
+    /// A `PutStatus`: PUT_OK, or FLUSH_DISK_TIMEOUT (stored, fsync late).
+    #[getter]
+    fn status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        status_member(py, &PUT_STATUS, "PutStatus", self.status)
+    }
     #[getter]
     fn count(&self) -> usize {
         self.phy_offsets.len()
@@ -211,8 +274,15 @@ impl PyPutResult {
     /// Offset message ids (store host + CommitLog offset), one per message.
     #[getter]
     fn msg_ids(&self) -> PyResult<Vec<String>> {
-        let host: SocketAddr = self.store_host.parse().map_err(|_| PyValueError::new_err("store host"))?;
-        Ok(self.phy_offsets.iter().map(|p| message::offset_msg_id(&host, *p)).collect())
+        let host: SocketAddr = self
+            .store_host
+            .parse()
+            .map_err(|_| PyValueError::new_err("store host"))?;
+        Ok(self
+            .phy_offsets
+            .iter()
+            .map(|p| message::offset_msg_id(&host, *p))
+            .collect())
     }
     #[getter]
     fn msg_id(&self) -> PyResult<String> {
@@ -221,7 +291,11 @@ impl PyPutResult {
     fn __repr__(&self) -> String {
         format!(
             "PutResult(status={}, count={}, phy_offset={}, queue_offset={})",
-            self.status,
+            if self.status == 0 {
+                "PUT_OK"
+            } else {
+                "FLUSH_DISK_TIMEOUT"
+            },
             self.phy_offsets.len(),
             self.phy_offsets[0],
             self.queue_offsets[0]
@@ -247,23 +321,58 @@ impl From<PutOutcome> for PyPutResult {
 }
 
 /// Messages read from one queue: their records end to end in one buffer.
-#[pyclass(name = "GetResult", module = "pyrmq._core", frozen, get_all)]
+#[pyclass(name = "GetResult", module = "pyrmq._core", frozen)]
 pub struct PyGetResult {
-    /// A GetMessageStatus value.
     status: u8,
+    #[pyo3(get)]
     next_begin_offset: u64,
+    #[pyo3(get)]
     min_offset: u64,
+    #[pyo3(get)]
     max_offset: u64,
     /// The records, end to end: exactly a PULL_MESSAGE answer body.
+    #[pyo3(get)]
     buffer: Py<PyBytes>,
+    #[pyo3(get)]
     queue_offsets: Vec<u64>,
+    #[pyo3(get)]
     phy_offsets: Vec<u64>,
+    #[pyo3(get)]
     sizes: Vec<u32>,
+    #[pyo3(get)]
     corrupt_offsets: Vec<u64>,
 }
 
 #[pymethods]
 impl PyGetResult {
+    /// A `GetMessageStatus`.
+    #[getter]
+    fn status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        status_member(py, &GET_STATUS, "GetMessageStatus", self.status)
+    }
+    /// One read-only memoryview per record, sharing the buffer.
+    fn views<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let whole = pyo3::types::PyMemoryView::from(self.buffer.bind(py).as_any())?;
+        let mut at = 0isize;
+        self.sizes
+            .iter()
+            .map(|size| {
+                let end = at + *size as isize;
+                let slice = pyo3::types::PySlice::new(py, at, end, 1);
+                at = end;
+                whole.get_item(slice)
+            })
+            .collect()
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let status = self.status(py)?;
+        Ok(format!(
+            "GetResult(status={}, messages={}, next_begin_offset={})",
+            status.bind(py).getattr("name")?,
+            self.sizes.len(),
+            self.next_begin_offset
+        ))
+    }
     #[getter]
     fn message_count(&self) -> usize {
         self.sizes.len()
@@ -285,14 +394,20 @@ fn tag_codes(tags: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
         if s.is_empty() || s == "*" {
             return Ok(None);
         }
-        s.split("||").map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
+        s.split("||")
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .collect()
     } else {
-        t.extract().map_err(|_| errors::illegal("tags must be a str or a sequence of str"))?
+        t.extract()
+            .map_err(|_| errors::illegal("tags must be a str or a sequence of str"))?
     };
     if names.iter().any(|n| n == "*") {
         return Ok(None);
     }
-    Ok(Some(names.iter().map(|n| message::tags_code(Some(n))).collect()))
+    Ok(Some(
+        names.iter().map(|n| message::tags_code(Some(n))).collect(),
+    ))
 }
 
 #[pyclass(name = "MessageStore", module = "pyrmq._core", subclass, frozen)]
@@ -314,7 +429,6 @@ impl PyMessageStore {
     #[pyo3(signature = (topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0,
         sys_flag=0, born_timestamp_ms=None, born_host=None, reconsume_times=0,
         prepared_transaction_offset=0, internal=false))]
-    #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
         py: Python<'_>,
@@ -353,7 +467,6 @@ impl PyMessageStore {
     /// Appends `bodies` to one queue as one group, all sharing tags, keys and properties.
     #[pyo3(signature = (topic, bodies, *, queue_id=0, tags=None, keys=None, properties=None,
         flag=0, sys_flag=0, born_timestamp_ms=None, born_host=None, internal=false))]
-    #[allow(clippy::too_many_arguments)]
     fn put_batch(
         &self,
         py: Python<'_>,
@@ -373,9 +486,14 @@ impl PyMessageStore {
         let born_host = parse_host(born_host)?;
         let born = born_timestamp_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
         let owned: Vec<Body<'_>> = if let Ok(list) = bodies.cast::<PyList>() {
-            list.iter().map(|b| Body::extract(&b)).collect::<PyResult<_>>()?
+            list.iter()
+                .map(|b| Body::extract(&b))
+                .collect::<PyResult<_>>()?
         } else {
-            bodies.try_iter()?.map(|b| Body::extract(&b?)).collect::<PyResult<_>>()?
+            bodies
+                .try_iter()?
+                .map(|b| Body::extract(&b?))
+                .collect::<PyResult<_>>()?
         };
         if owned.is_empty() {
             return Err(errors::illegal("put_batch needs at least one body"));
@@ -402,7 +520,6 @@ impl PyMessageStore {
     /// Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue.
     #[pyo3(signature = (topic, batch_body, *, queue_id=0, sys_flag=0, born_timestamp_ms=None,
         born_host=None, reconsume_times=0, internal=false))]
-    #[allow(clippy::too_many_arguments)]
     fn put_encoded_batch(
         &self,
         py: Python<'_>,
@@ -497,7 +614,11 @@ impl PyMessageStore {
     }
 
     /// The message whose record starts at `phy_offset`, or None.
-    fn look_message_by_offset(&self, py: Python<'_>, phy_offset: i64) -> PyResult<Option<PyStoredMessage>> {
+    fn look_message_by_offset(
+        &self,
+        py: Python<'_>,
+        phy_offset: i64,
+    ) -> PyResult<Option<PyStoredMessage>> {
         if phy_offset < 0 {
             return Ok(None);
         }
@@ -507,7 +628,11 @@ impl PyMessageStore {
     }
 
     /// The message named by an offset message id, or None.
-    fn view_message_by_id(&self, py: Python<'_>, msg_id: &str) -> PyResult<Option<PyStoredMessage>> {
+    fn view_message_by_id(
+        &self,
+        py: Python<'_>,
+        msg_id: &str,
+    ) -> PyResult<Option<PyStoredMessage>> {
         let store = &self.store;
         let raw = gil::run(py, || store.view_message_by_id(msg_id))?;
         raw.map(|r| PyStoredMessage::decode(py, &r)).transpose()
@@ -526,8 +651,12 @@ impl PyMessageStore {
     ) -> PyResult<Vec<PyStoredMessage>> {
         let store = &self.store;
         let end_ms = end_ms.unwrap_or(i64::MAX);
-        let raws = gil::run(py, || store.query_message(topic, key, max_count, begin_ms, end_ms))?;
-        raws.iter().map(|r| PyStoredMessage::decode(py, r)).collect()
+        let raws = gil::run(py, || {
+            store.query_message(topic, key, max_count, begin_ms, end_ms)
+        })?;
+        raws.iter()
+            .map(|r| PyStoredMessage::decode(py, r))
+            .collect()
     }
 
     /// The smallest queue offset still stored.
@@ -541,7 +670,13 @@ impl PyMessageStore {
     }
 
     /// First queue offset stored at or after `timestamp_ms` (the max offset if none).
-    fn offset_for_time(&self, py: Python<'_>, topic: &str, queue_id: i32, timestamp_ms: i64) -> u64 {
+    fn offset_for_time(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        timestamp_ms: i64,
+    ) -> u64 {
         let store = &self.store;
         py.detach(|| store.offset_for_time(topic, queue_id, timestamp_ms))
     }
@@ -592,11 +727,21 @@ impl PyMessageStore {
     ) -> PyResult<u64> {
         let codes = tag_codes(tags)?;
         let store = &self.store;
-        Ok(py.detach(|| store.scan_consume_queue(topic, queue_id, start_offset, max_units, codes.as_deref()).0))
+        Ok(py.detach(|| {
+            store
+                .scan_consume_queue(topic, queue_id, start_offset, max_units, codes.as_deref())
+                .0
+        }))
     }
 
     /// Raw units `(queue_offset, phy_offset, size, tags_code)` from `start_offset`.
-    fn consume_queue_units(&self, topic: &str, queue_id: i32, start_offset: u64, max_units: u64) -> Vec<(u64, u64, u32, i64)> {
+    fn consume_queue_units(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        start_offset: u64,
+        max_units: u64,
+    ) -> Vec<(u64, u64, u32, i64)> {
         self.store
             .consume_queue_units(topic, queue_id, start_offset, max_units)
             .into_iter()
@@ -612,7 +757,12 @@ impl PyMessageStore {
 
     /// Runs retention as of `now_ms`; returns the number of CommitLog segments deleted.
     #[pyo3(signature = (now_ms=None, *, force=false))]
-    fn delete_expired_files(&self, py: Python<'_>, now_ms: Option<i64>, force: bool) -> PyResult<usize> {
+    fn delete_expired_files(
+        &self,
+        py: Python<'_>,
+        now_ms: Option<i64>,
+        force: bool,
+    ) -> PyResult<usize> {
         let store = &self.store;
         let now = now_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
         gil::run(py, || store.delete_expired_files(now, force))

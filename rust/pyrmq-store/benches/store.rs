@@ -2,7 +2,7 @@
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pyrmq_store::message::{self, MessageInput};
 use pyrmq_store::{GetRequest, MessageStore, StoreConfig};
 
@@ -37,23 +37,13 @@ fn append(c: &mut Criterion) {
     let props = message::encode_properties([("TAGS", "TagA")]);
     let mut g = c.benchmark_group("append");
     for (size, batch) in [(128usize, 1usize), (128, 32), (4096, 32)] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MessageStore::open(config(dir.path())).unwrap();
         let body = vec![7u8; size];
         let msgs = inputs(&body, &props, batch);
-        g.throughput(Throughput::Bytes((size * batch) as u64));
+        g.throughput(Throughput::Elements(batch as u64));
         g.bench_function(format!("{size}B x{batch}"), |b| {
-            b.iter_batched_ref(
-                || {
-                    let dir = tempfile::tempdir().unwrap();
-                    let store = MessageStore::open(config(dir.path())).unwrap();
-                    (dir, store)
-                },
-                |(_, store)| {
-                    for _ in 0..256 {
-                        black_box(store.put(&msgs, false).unwrap());
-                    }
-                },
-                BatchSize::PerIteration,
-            );
+            b.iter(|| black_box(store.put(&msgs, false).unwrap()));
         });
     }
     g.finish();
@@ -73,7 +63,9 @@ fn scan_and_get(c: &mut Criterion) {
     let tag_a = [message::tags_code(Some("TagA"))];
     let mut g = c.benchmark_group("consume_queue_scan");
     g.throughput(Throughput::Elements(units));
-    g.bench_function("all", |bch| bch.iter(|| black_box(store.scan_consume_queue("BenchTopic", 0, 0, units, None))));
+    g.bench_function("all", |bch| {
+        bch.iter(|| black_box(store.scan_consume_queue("BenchTopic", 0, 0, units, None)));
+    });
     g.bench_function("tag filter", |bch| {
         bch.iter(|| black_box(store.scan_consume_queue("BenchTopic", 0, 0, units, Some(&tag_a))));
     });
@@ -83,9 +75,20 @@ fn scan_and_get(c: &mut Criterion) {
     let mut offset = 0u64;
     g.bench_function("32 messages", |bch| {
         bch.iter(|| {
-            let req = GetRequest { topic: "BenchTopic", queue_id: 0, queue_offset: offset, max_count: 32, max_bytes: None, tags_codes: None };
+            let req = GetRequest {
+                topic: "BenchTopic",
+                queue_id: 0,
+                queue_offset: offset,
+                max_count: 32,
+                max_bytes: None,
+                tags_codes: None,
+            };
             let out = store.get(&req).unwrap();
-            offset = if out.next_begin_offset + 32 >= units { 0 } else { out.next_begin_offset };
+            offset = if out.next_begin_offset + 32 >= units {
+                0
+            } else {
+                out.next_begin_offset
+            };
             black_box(out.records.len())
         });
     });

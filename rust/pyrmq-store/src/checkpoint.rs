@@ -34,7 +34,9 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Where recovery must start re-validating and re-dispatching.
     pub fn recovery_start(&self) -> u64 {
-        self.commit_log_flushed.min(self.logics_flushed).min(self.index_flushed)
+        self.commit_log_flushed
+            .min(self.logics_flushed)
+            .min(self.index_flushed)
     }
 
     pub fn encode(&self) -> [u8; LEN] {
@@ -74,7 +76,9 @@ pub struct CheckpointFile {
 
 impl CheckpointFile {
     pub fn new(root: &Path) -> Self {
-        Self { path: root.join("checkpoint") }
+        Self {
+            path: root.join("checkpoint"),
+        }
     }
 
     pub fn load(&self) -> Option<Checkpoint> {

@@ -28,7 +28,7 @@
 //!   group at the tail. A damaged group followed by intact ones is kept in place (its reads report
 //!   corruption) rather than truncating intact data behind it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,12 @@ pub struct CommitLog {
     flush_requested: Condvar,
     flush_done_lock: Mutex<()>,
     flush_done: Condvar,
+    /// Flush requests made since the current fsync started.
+    arrivals: AtomicUsize,
+    /// Appenders the previous fsync released, and how long it took: the flusher lingers for
+    /// that many to queue again, at most that long, so one fsync covers the whole group.
+    last_cover: AtomicUsize,
+    last_flush_us: AtomicU64,
 }
 
 /// What the recovery scan found.
@@ -89,13 +95,19 @@ impl CommitLog {
     pub fn load(files: MappedFileQueue) -> Self {
         Self {
             files,
-            put_lock: Mutex::new(WriteState { wrote: 0, last_store_timestamp_ms: 0 }),
+            put_lock: Mutex::new(WriteState {
+                wrote: 0,
+                last_store_timestamp_ms: 0,
+            }),
             max_offset: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             flush_request: Mutex::new(0),
             flush_requested: Condvar::new(),
             flush_done_lock: Mutex::new(()),
             flush_done: Condvar::new(),
+            arrivals: AtomicUsize::new(0),
+            last_cover: AtomicUsize::new(0),
+            last_flush_us: AtomicU64::new(0),
         }
     }
 
@@ -128,18 +140,33 @@ impl CommitLog {
     /// written.
     pub fn reserve(&self, st: &mut WriteState, len: u64) -> StoreResult<Reservation> {
         let size = self.segment_size();
-        assert!(len + END_FILE_MIN_BLANK_LENGTH <= size, "group larger than a segment");
+        assert!(
+            len + END_FILE_MIN_BLANK_LENGTH <= size,
+            "group larger than a segment"
+        );
         let wrote = st.wrote;
         let rel = wrote % size;
-        let current = if wrote == 0 && self.files.is_empty() { None } else { self.files.find(wrote) };
+        let current = if wrote == 0 && self.files.is_empty() {
+            None
+        } else {
+            self.files.find(wrote)
+        };
         match current {
             Some(file) if rel + len + END_FILE_MIN_BLANK_LENGTH <= size => {
-                Ok(Reservation { file, rel, phy: wrote })
+                file.ensure_writable(rel, rel + len)?;
+                Ok(Reservation {
+                    file,
+                    rel,
+                    phy: wrote,
+                })
             }
             Some(file) => {
-                // Create the next segment first so that a full disk leaves this one untouched.
+                // Make room in the next segment first so that a full disk leaves this one
+                // untouched.
                 let next_start = file.file_from_offset() + size;
-                let next = self.files.create(next_start)?;
+                let next = self.files.get_or_create(next_start)?;
+                next.ensure_writable(0, len)?;
+                file.ensure_writable(rel, rel + 8)?;
                 let blank_len = size - rel;
                 let mut blank = [0u8; 8];
                 blank[..4].copy_from_slice(&(blank_len as u32).to_be_bytes());
@@ -148,12 +175,21 @@ impl CommitLog {
                 unsafe { file.write_at(rel, &blank) };
                 st.wrote = next_start;
                 self.max_offset.store(next_start, Ordering::Release);
-                Ok(Reservation { file: next, rel: 0, phy: next_start })
+                Ok(Reservation {
+                    file: next,
+                    rel: 0,
+                    phy: next_start,
+                })
             }
             None => {
                 let start = wrote - rel;
                 let file = self.files.get_or_create(start)?;
-                Ok(Reservation { file, rel, phy: wrote })
+                file.ensure_writable(rel, rel + len)?;
+                Ok(Reservation {
+                    file,
+                    rel,
+                    phy: wrote,
+                })
             }
         }
     }
@@ -220,6 +256,7 @@ impl CommitLog {
         if self.flushed_offset() >= end {
             return true;
         }
+        self.arrivals.fetch_add(1, Ordering::AcqRel);
         {
             let mut req = self.flush_request.lock();
             *req = (*req).max(end);
@@ -227,14 +264,16 @@ impl CommitLog {
         }
         let deadline = Instant::now() + timeout;
         let mut guard = self.flush_done_lock.lock();
-        loop {
+        let done = loop {
             if self.flushed_offset() >= end {
-                return true;
+                break true;
             }
             if self.flush_done.wait_until(&mut guard, deadline).timed_out() {
-                return self.flushed_offset() >= end;
+                break self.flushed_offset() >= end;
             }
-        }
+        };
+        drop(guard);
+        done
     }
 
     /// One turn of the group-commit service: waits up to `idle` for a request, then flushes
@@ -244,9 +283,23 @@ impl CommitLog {
             let mut req = self.flush_request.lock();
             if *req <= self.flushed_offset() {
                 self.flush_requested.wait_for(&mut req, idle);
+                if *req <= self.flushed_offset() {
+                    return Ok(());
+                }
             }
         }
+        let expected = self.last_cover.load(Ordering::Acquire);
+        let linger = Duration::from_micros(self.last_flush_us.load(Ordering::Acquire).min(2000));
+        let start = Instant::now();
+        while self.arrivals.load(Ordering::Acquire) < expected && start.elapsed() < linger {
+            std::thread::yield_now();
+        }
+        let covered = self.arrivals.swap(0, Ordering::AcqRel);
+        let began = Instant::now();
         let result = self.flush();
+        self.last_flush_us
+            .store(began.elapsed().as_micros() as u64, Ordering::Release);
+        self.last_cover.store(covered, Ordering::Release);
         let _guard = self.flush_done_lock.lock();
         self.flush_done.notify_all();
         result.map(|_| ())
@@ -257,9 +310,10 @@ impl CommitLog {
         self.flush_requested.notify_all();
     }
 
-    /// Validates the log from `start` (a group boundary) to its end, calling `on_record` with
-    /// the offset and bytes of every record of every intact group, then truncates the torn
-    /// tail. Runs before any reader or writer exists.
+    /// Validates the log from the start of the segment holding `start` (as RocketMQ re-checks
+    /// its last files even after a clean stop) to its end, calls `on_record` with the offset
+    /// and bytes of every record at or after `start` in every intact group, then truncates the
+    /// torn tail. `start` must be a group boundary. Runs before any reader or writer exists.
     pub fn recover(
         &self,
         start: u64,
@@ -272,7 +326,8 @@ impl CommitLog {
             self.set_end(0);
             return Ok(report);
         };
-        let mut pos = start.max(first);
+        let dispatch_from = start.max(first);
+        let mut pos = dispatch_from - dispatch_from % size;
         if self.files.find(pos).is_none() {
             // The checkpoint points past the last segment: start from the last one.
             pos = self.files.last().map_or(first, |f| f.file_from_offset());
@@ -280,7 +335,9 @@ impl CommitLog {
         let mut group_start = pos;
         let mut pending: Vec<(u64, u32)> = Vec::new();
         loop {
-            let Some(file) = self.files.find(pos) else { break };
+            let Some(file) = self.files.find(pos) else {
+                break;
+            };
             let rel = pos - file.file_from_offset();
             if rel + 8 > size {
                 pos = file.file_from_offset() + size;
@@ -302,24 +359,24 @@ impl CommitLog {
                         _ => false,
                     }
                 }
-                FENCE_MAGIC_CODE if total as usize == FENCE_LEN && rel + 20 <= size => {
-                    if fence_verifies(&file, rel, group_start) {
-                        for &(phy, len) in &pending {
-                            let f = self.files.find(phy).expect("segment of a pending record");
-                            on_record(phy, f.slice(phy - f.file_from_offset(), len as usize))?;
-                            report.max_store_timestamp_ms = report
-                                .max_store_timestamp_ms
-                                .max(store_timestamp(f.slice(phy - f.file_from_offset(), 88)));
-                        }
-                        report.records += pending.len() as u64;
-                        report.groups += 1;
-                        pending.clear();
-                        pos += FENCE_LEN as u64;
-                        group_start = pos;
-                        true
-                    } else {
-                        false
+                FENCE_MAGIC_CODE
+                    if total as usize == FENCE_LEN
+                        && rel + 20 <= size
+                        && fence_verifies(&file, rel, group_start) =>
+                {
+                    for &(phy, len) in &pending {
+                        let f = self.files.find(phy).expect("segment of a pending record");
+                        on_record(phy, f.slice(phy - f.file_from_offset(), len as usize))?;
+                        report.max_store_timestamp_ms = report
+                            .max_store_timestamp_ms
+                            .max(store_timestamp(f.slice(phy - f.file_from_offset(), 88)));
                     }
+                    report.records += pending.len() as u64;
+                    report.groups += 1;
+                    pending.clear();
+                    pos += FENCE_LEN as u64;
+                    group_start = pos;
+                    true
                 }
                 BLANK_MAGIC_CODE if u64::from(total) == size - rel && pending.is_empty() => {
                     let next = file.file_from_offset() + size;
@@ -407,12 +464,18 @@ impl CommitLog {
         let next = end - end % size + size;
         for f in self.files.snapshot() {
             if f.file_from_offset() >= next {
-                discarded += f.slice(0, size as usize).iter().filter(|b| **b != 0).count() as u64;
+                discarded += f
+                    .slice(0, size as usize)
+                    .iter()
+                    .filter(|b| **b != 0)
+                    .count() as u64;
             }
         }
         self.files.delete_from(next)?;
         if discarded > 0 {
-            log::warn!("commit log truncated at offset {end}: {discarded} bytes of torn tail removed");
+            log::warn!(
+                "commit log truncated at offset {end}: {discarded} bytes of torn tail removed"
+            );
         }
         Ok(discarded)
     }
@@ -434,7 +497,10 @@ impl CommitLog {
         if self.files.len() <= 1 {
             return Ok(None);
         }
-        Ok(self.files.delete_first()?.map(|f| f.file_from_offset() + f.file_size()))
+        Ok(self
+            .files
+            .delete_first()?
+            .map(|f| f.file_from_offset() + f.file_size()))
     }
 }
 
@@ -460,7 +526,11 @@ fn store_timestamp(head: &[u8]) -> i64 {
         return 0;
     }
     let sys_flag = i32::from_be_bytes(head[36..40].try_into().expect("4 bytes"));
-    let at = if sys_flag & message::SYSFLAG_BORNHOST_V6 != 0 { 68 } else { 56 };
+    let at = if sys_flag & message::SYSFLAG_BORNHOST_V6 != 0 {
+        68
+    } else {
+        56
+    };
     i64::from_be_bytes(head[at..at + 8].try_into().expect("8 bytes"))
 }
 
@@ -468,4 +538,3 @@ fn store_timestamp(head: &[u8]) -> i64 {
 pub fn record_store_timestamp(head: &[u8]) -> i64 {
     store_timestamp(head)
 }
-

@@ -106,8 +106,12 @@ impl StoreConfig {
         if self.mapped_file_size_commit_log < 4096 {
             problems.push("mapped_file_size_commit_log must be at least 4096".to_owned());
         }
-        if self.mapped_file_size_consume_queue == 0 || self.mapped_file_size_consume_queue % 20 != 0 {
-            problems.push("mapped_file_size_consume_queue must be a positive multiple of 20".to_owned());
+        if self.mapped_file_size_consume_queue == 0
+            || !self.mapped_file_size_consume_queue.is_multiple_of(20)
+        {
+            problems.push(
+                "mapped_file_size_consume_queue must be a positive multiple of 20".to_owned(),
+            );
         }
         if self.max_hash_slot_num == 0 || self.max_index_num < 2 {
             problems.push("max_hash_slot_num must be > 0 and max_index_num >= 2".to_owned());

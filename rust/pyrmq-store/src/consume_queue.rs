@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::StoreResult;
+use crate::mapped_file::Allocation;
 use crate::mapped_file_queue::MappedFileQueue;
 
 pub const CQ_UNIT_SIZE: u64 = 20;
@@ -48,7 +49,7 @@ pub struct ConsumeQueue {
 impl ConsumeQueue {
     /// Opens the queue in `dir` and finds its max offset: the first unwritten unit of the last file.
     pub fn load(dir: &Path, topic: &str, queue_id: i32, file_size: u64) -> StoreResult<Self> {
-        let files = MappedFileQueue::load(dir, file_size)?;
+        let files = MappedFileQueue::load(dir, file_size, Allocation::Reserve)?;
         let units_per_file = file_size / CQ_UNIT_SIZE;
         let (min, max) = match (files.first(), files.last()) {
             (Some(first), Some(last)) => {
@@ -94,11 +95,19 @@ impl ConsumeQueue {
         if end == 0 {
             return Ok(());
         }
-        self.files.get_or_create((end - 1) * CQ_UNIT_SIZE).map(|_| ())
+        self.files
+            .get_or_create((end - 1) * CQ_UNIT_SIZE)
+            .map(|_| ())
     }
 
     /// Writes unit `queue_offset`. Only the put-lock holder (or recovery) calls this.
-    pub fn write_unit(&self, queue_offset: u64, phy: u64, size: u32, tags_code: i64) -> StoreResult<()> {
+    pub fn write_unit(
+        &self,
+        queue_offset: u64,
+        phy: u64,
+        size: u32,
+        tags_code: i64,
+    ) -> StoreResult<()> {
         let byte = queue_offset * CQ_UNIT_SIZE;
         let file = self.files.get_or_create(byte)?;
         let mut unit = [0u8; CQ_UNIT_SIZE as usize];
@@ -143,7 +152,9 @@ impl ConsumeQueue {
         let file_bytes = self.units_per_file * CQ_UNIT_SIZE;
         while offset < end && out.len() < max_matches {
             let byte = offset * CQ_UNIT_SIZE;
-            let Some(file) = self.files.find(byte) else { return offset };
+            let Some(file) = self.files.find(byte) else {
+                return offset;
+            };
             let rel = byte - file.file_from_offset();
             let units_here = ((file_bytes - rel) / CQ_UNIT_SIZE).min(end - offset);
             let data = file.slice(rel, (units_here * CQ_UNIT_SIZE) as usize);
@@ -173,7 +184,9 @@ impl ConsumeQueue {
         let file_bytes = self.units_per_file * CQ_UNIT_SIZE;
         while offset < end {
             let byte = offset * CQ_UNIT_SIZE;
-            let Some(file) = self.files.find(byte) else { break };
+            let Some(file) = self.files.find(byte) else {
+                break;
+            };
             let rel = byte - file.file_from_offset();
             let units_here = ((file_bytes - rel) / CQ_UNIT_SIZE).min(end - offset);
             let data = file.slice(rel, (units_here * CQ_UNIT_SIZE) as usize);
@@ -181,7 +194,9 @@ impl ConsumeQueue {
                 None => data.chunks_exact(20).filter(|u| unit_size(u) > 0).count() as u64,
                 Some(codes) => data
                     .chunks_exact(20)
-                    .filter(|u| codes.contains(&i64::from_be_bytes(u[12..20].try_into().expect("8"))))
+                    .filter(|u| {
+                        codes.contains(&i64::from_be_bytes(u[12..20].try_into().expect("8")))
+                    })
                     .count() as u64,
             };
             offset += units_here;
@@ -208,14 +223,21 @@ impl ConsumeQueue {
         while max > min_file {
             let q = max - 1;
             let byte = q * CQ_UNIT_SIZE;
-            let Some(file) = self.files.find(byte) else { break };
+            let Some(file) = self.files.find(byte) else {
+                break;
+            };
             let raw = file.slice(byte - file.file_from_offset(), CQ_UNIT_SIZE as usize);
             let unit = decode_unit(q, raw);
             if unit.size > 0 && unit.phy_offset + u64::from(unit.size) <= commit_log_end {
                 break;
             }
             // SAFETY: recovery runs before any reader or writer starts.
-            unsafe { file.write_at(byte - file.file_from_offset(), &[0u8; CQ_UNIT_SIZE as usize]) };
+            unsafe {
+                file.write_at(
+                    byte - file.file_from_offset(),
+                    &[0u8; CQ_UNIT_SIZE as usize],
+                );
+            };
             max = q;
         }
         if max < self.max_offset() {
@@ -225,7 +247,8 @@ impl ConsumeQueue {
                 self.queue_id
             );
             self.max_offset.store(max, Ordering::Release);
-            self.files.flush(max * CQ_UNIT_SIZE, (max + 1) * CQ_UNIT_SIZE)?;
+            self.files
+                .flush(max * CQ_UNIT_SIZE, (max + 1) * CQ_UNIT_SIZE)?;
             // Files wholly past the new end hold nothing.
             let fs = self.files.file_size();
             self.files.delete_from((max * CQ_UNIT_SIZE / fs + 1) * fs)?;
@@ -238,7 +261,9 @@ impl ConsumeQueue {
     /// `commit_log_min` and deletes files that hold only older units (the last file stays).
     pub fn correct_min_offset(&self, commit_log_min: u64) -> StoreResult<()> {
         loop {
-            let Some(first) = self.files.first() else { break };
+            let Some(first) = self.files.first() else {
+                break;
+            };
             if self.files.len() <= 1 {
                 break;
             }

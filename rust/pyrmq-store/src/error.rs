@@ -28,7 +28,11 @@ pub enum StoreError {
     #[error("store directory {0} is in use by another process")]
     Locked(PathBuf),
     #[error("{context} {path}: {source}")]
-    Io { context: &'static str, path: PathBuf, source: io::Error },
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
     #[error("bad store configuration: {0}")]
     Config(String),
 }
@@ -38,10 +42,17 @@ impl StoreError {
         if is_disk_full(&source) {
             return Self::DiskFull(format!("{context} {}: {source}", path.into().display()));
         }
-        Self::Io { context, path: path.into(), source }
+        Self::Io {
+            context,
+            path: path.into(),
+            source,
+        }
     }
 }
 
 fn is_disk_full(err: &io::Error) -> bool {
-    matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG))
+    matches!(
+        err.raw_os_error(),
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
+    )
 }

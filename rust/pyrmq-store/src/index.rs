@@ -25,7 +25,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::{StoreError, StoreResult};
-use crate::mapped_file::{segment_name, MappedFile};
+use crate::mapped_file::{segment_name, Allocation, MappedFile};
 use crate::message::java_string_hash;
 
 const HEADER_LEN: u64 = 40;
@@ -126,7 +126,11 @@ impl IndexFile {
 
 fn key_hash(key: &str) -> u32 {
     let h = java_string_hash(key);
-    if h == i32::MIN { 0 } else { h.unsigned_abs() }
+    if h == i32::MIN {
+        0
+    } else {
+        h.unsigned_abs()
+    }
 }
 
 pub struct IndexService {
@@ -154,16 +158,30 @@ impl IndexService {
         let mut files = Vec::new();
         for (stamp, path) in names {
             match MappedFile::open(&path, stamp, size) {
-                Ok(file) => files.push(IndexFile { file: Arc::new(file), slots, entries }),
+                Ok(file) => {
+                    // Index files were fully reserved when created.
+                    file.mark_reserved();
+                    files.push(IndexFile {
+                        file: Arc::new(file),
+                        slots,
+                        entries,
+                    });
+                }
                 Err(e) => {
                     // An index file of another geometry (config changed) or cut short: the index
                     // is derived data, so drop it rather than refuse to start.
                     log::warn!("dropping unreadable index file {}: {e}", path.display());
-                    std::fs::remove_file(&path).map_err(|e| StoreError::io("removing", &path, e))?;
+                    std::fs::remove_file(&path)
+                        .map_err(|e| StoreError::io("removing", &path, e))?;
                 }
             }
         }
-        Ok(Self { dir: dir.to_owned(), slots, entries, files: Mutex::new(files) })
+        Ok(Self {
+            dir: dir.to_owned(),
+            slots,
+            entries,
+            files: Mutex::new(files),
+        })
     }
 
     /// Offset of the last indexed record; records from here on are re-indexed on recovery.
@@ -174,7 +192,13 @@ impl IndexService {
     }
 
     /// Indexes `keys` (already prefixed `topic#`) of the record at `phy`.
-    pub fn put<'a>(&self, keys: impl IntoIterator<Item = &'a str>, phy: i64, store_ts: i64, now_ms: i64) -> StoreResult<()> {
+    pub fn put<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a str>,
+        phy: i64,
+        store_ts: i64,
+        now_ms: i64,
+    ) -> StoreResult<()> {
         let mut files = self.files.lock();
         for key in keys {
             if files.last().is_none_or(IndexFile::is_full) {
@@ -184,10 +208,17 @@ impl IndexService {
                     stamp = stamp.max(last.file.file_from_offset() + 1);
                 }
                 let path = self.dir.join(segment_name(stamp));
-                let file = MappedFile::create(&path, stamp, size)?;
-                files.push(IndexFile { file: Arc::new(file), slots: self.slots, entries: self.entries });
+                let file = MappedFile::create(&path, stamp, size, Allocation::Reserve)?;
+                files.push(IndexFile {
+                    file: Arc::new(file),
+                    slots: self.slots,
+                    entries: self.entries,
+                });
             }
-            files.last().expect("an index file exists").put(key, phy, store_ts);
+            files
+                .last()
+                .expect("an index file exists")
+                .put(key, phy, store_ts);
         }
         Ok(())
     }
@@ -224,7 +255,8 @@ impl IndexService {
         let mut removed = 0;
         while files.len() > 1 && files[0].end_phy() < commit_log_min {
             let f = files.remove(0);
-            std::fs::remove_file(f.file.path()).map_err(|e| StoreError::io("removing", f.file.path(), e))?;
+            std::fs::remove_file(f.file.path())
+                .map_err(|e| StoreError::io("removing", f.file.path(), e))?;
             removed += 1;
         }
         Ok(removed)

@@ -1,13 +1,21 @@
-//! One preallocated, memory-mapped segment file.
+//! One memory-mapped segment file of fixed size.
 //!
-//! The file is allocated to its full size at creation (`fallocate`), so a full disk surfaces as an
-//! error when a segment is created, never as a SIGBUS when a page is first written.
+//! A page of a shared file mapping that cannot get disk space when first written kills the
+//! process with SIGBUS. So no byte is written to a page before its space is reserved, in one of
+//! two ways ([`Allocation`]):
+//! * `Reserve`: the whole file is allocated at creation (`fallocate`). Simple; used for the small
+//!   ConsumeQueue and index files.
+//! * `OnDemand`: the file is sparse and the writer populates pages ahead of itself in 4 MiB
+//!   chunks (`MADV_POPULATE_WRITE`, which reserves space and returns ENOSPC as an error instead
+//!   of a signal). First writes into fallocated-but-unwritten extents cost about ten times more
+//!   than into populated pages, which matters on the CommitLog append path.
 //!
 //! Concurrency: exactly one writer (the holder of the owner's put lock) writes bytes past the
 //! published position; readers only read below it. The owner publishes with Release after
 //! writing and readers load with Acquire before reading, so no byte is read while written.
 
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -16,61 +24,156 @@ use memmap2::MmapRaw;
 
 use crate::error::{StoreError, StoreResult};
 
+/// How a segment gets its disk space; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocation {
+    Reserve,
+    OnDemand,
+}
+
+/// Pages populated ahead of the writer in one step.
+const POPULATE_CHUNK: u64 = 4 * 1024 * 1024;
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
 pub struct MappedFile {
     path: PathBuf,
     /// Offset of this file's first byte in its log (CommitLog bytes or ConsumeQueue bytes).
     file_from_offset: u64,
     file_size: u64,
     map: MmapRaw,
-    _file: File,
+    file: File,
+    /// Bytes from the start whose pages have their space reserved.
+    writable_to: AtomicU64,
     /// Bytes known durable, relative to the file start.
     flushed_position: AtomicU64,
 }
 
 impl MappedFile {
-    /// Creates and preallocates a new segment.
-    pub fn create(path: &Path, file_from_offset: u64, file_size: u64) -> StoreResult<Self> {
+    /// Creates a new segment of `file_size` bytes.
+    pub fn create(
+        path: &Path,
+        file_from_offset: u64,
+        file_size: u64,
+        allocation: Allocation,
+    ) -> StoreResult<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(path)
             .map_err(|e| StoreError::io("creating segment", path, e))?;
-        if let Err(e) = file.allocate(file_size) {
+        let sized = match allocation {
+            Allocation::Reserve => file.allocate(file_size),
+            Allocation::OnDemand => file.set_len(file_size),
+        };
+        if let Err(e) = sized {
             drop(file);
             let _ = std::fs::remove_file(path);
-            return Err(StoreError::io("preallocating segment", path, e));
+            return Err(StoreError::io("allocating segment", path, e));
         }
-        Self::map(path, file, file_from_offset, file_size)
+        let mf = Self::map(path, file, file_from_offset, file_size)?;
+        if allocation == Allocation::Reserve {
+            mf.writable_to.store(file_size, Ordering::Release);
+        }
+        Ok(mf)
     }
 
-    /// Maps an existing segment, which must already have its full size.
+    /// Maps an existing segment, which must already have its full size. Pages past the data
+    /// are treated as unreserved until [`Self::ensure_writable`] reserves them.
     pub fn open(path: &Path, file_from_offset: u64, file_size: u64) -> StoreResult<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .map_err(|e| StoreError::io("opening segment", path, e))?;
-        let len = file.metadata().map_err(|e| StoreError::io("reading size of", path, e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| StoreError::io("reading size of", path, e))?
+            .len();
         if len != file_size {
             return Err(StoreError::Corrupt {
                 phy_offset: file_from_offset,
-                reason: format!("segment {} is {len} bytes, expected {file_size}", path.display()),
+                reason: format!(
+                    "segment {} is {len} bytes, expected {file_size}",
+                    path.display()
+                ),
             });
         }
         Self::map(path, file, file_from_offset, file_size)
     }
 
     fn map(path: &Path, file: File, file_from_offset: u64, file_size: u64) -> StoreResult<Self> {
-        let map = MmapRaw::map_raw(&file).map_err(|e| StoreError::io("mapping segment", path, e))?;
+        let map =
+            MmapRaw::map_raw(&file).map_err(|e| StoreError::io("mapping segment", path, e))?;
         Ok(Self {
             path: path.to_owned(),
             file_from_offset,
             file_size,
             map,
-            _file: file,
+            file,
+            writable_to: AtomicU64::new(0),
             flushed_position: AtomicU64::new(0),
         })
+    }
+
+    /// Marks the whole file as reserved (a `Reserve` file reopened).
+    pub fn mark_reserved(&self) {
+        self.writable_to.store(self.file_size, Ordering::Release);
+    }
+
+    /// Reserves disk space for the pages of `from..to` (and up to one chunk beyond) so that
+    /// writing them cannot fault. On a full disk this fails and nothing is written.
+    pub fn ensure_writable(&self, from: u64, to: u64) -> StoreResult<()> {
+        let ready = self.writable_to.load(Ordering::Acquire);
+        if to <= ready {
+            return Ok(());
+        }
+        let start = from.max(ready) / 4096 * 4096;
+        let end = (to.div_ceil(POPULATE_CHUNK) * POPULATE_CHUNK).min(self.file_size);
+        let len = (end - start) as usize;
+        // SAFETY: the range lies inside the mapping; MADV_POPULATE_WRITE faults pages in without
+        // changing their contents, so it may overlap data written concurrently.
+        let rc = unsafe {
+            libc::madvise(
+                self.map.as_mut_ptr().add(start as usize).cast(),
+                len,
+                MADV_POPULATE_WRITE,
+            )
+        };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            match err.raw_os_error() {
+                // Kernels before 5.14: reserve the range with fallocate instead.
+                Some(libc::EINVAL) => {
+                    // SAFETY: plain syscall on our own descriptor.
+                    let r = unsafe {
+                        libc::fallocate(
+                            self.file.as_raw_fd(),
+                            0,
+                            start as libc::off_t,
+                            len as libc::off_t,
+                        )
+                    };
+                    if r != 0 {
+                        return Err(StoreError::io(
+                            "reserving space in",
+                            &self.path,
+                            std::io::Error::last_os_error(),
+                        ));
+                    }
+                }
+                // A page that could not get disk space.
+                Some(libc::EFAULT | libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => {
+                    return Err(StoreError::DiskFull(format!(
+                        "no space to extend {} to {end} bytes: {err}",
+                        self.path.display()
+                    )));
+                }
+                _ => return Err(StoreError::io("populating pages of", &self.path, err)),
+            }
+        }
+        self.writable_to.fetch_max(end, Ordering::AcqRel);
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -91,7 +194,11 @@ impl MappedFile {
     /// The caller must be the only writer of `pos..pos + data.len()` and no reader may read that
     /// range until the owner publishes it.
     pub unsafe fn write_at(&self, pos: u64, data: &[u8]) {
-        assert!(pos + data.len() as u64 <= self.file_size, "write past the end of {:?}", self.path);
+        assert!(
+            pos + data.len() as u64 <= self.file_size,
+            "write past the end of {}",
+            self.path.display()
+        );
         // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -108,7 +215,11 @@ impl MappedFile {
     /// Same contract as [`Self::write_at`]; the slice must be dropped before publication.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice_mut(&self, pos: u64, len: usize) -> &mut [u8] {
-        assert!(pos + len as u64 <= self.file_size, "slice past the end of {:?}", self.path);
+        assert!(
+            pos + len as u64 <= self.file_size,
+            "slice past the end of {}",
+            self.path.display()
+        );
         // SAFETY: in bounds; exclusivity is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(pos as usize), len) }
     }
@@ -148,10 +259,11 @@ impl MappedFile {
             let end = page_end.min(self.file_size);
             let chunk = self.slice(pos, (end - pos) as usize);
             let nonzero = chunk.iter().filter(|b| **b != 0).count() as u64;
-            if nonzero == 0 && pos % PAGE == 0 {
+            if nonzero == 0 && pos.is_multiple_of(PAGE) {
                 break;
             }
             if nonzero > 0 {
+                self.ensure_writable(pos, end)?;
                 // SAFETY: recovery runs before any reader or writer starts.
                 unsafe { self.slice_mut(pos, (end - pos) as usize).fill(0) };
                 cleared += nonzero;

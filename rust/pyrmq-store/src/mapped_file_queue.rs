@@ -6,11 +6,12 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::error::{StoreError, StoreResult};
-use crate::mapped_file::{segment_name, MappedFile};
+use crate::mapped_file::{segment_name, Allocation, MappedFile};
 
 pub struct MappedFileQueue {
     dir: PathBuf,
     file_size: u64,
+    allocation: Allocation,
     files: RwLock<Vec<Arc<MappedFile>>>,
 }
 
@@ -18,7 +19,7 @@ impl MappedFileQueue {
     /// Opens every segment in `dir` (created if missing). A last segment of the wrong size is a
     /// creation cut short: it never held data and is removed. Any other gap or size mismatch is
     /// an error rather than a guess.
-    pub fn load(dir: &Path, file_size: u64) -> StoreResult<Self> {
+    pub fn load(dir: &Path, file_size: u64, allocation: Allocation) -> StoreResult<Self> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("creating directory", dir, e))?;
         let mut names: Vec<(u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io("listing", dir, e))? {
@@ -33,11 +34,30 @@ impl MappedFileQueue {
         let mut files: Vec<Arc<MappedFile>> = Vec::with_capacity(names.len());
         let count = names.len();
         for (i, (offset, path)) in names.into_iter().enumerate() {
-            let len = std::fs::metadata(&path).map_err(|e| StoreError::io("stat", &path, e))?.len();
-            if len != file_size && i + 1 == count {
-                log::warn!("removing partially created segment path={} size={len}", path.display());
-                std::fs::remove_file(&path).map_err(|e| StoreError::io("removing", &path, e))?;
-                continue;
+            let len = std::fs::metadata(&path)
+                .map_err(|e| StoreError::io("stat", &path, e))?
+                .len();
+            if len != file_size {
+                // A creation cut short leaves a last file that never held data; anything else is
+                // a store written with another segment size, which must not be touched.
+                let empty = std::fs::read(&path)
+                    .map_err(|e| StoreError::io("reading", &path, e))?
+                    .iter()
+                    .all(|b| *b == 0);
+                if i + 1 == count && empty {
+                    log::warn!(
+                        "removing partially created segment path={} size={len}",
+                        path.display()
+                    );
+                    std::fs::remove_file(&path)
+                        .map_err(|e| StoreError::io("removing", &path, e))?;
+                    continue;
+                }
+                return Err(StoreError::Config(format!(
+                    "segment {} is {len} bytes but the configured size is {file_size}: open the store \
+                     with the segment size it was written with",
+                    path.display()
+                )));
             }
             if let Some(prev) = files.last() {
                 if prev.file_from_offset() + file_size != offset {
@@ -47,9 +67,18 @@ impl MappedFileQueue {
                     });
                 }
             }
-            files.push(Arc::new(MappedFile::open(&path, offset, file_size)?));
+            let file = MappedFile::open(&path, offset, file_size)?;
+            if allocation == Allocation::Reserve {
+                file.mark_reserved();
+            }
+            files.push(Arc::new(file));
         }
-        Ok(Self { dir: dir.to_owned(), file_size, files: RwLock::new(files) })
+        Ok(Self {
+            dir: dir.to_owned(),
+            file_size,
+            allocation,
+            files: RwLock::new(files),
+        })
     }
 
     pub fn file_size(&self) -> u64 {
@@ -98,12 +127,17 @@ impl MappedFileQueue {
             assert_eq!(
                 last.file_from_offset() + self.file_size,
                 offset,
-                "segments of {:?} must be contiguous",
-                self.dir
+                "segments of {} must be contiguous",
+                self.dir.display()
             );
         }
         let path = self.dir.join(segment_name(offset));
-        let file = Arc::new(MappedFile::create(&path, offset, self.file_size)?);
+        let file = Arc::new(MappedFile::create(
+            &path,
+            offset,
+            self.file_size,
+            self.allocation,
+        )?);
         files.push(file.clone());
         Ok(file)
     }
@@ -121,7 +155,10 @@ impl MappedFileQueue {
         if next > start {
             return Err(StoreError::Corrupt {
                 phy_offset: offset,
-                reason: format!("offset {offset} lies before the first segment of {:?}", self.dir),
+                reason: format!(
+                    "offset {offset} lies before the first segment of {}",
+                    self.dir.display()
+                ),
             });
         }
         loop {

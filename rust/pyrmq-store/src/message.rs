@@ -77,7 +77,9 @@ pub fn body_crc(body: &[u8]) -> u32 {
 
 /// Java's `String.hashCode`, which RocketMQ uses for tag codes and index keys.
 pub fn java_string_hash(s: &str) -> i32 {
-    s.encode_utf16().fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(i32::from(unit)))
+    s.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
 }
 
 /// Tag code stored in the ConsumeQueue: the tag's hash, or 0 for an untagged message.
@@ -235,13 +237,17 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
     fn u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_be_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     fn i32(&mut self) -> Result<i32, DecodeError> {
         Ok(self.u32()? as i32)
     }
     fn i64(&mut self) -> Result<i64, DecodeError> {
-        Ok(i64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(i64::from_be_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
     fn host(&mut self, v6: bool) -> Result<SocketAddr, DecodeError> {
         let ip = if v6 {
@@ -287,13 +293,17 @@ pub fn decode(buf: &[u8], check_crc: bool) -> Result<Record<'_>, DecodeError> {
     let body = r.take(body_len)?;
     let topic_len = r.take(1)?[0];
     if topic_len > 127 {
-        return Err(DecodeError::BadLength(format!("topic length byte {topic_len}")));
+        return Err(DecodeError::BadLength(format!(
+            "topic length byte {topic_len}"
+        )));
     }
     let topic = std::str::from_utf8(r.take(topic_len as usize)?)
         .map_err(|_| DecodeError::BadText("topic"))?;
     let props_len = u16::from_be_bytes(r.take(2)?.try_into().expect("2 bytes"));
     if props_len > i16::MAX as u16 {
-        return Err(DecodeError::BadLength(format!("properties length {props_len}")));
+        return Err(DecodeError::BadLength(format!(
+            "properties length {props_len}"
+        )));
     }
     let properties = r.take(props_len as usize)?;
     if r.pos != total_size as usize {
@@ -305,7 +315,10 @@ pub fn decode(buf: &[u8], check_crc: bool) -> Result<Record<'_>, DecodeError> {
     if check_crc {
         let computed = self::body_crc(body);
         if computed != body_crc {
-            return Err(DecodeError::BadCrc { stored: body_crc, computed });
+            return Err(DecodeError::BadCrc {
+                stored: body_crc,
+                computed,
+            });
         }
     }
     Ok(Record {
@@ -341,20 +354,27 @@ impl Record<'_> {
 /// Iterates over `(name, value)` pairs, accepting a trailing separator or none and skipping
 /// empty segments; a pair splits on its first `\x01`. Pairs that are not UTF-8 are skipped.
 pub fn iter_properties(props: &[u8]) -> impl Iterator<Item = (&str, &str)> {
-    props.split(|b| *b == PROPERTY_SEPARATOR).filter(|s| !s.is_empty()).filter_map(|pair| {
-        let sep = pair.iter().position(|b| *b == NAME_VALUE_SEPARATOR)?;
-        let name = std::str::from_utf8(&pair[..sep]).ok()?;
-        let value = std::str::from_utf8(&pair[sep + 1..]).ok()?;
-        Some((name, value))
-    })
+    props
+        .split(|b| *b == PROPERTY_SEPARATOR)
+        .filter(|s| !s.is_empty())
+        .filter_map(|pair| {
+            let sep = pair.iter().position(|b| *b == NAME_VALUE_SEPARATOR)?;
+            let name = std::str::from_utf8(&pair[..sep]).ok()?;
+            let value = std::str::from_utf8(&pair[sep + 1..]).ok()?;
+            Some((name, value))
+        })
 }
 
 pub fn property<'a>(props: &'a [u8], name: &str) -> Option<&'a str> {
-    iter_properties(props).find(|(n, _)| *n == name).map(|(_, v)| v)
+    iter_properties(props)
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
 }
 
 pub fn properties_map(props: &[u8]) -> HashMap<String, String> {
-    iter_properties(props).map(|(n, v)| (n.to_owned(), v.to_owned())).collect()
+    iter_properties(props)
+        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        .collect()
 }
 
 /// Encodes pairs as `name\x01value\x02` with no separator after the last pair (Java 4.9.7).
@@ -417,7 +437,9 @@ pub fn validate_topic(topic: &str) -> Result<(), &'static str> {
     if topic.len() > MAX_TOPIC_LEN {
         return Err("topic is longer than 127 characters");
     }
-    if !topic.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-'))
+    if !topic
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-'))
     {
         return Err("topic may only contain characters of [%|a-zA-Z0-9_-]");
     }
@@ -472,7 +494,10 @@ mod tests {
             store_host: "127.0.0.1:30911".parse().unwrap(),
         };
         encode_into(&mut buf, &msg, body_crc(msg.body), &at);
-        assert_eq!(u32::from_be_bytes(buf[0..4].try_into().unwrap()) as usize, len);
+        assert_eq!(
+            u32::from_be_bytes(buf[0..4].try_into().unwrap()) as usize,
+            len
+        );
         assert_eq!(&buf[4..8], &MESSAGE_MAGIC_CODE.to_be_bytes());
         assert_eq!(&buf[48..52], &[10, 0, 0, 1]);
         assert_eq!(&buf[64..68], &[127, 0, 0, 1]);
@@ -497,7 +522,10 @@ mod tests {
         };
         encode_into(&mut buf, &msg, body_crc(msg.body), &at);
         buf[90] ^= 0x40;
-        assert!(matches!(decode(&buf, true), Err(DecodeError::BadCrc { .. })));
+        assert!(matches!(
+            decode(&buf, true),
+            Err(DecodeError::BadCrc { .. })
+        ));
         assert!(decode(&buf, false).is_ok());
     }
 
@@ -556,7 +584,9 @@ pub fn decode_client_batch(buf: &[u8]) -> Result<Vec<BatchItem<'_>>, DecodeError
         let mut r = Reader { buf, pos };
         let total = r.u32()? as usize;
         if total < 22 || pos + total > buf.len() {
-            return Err(DecodeError::BadLength(format!("batch item of {total} bytes at {pos}")));
+            return Err(DecodeError::BadLength(format!(
+                "batch item of {total} bytes at {pos}"
+            )));
         }
         r.buf = &buf[..pos + total];
         let _magic = r.u32()?;
@@ -567,9 +597,15 @@ pub fn decode_client_batch(buf: &[u8]) -> Result<Vec<BatchItem<'_>>, DecodeError
         let props_len = u16::from_be_bytes(r.take(2)?.try_into().expect("2 bytes")) as usize;
         let properties = r.take(props_len)?;
         if r.pos != pos + total {
-            return Err(DecodeError::BadLength(format!("batch item at {pos} declares {total} bytes")));
+            return Err(DecodeError::BadLength(format!(
+                "batch item at {pos} declares {total} bytes"
+            )));
         }
-        items.push(BatchItem { flag, body, properties });
+        items.push(BatchItem {
+            flag,
+            body,
+            properties,
+        });
         pos += total;
     }
     if items.is_empty() {

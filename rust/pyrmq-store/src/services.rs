@@ -42,12 +42,19 @@ pub(crate) struct Services {
 const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    std::thread::Builder::new().name(name.to_owned()).spawn(f).expect("spawning a store service thread")
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(f)
+        .expect("spawning a store service thread")
 }
 
 impl Services {
     pub(crate) fn start(inner: &Arc<Inner>) -> Self {
-        let stop = Arc::new(Stop { flag: AtomicBool::new(false), lock: Mutex::new(()), cv: Condvar::new() });
+        let stop = Arc::new(Stop {
+            flag: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+        });
         let mut threads = Vec::new();
 
         let (s, i) = (stop.clone(), inner.clone());
@@ -83,7 +90,9 @@ impl Services {
         let (s, i) = (stop.clone(), inner.clone());
         threads.push(spawn("pyrmq-flush-logics", move || {
             let mut last_error: Option<Instant> = None;
-            while !s.sleep(Duration::from_millis(i.config.flush_interval_consume_queue_ms)) {
+            while !s.sleep(Duration::from_millis(
+                i.config.flush_interval_consume_queue_ms,
+            )) {
                 if let Err(e) = i.flush_all() {
                     if last_error.is_none_or(|t| t.elapsed() > ERROR_LOG_INTERVAL) {
                         log::error!("consume queue / checkpoint flush failed: {e}");
@@ -103,7 +112,11 @@ impl Services {
             }
         }));
 
-        Self { stop, inner: inner.clone(), threads }
+        Self {
+            stop,
+            inner: inner.clone(),
+            threads,
+        }
     }
 
     pub(crate) fn stop(self) {

@@ -28,7 +28,7 @@ use crate::index::IndexService;
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::{
-    self, Assigned, MessageInput, Record, MAX_PROPERTIES_LEN, PROPERTY_DELAY, PROPERTY_KEYS,
+    self, Assigned, MessageInput, MAX_PROPERTIES_LEN, PROPERTY_DELAY, PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS, PROPERTY_UNIQ_KEY_SHORT,
     SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
 };
@@ -145,7 +145,8 @@ impl MessageStore {
     pub fn open(config: StoreConfig) -> StoreResult<Self> {
         config.validate()?;
         let root = config.store_path_root_dir.clone();
-        std::fs::create_dir_all(&root).map_err(|e| StoreError::io("creating store root", &root, e))?;
+        std::fs::create_dir_all(&root)
+            .map_err(|e| StoreError::io("creating store root", &root, e))?;
         let lock_path = root.join("lock");
         let lock_file = File::options()
             .create(true)
@@ -162,15 +163,24 @@ impl MessageStore {
         let checkpoint = CheckpointFile::new(&root);
         let cp = checkpoint.load();
 
-        let cl_files = MappedFileQueue::load(&config.commit_log_dir(), config.mapped_file_size_commit_log)?;
+        let cl_files = MappedFileQueue::load(
+            &config.commit_log_dir(),
+            config.mapped_file_size_commit_log,
+            crate::mapped_file::Allocation::OnDemand,
+        )?;
         let commit_log = CommitLog::load(cl_files);
         let queues = load_queues(&config)?;
         let index = if config.message_index_enable {
-            Some(IndexService::load(&config.index_dir(), config.max_hash_slot_num, config.max_index_num)?)
+            Some(IndexService::load(
+                &config.index_dir(),
+                config.max_hash_slot_num,
+                config.max_index_num,
+            )?)
         } else {
             None
         };
-        let arrivals = Arrivals::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
+        let arrivals =
+            Arrivals::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
         let inner = Inner {
             config,
             commit_log,
@@ -190,15 +200,25 @@ impl MessageStore {
             None => 0,
         };
         if abnormal {
-            log::warn!("store {} was not shut down cleanly; recovering from offset {start}", root.display());
+            log::warn!(
+                "store {} was not shut down cleanly; recovering from offset {start}",
+                root.display()
+            );
         }
         let recovery = inner.recover(start)?;
         inner.update_disk_full();
         std::fs::write(&inner.abort_path, b"")
             .map_err(|e| StoreError::io("creating", &inner.abort_path, e))?;
         let inner = Arc::new(inner);
-        let services = inner.config.background_services.then(|| Services::start(&inner));
-        Ok(Self { inner, services: parking_lot::Mutex::new(services), recovery })
+        let services = inner
+            .config
+            .background_services
+            .then(|| Services::start(&inner));
+        Ok(Self {
+            inner,
+            services: parking_lot::Mutex::new(services),
+            recovery,
+        })
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -234,17 +254,28 @@ impl MessageStore {
 
     /// Records of `topic` whose KEYS contain `key` or whose UNIQ_KEY is `key`, stored within
     /// `[begin_ms, end_ms]`, newest first.
-    pub fn query_message(&self, topic: &str, key: &str, max: usize, begin_ms: i64, end_ms: i64) -> StoreResult<Vec<Vec<u8>>> {
+    pub fn query_message(
+        &self,
+        topic: &str,
+        key: &str,
+        max: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) -> StoreResult<Vec<Vec<u8>>> {
         self.inner.check_open()?;
-        self.inner.query(topic, key, max, begin_ms, end_ms)
+        Ok(self.inner.query(topic, key, max, begin_ms, end_ms))
     }
 
     pub fn min_offset(&self, topic: &str, queue_id: i32) -> u64 {
-        self.inner.queue(topic, queue_id).map_or(0, |q| q.min_offset())
+        self.inner
+            .queue(topic, queue_id)
+            .map_or(0, |q| q.min_offset())
     }
 
     pub fn max_offset(&self, topic: &str, queue_id: i32) -> u64 {
-        self.inner.queue(topic, queue_id).map_or(0, |q| q.max_offset())
+        self.inner
+            .queue(topic, queue_id)
+            .map_or(0, |q| q.max_offset())
     }
 
     /// First queue offset whose store time is at or after `timestamp_ms`; the max offset when
@@ -284,7 +315,14 @@ impl MessageStore {
     }
 
     /// Counts units in `start..start + max_units` passing `tags_codes`: the bare scan loop.
-    pub fn scan_consume_queue(&self, topic: &str, queue_id: i32, start: u64, max_units: u64, tags_codes: Option<&[i64]>) -> (u64, u64) {
+    pub fn scan_consume_queue(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        start: u64,
+        max_units: u64,
+        tags_codes: Option<&[i64]>,
+    ) -> (u64, u64) {
         match self.inner.queue(topic, queue_id) {
             Some(q) => q.count_matching(start, max_units, tags_codes),
             None => (0, start),
@@ -292,7 +330,13 @@ impl MessageStore {
     }
 
     /// Units `start..` of a queue, for inspection and tests.
-    pub fn consume_queue_units(&self, topic: &str, queue_id: i32, start: u64, max_units: u64) -> Vec<CqUnit> {
+    pub fn consume_queue_units(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        start: u64,
+        max_units: u64,
+    ) -> Vec<CqUnit> {
         let mut out = Vec::new();
         if let Some(q) = self.inner.queue(topic, queue_id) {
             q.scan(start, max_units, None, usize::MAX, &mut out);
@@ -355,7 +399,10 @@ impl MessageStore {
 impl Drop for MessageStore {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
-            log::error!("closing store {}: {e}", self.inner.config.store_path_root_dir.display());
+            log::error!(
+                "closing store {}: {e}",
+                self.inner.config.store_path_root_dir.display()
+            );
         }
     }
 }
@@ -366,14 +413,29 @@ fn load_queues(config: &StoreConfig) -> StoreResult<HashMap<QueueKey, Arc<Consum
     let mut queues = HashMap::new();
     for topic_dir in std::fs::read_dir(&root).map_err(|e| StoreError::io("listing", &root, e))? {
         let topic_dir = topic_dir.map_err(|e| StoreError::io("listing", &root, e))?;
-        let Some(topic) = topic_dir.file_name().to_str().map(str::to_owned) else { continue };
+        let Some(topic) = topic_dir.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
         if message::validate_topic(&topic).is_err() || !topic_dir.path().is_dir() {
             continue;
         }
-        for qdir in std::fs::read_dir(topic_dir.path()).map_err(|e| StoreError::io("listing", topic_dir.path(), e))? {
+        for qdir in std::fs::read_dir(topic_dir.path())
+            .map_err(|e| StoreError::io("listing", topic_dir.path(), e))?
+        {
             let qdir = qdir.map_err(|e| StoreError::io("listing", topic_dir.path(), e))?;
-            let Some(queue_id) = qdir.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            let cq = ConsumeQueue::load(&qdir.path(), &topic, queue_id, config.mapped_file_size_consume_queue)?;
+            let Some(queue_id) = qdir
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let cq = ConsumeQueue::load(
+                &qdir.path(),
+                &topic,
+                queue_id,
+                config.mapped_file_size_consume_queue,
+            )?;
             queues.insert((topic.clone(), queue_id), Arc::new(cq));
         }
     }
@@ -385,8 +447,6 @@ struct Prepared<'a> {
     input: MessageInput<'a>,
     crc: u32,
     len: usize,
-    /// Due delay for SCHEDULE_TOPIC_XXXX messages (its unit holds store time + delay).
-    delay_ms: Option<u64>,
     dispatch: bool,
 }
 
@@ -394,7 +454,17 @@ struct Rewrite {
     topic: &'static str,
     queue_id: i32,
     properties: Vec<u8>,
-    delay_ms: u64,
+}
+
+/// Whether and how dispatch writes a record's ConsumeQueue unit.
+#[derive(Clone, Copy)]
+enum Unit<'a> {
+    /// Not dispatched (transaction half or rollback).
+    None,
+    /// A put: write into this queue, which the caller publishes.
+    Write(&'a ConsumeQueue),
+    /// Recovery: find or create the queue, write and publish.
+    Rebuild,
 }
 
 /// What dispatch needs from a stored record.
@@ -420,7 +490,10 @@ impl Inner {
     }
 
     fn queue(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
-        self.queues.read().get(&(topic.to_owned(), queue_id)).cloned()
+        self.queues
+            .read()
+            .get(&(topic.to_owned(), queue_id))
+            .cloned()
     }
 
     fn queue_or_create(&self, topic: &str, queue_id: i32) -> StoreResult<Arc<ConsumeQueue>> {
@@ -432,15 +505,36 @@ impl Inner {
         if let Some(q) = queues.get(&key) {
             return Ok(q.clone());
         }
-        let dir = self.config.consume_queue_dir().join(topic).join(queue_id.to_string());
-        let q = Arc::new(ConsumeQueue::load(&dir, topic, queue_id, self.config.mapped_file_size_consume_queue)?);
+        let dir = self
+            .config
+            .consume_queue_dir()
+            .join(topic)
+            .join(queue_id.to_string());
+        let q = Arc::new(ConsumeQueue::load(
+            &dir,
+            topic,
+            queue_id,
+            self.config.mapped_file_size_consume_queue,
+        )?);
         queues.insert(key, q.clone());
         Ok(q)
     }
 
+    fn validate_body(&self, m: &MessageInput<'_>) -> StoreResult<()> {
+        if m.body.len() as u64 > u64::from(self.config.max_message_size_bytes) {
+            return Err(StoreError::MessageTooLarge {
+                size_bytes: m.body.len() as u64,
+                max_bytes: u64::from(self.config.max_message_size_bytes),
+            });
+        }
+        Ok(())
+    }
+
     fn validate(&self, m: &MessageInput<'_>, internal: bool) -> StoreResult<()> {
-        message::validate_topic(m.topic)
-            .map_err(|reason| StoreError::InvalidTopic { topic: m.topic.to_owned(), reason })?;
+        message::validate_topic(m.topic).map_err(|reason| StoreError::InvalidTopic {
+            topic: m.topic.to_owned(),
+            reason,
+        })?;
         if !internal && message::is_system_topic(m.topic) {
             return Err(StoreError::SystemTopic(m.topic.to_owned()));
         }
@@ -451,13 +545,20 @@ impl Inner {
             });
         }
         if m.properties.len() > MAX_PROPERTIES_LEN {
-            return Err(StoreError::PropertiesTooLarge { size_bytes: m.properties.len() });
+            return Err(StoreError::PropertiesTooLarge {
+                size_bytes: m.properties.len(),
+            });
         }
         if m.queue_id < 0 || m.queue_id as u32 >= self.config.max_queue_nums_per_topic {
-            return Err(StoreError::InvalidQueueId { queue_id: m.queue_id, max: self.config.max_queue_nums_per_topic });
+            return Err(StoreError::InvalidQueueId {
+                queue_id: m.queue_id,
+                max: self.config.max_queue_nums_per_topic,
+            });
         }
         if m.properties.contains(&0) && std::str::from_utf8(m.properties).is_err() {
-            return Err(StoreError::IllegalMessage("properties are not valid UTF-8".to_owned()));
+            return Err(StoreError::IllegalMessage(
+                "properties are not valid UTF-8".to_owned(),
+            ));
         }
         Ok(())
     }
@@ -466,10 +567,15 @@ impl Inner {
     /// SCHEDULE_TOPIC_XXXX, queue level - 1, with its real topic and queue in properties.
     fn delay_rewrite(&self, m: &MessageInput<'_>) -> StoreResult<Option<Rewrite>> {
         let tx = m.sys_flag & SYSFLAG_TRANSACTION_MASK;
-        if tx == SYSFLAG_TRANSACTION_PREPARED || tx == SYSFLAG_TRANSACTION_ROLLBACK || m.topic == SCHEDULE_TOPIC {
+        if tx == SYSFLAG_TRANSACTION_PREPARED
+            || tx == SYSFLAG_TRANSACTION_ROLLBACK
+            || m.topic == SCHEDULE_TOPIC
+        {
             return Ok(None);
         }
-        let Some(level) = message::property(m.properties, PROPERTY_DELAY).and_then(|v| v.trim().parse::<i64>().ok()) else {
+        let Some(level) = message::property(m.properties, PROPERTY_DELAY)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+        else {
             return Ok(None);
         };
         let levels = &self.config.message_delay_level_ms;
@@ -485,31 +591,60 @@ impl Inner {
         pairs.push((PROPERTY_REAL_QUEUE_ID, &qid));
         let properties = message::encode_properties(pairs);
         if properties.len() > MAX_PROPERTIES_LEN {
-            return Err(StoreError::PropertiesTooLarge { size_bytes: properties.len() });
+            return Err(StoreError::PropertiesTooLarge {
+                size_bytes: properties.len(),
+            });
         }
-        Ok(Some(Rewrite { topic: SCHEDULE_TOPIC, queue_id: level as i32 - 1, properties, delay_ms: levels[level - 1] }))
+        Ok(Some(Rewrite {
+            topic: SCHEDULE_TOPIC,
+            queue_id: level as i32 - 1,
+            properties,
+        }))
     }
 
-    fn put(&self, msgs: &[MessageInput<'_>], internal: bool, now_ms: i64) -> StoreResult<PutOutcome> {
+    fn put(
+        &self,
+        msgs: &[MessageInput<'_>],
+        internal: bool,
+        now_ms: i64,
+    ) -> StoreResult<PutOutcome> {
         self.check_open()?;
         if msgs.is_empty() {
             return Err(StoreError::IllegalMessage("no messages to put".to_owned()));
         }
+        let mut prev: Option<&MessageInput<'_>> = None;
         for m in msgs {
-            self.validate(m, internal)?;
+            // A batch shares its topic and often its properties: check each distinct value once.
+            let same = prev.is_some_and(|p| {
+                p.topic == m.topic
+                    && std::ptr::eq(p.properties, m.properties)
+                    && p.queue_id == m.queue_id
+            });
+            if same {
+                self.validate_body(m)?;
+            } else {
+                self.validate(m, internal)?;
+            }
+            prev = Some(m);
         }
-        let rewrites: Vec<Option<Rewrite>> = msgs.iter().map(|m| self.delay_rewrite(m)).collect::<StoreResult<_>>()?;
+        let mut rewrites: Vec<Option<Rewrite>> = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            let rw = if has_property(m.properties, PROPERTY_DELAY) {
+                self.delay_rewrite(m)?
+            } else {
+                None
+            };
+            rewrites.push(rw);
+        }
         let prepared: Vec<Prepared<'_>> = msgs
             .iter()
             .zip(&rewrites)
             .map(|(m, rw)| {
                 let mut input = m.clone();
-                let mut delay_ms = None;
                 if let Some(rw) = rw {
                     input.topic = rw.topic;
                     input.queue_id = rw.queue_id;
                     input.properties = &rw.properties;
-                    delay_ms = Some(rw.delay_ms);
                 }
                 let mut sys_flag = input.sys_flag;
                 if input.born_host.is_ipv6() {
@@ -518,17 +653,26 @@ impl Inner {
                 let tx = input.sys_flag & SYSFLAG_TRANSACTION_MASK;
                 Prepared {
                     crc: message::body_crc(input.body),
-                    len: message::record_len(input.body.len(), input.topic.len(), input.properties.len(), sys_flag),
+                    len: message::record_len(
+                        input.body.len(),
+                        input.topic.len(),
+                        input.properties.len(),
+                        sys_flag,
+                    ),
                     input,
-                    delay_ms,
-                    dispatch: tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK,
+                    dispatch: tx != SYSFLAG_TRANSACTION_PREPARED
+                        && tx != SYSFLAG_TRANSACTION_ROLLBACK,
                 }
             })
             .collect();
         let records_len: u64 = prepared.iter().map(|p| p.len as u64).sum();
         let group_len = records_len + FENCE_LEN as u64;
-        if group_len + crate::commit_log::END_FILE_MIN_BLANK_LENGTH > self.commit_log.segment_size() {
-            return Err(StoreError::MessageTooLarge { size_bytes: group_len, max_bytes: self.commit_log.segment_size() });
+        if group_len + crate::commit_log::END_FILE_MIN_BLANK_LENGTH > self.commit_log.segment_size()
+        {
+            return Err(StoreError::MessageTooLarge {
+                size_bytes: group_len,
+                max_bytes: self.commit_log.segment_size(),
+            });
         }
         if self.disk_full.load(Ordering::Acquire) {
             return Err(StoreError::DiskFull(format!(
@@ -549,15 +693,16 @@ impl Inner {
                 slot_of.push(usize::MAX);
                 continue;
             }
-            let found = queues.iter().position(|(q, _)| q.topic() == p.input.topic && q.queue_id() == p.input.queue_id);
-            let slot = match found {
-                Some(i) => i,
-                None => {
-                    let q = self.queue_or_create(p.input.topic, p.input.queue_id)?;
-                    let next = q.max_offset();
-                    queues.push((q, next));
-                    queues.len() - 1
-                }
+            let found = queues
+                .iter()
+                .position(|(q, _)| q.topic() == p.input.topic && q.queue_id() == p.input.queue_id);
+            let slot = if let Some(i) = found {
+                i
+            } else {
+                let q = self.queue_or_create(p.input.topic, p.input.queue_id)?;
+                let next = q.max_offset();
+                queues.push((q, next));
+                queues.len() - 1
             };
             queues[slot].1 += 1;
             slot_of.push(slot);
@@ -581,33 +726,64 @@ impl Inner {
                 o
             };
             let phy = res.file.file_from_offset() + rel;
-            let at = Assigned { queue_offset: queue_offset as i64, phy_offset: phy as i64, store_timestamp_ms: store_ts, store_host };
+            let at = Assigned {
+                queue_offset: queue_offset as i64,
+                phy_offset: phy as i64,
+                store_timestamp_ms: store_ts,
+                store_host,
+            };
             // SAFETY: we hold the put lock and `rel..rel + len` lies past the published end.
             let out = unsafe { res.file.slice_mut(rel, p.len) };
             message::encode_into(out, &p.input, p.crc, &at);
-            entries.push(PutEntry { queue_id: p.input.queue_id, queue_offset: queue_offset as i64, phy_offset: phy as i64, size: p.len as u32 });
+            entries.push(PutEntry {
+                queue_id: p.input.queue_id,
+                queue_offset: queue_offset as i64,
+                phy_offset: phy as i64,
+                size: p.len as u32,
+            });
             rel += p.len as u64;
         }
         let end = self.commit_log.seal_and_publish(&mut st, &res, records_len);
 
         // Dispatch: index entries and queue units, then publish each queue.
         let mut tags_by_slot: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
+        let mut last_tags: Option<(&[u8], &str, i64)> = None;
         for ((p, e), &slot) in prepared.iter().zip(&entries).zip(&slot_of) {
-            let tags_code = match p.delay_ms {
-                Some(d) => store_ts.saturating_add(d as i64),
-                None => message::tags_code(message::property(p.input.properties, PROPERTY_TAGS)),
+            let tags_code = match last_tags {
+                Some((props, topic, code))
+                    if std::ptr::eq(props, p.input.properties) && topic == p.input.topic =>
+                {
+                    code
+                }
+                _ => {
+                    let code = unit_tags_code(
+                        p.input.topic,
+                        p.input.properties,
+                        store_ts,
+                        &self.config.message_delay_level_ms,
+                    );
+                    last_tags = Some((p.input.properties, p.input.topic, code));
+                    code
+                }
             };
-            self.dispatch(&Dispatch {
-                topic: p.input.topic,
-                queue_id: p.input.queue_id,
-                queue_offset: e.queue_offset as u64,
-                phy: e.phy_offset as u64,
-                size: e.size,
-                tags_code,
-                store_ts,
-                properties: p.input.properties,
-                sys_flag: p.input.sys_flag,
-            }, slot != usize::MAX, false);
+            self.dispatch(
+                &Dispatch {
+                    topic: p.input.topic,
+                    queue_id: p.input.queue_id,
+                    queue_offset: e.queue_offset as u64,
+                    phy: e.phy_offset as u64,
+                    size: e.size,
+                    tags_code,
+                    store_ts,
+                    properties: p.input.properties,
+                    sys_flag: p.input.sys_flag,
+                },
+                if slot == usize::MAX {
+                    Unit::None
+                } else {
+                    Unit::Write(&queues[slot].0)
+                },
+            );
             if slot != usize::MAX && !tags_by_slot[slot].contains(&tags_code) {
                 tags_by_slot[slot].push(tags_code);
             }
@@ -621,18 +797,31 @@ impl Inner {
 
         let mut status = PutStatus::PutOk;
         if self.config.flush_disk_type == FlushDiskType::Sync
-            && !self.commit_log.wait_flushed(end, Duration::from_millis(self.config.sync_flush_timeout_ms))
+            && !self.commit_log.wait_flushed(
+                end,
+                Duration::from_millis(self.config.sync_flush_timeout_ms),
+            )
         {
-            log::warn!("sync flush of offset {end} timed out after {} ms", self.config.sync_flush_timeout_ms);
+            log::warn!(
+                "sync flush of offset {end} timed out after {} ms",
+                self.config.sync_flush_timeout_ms
+            );
             status = PutStatus::FlushDiskTimeout;
         }
-        Ok(PutOutcome { status, entries, store_timestamp_ms: store_ts, wrote_bytes: group_len, store_host })
+        Ok(PutOutcome {
+            status,
+            entries,
+            store_timestamp_ms: store_ts,
+            wrote_bytes: group_len,
+            store_host,
+        })
     }
 
     /// Writes the index entries and (with `unit`) the queue unit of one record. During a put
     /// the caller publishes the queue; during recovery this publishes it.
-    fn dispatch(&self, d: &Dispatch<'_>, unit: bool, recovering: bool) {
-        if let Some(index) = &self.index {
+    fn dispatch(&self, d: &Dispatch<'_>, unit: Unit<'_>) {
+        let recovering = matches!(unit, Unit::Rebuild);
+        if let Some(index) = self.index.as_ref().filter(|_| may_have_keys(d.properties)) {
             let tx = d.sys_flag & SYSFLAG_TRANSACTION_MASK;
             let reindex = !recovering || index.last_indexed_phy().is_none_or(|p| d.phy as i64 >= p);
             if tx != SYSFLAG_TRANSACTION_ROLLBACK && reindex {
@@ -641,53 +830,84 @@ impl Inner {
                     keys.push(format!("{}#{uniq}", d.topic));
                 }
                 if let Some(ks) = message::property(d.properties, PROPERTY_KEYS) {
-                    keys.extend(ks.split(' ').filter(|k| !k.is_empty()).map(|k| format!("{}#{k}", d.topic)));
+                    keys.extend(
+                        ks.split(' ')
+                            .filter(|k| !k.is_empty())
+                            .map(|k| format!("{}#{k}", d.topic)),
+                    );
                 }
                 if !keys.is_empty() {
-                    if let Err(e) = index.put(keys.iter().map(String::as_str), d.phy as i64, d.store_ts, clock::now_ms()) {
+                    if let Err(e) = index.put(
+                        keys.iter().map(String::as_str),
+                        d.phy as i64,
+                        d.store_ts,
+                        clock::now_ms(),
+                    ) {
                         log::error!("indexing record at offset {} failed: {e}", d.phy);
                     }
                 }
             }
         }
-        if unit && recovering {
+        if recovering {
             match self.queue_or_create(d.topic, d.queue_id) {
                 Ok(q) => {
                     let first = q.min_offset();
                     if d.queue_offset >= first || q.max_offset() == 0 {
                         match q.write_unit(d.queue_offset, d.phy, d.size, d.tags_code) {
                             Ok(()) => q.publish(d.queue_offset + 1),
-                            Err(e) => log::error!("rebuilding unit topic={} queue_id={} offset={}: {e}", d.topic, d.queue_id, d.queue_offset),
+                            Err(e) => log::error!(
+                                "rebuilding unit topic={} queue_id={} offset={}: {e}",
+                                d.topic,
+                                d.queue_id,
+                                d.queue_offset
+                            ),
                         }
                     }
                 }
-                Err(e) => log::error!("opening queue topic={} queue_id={}: {e}", d.topic, d.queue_id),
+                Err(e) => log::error!(
+                    "opening queue topic={} queue_id={}: {e}",
+                    d.topic,
+                    d.queue_id
+                ),
             }
-        } else if unit {
-            let q = self.queue(d.topic, d.queue_id).expect("queue resolved before the append");
-            q.write_unit(d.queue_offset, d.phy, d.size, d.tags_code).expect("unit capacity ensured before the append");
+        } else if let Unit::Write(q) = unit {
+            q.write_unit(d.queue_offset, d.phy, d.size, d.tags_code)
+                .expect("unit capacity ensured before the append");
         }
     }
 
     fn recover(&self, start: u64) -> StoreResult<RecoveryReport> {
         let delays = &self.config.message_delay_level_ms;
-        let report = self.commit_log.recover(start, self.config.check_crc_on_recover, |phy, raw| {
-            let Ok(rec) = message::decode(raw, false) else { return Ok(()) };
-            let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
-            let tags_code = recorded_tags_code(&rec, delays);
-            self.dispatch(&Dispatch {
-                topic: rec.topic,
-                queue_id: rec.queue_id,
-                queue_offset: rec.queue_offset as u64,
-                phy,
-                size: rec.total_size,
-                tags_code,
-                store_ts: rec.store_timestamp_ms,
-                properties: rec.properties,
-                sys_flag: rec.sys_flag,
-            }, tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK, true);
-            Ok(())
-        })?;
+        let report =
+            self.commit_log
+                .recover(start, self.config.check_crc_on_recover, |phy, raw| {
+                    let Ok(rec) = message::decode(raw, false) else {
+                        return Ok(());
+                    };
+                    let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
+                    let tags_code =
+                        unit_tags_code(rec.topic, rec.properties, rec.store_timestamp_ms, delays);
+                    self.dispatch(
+                        &Dispatch {
+                            topic: rec.topic,
+                            queue_id: rec.queue_id,
+                            queue_offset: rec.queue_offset as u64,
+                            phy,
+                            size: rec.total_size,
+                            tags_code,
+                            store_ts: rec.store_timestamp_ms,
+                            properties: rec.properties,
+                            sys_flag: rec.sys_flag,
+                        },
+                        if tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK
+                        {
+                            Unit::Rebuild
+                        } else {
+                            Unit::None
+                        },
+                    );
+                    Ok(())
+                })?;
         let end = report.end_offset;
         let cl_min = self.commit_log.min_offset();
         let queues: Vec<_> = self.queues.read().values().cloned().collect();
@@ -695,7 +915,8 @@ impl Inner {
             q.truncate_beyond(end)?;
             q.correct_min_offset(cl_min)?;
         }
-        self.commit_log.restore_last_store_timestamp(report.max_store_timestamp_ms);
+        self.commit_log
+            .restore_last_store_timestamp(report.max_store_timestamp_ms);
         self.dispatched.store(end, Ordering::Release);
         self.flush_all()?;
         if report.records > 0 || report.truncated_bytes > 0 || !report.corrupt_ranges.is_empty() {
@@ -767,8 +988,14 @@ impl Inner {
             out.next_begin_offset = if min == 0 { min } else { max };
             return out;
         }
-        let max_count = req.max_count.clamp(1, self.config.max_transfer_count_on_message_in_memory.max(1)) as usize;
-        let max_bytes = req.max_bytes.unwrap_or(self.config.max_transfer_bytes_on_message_in_memory) as usize;
+        let max_count = req.max_count.clamp(
+            1,
+            self.config.max_transfer_count_on_message_in_memory.max(1),
+        ) as usize;
+        let max_bytes = req
+            .max_bytes
+            .unwrap_or(self.config.max_transfer_bytes_on_message_in_memory)
+            as usize;
         // As RocketMQ: examine at least 800 units (16,000 bytes) per call, so a sparse tag
         // filter still makes progress.
         let max_units = (max_count as u64).max(800);
@@ -796,63 +1023,119 @@ impl Inner {
             match message::decode(raw, true) {
                 Ok(rec) if rec.phy_offset as u64 == u.phy_offset && rec.topic == req.topic => {}
                 Ok(_) => {
-                    log::error!("record at offset {} does not belong to topic={} queue_id={} offset={}", u.phy_offset, req.topic, req.queue_id, u.queue_offset);
+                    log::error!(
+                        "record at offset {} does not belong to topic={} queue_id={} offset={}",
+                        u.phy_offset,
+                        req.topic,
+                        req.queue_id,
+                        u.queue_offset
+                    );
                     out.corrupt_offsets.push(u.queue_offset);
                     continue;
                 }
                 Err(e) => {
-                    log::error!("corrupt record at offset {} (topic={} queue_id={} offset={}): {e}", u.phy_offset, req.topic, req.queue_id, u.queue_offset);
+                    log::error!(
+                        "corrupt record at offset {} (topic={} queue_id={} offset={}): {e}",
+                        u.phy_offset,
+                        req.topic,
+                        req.queue_id,
+                        u.queue_offset
+                    );
                     out.corrupt_offsets.push(u.queue_offset);
                     continue;
                 }
             }
             out.total_bytes += u.size as usize;
-            out.records.push(FoundRecord { file, rel, size: u.size, queue_offset: u.queue_offset, phy_offset: u.phy_offset });
+            out.records.push(FoundRecord {
+                file,
+                rel,
+                size: u.size,
+                queue_offset: u.queue_offset,
+                phy_offset: u.phy_offset,
+            });
             out.status = GetMessageStatus::Found;
         }
         out
     }
 
     fn look(&self, phy: u64) -> StoreResult<Option<Vec<u8>>> {
-        let Some(size) = self.commit_log.record_size_at(phy) else { return Ok(None) };
+        let Some(size) = self.commit_log.record_size_at(phy) else {
+            return Ok(None);
+        };
         let Some((file, rel)) = self.commit_log.record_bytes(phy, size) else {
-            return Err(StoreError::Corrupt { phy_offset: phy, reason: format!("record size {size} runs past the end of the log") });
+            return Err(StoreError::Corrupt {
+                phy_offset: phy,
+                reason: format!("record size {size} runs past the end of the log"),
+            });
         };
         let raw = file.slice(rel, size as usize);
         match message::decode(raw, true) {
             Ok(rec) if rec.phy_offset as u64 == phy => Ok(Some(raw.to_vec())),
-            Ok(rec) => Err(StoreError::Corrupt { phy_offset: phy, reason: format!("record claims offset {}", rec.phy_offset) }),
-            Err(e) => Err(StoreError::Corrupt { phy_offset: phy, reason: e.to_string() }),
+            Ok(rec) => Err(StoreError::Corrupt {
+                phy_offset: phy,
+                reason: format!("record claims offset {}", rec.phy_offset),
+            }),
+            Err(e) => Err(StoreError::Corrupt {
+                phy_offset: phy,
+                reason: e.to_string(),
+            }),
         }
     }
 
-    fn query(&self, topic: &str, key: &str, max: usize, begin_ms: i64, end_ms: i64) -> StoreResult<Vec<Vec<u8>>> {
-        let Some(index) = &self.index else { return Ok(Vec::new()) };
+    fn query(
+        &self,
+        topic: &str,
+        key: &str,
+        max: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) -> Vec<Vec<u8>> {
+        let Some(index) = &self.index else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
         // Hash collisions are filtered below, so ask for more candidates than wanted.
-        for phy in index.query(&format!("{topic}#{key}"), begin_ms, end_ms, max.saturating_mul(4).max(64)) {
+        for phy in index.query(
+            &format!("{topic}#{key}"),
+            begin_ms,
+            end_ms,
+            max.saturating_mul(4).max(64),
+        ) {
             if out.len() >= max {
                 break;
             }
-            let Ok(Some(raw)) = self.look(phy as u64) else { continue };
-            let Ok(rec) = message::decode(&raw, false) else { continue };
-            let keys_match = rec.property(PROPERTY_KEYS).is_some_and(|ks| ks.split(' ').any(|k| k == key))
+            let Ok(Some(raw)) = self.look(phy as u64) else {
+                continue;
+            };
+            let Ok(rec) = message::decode(&raw, false) else {
+                continue;
+            };
+            let keys_match = rec
+                .property(PROPERTY_KEYS)
+                .is_some_and(|ks| ks.split(' ').any(|k| k == key))
                 || rec.property(PROPERTY_UNIQ_KEY_SHORT) == Some(key);
-            if rec.topic == topic && keys_match && (begin_ms..=end_ms).contains(&rec.store_timestamp_ms) {
+            if rec.topic == topic
+                && keys_match
+                && (begin_ms..=end_ms).contains(&rec.store_timestamp_ms)
+            {
                 out.push(raw);
             }
         }
-        Ok(out)
+        out
     }
 
     fn unit_store_time(&self, q: &ConsumeQueue, queue_offset: u64) -> Option<i64> {
         let unit = q.unit(queue_offset)?;
         let (file, rel) = self.commit_log.record_bytes(unit.phy_offset, unit.size)?;
-        Some(crate::commit_log::record_store_timestamp(file.slice(rel, unit.size.min(120) as usize)))
+        Some(crate::commit_log::record_store_timestamp(
+            file.slice(rel, unit.size.min(120) as usize),
+        ))
     }
 
     fn offset_for_time(&self, topic: &str, queue_id: i32, ts: i64) -> u64 {
-        let Some(q) = self.queue(topic, queue_id) else { return 0 };
+        let Some(q) = self.queue(topic, queue_id) else {
+            return 0;
+        };
         let (mut lo, mut hi) = (q.min_offset(), q.max_offset());
         // Store times never decrease along a queue, so bisect for the first one >= ts.
         while lo < hi {
@@ -891,7 +1174,8 @@ impl Inner {
     /// active segment is never deleted. Queues, then index files, follow the new minimum.
     pub(crate) fn delete_expired_files(&self, now_ms: i64, force: bool) -> StoreResult<usize> {
         let ratio = disk_used_ratio(&self.config.store_path_root_dir).unwrap_or(0.0) * 100.0;
-        let delete_hour = clock::local_hour(now_ms).is_some_and(|h| self.config.delete_when_hours.contains(&h));
+        let delete_hour =
+            clock::local_hour(now_ms).is_some_and(|h| self.config.delete_when_hours.contains(&h));
         let space_tight = ratio > f64::from(self.config.disk_max_used_space_ratio);
         let forcibly = ratio > f64::from(self.config.disk_space_clean_forcibly_ratio);
         if !(delete_hour || space_tight || force || forcibly) {
@@ -906,7 +1190,9 @@ impl Inner {
                 break;
             }
             let oldest = &files[0];
-            let expired = oldest.modified_ms().is_some_and(|m| now_ms - m >= expire_ms);
+            let expired = oldest
+                .modified_ms()
+                .is_some_and(|m| now_ms - m >= expire_ms);
             if !(expired || (forcibly && deleted == 0)) {
                 break;
             }
@@ -930,14 +1216,28 @@ impl Inner {
     }
 }
 
-/// Tag code of a stored record: a delayed message's due time, else its tag hash.
-fn recorded_tags_code(rec: &Record<'_>, delays: &[u64]) -> i64 {
-    if rec.topic == SCHEDULE_TOPIC {
-        let level = rec.property(PROPERTY_DELAY).and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(rec.queue_id as usize + 1);
-        let delay = delays.get(level.clamp(1, delays.len().max(1)) - 1).copied().unwrap_or(0);
-        return rec.store_timestamp_ms.saturating_add(delay as i64);
+fn has_property(props: &[u8], name: &str) -> bool {
+    memchr::memmem::find(props, name.as_bytes()).is_some()
+}
+
+/// Whether the properties may name index keys (a cheap pre-check before parsing).
+fn may_have_keys(props: &[u8]) -> bool {
+    has_property(props, PROPERTY_KEYS) || has_property(props, PROPERTY_UNIQ_KEY_SHORT)
+}
+
+/// Tag code of a ConsumeQueue unit. As in RocketMQ, a SCHEDULE_TOPIC_XXXX record with a DELAY
+/// level carries its due time (store time + the level's delay, levels clamped to the table);
+/// every other record carries the hash of its tag. Live puts and rebuilds use this one rule.
+fn unit_tags_code(topic: &str, properties: &[u8], store_ts: i64, delays: &[u64]) -> i64 {
+    if topic == SCHEDULE_TOPIC && !delays.is_empty() {
+        if let Some(level) =
+            message::property(properties, PROPERTY_DELAY).and_then(|v| v.trim().parse::<i64>().ok())
+        {
+            let index = (level.max(1) as usize).min(delays.len()) - 1;
+            return store_ts.saturating_add(delays[index] as i64);
+        }
     }
-    message::tags_code(rec.property(PROPERTY_TAGS))
+    message::tags_code(message::property(properties, PROPERTY_TAGS))
 }
 
 fn disk_used_ratio(path: &Path) -> Option<f64> {

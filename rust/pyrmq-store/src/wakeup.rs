@@ -38,7 +38,10 @@ impl Arrivals {
         }
         // SAFETY: `raw` is a fresh descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        Ok(Self { pending: Mutex::new(HashMap::new()), fd })
+        Ok(Self {
+            pending: Mutex::new(HashMap::new()),
+            fd,
+        })
     }
 
     pub fn fd(&self) -> RawFd {
@@ -72,7 +75,10 @@ impl Arrivals {
             // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
             let n = unsafe { libc::write(self.fd(), (&raw const one).cast(), 8) };
             if n != 8 {
-                log::warn!("arrival eventfd write failed: {}", std::io::Error::last_os_error());
+                log::warn!(
+                    "arrival eventfd write failed: {}",
+                    std::io::Error::last_os_error()
+                );
             }
         }
     }

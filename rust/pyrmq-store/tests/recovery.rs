@@ -24,7 +24,10 @@ fn template(root: &std::path::Path, n: usize) -> Vec<(u64, u64)> {
 }
 
 fn damage(root: &std::path::Path, from: u64, to: u64, garble: bool, seed: u64) {
-    let mut f = OpenOptions::new().write(true).open(segment_path(root, 0)).unwrap();
+    let mut f = OpenOptions::new()
+        .write(true)
+        .open(segment_path(root, 0))
+        .unwrap();
     f.seek(SeekFrom::Start(from)).unwrap();
     let len = (to - from) as usize;
     let bytes: Vec<u8> = if garble {
@@ -63,8 +66,16 @@ fn torn_tail_at_every_byte_keeps_exactly_the_complete_prefix() {
             damage(&dir, p, data_end, garble, p);
             let kept: Vec<_> = groups.iter().filter(|(_, end)| *end <= p).collect();
             let store = MessageStore::open(config(&dir)).unwrap();
-            assert_eq!(store.max_phy_offset(), kept.last().unwrap().1, "p={p} garble={garble}");
-            assert_eq!(store.max_offset("TopicTorn", 0), kept.len() as u64, "p={p} garble={garble}");
+            assert_eq!(
+                store.max_phy_offset(),
+                kept.last().unwrap().1,
+                "p={p} garble={garble}"
+            );
+            assert_eq!(
+                store.max_offset("TopicTorn", 0),
+                kept.len() as u64,
+                "p={p} garble={garble}"
+            );
             let bodies = read_all(&store, "TopicTorn", 0);
             let expected: Vec<Vec<u8>> = (0..kept.len()).map(|i| body(i, 10 + i % 17)).collect();
             assert_eq!(bodies, expected, "p={p} garble={garble}");
@@ -108,7 +119,13 @@ fn a_torn_batch_is_dropped_whole() {
     std::fs::remove_file(dir.path().join("checkpoint")).unwrap();
     // Tear the batch inside its third record's properties: the first two records are intact
     // but the group's fence no longer verifies.
-    damage(dir.path(), out.entries[2].phy_offset as u64 + 50, end, false, 0);
+    damage(
+        dir.path(),
+        out.entries[2].phy_offset as u64 + 50,
+        end,
+        false,
+        0,
+    );
     let store = MessageStore::open(config(dir.path())).unwrap();
     assert_eq!(store.max_offset("TopicBatch", 0), 1);
     assert_eq!(store.max_phy_offset(), start);
@@ -120,7 +137,11 @@ fn a_flipped_body_byte_mid_log_is_reported_and_not_truncated() {
     let dir = tempfile::tempdir().unwrap();
     let groups = template(dir.path(), 20);
     // Flip a body byte of record 5 (body starts 88 bytes into the record).
-    let mut f = OpenOptions::new().read(true).write(true).open(segment_path(dir.path(), 0)).unwrap();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(segment_path(dir.path(), 0))
+        .unwrap();
     f.seek(SeekFrom::Start(groups[5].0 + 90)).unwrap();
     f.write_all(&[0xEE]).unwrap();
     drop(f);
@@ -130,9 +151,19 @@ fn a_flipped_body_byte_mid_log_is_reported_and_not_truncated() {
     let store = MessageStore::open(config(dir.path())).unwrap();
     assert_eq!(store.max_offset("TopicTorn", 0), 20);
     assert_eq!(store.max_phy_offset(), groups[19].1);
-    assert_eq!(store.recovery.corrupt_ranges, vec![(groups[5].0, groups[6].0)]);
+    assert_eq!(
+        store.recovery.corrupt_ranges,
+        vec![(groups[5].0, groups[6].0)]
+    );
     let got = store
-        .get(&GetRequest { topic: "TopicTorn", queue_id: 0, queue_offset: 0, max_count: 32, max_bytes: None, tags_codes: None })
+        .get(&GetRequest {
+            topic: "TopicTorn",
+            queue_id: 0,
+            queue_offset: 0,
+            max_count: 32,
+            max_bytes: None,
+            tags_codes: None,
+        })
         .unwrap();
     assert_eq!(got.corrupt_offsets, vec![5]);
     assert_eq!(got.records.len(), 19);
@@ -144,7 +175,11 @@ fn a_flipped_body_byte_mid_log_is_reported_and_not_truncated() {
 fn a_flipped_size_field_mid_log_resyncs_on_the_next_fence() {
     let dir = tempfile::tempdir().unwrap();
     let groups = template(dir.path(), 10);
-    let mut f = OpenOptions::new().read(true).write(true).open(segment_path(dir.path(), 0)).unwrap();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(segment_path(dir.path(), 0))
+        .unwrap();
     f.seek(SeekFrom::Start(groups[3].0 + 1)).unwrap();
     f.write_all(&[0x7F]).unwrap();
     drop(f);
@@ -153,7 +188,10 @@ fn a_flipped_size_field_mid_log_resyncs_on_the_next_fence() {
     let store = MessageStore::open(config(dir.path())).unwrap();
     assert_eq!(store.max_phy_offset(), groups[9].1);
     assert_eq!(store.max_offset("TopicTorn", 0), 10);
-    assert_eq!(store.recovery.corrupt_ranges, vec![(groups[3].0, groups[4].0)]);
+    assert_eq!(
+        store.recovery.corrupt_ranges,
+        vec![(groups[3].0, groups[4].0)]
+    );
 }
 
 #[test]
@@ -161,7 +199,13 @@ fn lost_consume_queues_are_rebuilt_from_the_commit_log() {
     let dir = tempfile::tempdir().unwrap();
     let store = MessageStore::open(config(dir.path())).unwrap();
     for i in 0..300 {
-        put_one(&store, &format!("T{}", i % 3), (i % 2) as i32, &body(i, 100), &props(i));
+        put_one(
+            &store,
+            &format!("T{}", i % 3),
+            (i % 2) as i32,
+            &body(i, 100),
+            &props(i),
+        );
     }
     store.close().unwrap();
     drop(store);
@@ -170,13 +214,28 @@ fn lost_consume_queues_are_rebuilt_from_the_commit_log() {
     let store = MessageStore::open(config(dir.path())).unwrap();
     for t in 0..3 {
         for q in 0..2 {
-            let want: Vec<Vec<u8>> = (0..300).filter(|i| i % 3 == t && i % 2 == q).map(|i| body(i, 100)).collect();
+            let want: Vec<Vec<u8>> = (0..300)
+                .filter(|i| i % 3 == t && i % 2 == q)
+                .map(|i| body(i, 100))
+                .collect();
             assert_eq!(read_all(&store, &format!("T{t}"), q as i32), want);
         }
     }
     // The key index was rebuilt too.
-    assert_eq!(store.query_message("T1", "key-299", 10, 0, i64::MAX).unwrap().len(), 0);
-    assert_eq!(store.query_message("T1", "key-298", 10, 0, i64::MAX).unwrap().len(), 1);
+    assert_eq!(
+        store
+            .query_message("T1", "key-299", 10, 0, i64::MAX)
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(
+        store
+            .query_message("T1", "key-298", 10, 0, i64::MAX)
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -187,7 +246,9 @@ fn roll_over_closes_segments_with_a_blank_and_reads_span_them() {
     for i in 0..200 {
         ends.push(put_one(&store, "TopicRoll", 0, &body(i, 1500), b"").1);
     }
-    let segments = std::fs::read_dir(dir.path().join("commitlog")).unwrap().count();
+    let segments = std::fs::read_dir(dir.path().join("commitlog"))
+        .unwrap()
+        .count();
     assert!(segments >= 4, "expected several segments, got {segments}");
     // Every segment but the last ends in a blank record that fills it exactly.
     let size = 64 * 1024u64;
@@ -238,7 +299,14 @@ fn retention_moves_min_offsets_and_old_reads_get_offset_too_small() {
     let min = store.min_offset("TopicOld", 0);
     assert!(min > 0);
     let got = store
-        .get(&GetRequest { topic: "TopicOld", queue_id: 0, queue_offset: 0, max_count: 32, max_bytes: None, tags_codes: None })
+        .get(&GetRequest {
+            topic: "TopicOld",
+            queue_id: 0,
+            queue_offset: 0,
+            max_count: 32,
+            max_bytes: None,
+            tags_codes: None,
+        })
         .unwrap();
     assert_eq!(got.status, pyrmq_store::GetMessageStatus::OffsetTooSmall);
     assert_eq!(got.next_begin_offset, min);

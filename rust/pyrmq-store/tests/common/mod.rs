@@ -34,7 +34,13 @@ pub fn props(i: usize) -> Vec<u8> {
 }
 
 /// Puts one message; returns (queue offset, phy offset, group end offset).
-pub fn put_one(store: &MessageStore, topic: &str, queue_id: i32, body: &[u8], props: &[u8]) -> (u64, u64, u64) {
+pub fn put_one(
+    store: &MessageStore,
+    topic: &str,
+    queue_id: i32,
+    body: &[u8],
+    props: &[u8],
+) -> (u64, u64, u64) {
     let input = MessageInput {
         topic,
         queue_id,
@@ -49,7 +55,11 @@ pub fn put_one(store: &MessageStore, topic: &str, queue_id: i32, body: &[u8], pr
     };
     let out = store.put(&[input], false).expect("put");
     let e = out.entries[0];
-    (e.queue_offset as u64, e.phy_offset as u64, e.phy_offset as u64 + out.wrote_bytes)
+    (
+        e.queue_offset as u64,
+        e.phy_offset as u64,
+        e.phy_offset as u64 + out.wrote_bytes,
+    )
 }
 
 /// All bodies of a queue, read through the public get path.
@@ -58,9 +68,19 @@ pub fn read_all(store: &MessageStore, topic: &str, queue_id: i32) -> Vec<Vec<u8>
     let mut offset = store.min_offset(topic, queue_id);
     loop {
         let got = store
-            .get(&GetRequest { topic, queue_id, queue_offset: offset, max_count: 32, max_bytes: None, tags_codes: None })
+            .get(&GetRequest {
+                topic,
+                queue_id,
+                queue_offset: offset,
+                max_count: 32,
+                max_bytes: None,
+                tags_codes: None,
+            })
             .unwrap();
-        assert!(got.corrupt_offsets.is_empty(), "corrupt records in {topic}:{queue_id}");
+        assert!(
+            got.corrupt_offsets.is_empty(),
+            "corrupt records in {topic}:{queue_id}"
+        );
         if got.records.is_empty() {
             break;
         }
