@@ -589,8 +589,6 @@ class PyStore:
     ) -> tuple[int, int, int]:
         body_len = len(body)
         size = FIXED_BYTES + body_len + len(tail)
-        if body_len > self.max_message_size or size + END_FILE_MIN_BLANK_BYTES > self.segment_size:
-            raise ValueError(f"message of {size} bytes is too large")
         seg, rel = self.commit_log.tail_for(size)
         phy = seg.start + rel
         queue_offset = cq.max_offset
@@ -651,6 +649,10 @@ class PyStore:
         self._check_open(queue_id)
         props, tags_code = self._properties(tags, keys, properties)
         tail = self._tail(topic, props)
+        largest = max(map(len, bodies), default=0)
+        too_large = FIXED_BYTES + largest + len(tail) + END_FILE_MIN_BLANK_BYTES > self.segment_size
+        if largest > self.max_message_size or too_large:
+            raise ValueError(f"body of {largest} bytes is too large; nothing was written")
         born_ip, born_port = parse_host(born_host)
         store_ts = self._clock_ms()
         born_ts = store_ts if born_timestamp_ms is None else born_timestamp_ms

@@ -239,3 +239,11 @@ def test_records_before_the_checkpoint_are_not_rescanned(tmp_path: Path) -> None
 def test_bad_topic_is_refused(tmp_path: Path, bad: str) -> None:
     with PyStore.open(tmp_path) as store, pytest.raises(ValueError, match="topic"):
         store.put(bad, b"x")
+
+
+def test_oversized_body_in_batch_writes_nothing(tmp_path: Path) -> None:
+    with PyStore.open(tmp_path, segment_size=1 << 16, max_message_size=1000) as store:
+        with pytest.raises(ValueError, match="too large"):
+            store.put_batch("T", [b"ok", b"x" * 1001])
+        assert store.max_offset("T", 0) == 0
+        assert store.max_phy_offset == 0

@@ -11,6 +11,7 @@ import pytest
 from benches import workloads as w
 
 RESULTS: dict[str, dict[str, float]] = {}
+TARGETS: dict[str, str] = {}
 
 
 def require(impl: str) -> None:
@@ -22,7 +23,8 @@ def require(impl: str) -> None:
 
 def _workload_id(benchmark: Any) -> str:
     tokens = [t for t in (benchmark.param or "").split("-") if t not in w.IMPLEMENTATIONS]
-    return f"{benchmark.group}:{benchmark.name.split('[')[0]}[{'-'.join(tokens)}]"
+    tail = f"[{'-'.join(tokens)}]" if tokens else ""
+    return f"{benchmark.group}:{benchmark.name.split('[')[0]}{tail}"
 
 
 def measure(
@@ -32,6 +34,7 @@ def measure(
     impl: str,
     msgs_per_call: int,
     bytes_per_call: int,
+    target: w.Target | None = None,
     **extra: object,
 ) -> None:
     """Benchmark ``op`` and record msgs/s and MB/s (one timed call when benchmarks are disabled)."""
@@ -43,21 +46,39 @@ def measure(
         benchmark(op)
         seconds = benchmark.stats.stats.mean
     record(
-        benchmark, impl=impl, msgs=msgs_per_call, nbytes=bytes_per_call, seconds=seconds, **extra
-    )
+        benchmark, impl=impl, msgs=msgs_per_call, nbytes=bytes_per_call, seconds=seconds,
+        target=target, **extra,
+    )  # fmt: skip
 
 
 def record(
-    benchmark: Any, *, impl: str, msgs: int, nbytes: int, seconds: float, **extra: object
+    benchmark: Any,
+    *,
+    impl: str,
+    msgs: int,
+    nbytes: int,
+    seconds: float,
+    target: w.Target | None = None,
+    **extra: object,
 ) -> None:
+    """Record throughput; with a target, also the target and (for pyrmq) whether the absolute
+    part of it was met (a ratio part needs the baseline's row, see the session summary)."""
     msgs_per_s = msgs / seconds if seconds > 0 else 0.0
     mb_per_s = nbytes / seconds / 1e6 if seconds > 0 else 0.0
     benchmark.extra_info.update(
         impl=impl, msgs_per_s=round(msgs_per_s, 1), mb_per_s=round(mb_per_s, 3),
         msgs_per_call=msgs, bytes_per_call=nbytes, mode=w.bench_mode(), **extra,
     )  # fmt: skip
+    if target is not None:
+        benchmark.extra_info["target"] = target.describe()
+        if impl == "pyrmq":
+            met = target.absolute_met(msgs_per_s, mb_per_s, seconds)
+            benchmark.extra_info["absolute_target_met"] = met
     if not benchmark.disabled:
-        RESULTS.setdefault(_workload_id(benchmark), {})[impl] = msgs_per_s
+        workload = _workload_id(benchmark)
+        RESULTS.setdefault(workload, {})[impl] = msgs_per_s
+        if target is not None:
+            TARGETS[workload] = target.describe()
 
 
 def ratios() -> list[dict[str, object]]:
@@ -66,6 +87,6 @@ def ratios() -> list[dict[str, object]]:
         p, b = by_impl.get("pyrmq"), by_impl.get("baseline")
         rows.append(
             {"workload": workload, "pyrmq_msgs_per_s": p, "baseline_msgs_per_s": b,
-             "ratio": p / b if p and b else None}
+             "ratio": p / b if p and b else None, "target": TARGETS.get(workload)}
         )  # fmt: skip
     return rows

@@ -1,8 +1,9 @@
 """Fixtures for the pytest-benchmark suites: implementation parameter, stores, throughput.
 
 Run with ``pytest benches/pytest`` (add ``--benchmark-disable`` to run each body once as a test).
-Each benchmark runs once per implementation; ``extra_info`` records ``msgs_per_s`` and
-``mb_per_s``, and the session ends with a table of pyrmq/baseline ratios.
+Each benchmark runs once per implementation; ``extra_info`` records ``msgs_per_s``,
+``mb_per_s`` and the workload's target, and the session ends with a table of pyrmq/baseline
+ratios and targets (``benches/report.py`` says which targets were met).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def sizes() -> w.Sizes:
 
 
 @pytest.fixture
+def warm_page_cache(sizes: w.Sizes) -> None:
+    """Write and delete a throwaway file so the test's appends reuse warm page-cache pages."""
+    w.warm_page_cache(sizes.warmup_bytes)
+
+
+@pytest.fixture
 def scratch(request: pytest.FixtureRequest) -> Iterator[Path]:
     with w.scratch_dir(request.node.name.split("[")[0]) as path:
         yield path
@@ -56,11 +63,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     tr = terminalreporter
     tr.section("pyrmq vs baseline (msgs/s, same run)")
-    tr.write_line(f"{'workload':70} {'pyrmq':>14} {'baseline':>14} {'ratio':>8}")
+    tr.write_line(f"{'workload':70} {'pyrmq':>14} {'baseline':>14} {'ratio':>8}  target")
     for row in rows:
         p, b, r = row["pyrmq_msgs_per_s"], row["baseline_msgs_per_s"], row["ratio"]
         tr.write_line(
-            f"{row['workload']:70} {_rate(p):>14} {_rate(b):>14} {(f'{r:.2f}x' if r else 'n/a'):>8}"
+            f"{row['workload']:70} {_rate(p):>14} {_rate(b):>14} "
+            f"{(f'{r:.2f}x' if r else 'n/a'):>8}  {row['target'] or '-'}"
         )
 
 

@@ -1,4 +1,7 @@
-"""Append through the binding: single puts and 32-message batches, ASYNC_FLUSH."""
+"""Append through the binding: single puts and 32-message batches, ASYNC_FLUSH.
+
+Each test starts with a page-cache warm-up (``warm_page_cache`` in conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ pytestmark = pytest.mark.benchmark(group="store.append")
 
 
 @pytest.fixture
-def store(impl: str, scratch: Path) -> Iterator[w.Store]:
+def store(impl: str, scratch: Path, warm_page_cache: None) -> Iterator[w.Store]:
     s = w.open_store(impl, scratch)
     yield s
     s.close()
@@ -29,6 +32,7 @@ def test_append_async_flush(
     msgs, nbytes = op()
     measure(
         benchmark, op, impl=impl, msgs_per_call=msgs, bytes_per_call=nbytes,
-        body_bytes=body_bytes, batch=batch, flush="ASYNC_FLUSH",
+        target=w.append_target(body_bytes, batch), body_bytes=body_bytes, batch=batch,
+        flush="ASYNC_FLUSH",
     )  # fmt: skip
     assert store.max_offset(w.TOPIC, 0) >= 0

@@ -40,5 +40,6 @@ def test_consume_queue_scan(
     assert matched == expected
     measure(
         benchmark, op, impl=scan_store.impl, msgs_per_call=chunk,
-        bytes_per_call=chunk * w.CQ_UNIT_BYTES, chunk_units=chunk, tag_filter=tags or "*",
+        bytes_per_call=chunk * w.CQ_UNIT_BYTES, target=w.TARGET_SCAN, chunk_units=chunk,
+        tag_filter=tags or "*",
     )  # fmt: skip

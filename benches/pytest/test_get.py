@@ -34,5 +34,5 @@ def test_get_batch_warm(benchmark: object, warm_store: tuple[w.Store, int]) -> N
     assert nbytes == w.GET_BATCH * w.stored_bytes(body_bytes, w.FILTER_TAG)
     measure(
         benchmark, op, impl=store.impl, msgs_per_call=msgs, bytes_per_call=nbytes,
-        body_bytes=body_bytes, batch=w.GET_BATCH,
+        target=w.TARGET_GET, body_bytes=body_bytes, batch=w.GET_BATCH,
     )  # fmt: skip

@@ -62,5 +62,6 @@ def test_recovery_after_sigkill(benchmark: object, crashed: w.CrashedStore, size
     seconds = min(timings)
     record(
         benchmark, impl=crashed.impl, msgs=msgs, nbytes=phy, seconds=seconds,
-        open_s=round(seconds, 4), store_bytes=phy, recovered_msgs=msgs,
+        target=w.TARGET_RECOVERY, open_s=round(seconds, 4), store_bytes=phy,
+        recovered_msgs=msgs,
     )  # fmt: skip

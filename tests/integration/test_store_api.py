@@ -5,11 +5,11 @@ import os
 import shutil
 import struct
 import time
-from pathlib import Path
 
 import pytest
 
 from pyrmq import _core
+from pyrmq.errors import MessageTooLargeError
 from pyrmq.store import GetMessageStatus, MessageStore, PutStatus
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def test_put_round_trips_every_field(open_store, record_decoder):
         reconsume_times=2,
     )
     after = time.time_ns() // 1_000_000
-    assert store.put_status(sent) is PutStatus.PUT_OK
+    assert sent.status is PutStatus.PUT_OK
     assert (sent.count, sent.phy_offset, sent.queue_offset, sent.queue_id) == (1, 0, 0, 3)
     assert sent.phy_offsets == [0]
     assert sent.msg_ids == [offset_msg_id(STORE_HOST, 0)]
@@ -150,7 +150,9 @@ def test_put_batch_is_contiguous_in_queue_and_log(open_store, record_decoder):
     assert len(views) == 7
     assert b"".join(bytes(v) for v in views) == got.buffer
     assert sum(got.sizes) == len(got.buffer)
-    for view, body, qo, phy in zip(views, bodies, sent.queue_offsets, sent.phy_offsets, strict=True):
+    for view, body, qo, phy in zip(
+        views, bodies, sent.queue_offsets, sent.phy_offsets, strict=True
+    ):
         assert isinstance(view, memoryview)
         assert view.readonly
         rec = record_decoder(view)
@@ -428,9 +430,7 @@ def test_reopen_after_clean_close_keeps_everything(open_store, tmp_path):
     store = open_store(root, mapped_file_size_commit_log=SEGMENT)
     for i in range(120):
         store.put(f"TopicRe{i % 3}", os.urandom(200 + i * 17), queue_id=i % 4, keys=f"k{i}")
-    state = {
-        (t, q): [m.body for m in read_all(store, t, q)] for t, q in store.queue_ids()
-    }
+    state = {(t, q): [m.body for m in read_all(store, t, q)] for t, q in store.queue_ids()}
     max_phy, ids = store.max_phy_offset, store.queue_ids()
     last = store.put("TopicRe0", b"last", queue_id=0, keys="k-last")
     state[("TopicRe0", 0)].append(b"last")
@@ -519,3 +519,128 @@ def test_prepared_transaction_is_stored_but_not_queued(open_store, tmp_path, reb
     committed = store.put("TopicTx", b"commit", queue_id=1)
     assert committed.queue_offset == 0
     assert [x.body for x in read_all(store, "TopicTx", 1)] == [b"commit"]
+
+
+def test_internal_write_to_the_schedule_topic_keeps_its_due_time_across_a_rebuild(
+    open_store, tmp_path
+):
+    """A unit's tag code in SCHEDULE_TOPIC_XXXX must not depend on how the unit was written.
+
+    As in RocketMQ's dispatch, a record of that topic with a DELAY property gets its due time
+    (store time + the level's delay) as tag code; one without keeps its tag hash. The live put
+    and the rebuild from the CommitLog must agree.
+    """
+    root = tmp_path / "store"
+    store = open_store(root)
+    delayed = store.put(
+        "SCHEDULE_TOPIC_XXXX",
+        b"re-put",
+        queue_id=2,
+        properties={"DELAY": "3", "REAL_TOPIC": "T", "REAL_QID": "0"},
+        internal=True,
+    )
+    plain = store.put("SCHEDULE_TOPIC_XXXX", b"plain", queue_id=4, internal=True)
+    live = (
+        store.consume_queue_units("SCHEDULE_TOPIC_XXXX", 2, 0, 10),
+        store.consume_queue_units("SCHEDULE_TOPIC_XXXX", 4, 0, 10),
+    )
+    store.close()
+    shutil.rmtree(root / "consumequeue")
+    (root / "checkpoint").unlink()
+    (root / "abort").write_bytes(b"")
+    store = open_store(root)
+    rebuilt = (
+        store.consume_queue_units("SCHEDULE_TOPIC_XXXX", 2, 0, 10),
+        store.consume_queue_units("SCHEDULE_TOPIC_XXXX", 4, 0, 10),
+    )
+    assert [u[3] for u in live[0]] == [delayed.store_timestamp_ms + 10_000]
+    assert [u[3] for u in live[1]] == [0]
+    assert rebuilt == live
+    assert plain.queue_offset == 0
+
+
+def test_flush_and_flush_timeout(open_store):
+    store = open_store()
+    store.put_batch("TopicFlush", [b"a", b"b"])
+    # Without the background flusher, ASYNC_FLUSH data waits for an explicit flush.
+    assert store.flushed_phy_offset == 0
+    assert store.flush() == store.max_phy_offset
+    assert store.flushed_phy_offset == store.max_phy_offset
+    store.close()
+
+    sync = open_store(
+        flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=30, background_services=False
+    )
+    # Nobody flushes: the put is stored and visible, but reports the late fsync.
+    r = sync.put("TopicFlush", b"late")
+    assert r.status is PutStatus.FLUSH_DISK_TIMEOUT
+    assert [m.body for m in sync.get("TopicFlush", 0, 2).messages()] == [b"late"]
+
+
+def test_sync_flush_put_is_durable_when_it_returns(open_store):
+    store = open_store(flush_disk_type="SYNC_FLUSH", background_services=True)
+    for i in range(20):
+        r = store.put("TopicSync", b"s" * i)
+        assert r.status is PutStatus.PUT_OK
+        assert store.flushed_phy_offset >= r.phy_offset + r.wrote_bytes
+
+
+def test_ipv6_born_hosts(open_store):
+    store = open_store()
+    store.put("TopicV6", b"six", born_host="[::1]:8080")
+    store.put("TopicV6", b"mapped", born_host="[::ffff:1.2.3.4]:80")
+    six, mapped = store.get("TopicV6", 0, 0).messages()
+    assert (six.body, six.born_host, six.sys_flag & 0x10) == (b"six", "[::1]:8080", 0x10)
+    # An IPv4-mapped address is stored as plain IPv4.
+    assert (mapped.body, mapped.born_host, mapped.sys_flag) == (b"mapped", "1.2.3.4:80", 0)
+    assert six.store_size == mapped.store_size + 12 - len(b"mapped") + len(b"six")
+    assert store.look_message_by_offset(six.phy_offset).born_host == "[::1]:8080"
+
+
+def test_group_size_limit_is_the_segment(open_store):
+    store = open_store(mapped_file_size_commit_log=SEGMENT, max_message_size=1 << 20)
+    store.put("TopicEdge", b"first")
+    # record (88 + body + 1 + topic + 2) + 20-byte fence + 8 spare bytes == one segment.
+    largest = SEGMENT - 8 - 20 - (88 + 1 + len("TopicEdge") + 2)
+    r = store.put("TopicEdge", b"L" * largest)
+    assert (r.phy_offset, r.wrote_bytes) == (SEGMENT, SEGMENT - 8)
+    with pytest.raises(MessageTooLargeError):
+        store.put("TopicEdge", b"L" * (largest + 1))
+    assert store.max_phy_offset == 2 * SEGMENT - 8
+    assert store.get("TopicEdge", 0, 1).messages()[0].body == b"L" * largest
+    nxt = store.put("TopicEdge", b"next")
+    assert nxt.phy_offset == 2 * SEGMENT
+
+
+def test_lookup_at_a_fence_or_blank_finds_nothing(open_store):
+    store = open_store(mapped_file_size_commit_log=SEGMENT)
+    first = store.put("TopicFence", b"x" * 40_000)
+    second = store.put("TopicFence", b"y" * 40_000)
+    assert second.phy_offset == SEGMENT
+    fence = first.phy_offset + first.wrote_bytes - 20
+    blank = first.phy_offset + first.wrote_bytes
+    assert store.look_message_by_offset(fence) is None
+    assert store.look_message_by_offset(blank) is None
+    assert store.look_message_by_offset(second.phy_offset).body == b"y" * 40_000
+
+
+def test_key_index_spans_several_index_files(open_store, tmp_path):
+    store = open_store(tmp_path / "store", max_hash_slot_num=100, max_index_num=400)
+    sent = []
+    for j in range(12):
+        sent.append(
+            store.put_batch(
+                "TopicIdx",
+                [f"{j}-{k}".encode() for k in range(100)],
+                keys=f"batch-{j}",
+                properties={"UNIQ_KEY": f"U{j}"},
+            )
+        )
+    assert len(os.listdir(tmp_path / "store" / "index")) >= 3
+    for j in (0, 4, 11):
+        found = store.query_message("TopicIdx", f"batch-{j}", max_count=500)
+        # Newest first.
+        assert [m.phy_offset for m in found] == sent[j].phy_offsets[::-1]
+        assert len(store.query_message("TopicIdx", f"U{j}", max_count=500)) == 100
+        ten = store.query_message("TopicIdx", f"batch-{j}", max_count=10)
+        assert [m.phy_offset for m in ten] == sent[j].phy_offsets[::-1][:10]

@@ -128,7 +128,9 @@ def test_group_larger_than_a_segment(open_store, tmp_path):
     store = open_store(mapped_file_size_commit_log=64 * 1024)
     store.put("TopicGood", b"seed")
     bodies = [b"z" * 20_000] * 4
-    assert_refused(store, tmp_path, MessageTooLargeError, lambda s: s.put_batch("TopicGood", bodies))
+    assert_refused(
+        store, tmp_path, MessageTooLargeError, lambda s: s.put_batch("TopicGood", bodies)
+    )
 
 
 def test_properties_over_32767_bytes(store, tmp_path):

@@ -1,13 +1,14 @@
 """Damage written to the CommitLog files behind the store's back: a flipped byte in place is
 reported and kept, a torn tail is cut back to the last intact put."""
 
+import os
 import random
 import shutil
 from pathlib import Path
 
 import pytest
 
-from pyrmq.errors import CorruptRecordError
+from pyrmq.errors import ConfigError, CorruptRecordError, StoreError
 from pyrmq.store import GetMessageStatus, MessageStore
 
 pytestmark = pytest.mark.integration
@@ -63,17 +64,15 @@ def read_queue(store: MessageStore, topic: str, queue_id: int, decoder) -> list[
 
 
 def corrupt_body(i: int) -> bytes:
-    return bytes((i * 31 + j) % 256 for j in range(1500 + i))
+    return bytes((i * 31 + j) % 256 for j in range(700 + i))
 
 
-@pytest.mark.parametrize(
-    "reopen", ["clean", "crash", "crash-without-checkpoint"], ids=lambda r: r
-)
+@pytest.mark.parametrize("reopen", ["clean", "crash", "crash-without-checkpoint"], ids=lambda r: r)
 def test_flipped_body_byte_is_reported_and_never_truncated(
     open_store, tmp_path, record_decoder, reopen
 ):
     root = tmp_path / "store"
-    config = {"mapped_file_size_commit_log": 256 * 1024}
+    config = {"mapped_file_size_commit_log": SEGMENT}
     store = open_store(root, **config)
     sent = [store.put("TopicCorrupt", corrupt_body(i), keys=f"k{i}") for i in range(60)]
     other = store.put("TopicOther", b"unrelated")
@@ -81,8 +80,10 @@ def test_flipped_body_byte_is_reported_and_never_truncated(
     store.close()
 
     bad = 30
-    assert 0 < sent[bad].phy_offset < 256 * 1024 // 2 < sent[-1].phy_offset
-    flip_at = sent[bad].phy_offset + 88 + 700
+    # In the middle of the first (and only) segment.
+    assert SEGMENT // 4 < sent[bad].phy_offset < SEGMENT * 3 // 4
+    assert max_phy < SEGMENT
+    flip_at = sent[bad].phy_offset + 88 + 400
     original = read_log(root, flip_at, flip_at + 1)
     patch(root, flip_at, bytes([original[0] ^ 0x5A]))
     if reopen != "clean":
@@ -222,3 +223,61 @@ def test_torn_tail_keeps_exactly_the_intact_puts(
         store.close()
         del store
         shutil.rmtree(case)
+
+
+# --- segment files of the wrong size ----------------------------------------------------------
+
+
+def write_sized_template(open_store, root: Path) -> tuple[int, bytes]:
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    for i in range(10):
+        store.put("TopicSize", torn_body(i))
+    max_phy = store.max_phy_offset
+    store.close()
+    return max_phy, read_log(root, 0, SEGMENT)
+
+
+def assert_intact(open_store, root: Path, max_phy: int) -> None:
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    assert store.max_phy_offset == max_phy
+    assert [m.body for m in store.get("TopicSize", 0, 0).messages()] == [
+        torn_body(i) for i in range(10)
+    ]
+
+
+@pytest.mark.parametrize("other_size", [SEGMENT // 2, SEGMENT * 2])
+def test_reopening_with_another_segment_size_refuses_and_keeps_the_data(
+    open_store, make_config, tmp_path, other_size
+):
+    """As RocketMQ refuses to load a segment whose length differs from the configured size."""
+    root = tmp_path / "store"
+    max_phy, log = write_sized_template(open_store, root)
+    with pytest.raises((StoreError, ConfigError)):
+        MessageStore.open(
+            root, make_config(mapped_file_size_commit_log=other_size), background_services=False
+        )
+    # Nothing was deleted or changed: the data is still there with the right setting.
+    assert sorted(os.listdir(root / "commitlog")) == [f"{0:020d}"]
+    assert read_log(root, 0, SEGMENT) == log
+    assert_intact(open_store, root, max_phy)
+
+
+def test_a_shortened_segment_holding_data_is_not_deleted(open_store, make_config, tmp_path):
+    root = tmp_path / "store"
+    max_phy, log = write_sized_template(open_store, root)
+    os.truncate(segment_path(root, 0), max_phy)
+    with pytest.raises((StoreError, ConfigError)):
+        MessageStore.open(
+            root, make_config(mapped_file_size_commit_log=SEGMENT), background_services=False
+        )
+    assert segment_path(root, 0).read_bytes() == log[:max_phy]
+
+
+def test_an_empty_segment_left_by_an_interrupted_roll_is_removed(open_store, tmp_path):
+    root = tmp_path / "store"
+    max_phy, _ = write_sized_template(open_store, root)
+    # The process died between creating the next segment and sizing it.
+    segment_path(root, SEGMENT).write_bytes(b"")
+    (root / "abort").write_bytes(b"")
+    assert_intact(open_store, root, max_phy)
+    assert sorted(os.listdir(root / "commitlog")) == [f"{0:020d}"]

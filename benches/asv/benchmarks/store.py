@@ -13,6 +13,7 @@ TRACK_SECONDS = 0.5
 SCAN_UNITS = 262_144
 SCAN_CHUNK = 32_768
 GET_MSGS = 16_384
+WARMUP_BYTES = 256 * 1024 * 1024
 
 
 class Append(ScratchStore):
@@ -21,6 +22,8 @@ class Append(ScratchStore):
     timeout = 300
 
     def setup(self, impl: str, body_bytes: int, batch: int) -> None:
+        skip_unless_available(impl)
+        w.warm_page_cache(WARMUP_BYTES)  # appends then reuse warm page-cache pages
         store = self.open_scratch(impl)
         self.op = w.append_op(store, body_bytes, batch)
         self.calls = max(1, APPEND_MSGS // batch)

@@ -3,6 +3,7 @@
 import click
 
 from pyrmq import __version__
+from pyrmq.cli.commands.store_demo import store_demo
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -10,6 +11,8 @@ from pyrmq import __version__
 def main() -> None:
     """Run and inspect a pyrmq broker and its store."""
 
+
+main.add_command(store_demo)
 
 if __name__ == "__main__":
     main()

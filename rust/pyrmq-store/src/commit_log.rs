@@ -81,6 +81,7 @@ pub struct CommitLog {
 #[derive(Debug, Default)]
 pub struct RecoveryReport {
     pub end_offset: u64,
+    /// Records re-dispatched (those at or after the recovery start).
     pub records: u64,
     pub groups: u64,
     /// `(start, end)` CommitLog ranges that failed their checks but were followed by intact
@@ -231,13 +232,28 @@ impl CommitLog {
         Some((file, rel))
     }
 
-    /// Reads the TOTALSIZE of the record at `phy`.
-    pub fn record_size_at(&self, phy: u64) -> Option<u32> {
-        let (file, rel) = self.record_bytes(phy, 8)?;
-        let head = file.slice(rel, 8);
+    /// Copies the record at `phy` with `pread` (offsets here may come from clients), checking
+    /// only that it lies inside published data and starts with a message header.
+    pub fn read_record(&self, phy: u64) -> StoreResult<Option<Vec<u8>>> {
+        let Some((file, rel)) = self.record_bytes(phy, 8) else {
+            return Ok(None);
+        };
+        let mut head = [0u8; 8];
+        file.read_at(rel, &mut head)?;
         let size = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
         let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
-        (magic == MESSAGE_MAGIC_CODE).then_some(size)
+        if magic != MESSAGE_MAGIC_CODE || size < 8 {
+            return Ok(None);
+        }
+        if self.record_bytes(phy, size).is_none() {
+            return Err(crate::error::StoreError::Corrupt {
+                phy_offset: phy,
+                reason: format!("record size {size} runs past the end of its segment or the log"),
+            });
+        }
+        let mut raw = vec![0u8; size as usize];
+        file.read_at(rel, &mut raw)?;
+        Ok(Some(raw))
     }
 
     /// Flushes published bytes up to now; returns the flushed offset.
@@ -344,11 +360,28 @@ impl CommitLog {
                 group_start = pos;
                 continue;
             }
+            // Bytes past the data region were never written: read them as the end of the log.
+            let readable = file.data_end_from(rel);
+            if rel + 8 > readable {
+                if pending.is_empty() {
+                    break;
+                }
+                match self.find_next_group(group_start) {
+                    Some(next) => {
+                        report.corrupt_ranges.push((group_start, next));
+                        pending.clear();
+                        pos = next;
+                        group_start = next;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
             let head = file.slice(rel, 8);
             let total = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
             let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
             let intact = match magic {
-                MESSAGE_MAGIC_CODE if u64::from(total) <= size - rel => {
+                MESSAGE_MAGIC_CODE if u64::from(total) <= readable - rel => {
                     let raw = file.slice(rel, total as usize);
                     match message::decode(raw, check_body_crc) {
                         Ok(rec) if rec.phy_offset == pos as i64 => {
@@ -361,18 +394,22 @@ impl CommitLog {
                 }
                 FENCE_MAGIC_CODE
                     if total as usize == FENCE_LEN
-                        && rel + 20 <= size
+                        && rel + 20 <= readable
                         && fence_verifies(&file, rel, group_start) =>
                 {
+                    let mut dispatched = 0u64;
                     for &(phy, len) in &pending {
                         let f = self.files.find(phy).expect("segment of a pending record");
-                        on_record(phy, f.slice(phy - f.file_from_offset(), len as usize))?;
                         report.max_store_timestamp_ms = report
                             .max_store_timestamp_ms
                             .max(store_timestamp(f.slice(phy - f.file_from_offset(), 88)));
+                        if phy >= dispatch_from {
+                            on_record(phy, f.slice(phy - f.file_from_offset(), len as usize))?;
+                            dispatched += 1;
+                        }
                     }
-                    report.records += pending.len() as u64;
-                    report.groups += 1;
+                    report.records += dispatched;
+                    report.groups += u64::from(dispatched > 0);
                     pending.clear();
                     pos += FENCE_LEN as u64;
                     group_start = pos;
@@ -427,27 +464,14 @@ impl CommitLog {
             if base + file.file_size() <= from {
                 continue;
             }
-            let search_from = from.saturating_sub(base) + 1;
-            let hay = file.slice(search_from, (file.file_size() - search_from) as usize);
-            for hit in finder.find_iter(hay) {
-                let magic_rel = search_from + hit as u64;
-                if magic_rel < 4 {
-                    continue;
-                }
-                let rel = magic_rel - 4;
-                let head = file.slice(rel, FENCE_LEN);
-                if head.len() < FENCE_LEN
-                    || u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) != 20
-                {
-                    continue;
-                }
-                let g = u64::from_be_bytes(head[8..16].try_into().expect("8 bytes"));
-                if g <= from || g < base || g > base + rel {
-                    continue;
-                }
-                if fence_verifies(&file, rel, g) {
+            let mut region_start = if from >= base { from - base + 1 } else { 0 };
+            // Search the data regions only: holes were never written (see data_end_from).
+            while let Some(start) = file.next_data_from(region_start) {
+                let end = file.data_end_from(start);
+                if let Some(g) = search_region(&finder, &file, start, end, from) {
                     return Some(g);
                 }
+                region_start = end;
             }
         }
         None
@@ -464,11 +488,13 @@ impl CommitLog {
         let next = end - end % size + size;
         for f in self.files.snapshot() {
             if f.file_from_offset() >= next {
-                discarded += f
-                    .slice(0, size as usize)
-                    .iter()
-                    .filter(|b| **b != 0)
-                    .count() as u64;
+                let mut at = 0;
+                while let Some(start) = f.next_data_from(at) {
+                    let end = f.data_end_from(start);
+                    let data = f.slice(start, (end - start) as usize);
+                    discarded += data.iter().filter(|b| **b != 0).count() as u64;
+                    at = end;
+                }
             }
         }
         self.files.delete_from(next)?;
@@ -502,6 +528,37 @@ impl CommitLog {
             .delete_first()?
             .map(|f| f.file_from_offset() + f.file_size()))
     }
+}
+
+/// Looks for a verifying fence in `start..end` of `file` whose group starts after `from`.
+fn search_region(
+    finder: &memchr::memmem::Finder<'_>,
+    file: &MappedFile,
+    start: u64,
+    end: u64,
+    from: u64,
+) -> Option<u64> {
+    let base = file.file_from_offset();
+    let hay = file.slice(start, (end - start) as usize);
+    for hit in finder.find_iter(hay) {
+        let magic_rel = start + hit as u64;
+        if magic_rel < 4 || magic_rel + 16 > end {
+            continue;
+        }
+        let rel = magic_rel - 4;
+        let head = file.slice(rel, FENCE_LEN);
+        if u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) != 20 {
+            continue;
+        }
+        let g = u64::from_be_bytes(head[8..16].try_into().expect("8 bytes"));
+        if g <= from || g < base || g > base + rel {
+            continue;
+        }
+        if fence_verifies(file, rel, g) {
+            return Some(g);
+        }
+    }
+    None
 }
 
 fn fence_verifies(file: &MappedFile, fence_rel: u64, group_start: u64) -> bool {

@@ -116,6 +116,41 @@ impl MappedFile {
         })
     }
 
+    /// End of the data region that contains `pos`: the next hole at or after it (the file size
+    /// when there is none). Pages past it were never written; on tmpfs even *reading* them
+    /// allocates, which on a full file system is a SIGBUS, so scans of unknown bytes stop here.
+    pub fn data_end_from(&self, pos: u64) -> u64 {
+        if pos >= self.file_size {
+            return self.file_size;
+        }
+        // SAFETY: plain syscall on our own descriptor.
+        let r = unsafe { libc::lseek(self.file.as_raw_fd(), pos as libc::off_t, libc::SEEK_HOLE) };
+        if r < 0 {
+            self.file_size
+        } else {
+            (r as u64).min(self.file_size)
+        }
+    }
+
+    /// Start of the next data region at or after `pos`, if any.
+    pub fn next_data_from(&self, pos: u64) -> Option<u64> {
+        if pos >= self.file_size {
+            return None;
+        }
+        // SAFETY: plain syscall on our own descriptor.
+        let r = unsafe { libc::lseek(self.file.as_raw_fd(), pos as libc::off_t, libc::SEEK_DATA) };
+        (r >= 0).then_some(r as u64).filter(|d| *d < self.file_size)
+    }
+
+    /// Copies bytes at `pos` with `pread`, which reads holes as zeros without allocating: for
+    /// offsets that come from outside (a message id), where the mapping could hit a hole.
+    pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> StoreResult<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .read_exact_at(buf, pos)
+            .map_err(|e| StoreError::io("reading", &self.path, e))
+    }
+
     /// Marks the whole file as reserved (a `Reserve` file reopened).
     pub fn mark_reserved(&self) {
         self.writable_to.store(self.file_size, Ordering::Release);
@@ -254,9 +289,10 @@ impl MappedFile {
         const PAGE: u64 = 4096;
         let mut cleared = 0u64;
         let mut pos = from;
-        while pos < self.file_size {
+        let data_end = self.data_end_from(from);
+        while pos < data_end {
             let page_end = ((pos / PAGE) + 1) * PAGE;
-            let end = page_end.min(self.file_size);
+            let end = page_end.min(data_end);
             let chunk = self.slice(pos, (end - pos) as usize);
             let nonzero = chunk.iter().filter(|b| **b != 0).count() as u64;
             if nonzero == 0 && pos.is_multiple_of(PAGE) {

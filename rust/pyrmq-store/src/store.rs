@@ -388,10 +388,24 @@ impl MessageStore {
         if let Some(services) = self.services.lock().take() {
             services.stop();
         }
-        self.inner.flush_all()?;
-        std::fs::remove_file(&self.inner.abort_path)
-            .map_err(|e| StoreError::io("removing", &self.inner.abort_path, e))?;
+        // Every step runs even if an earlier one failed (a full disk can refuse the
+        // checkpoint); the abort marker stays unless everything was flushed, and the directory
+        // lock is always released.
+        let flushed = self.inner.flush_all();
+        let marked = flushed.as_ref().map_err(|_| ()).and_then(|_| {
+            std::fs::remove_file(&self.inner.abort_path).map_err(|e| {
+                log::error!("removing {}: {e}", self.inner.abort_path.display());
+            })
+        });
         self.inner.lock_file.lock().take();
+        flushed?;
+        if marked.is_err() {
+            return Err(StoreError::io(
+                "removing",
+                &self.inner.abort_path,
+                std::io::Error::other("abort marker left in place"),
+            ));
+        }
         Ok(())
     }
 }
@@ -1059,18 +1073,11 @@ impl Inner {
     }
 
     fn look(&self, phy: u64) -> StoreResult<Option<Vec<u8>>> {
-        let Some(size) = self.commit_log.record_size_at(phy) else {
+        let Some(raw) = self.commit_log.read_record(phy)? else {
             return Ok(None);
         };
-        let Some((file, rel)) = self.commit_log.record_bytes(phy, size) else {
-            return Err(StoreError::Corrupt {
-                phy_offset: phy,
-                reason: format!("record size {size} runs past the end of the log"),
-            });
-        };
-        let raw = file.slice(rel, size as usize);
-        match message::decode(raw, true) {
-            Ok(rec) if rec.phy_offset as u64 == phy => Ok(Some(raw.to_vec())),
+        match message::decode(&raw, true) {
+            Ok(rec) if rec.phy_offset as u64 == phy => Ok(Some(raw)),
             Ok(rec) => Err(StoreError::Corrupt {
                 phy_offset: phy,
                 reason: format!("record claims offset {}", rec.phy_offset),

@@ -1,0 +1,1 @@
+"""Subcommands of the ``pyrmq`` console command; each module registers one."""

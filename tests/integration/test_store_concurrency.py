@@ -1,0 +1,169 @@
+"""Concurrent writers and readers: every message stored once, queue offsets dense, and a reader
+never sees a partial record."""
+
+import struct
+import threading
+from collections import defaultdict
+
+import pytest
+
+from pyrmq.errors import StoreClosedError
+from pyrmq.store import GetMessageStatus, PutStatus
+
+pytestmark = pytest.mark.integration
+
+WRITERS = 8
+PUTS_PER_WRITER = 150
+QUEUES = [("TopicConcA", 0), ("TopicConcA", 1), ("TopicConcB", 0)]
+
+
+def body_for(writer: int, seq: int, k: int) -> bytes:
+    head = struct.pack(">HIH", writer, seq, k)
+    return head + bytes([(writer * 37 + seq + k) % 256]) * (50 + (seq * 131 + k * 17) % 900)
+
+
+@pytest.mark.parametrize("flush_disk_type", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_concurrent_writers_and_a_reader(open_store, record_decoder, flush_disk_type):
+    store = open_store(
+        flush_disk_type=flush_disk_type,
+        background_services=True,
+        mapped_file_size_commit_log=256 * 1024,
+        mapped_file_size_consume_queue=20 * 200,
+    )
+    start = threading.Barrier(WRITERS + 1)
+    stop_reading = threading.Event()
+    results: dict[int, list] = {}
+    errors: list[BaseException] = []
+    reader_stats = {"records": 0, "reads": 0}
+
+    def writer(w: int) -> None:
+        try:
+            mine = []
+            start.wait()
+            for seq in range(PUTS_PER_WRITER):
+                topic, queue_id = QUEUES[(w + seq) % len(QUEUES)]
+                if seq % 4 == 3:
+                    bodies = [body_for(w, seq, k) for k in range(1 + seq % 5)]
+                    r = store.put_batch(topic, bodies, queue_id=queue_id, tags=f"W{w}")
+                else:
+                    bodies = [body_for(w, seq, 0)]
+                    r = store.put(topic, bodies[0], queue_id=queue_id, tags=f"W{w}")
+                assert r.status is PutStatus.PUT_OK
+                assert r.queue_offsets == list(range(r.queue_offset, r.queue_offset + len(bodies)))
+                mine.append((topic, queue_id, bodies, list(r.queue_offsets), list(r.phy_offsets)))
+            results[w] = mine
+        except BaseException as exc:
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            offsets = dict.fromkeys(QUEUES, 0)
+            start.wait()
+            while not stop_reading.is_set():
+                for topic, queue_id in QUEUES:
+                    got = store.get(topic, queue_id, offsets[(topic, queue_id)])
+                    reader_stats["reads"] += 1
+                    assert got.corrupt_offsets == []
+                    if got.status is not GetMessageStatus.FOUND:
+                        continue
+                    expect = offsets[(topic, queue_id)]
+                    assert got.queue_offsets == list(range(expect, expect + got.message_count))
+                    assert sum(got.sizes) == len(got.buffer)
+                    for view, qo, phy in zip(
+                        got.views(), got.queue_offsets, got.phy_offsets, strict=True
+                    ):
+                        rec = record_decoder(view)
+                        assert (rec["topic"], rec["queue_id"]) == (topic, queue_id)
+                        assert (rec["queue_offset"], rec["phy_offset"]) == (qo, phy)
+                        w, seq, k = struct.unpack(">HIH", rec["body"][:8])
+                        assert rec["body"] == body_for(w, seq, k)
+                        reader_stats["records"] += 1
+                    offsets[(topic, queue_id)] = got.next_begin_offset
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
+    threads.append(threading.Thread(target=reader))
+    for t in threads:
+        t.start()
+    for t in threads[:-1]:
+        t.join(120)
+    stop_reading.set()
+    threads[-1].join(120)
+    assert not errors, errors[0]
+    assert reader_stats["records"] > 0
+
+    # Every message stored exactly once at the queue offset its put returned.
+    by_queue: dict[tuple[str, int], dict[int, tuple[bytes, int]]] = defaultdict(dict)
+    for mine in results.values():
+        for topic, queue_id, bodies, queue_offsets, phy_offsets in mine:
+            for body, qo, phy in zip(bodies, queue_offsets, phy_offsets, strict=True):
+                assert qo not in by_queue[(topic, queue_id)], "queue offset given twice"
+                by_queue[(topic, queue_id)][qo] = (body, phy)
+    assert len(results) == WRITERS
+    all_phy = [phy for q in by_queue.values() for _, phy in q.values()]
+    assert len(set(all_phy)) == len(all_phy)
+    for key, expected in by_queue.items():
+        topic, queue_id = key
+        assert sorted(expected) == list(range(len(expected))), f"{key} has gaps"
+        assert store.max_offset(topic, queue_id) == len(expected)
+        offset = 0
+        while offset < len(expected):
+            got = store.get(topic, queue_id, offset)
+            assert got.status is GetMessageStatus.FOUND
+            for view, qo, phy in zip(got.views(), got.queue_offsets, got.phy_offsets, strict=True):
+                assert (bytes(record_decoder(view)["body"]), phy) == expected[qo]
+            offset = got.next_begin_offset
+    # Each writer's puts to one queue got increasing offsets, in program order.
+    for mine in results.values():
+        last: dict[tuple[str, int], int] = {}
+        for topic, queue_id, _, queue_offsets, _ in mine:
+            assert queue_offsets[0] > last.get((topic, queue_id), -1)
+            last[(topic, queue_id)] = queue_offsets[-1]
+
+
+@pytest.mark.parametrize("flush_disk_type", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_close_racing_puts_loses_nothing_that_was_acknowledged(
+    open_store, tmp_path, wait_until, flush_disk_type
+):
+    root = tmp_path / "store"
+    settings = {"flush_disk_type": flush_disk_type, "mapped_file_size_commit_log": 256 * 1024}
+    store = open_store(root, background_services=True, **settings)
+    acked: dict[int, list] = {w: [] for w in range(4)}
+    refused = dict.fromkeys(acked, 0)
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            seq = 0
+            while True:
+                body = body_for(w, seq, 0)
+                try:
+                    r = store.put("TopicClose", body, queue_id=w % 2)
+                except StoreClosedError:
+                    refused[w] += 1
+                    return
+                acked[w].append((r.queue_offset, r.phy_offset, body))
+                seq += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in acked]
+    for t in threads:
+        t.start()
+    wait_until(lambda: all(len(a) >= 20 for a in acked.values()) or errors, 60, "puts")
+    store.close()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[0]
+    assert all(refused.values())
+
+    store = open_store(root, **settings)
+    for q in (0, 1):
+        mine = sorted(a for w in acked if w % 2 == q for a in acked[w])
+        assert [a[0] for a in mine] == list(range(len(mine)))
+        assert store.max_offset("TopicClose", q) == len(mine)
+        for qo, phy, body in mine:
+            got = store.get("TopicClose", q, qo, max_count=1)
+            assert got.phy_offsets == [phy]
+            assert got.messages()[0].body == body

@@ -1,0 +1,163 @@
+"""A full disk: writes are refused with DiskFullError, nothing is written, reads go on."""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyrmq.errors import DiskFullError
+from pyrmq.store import GetMessageStatus, MessageStore
+
+pytestmark = pytest.mark.integration
+
+WRITER = Path(__file__).with_name("disk_full_writer.py")
+_spec = importlib.util.spec_from_file_location("disk_full_writer", WRITER)
+assert _spec is not None
+assert _spec.loader is not None
+writer = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(writer)
+
+
+def child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+
+
+def can_mount_tmpfs() -> bool:
+    """Whether a private tmpfs can be mounted in a user and mount namespace."""
+    if shutil.which("unshare") is None or not sys.platform.startswith("linux"):
+        return False
+    probe = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c"]
+    probe += ['d=$(mktemp -d) && mount -t tmpfs -o size=64k none "$d" && umount "$d"']
+    done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+    return done.returncode == 0
+
+
+def log_bytes(root: Path) -> dict[str, bytes]:
+    return {
+        name: (root / "commitlog" / name).read_bytes() for name in os.listdir(root / "commitlog")
+    }
+
+
+def test_usage_above_the_warning_level_refuses_writes(open_store, tmp_path):
+    root = tmp_path / "store"
+    store = open_store(root)
+    sent = store.put_batch("TopicFull", [b"one", b"two", b"three"], keys="k")
+    store.close()
+    before = log_bytes(root)
+
+    full = {
+        "disk_space_warning_level_ratio": 1,
+        "disk_space_clean_forcibly_ratio": 1,
+        "disk_max_used_space_ratio": 1,
+    }
+    store = open_store(root, **full)
+    ratio = store.check_disk()
+    assert ratio is not None
+    assert 0.01 < ratio <= 1.0
+    assert store.is_disk_full
+    max_phy = store.max_phy_offset
+    with pytest.raises(DiskFullError):
+        store.put("TopicFull", b"refused")
+    with pytest.raises(DiskFullError):
+        store.put_batch("TopicFull", [b"refused"], queue_id=1)
+    with pytest.raises(DiskFullError):
+        store.put_encoded_batch(
+            "TopicFull", b"\x00\x00\x00\x1a" + bytes(12) + b"\x00\x00\x00\x04abcd\x00\x00"
+        )
+    assert store.max_phy_offset == max_phy
+    assert store.queue_ids() == [("TopicFull", 0)]
+    assert store.max_offset("TopicFull", 0) == 3
+    # Reads are still served.
+    got = store.get("TopicFull", 0, 0)
+    assert got.status is GetMessageStatus.FOUND
+    assert [m.body for m in got.messages()] == [b"one", b"two", b"three"]
+    assert store.look_message_by_offset(sent.phy_offsets[2]).body == b"three"
+    assert len(store.query_message("TopicFull", "k")) == 3
+    store.close()
+    assert log_bytes(root) == before
+
+
+def test_segment_that_cannot_be_created_gives_disk_full(tmp_path):
+    root = tmp_path / "store"
+    done = subprocess.run(
+        [sys.executable, str(WRITER), "fsize", str(root)],
+        capture_output=True,
+        env=child_env(),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    acked = report["acked"]
+    segment = writer.SEGMENT
+
+    # Writing went on until the first segment was full, then every try failed the same way.
+    assert [f["type"] for f in report["failures"]] == ["DiskFullError"] * 3
+    assert report["max_phy_offset_at_failure"] == report["max_phy_offset"]
+    assert segment - 3000 < report["max_phy_offset"] <= segment
+    assert len(acked) > 20
+    assert report["readable"] == len(acked)
+    # The segment that could not be preallocated left no file behind.
+    assert os.listdir(root / "commitlog") == [f"{0:020d}"]
+
+    config = writer.CONFIG
+    from pyrmq.config import StoreConfig
+
+    with MessageStore.open(root, StoreConfig(**config), background_services=False) as store:
+        assert store.max_phy_offset == report["max_phy_offset"]
+        for q in range(3):
+            assert store.max_offset("TopicFull", q) == sum(1 for a in acked if a["q"] == q)
+        for a in acked:
+            got = store.get("TopicFull", a["q"], a["qo"], max_count=1)
+            assert got.status is GetMessageStatus.FOUND
+            [m] = got.messages()
+            assert (m.body, m.phy_offset) == (writer.body_for(a["i"]), a["phy"])
+            assert [x.phy_offset for x in store.query_message("TopicFull", f"k{a['i']}")] == [
+                a["phy"]
+            ]
+        # Without the limit the log rolls over as usual.
+        r = store.put("TopicFull", b"x" * 3000)
+        assert r.phy_offset == segment
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="cannot mount a private tmpfs here")
+def test_full_file_system_gives_disk_full_and_the_data_survives(tmp_path):
+    """A real ENOSPC: a 1 MiB tmpfs filled by appends. The store must refuse with DiskFullError
+    (never die of SIGBUS), keep what it acknowledged, and open again on the full file system."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = (
+        'mount -t tmpfs -o size=1m none "$1" && '
+        '"$2" "$3" fill "$1/store" > "$4" && "$2" "$3" verify "$1/store" > "$5"'
+    )
+    wrote, verified = tmp_path / "write.json", tmp_path / "verify.json"
+    args = [str(mnt), sys.executable, str(WRITER), str(wrote), str(verified)]
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", *args],
+        capture_output=True,
+        env=child_env(),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr.decode()[-3000:])
+    report = json.loads(wrote.read_text())
+    assert [f["type"] for f in report["failures"]] == ["DiskFullError"] * 3
+    assert report["max_phy_offset_at_failure"] == report["max_phy_offset"]
+    acked = report["acked"]
+    assert len(acked) > 100
+    assert report["readable"] == len(acked)
+
+    # A second process opens the store on the still full file system and finds exactly the
+    # acknowledged messages.
+    found = json.loads(verified.read_text())
+    assert found["max_phy_offset"] == report["max_phy_offset"]
+
+    def key(m: dict) -> tuple[int, int, int, int]:
+        return m["i"], m["q"], m["qo"], m["phy"]
+
+    assert sorted(map(key, found["messages"])) == sorted(map(key, acked))
