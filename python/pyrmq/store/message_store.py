@@ -22,7 +22,9 @@ class MessageStore(_core.MessageStore):
     >>> import tempfile
     >>> from pyrmq.store import MessageStore, GetMessageStatus
     >>> with tempfile.TemporaryDirectory() as root:
-    ...     config = StoreConfig(mapped_file_size_commit_log=1 << 20)
+    ...     config = StoreConfig(
+    ...         mapped_file_size_commit_log=1 << 20, max_hash_slot_num=64, max_index_num=1000
+    ...     )
     ...     with MessageStore.open(root, config) as store:
     ...         sent = store.put("TopicTest", b"hello", tags="TagA", keys=["order-1"])
     ...         got = store.get("TopicTest", 0, 0)

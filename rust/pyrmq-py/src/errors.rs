@@ -22,7 +22,9 @@ pub fn to_py(err: StoreError) -> PyErr {
     match err {
         StoreError::InvalidTopic { .. } => InvalidTopicError::new_err(msg),
         StoreError::SystemTopic(_) => SystemTopicError::new_err(msg),
-        StoreError::MessageTooLarge { .. } => MessageTooLargeError::new_err(msg),
+        StoreError::MessageTooLarge { .. } | StoreError::GroupTooLarge { .. } => {
+            MessageTooLargeError::new_err(msg)
+        }
         StoreError::PropertiesTooLarge { .. } => PropertiesTooLargeError::new_err(msg),
         StoreError::InvalidQueueId { .. } => InvalidQueueIdError::new_err(msg),
         StoreError::IllegalMessage(_) => MessageIllegalError::new_err(msg),

@@ -257,34 +257,48 @@ impl ConsumeQueue {
         Ok(())
     }
 
-    /// Sets the min offset to the first unit whose record starts at or after
-    /// `commit_log_min` and deletes files that hold only older units (the last file stays).
+    /// Sets the min offset to the first unit whose record starts at or after `commit_log_min`,
+    /// then deletes files that hold only units below it (the last file stays). The min moves
+    /// first, so a reader is sent past the old units before their file disappears.
     pub fn correct_min_offset(&self, commit_log_min: u64) -> StoreResult<()> {
-        loop {
-            let Some(first) = self.files.first() else {
-                break;
-            };
-            if self.files.len() <= 1 {
-                break;
+        let max = self.max_offset();
+        let first_file = self.files.min_offset().map_or(max, |b| b / CQ_UNIT_SIZE);
+        let mut min = self.min_offset().max(first_file);
+        // Skip whole files whose last unit is still below the CommitLog minimum.
+        for file in self.files.snapshot() {
+            let start = file.file_from_offset() / CQ_UNIT_SIZE;
+            let end = start + self.units_per_file;
+            if end <= min {
+                continue;
             }
-            let data = first.slice(0, first.file_size() as usize);
-            let last_unit = data.chunks_exact(20).rev().find(|u| unit_size(u) > 0);
-            match last_unit {
-                Some(u) if decode_unit(0, u).phy_offset >= commit_log_min => break,
-                _ => {
-                    self.files.delete_first()?;
-                }
+            let data = file.slice(0, file.file_size() as usize);
+            let last = data
+                .chunks_exact(CQ_UNIT_SIZE as usize)
+                .rev()
+                .find(|u| unit_size(u) > 0);
+            match last {
+                Some(u) if decode_unit(0, u).phy_offset < commit_log_min && end < max => min = end,
+                _ => break,
             }
         }
-        let max = self.max_offset();
-        let mut min = self.files.min_offset().map_or(max, |b| b / CQ_UNIT_SIZE);
         while min < max {
             match self.unit(min) {
                 Some(u) if u.phy_offset >= commit_log_min => break,
                 _ => min += 1,
             }
         }
-        self.min_offset.store(min, Ordering::Release);
+        self.min_offset.fetch_max(min, Ordering::AcqRel);
+        let min = self.min_offset();
+        while self.files.len() > 1 {
+            let Some(first) = self.files.first() else {
+                break;
+            };
+            let end = first.file_from_offset() / CQ_UNIT_SIZE + self.units_per_file;
+            if end > min {
+                break;
+            }
+            self.files.delete_first()?;
+        }
         Ok(())
     }
 }

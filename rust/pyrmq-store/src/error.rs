@@ -13,6 +13,10 @@ pub enum StoreError {
     SystemTopic(String),
     #[error("message of {size_bytes} bytes exceeds maxMessageSize {max_bytes}")]
     MessageTooLarge { size_bytes: u64, max_bytes: u64 },
+    #[error(
+        "a put of {size_bytes} bytes does not fit one CommitLog segment of {segment_bytes} bytes"
+    )]
+    GroupTooLarge { size_bytes: u64, segment_bytes: u64 },
     #[error("properties of {size_bytes} bytes exceed the 32767-byte limit")]
     PropertiesTooLarge { size_bytes: usize },
     #[error("queue id {queue_id} out of range [0, {max})")]

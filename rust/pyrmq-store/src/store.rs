@@ -683,9 +683,9 @@ impl Inner {
         let group_len = records_len + FENCE_LEN as u64;
         if group_len + crate::commit_log::END_FILE_MIN_BLANK_LENGTH > self.commit_log.segment_size()
         {
-            return Err(StoreError::MessageTooLarge {
+            return Err(StoreError::GroupTooLarge {
                 size_bytes: group_len,
-                max_bytes: self.commit_log.segment_size(),
+                segment_bytes: self.commit_log.segment_size(),
             });
         }
         if self.disk_full.load(Ordering::Acquire) {
