@@ -46,8 +46,8 @@ stubtest: ## check python/pyrmq/_core.pyi against the built extension
 	$(PYTHON) -m mypy.stubtest pyrmq._core --allowlist .mypy-stubtest-allowlist
 
 .PHONY: test-rust
-test-rust: ## run the Rust store tests
-	cargo test -p pyrmq-store --release
+test-rust: ## run the Rust tests of every crate (store, remoting codec, binding)
+	cargo test --workspace --release
 
 .PHONY: test-python
 test-python: ## run the whole pytest suite (needs the built extension)

@@ -1,4 +1,5 @@
-"""Type stubs of ``pyrmq._core``, the Rust extension behind :mod:`pyrmq.store`.
+"""Type stubs of ``pyrmq._core``, the Rust extension behind :mod:`pyrmq.store` and
+:mod:`pyrmq.remoting.codec`.
 
 Every method that touches store files releases the GIL. Errors are raised as the classes of
 :mod:`pyrmq.errors`.
@@ -19,12 +20,17 @@ __all__ = [
     "StoredMessage",
     "__version__",
     "build_profile",
+    "decode_frames",
     "decode_messages",
+    "encode_command",
     "java_string_hash",
 ]
 
 __version__: str
 """Version of the ``pyrmq-py`` crate the extension was built from."""
+
+_CommandTuple = tuple[int, str, int, int, int, str | None, dict[str, str], bytes, int]
+"""``(code, language, version, opaque, flag, remark, ext_fields, body, serialize_type)``."""
 
 class _Recovery(TypedDict):
     """What the last open of a store found (``MessageStore.recovery``)."""
@@ -247,6 +253,8 @@ class MessageStore:
         """
     def look_message_by_offset(self, phy_offset: int) -> StoredMessage | None:
         """The message whose record starts at ``phy_offset``, or None."""
+    def look_record(self, phy_offset: int) -> bytes | None:
+        """The stored record at ``phy_offset``, byte for byte, or None."""
     def view_message_by_id(self, msg_id: str) -> StoredMessage | None:
         """The message named by an offset message id, or None."""
     def query_message(
@@ -323,6 +331,35 @@ def decode_messages(buffer: Buffer) -> list[StoredMessage]:
 
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode`` of ``s``: RocketMQ's tag code and index key hash."""
+
+def decode_frames(
+    buffer: Buffer, max_frame_bytes: int = 16777216
+) -> tuple[list[_CommandTuple], int]:
+    """Decodes every whole remoting frame at the start of ``buffer``.
+
+    Returns ``(commands, consumed)``: a tuple ``(code, language, version, opaque, flag, remark,
+    ext_fields, body, serialize_type)`` per frame, and the bytes those frames took. An incomplete
+    trailing frame is not consumed. Raises ``FrameDecodeError`` on a malformed frame, including a
+    length field above ``max_frame_bytes`` (checked on the 4 length bytes alone).
+    """
+
+def encode_command(
+    code: int,
+    language: str,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext_fields: dict[str, str],
+    body: Buffer,
+    serialize_type: int,
+) -> bytes:
+    """Encodes a whole remoting frame: length field, header-length word, header and body.
+
+    ``serialize_type`` 0 writes a JSON header shaped like a Java 4.9.7 broker's (sorted keys,
+    every ext field a string); 1 writes the ROCKETMQ binary header. Raises ``ValueError`` when a
+    value does not fit the chosen serialize type (e.g. a code above 32767 in a binary header).
+    """
 
 def build_profile() -> Literal["release", "debug"]:
     """The Cargo profile this extension was built with ("release" or "debug")."""

@@ -6,6 +6,7 @@ classes by name, so this module is the single definition and never imports ``pyr
 Expected outcomes of store calls (offset too small, no matched message, flush timeout) are status
 values, not exceptions. :class:`StoreError` means a broken invariant or an I/O failure, and
 :class:`MessageIllegalError` means the input was refused before anything was written.
+:class:`RemotingError` covers the wire: a malformed frame or a custom header that lacks a field.
 """
 
 from collections.abc import Iterable
@@ -14,12 +15,15 @@ __all__ = [
     "ConfigError",
     "CorruptRecordError",
     "DiskFullError",
+    "FrameDecodeError",
+    "HeaderError",
     "InvalidQueueIdError",
     "InvalidTopicError",
     "MessageIllegalError",
     "MessageTooLargeError",
     "PropertiesTooLargeError",
     "PyrmqError",
+    "RemotingError",
     "StoreClosedError",
     "StoreError",
     "StoreIOError",
@@ -97,3 +101,15 @@ class InvalidQueueIdError(MessageIllegalError):
 
 class SystemTopicError(MessageIllegalError):
     """A user write targeted a topic reserved for the broker itself."""
+
+
+class RemotingError(PyrmqError):
+    """A remoting (TCP wire protocol) failure."""
+
+
+class FrameDecodeError(RemotingError):
+    """A received frame is malformed; the stream has lost its framing and must be closed."""
+
+
+class HeaderError(RemotingError):
+    """A command's custom header (its ext fields) lacks a required field or has a bad value."""

@@ -126,6 +126,7 @@ class StoreVsModel(RuleBasedStateMachine):
         if offset > len(queue):
             assert got.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
             assert got.message_count == 0
+            assert got.next_begin_offset == len(queue)
             return
         if offset == len(queue):
             assert got.status is GetMessageStatus.OFFSET_OVERFLOW_ONE

@@ -7,12 +7,15 @@ from pyrmq.errors import (
     ConfigError,
     CorruptRecordError,
     DiskFullError,
+    FrameDecodeError,
+    HeaderError,
     InvalidQueueIdError,
     InvalidTopicError,
     MessageIllegalError,
     MessageTooLargeError,
     PropertiesTooLargeError,
     PyrmqError,
+    RemotingError,
     StoreClosedError,
     StoreError,
     StoreIOError,
@@ -33,6 +36,9 @@ PARENTS = {
     PropertiesTooLargeError: (MessageIllegalError,),
     InvalidQueueIdError: (MessageIllegalError,),
     SystemTopicError: (MessageIllegalError,),
+    RemotingError: (PyrmqError,),
+    FrameDecodeError: (RemotingError,),
+    HeaderError: (RemotingError,),
 }
 
 

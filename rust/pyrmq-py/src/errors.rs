@@ -1,6 +1,8 @@
-//! `StoreError` -> the Python exceptions defined in `pyrmq.errors`: one exhaustive match.
+//! Rust errors -> the Python exceptions defined in `pyrmq.errors`: one exhaustive match per
+//! error type.
 
 use pyo3::prelude::*;
+use pyrmq_remoting::DecodeError;
 use pyrmq_store::StoreError;
 
 pyo3::import_exception!(pyrmq.errors, ConfigError);
@@ -14,6 +16,7 @@ pyo3::import_exception!(pyrmq.errors, MessageTooLargeError);
 pyo3::import_exception!(pyrmq.errors, PropertiesTooLargeError);
 pyo3::import_exception!(pyrmq.errors, InvalidQueueIdError);
 pyo3::import_exception!(pyrmq.errors, SystemTopicError);
+pyo3::import_exception!(pyrmq.errors, FrameDecodeError);
 
 // Taken by value so that it plugs into `map_err` directly.
 #[allow(clippy::needless_pass_by_value)]
@@ -45,4 +48,19 @@ pub fn to_py(err: StoreError) -> PyErr {
 /// A bad argument from Python: nothing was written.
 pub fn illegal(msg: impl Into<String>) -> PyErr {
     MessageIllegalError::new_err(msg.into())
+}
+
+/// A malformed frame: the connection has lost its framing.
+// Taken by value so that it plugs into `map_err` directly.
+#[allow(clippy::needless_pass_by_value)]
+pub fn frame_decode_to_py(err: DecodeError) -> PyErr {
+    let msg = err.to_string();
+    match err {
+        DecodeError::FrameTooLarge { .. }
+        | DecodeError::FrameTooShort { .. }
+        | DecodeError::HeaderLengthExceedsFrame { .. }
+        | DecodeError::UnknownSerializeType(_)
+        | DecodeError::Json(_)
+        | DecodeError::Binary(_) => FrameDecodeError::new_err(msg),
+    }
 }

@@ -1,5 +1,5 @@
-//! `pyrmq._core`: the Python binding of the pyrmq store. Conversion, error mapping and GIL
-//! handling only; the logic lives in `pyrmq-store`.
+//! `pyrmq._core`: the Python binding of the pyrmq store and remoting codec. Conversion, error
+//! mapping and GIL handling only; the logic lives in `pyrmq-store` and `pyrmq-remoting`.
 
 // Python keyword signatures mirror RocketMQ's message fields; they are long by nature.
 #![allow(clippy::too_many_arguments)]
@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 mod errors;
 mod gil;
 mod message;
+mod remoting;
 mod store;
 
 /// The Cargo profile this extension was built with ("release" or "debug").
@@ -34,6 +35,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<message::PyStoredMessage>()?;
     m.add_function(wrap_pyfunction!(message::decode_messages, m)?)?;
     m.add_function(wrap_pyfunction!(message::java_string_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(remoting::decode_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(remoting::encode_command, m)?)?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     Ok(())
 }

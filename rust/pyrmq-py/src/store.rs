@@ -627,6 +627,20 @@ impl PyMessageStore {
         raw.map(|r| PyStoredMessage::decode(py, &r)).transpose()
     }
 
+    /// The stored record at `phy_offset`, byte for byte as the CommitLog holds it, or None.
+    fn look_record<'py>(
+        &self,
+        py: Python<'py>,
+        phy_offset: i64,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        if phy_offset < 0 {
+            return Ok(None);
+        }
+        let store = &self.store;
+        let raw = gil::run(py, || store.look_message_by_offset(phy_offset as u64))?;
+        Ok(raw.map(|r| PyBytes::new(py, &r)))
+    }
+
     /// The message named by an offset message id, or None.
     fn view_message_by_id(
         &self,

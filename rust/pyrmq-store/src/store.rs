@@ -999,7 +999,9 @@ impl Inner {
         }
         if offset > max {
             out.status = GetMessageStatus::OffsetOverflowBadly;
-            out.next_begin_offset = if min == 0 { min } else { max };
+            // RocketMQ answers 0 here while nothing was deleted, which replays the whole queue;
+            // the reader's next offset is the end, as the pull spec says.
+            out.next_begin_offset = max;
             return out;
         }
         let max_count = req.max_count.clamp(

@@ -1,0 +1,1 @@
+"""The broker: RocketMQ's remoting processors over the pyrmq store."""

@@ -1,0 +1,160 @@
+"""Connected producers and consumers: groups, client ids, subscriptions, liveness."""
+
+import dataclasses
+import json
+import logging
+from typing import Any
+
+from pyrmq import _core
+
+__all__ = ["ClientTable", "ConsumerInfo", "Subscription", "parse_heartbeat"]
+
+log = logging.getLogger(__name__)
+
+CONSUME_TYPES = {0: "CONSUME_ACTIVELY", 1: "CONSUME_PASSIVELY"}
+MESSAGE_MODELS = {0: "BROADCASTING", 1: "CLUSTERING"}
+CONSUME_FROM = {
+    0: "CONSUME_FROM_LAST_OFFSET",
+    1: "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    2: "CONSUME_FROM_MIN_OFFSET",
+    3: "CONSUME_FROM_MAX_OFFSET",
+    4: "CONSUME_FROM_FIRST_OFFSET",
+    5: "CONSUME_FROM_TIMESTAMP",
+}
+
+
+def _enum_name(value: object, names: dict[int, str]) -> str:
+    """C++ clients send enum ordinals, Java clients their names: accept both."""
+    if isinstance(value, int):
+        return names.get(value, str(value))
+    return str(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Subscription:
+    topic: str
+    expression: str
+    # Tag hashes computed here: C++ 1.2.3 sends zeros in codeSet.
+    tags_codes: tuple[int, ...] | None
+
+    @classmethod
+    def parse(cls, topic: str, expression: str) -> "Subscription":
+        expr = (expression or "").strip()
+        if expr in ("", "*"):
+            return cls(topic, "*", None)
+        tags = [t.strip() for t in expr.split("||") if t.strip()]
+        if not tags or "*" in tags:
+            return cls(topic, "*", None)
+        return cls(topic, expr, tuple(_core.java_string_hash(t) for t in tags))
+
+
+@dataclasses.dataclass(slots=True)
+class ConsumerInfo:
+    client_id: str
+    connection: object
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    subscriptions: dict[str, Subscription]
+    last_update_ms: int
+
+
+def parse_heartbeat(body: bytes) -> dict[str, Any]:
+    """HeartbeatData JSON (possibly with a trailing newline)."""
+    value = json.loads(body.decode().strip() or "{}")
+    if not isinstance(value, dict):
+        raise TypeError("heartbeat body is not a JSON object")
+    return value
+
+
+class ClientTable:
+    """Consumer groups and producer groups with their live clients."""
+
+    def __init__(self) -> None:
+        self.consumers: dict[str, dict[str, ConsumerInfo]] = {}
+        self.producers: dict[str, dict[str, tuple[object, int]]] = {}
+
+    def register_consumer(
+        self, group: str, data: dict[str, Any], client_id: str, connection: object, now_ms: int
+    ) -> bool:
+        """Records one consumer group entry of a heartbeat; returns whether the group's
+        membership changed."""
+        subs: dict[str, Subscription] = {}
+        for sub in data.get("subscriptionDataSet") or []:
+            topic = str(sub.get("topic", ""))
+            if topic:
+                subs[topic] = Subscription.parse(topic, str(sub.get("subString", "*")))
+        members = self.consumers.setdefault(group, {})
+        changed = client_id not in members
+        members[client_id] = ConsumerInfo(
+            client_id=client_id,
+            connection=connection,
+            consume_type=_enum_name(data.get("consumeType", 1), CONSUME_TYPES),
+            message_model=_enum_name(data.get("messageModel", 1), MESSAGE_MODELS),
+            consume_from_where=_enum_name(data.get("consumeFromWhere", 0), CONSUME_FROM),
+            subscriptions=subs,
+            last_update_ms=now_ms,
+        )
+        if changed:
+            log.info("consumer joined group=%s client_id=%s", group, client_id)
+        return changed
+
+    def register_producer(
+        self, group: str, client_id: str, connection: object, now_ms: int
+    ) -> None:
+        self.producers.setdefault(group, {})[client_id] = (connection, now_ms)
+
+    def unregister(self, client_id: str, consumer_group: str, producer_group: str) -> list[str]:
+        """Removes a client from the named groups; returns consumer groups whose members changed."""
+        changed = []
+        if (
+            consumer_group
+            and self.consumers.get(consumer_group, {}).pop(client_id, None) is not None
+        ):
+            changed.append(consumer_group)
+            log.info("consumer left group=%s client_id=%s", consumer_group, client_id)
+        if producer_group:
+            self.producers.get(producer_group, {}).pop(client_id, None)
+        return changed
+
+    def drop_connection(self, connection: object) -> list[str]:
+        """Removes every client on ``connection``; returns consumer groups that changed."""
+        changed = []
+        for group, members in self.consumers.items():
+            for cid, info in list(members.items()):
+                if info.connection is connection:
+                    del members[cid]
+                    changed.append(group)
+                    log.info("consumer gone group=%s client_id=%s (connection closed)", group, cid)
+        for producers in self.producers.values():
+            for cid, (conn, _) in list(producers.items()):
+                if conn is connection:
+                    del producers[cid]
+        return changed
+
+    def expire(self, now_ms: int, expired_after_ms: int) -> list[str]:
+        changed = []
+        for group, members in self.consumers.items():
+            for cid, info in list(members.items()):
+                if now_ms - info.last_update_ms > expired_after_ms:
+                    del members[cid]
+                    changed.append(group)
+                    log.warning("consumer expired group=%s client_id=%s", group, cid)
+        for producers in self.producers.values():
+            for cid, (_, seen) in list(producers.items()):
+                if now_ms - seen > expired_after_ms:
+                    del producers[cid]
+        return changed
+
+    def consumer_ids(self, group: str) -> list[str]:
+        return sorted(self.consumers.get(group, {}))
+
+    def members(self, group: str) -> list[ConsumerInfo]:
+        return list(self.consumers.get(group, {}).values())
+
+    def subscription(self, group: str, topic: str) -> Subscription | None:
+        for info in self.consumers.get(group, {}).values():
+            sub = info.subscriptions.get(topic)
+            if sub is not None:
+                return sub
+        return None

@@ -1,0 +1,139 @@
+"""Broker settings, with RocketMQ's broker.conf key names."""
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Self
+
+from pyrmq.config import StoreConfig
+from pyrmq.errors import ConfigError
+
+__all__ = ["BrokerConfig"]
+
+log = logging.getLogger(__name__)
+
+_ALIASES = {
+    "brokerName": "broker_name",
+    "brokerClusterName": "broker_cluster_name",
+    "brokerId": "broker_id",
+    "brokerIP1": "broker_ip1",
+    "listenPort": "listen_port",
+    "namesrvAddr": "namesrv_addr",
+    "autoCreateTopicEnable": "auto_create_topic_enable",
+    "defaultTopicQueueNums": "default_topic_queue_nums",
+    "longPollingEnable": "long_polling_enable",
+    "shortPollingTimeMills": "short_polling_time_ms",
+    "registerNameServerPeriod": "register_name_server_period_ms",
+    "flushConsumerOffsetInterval": "flush_consumer_offset_interval_ms",
+    "channelExpiredTimeout": "channel_expired_timeout_ms",
+    "maxReconsumeTimes": "max_reconsume_times",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    """One broker's settings; defaults are RocketMQ's."""
+
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    # 0 is the master.
+    broker_id: int = 0
+    # Address clients reach this broker on; written into every stored message.
+    broker_ip1: str = "127.0.0.1"
+    listen_port: int = 10911
+    # Name servers, "host:port;host:port".
+    namesrv_addr: str = ""
+    auto_create_topic_enable: bool = True
+    default_topic_queue_nums: int = 8
+    long_polling_enable: bool = True
+    # How long a pull waits when long polling is off.
+    short_polling_time_ms: int = 1000
+    register_name_server_period_ms: int = 30_000
+    flush_consumer_offset_interval_ms: int = 5_000
+    # A client silent this long is dropped.
+    channel_expired_timeout_ms: int = 120_000
+    # Deliveries before a message goes to %DLQ%<group> (the group's retryMaxTimes).
+    max_reconsume_times: int = 16
+    store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 <= self.listen_port < 65536:
+            problems.append(f"listen_port {self.listen_port} is not a port")
+        if self.default_topic_queue_nums <= 0:
+            problems.append("default_topic_queue_nums must be positive")
+        if self.broker_id < 0:
+            problems.append("broker_id must be >= 0")
+        if problems:
+            raise ConfigError("; ".join(problems), problems=problems)
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
+
+    @classmethod
+    def from_mapping(
+        cls, values: Mapping[str, object], *, base: "BrokerConfig | None" = None
+    ) -> Self:
+        """Broker keys (camelCase or snake_case) and store keys in one mapping, as broker.conf
+        mixes them. Unknown keys are warned about; bad values raise one ConfigError."""
+        broker_fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "store"}
+        broker_values: dict[str, Any] = {}
+        store_values: dict[str, object] = {}
+        problems = []
+        for key, raw in values.items():
+            name = _ALIASES.get(key, key)
+            if name in broker_fields:
+                try:
+                    broker_values[name] = _convert(broker_fields[name].type, raw)
+                except (TypeError, ValueError) as e:
+                    problems.append(f"{key}: {e}")
+            else:
+                store_values[key] = raw
+        if problems:
+            raise ConfigError("; ".join(problems), problems=problems)
+        base = base or cls()
+        store = (
+            StoreConfig.from_mapping({**_store_mapping(base.store), **store_values})
+            if store_values
+            else base.store
+        )
+        return cls(
+            **{**{f: getattr(base, f) for f in broker_fields}, **broker_values, "store": store}
+        )
+
+    @classmethod
+    def from_properties(cls, path: str | Path, *, base: "BrokerConfig | None" = None) -> Self:
+        """Reads a RocketMQ broker.conf (key=value lines, '#' comments)."""
+        values: dict[str, str] = {}
+        for line in Path(path).read_text().splitlines():
+            line = line.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                key, _, value = line.partition(":")
+            values[key.strip()] = value.strip()
+        return cls.from_mapping(values, base=base)
+
+
+def _store_mapping(store: StoreConfig) -> dict[str, object]:
+    return {f.name: getattr(store, f.name) for f in dataclasses.fields(store)}
+
+
+def _convert(kind: object, raw: object) -> object:
+    if kind in (bool, "bool"):
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise ValueError(f"{raw!r} is not a boolean")
+    if kind in (int, "int"):
+        if isinstance(raw, bool):
+            raise ValueError(f"{raw!r} is not an integer")
+        return int(str(raw).strip())
+    return str(raw)

@@ -1,0 +1,235 @@
+"""BrokerController: wires the store, tables, processors and services; owns start/stop order."""
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from pyrmq.broker.clients import ClientTable
+from pyrmq.broker.config import BrokerConfig
+from pyrmq.broker.processors.admin import AdminProcessor
+from pyrmq.broker.processors.client_manage import ClientManageProcessor
+from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
+from pyrmq.broker.processors.pull import PullProcessor
+from pyrmq.broker.processors.send import SendProcessor
+from pyrmq.broker.services.hold import PullHoldService
+from pyrmq.broker.state.offsets import OffsetTable
+from pyrmq.broker.state.topics import TopicTable
+from pyrmq.errors import RemotingError
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.server import Connection, RemotingServer
+from pyrmq.store import MessageStore
+
+__all__ = ["BrokerController"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Client liveness is checked this often (RocketMQ's ClientHousekeepingService: 10 s).
+CLIENT_SCAN_INTERVAL_S = 10.0
+# Held pulls are re-checked this often (5 s; 1 s without long polling).
+HOLD_CHECK_INTERVAL_S = 5.0
+SHORT_POLLING_CHECK_INTERVAL_S = 1.0
+
+
+class BrokerController:
+    """One RocketMQ broker on asyncio over an embedded :class:`MessageStore`."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        # Listen on the advertised address: the one clients reach and stored messages name.
+        self.server = RemotingServer(config.broker_ip1, config.listen_port)
+        self.clients = ClientTable()
+        self.namesrv = RemotingClient()
+        self._root = Path(config.store.store_path_root_dir).expanduser()
+        self.topics = TopicTable(
+            self._root / "config" / "topics.json",
+            auto_create_topic_enable=config.auto_create_topic_enable,
+            default_topic_queue_nums=config.default_topic_queue_nums,
+        )
+        self.offsets = OffsetTable(self._root / "config" / "consumerOffset.json")
+        self._store: MessageStore | None = None
+        self._hold: PullHoldService | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_now = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pyrmq-put")
+        for processor in (
+            SendProcessor(self),
+            PullProcessor(self),
+            ClientManageProcessor(self),
+            ConsumerManageProcessor(self),
+            AdminProcessor(self),
+        ):
+            processor.install(self.server)
+        self.server.on_disconnect.append(self._client_disconnected)
+
+    @property
+    def store(self) -> MessageStore:
+        assert self._store is not None, "the broker is not started"
+        return self._store
+
+    @property
+    def hold(self) -> PullHoldService:
+        assert self._hold is not None, "the broker is not started"
+        return self._hold
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.broker_ip1}:{self.server.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+        store_config = dataclasses.replace(self.config.store, store_host=self.address)
+        loop = asyncio.get_running_loop()
+        self._store = await loop.run_in_executor(None, MessageStore.open, self._root, store_config)
+        interval = (
+            HOLD_CHECK_INTERVAL_S
+            if self.config.long_polling_enable
+            else SHORT_POLLING_CHECK_INTERVAL_S
+        )
+        self._hold = PullHoldService(self._store, check_interval_s=interval)
+        self._hold.start()
+        await self._register_all()
+        self._tasks = [
+            loop.create_task(self._registration_loop()),
+            loop.create_task(self._persist_offsets_loop()),
+            loop.create_task(self._client_scan_loop()),
+        ]
+        log.info(
+            "broker started name=%s id=%s address=%s",
+            self.config.broker_name,
+            self.config.broker_id,
+            self.address,
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._unregister_all()
+        if self._hold is not None:
+            await self._hold.stop()
+        await self.server.stop()
+        await self.namesrv.close()
+        self.offsets.persist(force=True)
+        if self._store is not None:
+            store = self._store
+            await asyncio.get_running_loop().run_in_executor(None, store.close)
+        self._executor.shutdown(wait=True)
+        log.info("broker stopped name=%s address=%s", self.config.broker_name, self.address)
+
+    async def put(self, fn: Callable[[], T]) -> T:
+        """Runs a store append. Under SYNC_FLUSH it waits for an fsync, so it runs on a worker
+        thread; a page-cache append is a few microseconds and runs inline."""
+        if self.config.store.flush_disk_type == "SYNC_FLUSH":
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        return fn()
+
+    def request_registration(self) -> None:
+        """Registers with the name servers soon (a topic was created or changed)."""
+        self._register_now.set()
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        """Tells every member of ``group`` to rebalance now (oneway)."""
+        for member in self.clients.members(group):
+            conn = member.connection
+            if isinstance(conn, Connection):
+                conn.send(
+                    RemotingCommand.request(
+                        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                        {"consumerGroup": group},
+                        oneway=True,
+                    )
+                )
+
+    def _client_disconnected(self, conn: Connection) -> None:
+        for group in self.clients.drop_connection(conn):
+            self.notify_consumer_ids_changed(group)
+
+    def _registration_body(self) -> bytes:
+        wrapper = self.topics.to_json()
+        return json.dumps(
+            {
+                "filterServerList": [],
+                "topicConfigSerializeWrapper": {
+                    "dataVersion": wrapper["dataVersion"],
+                    "topicConfigTable": wrapper["topicConfigTable"],
+                },
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    async def _register_all(self) -> None:
+        header = RegisterBrokerRequestHeader(
+            broker_name=self.config.broker_name,
+            broker_addr=self.address,
+            cluster_name=self.config.broker_cluster_name,
+            ha_server_addr=f"{self.config.broker_ip1}:{self.server.port + 1}",
+            broker_id=self.config.broker_id,
+        )
+        body = self._registration_body()
+        for addr in self.config.namesrv_addrs:
+            request = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext(), body)
+            try:
+                response = await self.namesrv.invoke(addr, request, timeout_s=3.0)
+            except RemotingError as e:
+                log.warning("registration with name server %s failed: %s", addr, e)
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                log.warning(
+                    "name server %s refused registration: %s %s",
+                    addr,
+                    response.code,
+                    response.remark,
+                )
+
+    async def _unregister_all(self) -> None:
+        header = UnregisterBrokerRequestHeader(
+            broker_name=self.config.broker_name,
+            broker_addr=self.address,
+            cluster_name=self.config.broker_cluster_name,
+            broker_id=self.config.broker_id,
+        )
+        for addr in self.config.namesrv_addrs:
+            request = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header.to_ext())
+            with contextlib.suppress(RemotingError):
+                await self.namesrv.invoke(addr, request, timeout_s=3.0)
+
+    async def _registration_loop(self) -> None:
+        period = self.config.register_name_server_period_ms / 1000
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._register_now.wait(), period)
+            self._register_now.clear()
+            try:
+                await self._register_all()
+            except Exception:
+                log.exception("name server registration failed")
+
+    async def _persist_offsets_loop(self) -> None:
+        period = self.config.flush_consumer_offset_interval_ms / 1000
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.offsets.persist)
+            except Exception:
+                log.exception("persisting consumer offsets failed")
+
+    async def _client_scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CLIENT_SCAN_INTERVAL_S)
+            now = int(time.time() * 1000)
+            for group in self.clients.expire(now, self.config.channel_expired_timeout_ms):
+                self.notify_consumer_ids_changed(group)

@@ -1,0 +1,1 @@
+"""Request processors of the broker, one module per area (as RocketMQ's processor package)."""

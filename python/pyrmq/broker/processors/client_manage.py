@@ -1,0 +1,68 @@
+"""HEART_BEAT, UNREGISTER_CLIENT and the group membership notifications they cause."""
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from pyrmq.broker.clients import parse_heartbeat
+from pyrmq.broker.state.topics import PERM_READ, PERM_WRITE, RETRY_PREFIX
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import UnregisterClientRequestHeader
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.server import Connection, RemotingServer
+
+if TYPE_CHECKING:
+    from pyrmq.broker.controller import BrokerController
+
+__all__ = ["ClientManageProcessor"]
+
+log = logging.getLogger(__name__)
+
+
+class ClientManageProcessor:
+    def __init__(self, broker: "BrokerController") -> None:
+        self.broker = broker
+
+    def install(self, server: RemotingServer) -> None:
+        server.register(RequestCode.HEART_BEAT, self.heartbeat)
+        server.register(RequestCode.UNREGISTER_CLIENT, self.unregister)
+
+    async def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        try:
+            data = parse_heartbeat(request.body)
+        except (ValueError, TypeError, UnicodeDecodeError) as e:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"bad heartbeat: {e}"
+            )
+        client_id = str(data.get("clientID", ""))
+        now_ms = int(time.time() * 1000)
+        broker = self.broker
+        for consumer in data.get("consumerDataSet") or []:
+            group = str(consumer.get("groupName", ""))
+            if not group:
+                continue
+            _, created = broker.topics.create_system(
+                RETRY_PREFIX + group, 1, PERM_READ | PERM_WRITE
+            )
+            if created:
+                broker.request_registration()
+            if broker.clients.register_consumer(group, consumer, client_id, conn, now_ms):
+                broker.notify_consumer_ids_changed(group)
+        for producer in data.get("producerDataSet") or []:
+            group = str(producer.get("groupName", ""))
+            if group:
+                broker.clients.register_producer(group, client_id, conn, now_ms)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def unregister(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = UnregisterClientRequestHeader.from_ext(request.ext_fields)
+        for group in self.broker.clients.unregister(
+            header.client_id, header.consumer_group or "", header.producer_group or ""
+        ):
+            self.broker.notify_consumer_ids_changed(group)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+def consumer_list_body(ids: list[str]) -> bytes:
+    return json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()

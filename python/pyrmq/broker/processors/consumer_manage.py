@@ -1,0 +1,162 @@
+"""Consumer groups and offsets: GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET,
+GET_MAX/MIN_OFFSET, GET_EARLIEST_MSG_STORETIME, SEARCH_OFFSET_BY_TIMESTAMP, LOCK/UNLOCK_BATCH_MQ."""
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import (
+    GetConsumerListByGroupRequestHeader,
+    GetMaxOffsetRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.server import Connection, RemotingServer
+
+from .client_manage import consumer_list_body
+
+if TYPE_CHECKING:
+    from pyrmq.broker.controller import BrokerController
+
+__all__ = ["ConsumerManageProcessor"]
+
+log = logging.getLogger(__name__)
+
+# rocketmq.broker.rebalance.lockMaxLiveTime
+LOCK_MAX_LIVE_MS = 60_000
+
+
+class ConsumerManageProcessor:
+    def __init__(self, broker: "BrokerController") -> None:
+        self.broker = broker
+        # (group, topic, broker name, queue id) -> (client id, last renewal ms)
+        self._locks: dict[tuple[str, str, str, int], tuple[str, int]] = {}
+
+    def install(self, server: RemotingServer) -> None:
+        server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list)
+        server.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_offset)
+        server.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_offset)
+        server.register(RequestCode.GET_MAX_OFFSET, self.max_offset)
+        server.register(RequestCode.GET_MIN_OFFSET, self.min_offset)
+        server.register(RequestCode.GET_EARLIEST_MSG_STORETIME, self.earliest_time)
+        server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset)
+        server.register(RequestCode.LOCK_BATCH_MQ, self.lock)
+        server.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock)
+
+    async def consumer_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = GetConsumerListByGroupRequestHeader.from_ext(request.ext_fields)
+        ids = self.broker.clients.consumer_ids(header.consumer_group)
+        if not ids:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"no consumer for this group, {header.consumer_group}",
+            )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, body=consumer_list_body(ids)
+        )
+
+    async def query_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = QueryConsumerOffsetRequestHeader.from_ext(request.ext_fields)
+        offset = self.broker.offsets.query(header.consumer_group, header.topic, header.queue_id)
+        if offset is None:
+            # No stored offset: the client starts where its consumeFromWhere says (a brand-new
+            # group with CONSUME_FROM_LAST_OFFSET asks GET_MAX_OFFSET) rather than being sent
+            # to offset 0 and replaying history (apache/rocketmq#334).
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.QUERY_NOT_FOUND,
+                remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+            )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields={"offset": str(offset)}
+        )
+
+    async def update_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = UpdateConsumerOffsetRequestHeader.from_ext(request.ext_fields)
+        self.broker.offsets.commit(
+            header.consumer_group, header.topic, header.queue_id, header.commit_offset
+        )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def max_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = GetMaxOffsetRequestHeader.from_ext(request.ext_fields)
+        value = self.broker.store.max_offset(header.topic, header.queue_id)
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields={"offset": str(value)}
+        )
+
+    async def min_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = GetMaxOffsetRequestHeader.from_ext(request.ext_fields)
+        value = self.broker.store.min_offset(header.topic, header.queue_id)
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields={"offset": str(value)}
+        )
+
+    async def earliest_time(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = GetMaxOffsetRequestHeader.from_ext(request.ext_fields)
+        value = self.broker.store.earliest_store_time(header.topic, header.queue_id) or 0
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields={"timestamp": str(value)}
+        )
+
+    async def search_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = SearchOffsetRequestHeader.from_ext(request.ext_fields)
+        value = self.broker.store.offset_for_time(header.topic, header.queue_id, header.timestamp)
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields={"offset": str(value)}
+        )
+
+    def _parse_lock_body(self, request: RemotingCommand) -> tuple[str, str, list[dict[str, Any]]]:
+        body = json.loads(request.body.decode().strip() or "{}")
+        return (
+            str(body.get("consumerGroup", "")),
+            str(body.get("clientId", "")),
+            list(body.get("mqSet") or []),
+        )
+
+    async def lock(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        try:
+            group, client_id, mqs = self._parse_lock_body(request)
+        except (ValueError, UnicodeDecodeError) as e:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"bad lock body: {e}"
+            )
+        now = int(time.time() * 1000)
+        granted = []
+        for mq in mqs:
+            key = (
+                group,
+                str(mq.get("topic")),
+                str(mq.get("brokerName")),
+                int(mq.get("queueId", -1)),
+            )
+            holder = self._locks.get(key)
+            if holder is None or holder[0] == client_id or now - holder[1] > LOCK_MAX_LIVE_MS:
+                self._locks[key] = (client_id, now)
+                granted.append({"brokerName": key[2], "queueId": key[3], "topic": key[1]})
+        body = json.dumps({"lockOKMQSet": granted}, separators=(",", ":")).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def unlock(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        try:
+            group, client_id, mqs = self._parse_lock_body(request)
+        except (ValueError, UnicodeDecodeError) as e:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"bad unlock body: {e}"
+            )
+        for mq in mqs:
+            key = (
+                group,
+                str(mq.get("topic")),
+                str(mq.get("brokerName")),
+                int(mq.get("queueId", -1)),
+            )
+            holder = self._locks.get(key)
+            if holder is not None and holder[0] == client_id:
+                del self._locks[key]
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)

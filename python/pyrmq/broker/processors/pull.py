@@ -1,0 +1,171 @@
+"""PULL_MESSAGE: read a batch from a queue, or hold the request until messages arrive."""
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from pyrmq.broker.clients import Subscription
+from pyrmq.broker.services.hold import HeldPull
+from pyrmq.broker.state.topics import PERM_READ
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import PullMessageRequestHeader
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.server import Connection, RemotingServer
+from pyrmq.store import GetMessageStatus
+
+if TYPE_CHECKING:
+    from pyrmq.broker.controller import BrokerController
+
+__all__ = ["PullProcessor"]
+
+log = logging.getLogger(__name__)
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+# GetMessageStatus -> the pull answer's code, as RocketMQ's PullMessageProcessor maps it.
+_NOT_FOUND = {
+    GetMessageStatus.OFFSET_FOUND_NULL,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE,
+}
+_RETRY = {GetMessageStatus.MESSAGE_WAS_REMOVING, GetMessageStatus.NO_MATCHED_MESSAGE}
+_MOVED = {GetMessageStatus.OFFSET_OVERFLOW_BADLY, GetMessageStatus.OFFSET_TOO_SMALL}
+_EMPTY = {GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE}
+
+
+class PullProcessor:
+    def __init__(self, broker: "BrokerController") -> None:
+        self.broker = broker
+
+    def install(self, server: RemotingServer) -> None:
+        server.register(RequestCode.PULL_MESSAGE, self.pull)
+
+    async def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return await self._pull(conn, request, allow_suspend=True)
+
+    async def _pull(
+        self, conn: Connection, request: RemotingCommand, *, allow_suspend: bool
+    ) -> RemotingCommand | None:
+        header = PullMessageRequestHeader.from_ext(request.ext_fields)
+        broker = self.broker
+        config = broker.topics.get(header.topic)
+        if config is None:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"topic[{header.topic}] not exist, apply first please!",
+            )
+        if not config.perm & PERM_READ:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.NO_PERMISSION,
+                remark=f"the topic[{header.topic}] pulling is forbidden",
+            )
+        if not 0 <= header.queue_id < max(config.read_queue_nums, config.write_queue_nums):
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
+                f"topicConfig.readQueueNums:[{config.read_queue_nums}] "
+                f"consumer:[{conn.peer_address}]",
+            )
+        if header.sys_flag & FLAG_SUBSCRIPTION:
+            subscription = Subscription.parse(header.topic, header.subscription or "*")
+        else:
+            found = broker.clients.subscription(header.consumer_group, header.topic)
+            if found is None:
+                return RemotingCommand.response_to(
+                    request,
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    remark=f"the consumer's subscription not exist, group: {header.consumer_group}",
+                )
+            subscription = found
+
+        got = broker.store.get(
+            header.topic,
+            header.queue_id,
+            header.queue_offset,
+            max_count=max(1, header.max_msg_nums),
+            tags=subscription.expression if subscription.tags_codes else None,
+        )
+        status = got.status
+        next_offset = got.next_begin_offset
+        body = b""
+        if status is GetMessageStatus.FOUND:
+            code = ResponseCode.SUCCESS
+            body = got.buffer
+        elif status in _RETRY:
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        elif status in _MOVED:
+            code = ResponseCode.PULL_OFFSET_MOVED
+        elif status in _EMPTY:
+            if header.queue_offset != 0:
+                code = ResponseCode.PULL_OFFSET_MOVED
+            else:
+                code = ResponseCode.PULL_NOT_FOUND
+            next_offset = 0
+        else:
+            assert status in _NOT_FOUND
+            code = ResponseCode.PULL_NOT_FOUND
+            next_offset = (
+                header.queue_offset
+                if status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+                else next_offset
+            )
+
+        if (
+            header.sys_flag & FLAG_COMMIT_OFFSET
+            and header.commit_offset is not None
+            and header.commit_offset >= 0
+        ):
+            broker.offsets.commit(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
+
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and header.sys_flag & FLAG_SUSPEND:
+            timeout_ms = (
+                header.suspend_timeout_millis
+                if broker.config.long_polling_enable
+                else broker.config.short_polling_time_ms
+            )
+            self._hold(conn, request, header, subscription, timeout_ms)
+            return None
+
+        remark = status.name if code != ResponseCode.SUCCESS else None
+        return RemotingCommand.response_to(
+            request,
+            code,
+            remark=remark,
+            ext_fields={
+                "suggestWhichBrokerId": "0",
+                "nextBeginOffset": str(next_offset),
+                "minOffset": str(got.min_offset),
+                "maxOffset": str(got.max_offset),
+            },
+            body=body,
+        )
+
+    def _hold(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        subscription: Subscription,
+        timeout_ms: int,
+    ) -> None:
+        async def answer() -> None:
+            response = await self._pull(conn, request, allow_suspend=False)
+            if response is not None:
+                conn.send(response)
+
+        self.broker.hold.hold(
+            HeldPull(
+                topic=header.topic,
+                queue_id=header.queue_id,
+                queue_offset=header.queue_offset,
+                tags_codes=subscription.tags_codes,
+                deadline=time.monotonic() + max(timeout_ms, 0) / 1000,
+                answer=answer,
+            )
+        )

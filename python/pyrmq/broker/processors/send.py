@@ -1,0 +1,261 @@
+"""SEND_MESSAGE (v1 and v2) and SEND_BATCH_MESSAGE, and CONSUMER_SEND_MSG_BACK."""
+
+import logging
+import random
+import zlib
+from typing import TYPE_CHECKING
+
+from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
+from pyrmq.errors import DiskFullError, MessageIllegalError, StoreClosedError, StoreError
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.server import Connection, RemotingServer
+from pyrmq.store import PutStatus
+
+if TYPE_CHECKING:
+    from pyrmq.broker.controller import BrokerController
+
+__all__ = ["SendProcessor"]
+
+log = logging.getLogger(__name__)
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_TRANSACTION_MASK = 0xC
+# From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
+MAX_RECONSUME_TIMES_MIN_VERSION = 121
+NAME_VALUE = "\x01"
+PROPERTY_SEP = "\x02"
+
+
+def parse_properties(encoded: str) -> dict[str, str]:
+    props = {}
+    for pair in encoded.split(PROPERTY_SEP):
+        name, sep, value = pair.partition(NAME_VALUE)
+        if sep and name:
+            props[name] = value
+    return props
+
+
+def encode_properties(props: dict[str, str]) -> str:
+    return PROPERTY_SEP.join(f"{k}{NAME_VALUE}{v}" for k, v in props.items())
+
+
+class SendProcessor:
+    def __init__(self, broker: "BrokerController") -> None:
+        self.broker = broker
+
+    def install(self, server: RemotingServer) -> None:
+        server.register(RequestCode.SEND_MESSAGE, self.send)
+        server.register(RequestCode.SEND_MESSAGE_V2, self.send)
+        server.register(RequestCode.SEND_BATCH_MESSAGE, self.send)
+        server.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_back)
+
+    def _header(self, request: RemotingCommand) -> SendMessageRequestHeader:
+        if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            header = SendMessageRequestHeader.from_ext_v2(request.ext_fields)
+        else:
+            header = SendMessageRequestHeader.from_ext(request.ext_fields)
+        return header
+
+    def _error(self, request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        return RemotingCommand.response_to(request, code, remark=remark)
+
+    async def send(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = self._header(request)
+        batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
+        topic = header.topic
+        broker = self.broker
+        try:
+            _validate_producer_topic(topic)
+        except MessageIllegalError as e:
+            return self._error(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
+        config = await self._topic_for_send(header)
+        if config is None:
+            return self._error(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please!",
+            )
+        if not config.perm & PERM_WRITE:
+            return self._error(
+                request, ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending is forbidden"
+            )
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(config.write_queue_nums)
+        limit = max(config.write_queue_nums, config.read_queue_nums)
+        if queue_id >= limit:
+            return self._error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {config} Producer: {conn.peer_address}",
+            )
+        properties = header.properties
+        props = parse_properties(properties)
+        reconsume_times = header.reconsume_times
+        if topic.startswith(RETRY_PREFIX) and not batch:
+            group = topic[len(RETRY_PREFIX) :]
+            limit_times = broker.config.max_reconsume_times
+            if (
+                request.version >= MAX_RECONSUME_TIMES_MIN_VERSION
+                and header.max_reconsume_times is not None
+            ):
+                limit_times = header.max_reconsume_times
+            if reconsume_times >= limit_times:
+                topic = DLQ_PREFIX + group
+                broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
+                queue_id = 0
+                props.pop("DELAY", None)
+                properties = encode_properties(props)
+                broker.request_registration()
+        born_host = conn.peer_address
+        body = request.body
+        sys_flag = header.sys_flag
+        try:
+            if batch:
+                if sys_flag & SYSFLAG_COMPRESSED:
+                    # C++ 1.2.3 compresses whole batches: inflate, then store each uncompressed.
+                    body = zlib.decompress(body)
+                    sys_flag &= ~SYSFLAG_COMPRESSED
+                if "DELAY" in props:
+                    return self._error(
+                        request,
+                        ResponseCode.MESSAGE_ILLEGAL,
+                        "a batch must not carry a delay level",
+                    )
+                result = await broker.put(
+                    lambda: broker.store.put_encoded_batch(
+                        topic,
+                        body,
+                        queue_id=queue_id,
+                        sys_flag=sys_flag,
+                        born_timestamp_ms=header.born_timestamp,
+                        born_host=born_host,
+                        reconsume_times=reconsume_times,
+                        internal=True,
+                    )
+                )
+            else:
+                result = await broker.put(
+                    lambda: broker.store.put(
+                        topic,
+                        body,
+                        queue_id=queue_id,
+                        properties=properties,
+                        flag=header.flag,
+                        sys_flag=sys_flag,
+                        born_timestamp_ms=header.born_timestamp,
+                        born_host=born_host,
+                        reconsume_times=reconsume_times,
+                        internal=topic.startswith((RETRY_PREFIX, DLQ_PREFIX)),
+                    )
+                )
+        except zlib.error as e:
+            return self._error(request, ResponseCode.MESSAGE_ILLEGAL, f"compressed batch: {e}")
+        except MessageIllegalError as e:
+            return self._error(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
+        except (DiskFullError, StoreClosedError) as e:
+            return self._error(request, ResponseCode.SERVICE_NOT_AVAILABLE, str(e))
+        except StoreError as e:
+            log.error("store failed a send topic=%s queue_id=%s: %s", topic, queue_id, e)
+            return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        code = ResponseCode.SUCCESS
+        if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
+            code = ResponseCode.FLUSH_DISK_TIMEOUT
+        return RemotingCommand.response_to(
+            request,
+            code,
+            ext_fields={
+                "msgId": ",".join(result.msg_ids),
+                "queueId": str(result.queue_id),
+                "queueOffset": str(result.queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
+
+    async def _topic_for_send(self, header: SendMessageRequestHeader) -> TopicConfig | None:
+        broker = self.broker
+        config = broker.topics.get(header.topic)
+        if config is not None:
+            return config
+        if not (broker.config.auto_create_topic_enable or header.topic.startswith(RETRY_PREFIX)):
+            return None
+        config, created = broker.topics.create_on_send(
+            header.topic, header.default_topic or "TBW102", header.default_topic_queue_nums or 4
+        )
+        if created:
+            broker.request_registration()
+        return config
+
+    async def send_back(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Stores a message a consumer failed to the group's retry topic (or its DLQ)."""
+        header = ConsumerSendMsgBackRequestHeader.from_ext(request.ext_fields)
+        broker = self.broker
+        try:
+            original = broker.store.look_message_by_offset(header.offset)
+        except StoreError as e:
+            original = None
+            log.error("send-back lookup failed offset=%s: %s", header.offset, e)
+        if original is None:
+            return self._error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"look message by offset failed, {header.offset}",
+            )
+        group = header.group
+        props = dict(original.properties)
+        props.setdefault("RETRY_TOPIC", original.topic)
+        props.setdefault("ORIGIN_MESSAGE_ID", header.origin_msg_id or original.msg_id)
+        props["WAIT"] = "false"
+        props.pop("DELAY", None)
+        max_times = broker.config.max_reconsume_times
+        if (
+            request.version >= MAX_RECONSUME_TIMES_MIN_VERSION
+            and header.max_reconsume_times is not None
+        ):
+            max_times = header.max_reconsume_times
+        if original.reconsume_times >= max_times or header.delay_level < 0:
+            topic = DLQ_PREFIX + group
+        else:
+            topic = RETRY_PREFIX + group
+        _, created = broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
+        if created:
+            broker.request_registration()
+        # Until the schedule service exists, retries go straight to %RETRY%<group>: the
+        # consumer gets them again at once rather than after their delay level.
+        try:
+            await broker.put(
+                lambda: broker.store.put(
+                    topic,
+                    original.body,
+                    queue_id=0,
+                    properties=props,
+                    flag=original.flag,
+                    sys_flag=original.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
+                    born_timestamp_ms=original.born_timestamp_ms,
+                    born_host=original.born_host,
+                    reconsume_times=original.reconsume_times + 1,
+                    internal=True,
+                )
+            )
+        except StoreError as e:
+            return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        except MessageIllegalError as e:
+            return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+def _validate_producer_topic(topic: str) -> None:
+    """RocketMQ's topic rule; raises MessageIllegalError. Producers may not write broker topics."""
+    if (
+        not topic
+        or len(topic) > 127
+        or not all(c.isascii() and (c.isalnum() or c in "%|_-") for c in topic)
+    ):
+        raise MessageIllegalError(
+            f"the topic[{topic}] is not valid: at most 127 of [%|a-zA-Z0-9_-]"
+        )
+    if topic in ("TBW102", "SCHEDULE_TOPIC_XXXX") or topic.startswith("rmq_sys_"):
+        raise MessageIllegalError(f"the topic[{topic}] is conflict with system topic.")

@@ -1,0 +1,1 @@
+"""Long-running broker services."""

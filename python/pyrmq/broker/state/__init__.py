@@ -1,0 +1,1 @@
+"""The broker's persistent tables: topics and consumer offsets."""

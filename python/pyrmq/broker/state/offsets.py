@@ -1,0 +1,46 @@
+"""Consumer offsets per (group, topic, queue), persisted as RocketMQ's consumerOffset.json."""
+
+import logging
+import threading
+from pathlib import Path
+
+from pyrmq.broker.state.json_file import load_json, store_json
+
+__all__ = ["OffsetTable"]
+
+log = logging.getLogger(__name__)
+
+
+class OffsetTable:
+    """``topic@group -> queue id -> offset``, flushed periodically and at shutdown."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._table: dict[str, dict[int, int]] = {}
+        self._dirty = False
+        loaded = load_json(path)
+        if loaded:
+            for key, queues in (loaded.get("offsetTable") or {}).items():
+                self._table[key] = {int(q): int(o) for q, o in queues.items()}
+
+    @staticmethod
+    def _key(group: str, topic: str) -> str:
+        return f"{topic}@{group}"
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        with self._lock:
+            self._table.setdefault(self._key(group, topic), {})[queue_id] = offset
+            self._dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        with self._lock:
+            return self._table.get(self._key(group, topic), {}).get(queue_id)
+
+    def persist(self, *, force: bool = False) -> None:
+        with self._lock:
+            if not (self._dirty or force):
+                return
+            snapshot = {k: {str(q): o for q, o in v.items()} for k, v in self._table.items()}
+            self._dirty = False
+        store_json(self.path, {"offsetTable": snapshot})

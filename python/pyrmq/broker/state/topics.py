@@ -1,0 +1,167 @@
+"""The topic table: one TopicConfig per topic, persisted as RocketMQ's topics.json."""
+
+import dataclasses
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pyrmq.broker.state.json_file import load_json, store_json
+
+__all__ = [
+    "AUTO_CREATE_TOPIC",
+    "PERM_INHERIT",
+    "PERM_READ",
+    "PERM_WRITE",
+    "SCHEDULE_TOPIC",
+    "TopicConfig",
+    "TopicTable",
+]
+
+log = logging.getLogger(__name__)
+
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+AUTO_CREATE_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SCHEDULE_QUEUE_NUMS = 18
+
+
+@dataclasses.dataclass(slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": "SINGLE_TAG",
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> "TopicConfig":
+        return cls(
+            topic_name=str(value["topicName"]),
+            read_queue_nums=int(value.get("readQueueNums", 16)),
+            write_queue_nums=int(value.get("writeQueueNums", 16)),
+            perm=int(value.get("perm", PERM_READ | PERM_WRITE)),
+            topic_sys_flag=int(value.get("topicSysFlag", 0)),
+            order=bool(value.get("order", False)),
+        )
+
+
+class TopicTable:
+    """Topic configs with RocketMQ's auto-creation rules, persisted on every change."""
+
+    def __init__(
+        self, path: Path, *, auto_create_topic_enable: bool, default_topic_queue_nums: int
+    ) -> None:
+        self.path = path
+        self.auto_create_topic_enable = auto_create_topic_enable
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicConfig] = {}
+        self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
+        loaded = load_json(path)
+        if loaded:
+            for name, value in (loaded.get("topicConfigTable") or {}).items():
+                self._topics[name] = TopicConfig.from_json(value)
+            self.data_version = loaded.get("dataVersion") or self.data_version
+        self._ensure_system_topics()
+
+    def _ensure_system_topics(self) -> None:
+        changed = False
+        if self.auto_create_topic_enable and AUTO_CREATE_TOPIC not in self._topics:
+            self._topics[AUTO_CREATE_TOPIC] = TopicConfig(
+                AUTO_CREATE_TOPIC,
+                self.default_topic_queue_nums,
+                self.default_topic_queue_nums,
+                PERM_READ | PERM_WRITE | PERM_INHERIT,
+            )
+            changed = True
+        if SCHEDULE_TOPIC not in self._topics:
+            self._topics[SCHEDULE_TOPIC] = TopicConfig(
+                SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS, PERM_READ | PERM_WRITE
+            )
+            changed = True
+        if changed:
+            self._persist()
+
+    def _persist(self) -> None:
+        self.data_version = {
+            "counter": int(self.data_version.get("counter", 0)) + 1,
+            "timestamp": int(time.time() * 1000),
+        }
+        store_json(self.path, self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataVersion": self.data_version,
+            "topicConfigTable": {n: c.to_json() for n, c in sorted(self._topics.items())},
+        }
+
+    def get(self, topic: str) -> TopicConfig | None:
+        with self._lock:
+            return self._topics.get(topic)
+
+    def all(self) -> list[TopicConfig]:
+        with self._lock:
+            return list(self._topics.values())
+
+    def put(self, config: TopicConfig) -> None:
+        """Creates or replaces a topic (UPDATE_AND_CREATE_TOPIC)."""
+        with self._lock:
+            self._topics[config.topic_name] = config
+            self._persist()
+        log.info("topic updated name=%s queues=%d/%d perm=%d", config.topic_name,
+                 config.read_queue_nums, config.write_queue_nums, config.perm)  # fmt: skip
+
+    def create_on_send(
+        self, topic: str, default_topic: str, requested_queue_nums: int
+    ) -> tuple[TopicConfig | None, bool]:
+        """The config a send to ``topic`` uses, creating the topic from ``default_topic`` when that
+        one may be inherited (RocketMQ's createTopicInSendMessageMethod). Returns the config and
+        whether it was created."""
+        with self._lock:
+            existing = self._topics.get(topic)
+            if existing is not None:
+                return existing, False
+            if topic.startswith(RETRY_PREFIX):
+                created = TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE)
+            else:
+                default = self._topics.get(default_topic)
+                if default is None or not default.perm & PERM_INHERIT:
+                    return None, False
+                nums = min(max(requested_queue_nums, 1), default.write_queue_nums)
+                created = TopicConfig(topic, nums, nums, default.perm & ~PERM_INHERIT)
+            self._topics[topic] = created
+            self._persist()
+        log.info("topic auto-created name=%s queues=%d", topic, created.write_queue_nums)
+        return created, True
+
+    def create_system(
+        self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE
+    ) -> tuple[TopicConfig, bool]:
+        """Creates a broker-owned topic (%RETRY%, %DLQ%) if missing."""
+        with self._lock:
+            existing = self._topics.get(topic)
+            if existing is not None:
+                return existing, False
+            created = TopicConfig(topic, queue_nums, queue_nums, perm)
+            self._topics[topic] = created
+            self._persist()
+        log.info("topic created name=%s queues=%d", topic, queue_nums)
+        return created, True

@@ -1,0 +1,212 @@
+"""``pyrmq serve``, ``pyrmq namesrv`` and ``pyrmq broker``: run until SIGTERM or Ctrl-C."""
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+from pathlib import Path
+from typing import Protocol
+
+import click
+
+from pyrmq.broker.config import BrokerConfig
+from pyrmq.broker.controller import BrokerController
+from pyrmq.errors import ConfigError
+from pyrmq.namesrv import NameServer, NamesrvConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORE = Path("~/.pyrmq/store")
+LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
+
+
+class Service(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def ready_line(self) -> str: ...
+
+
+class EmbeddedServers:
+    """A name server and a broker registered with it, in one process."""
+
+    def __init__(self, namesrv_port: int, broker: BrokerConfig) -> None:
+        self.namesrv = NameServer(NamesrvConfig(listen_port=namesrv_port))
+        self._broker_config = broker
+        self.broker: BrokerController | None = None
+
+    async def start(self) -> None:
+        await self.namesrv.start()
+        config = dataclasses.replace(self._broker_config, namesrv_addr=self.namesrv.address)
+        broker = BrokerController(config)
+        await broker.start()
+        self.broker = broker
+
+    async def stop(self) -> None:
+        if self.broker is not None:
+            await self.broker.stop()
+        await self.namesrv.stop()
+
+    def ready_line(self) -> str:
+        assert self.broker is not None
+        return f"pyrmq ready: name server {self.namesrv.address}, broker {self.broker.address}"
+
+
+class _NamesrvService:
+    def __init__(self, server: NameServer) -> None:
+        self.server = server
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def stop(self) -> None:
+        await self.server.stop()
+
+    def ready_line(self) -> str:
+        return f"pyrmq name server ready: {self.server.address}"
+
+
+class _BrokerService:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def start(self) -> None:
+        await self.broker.start()
+
+    async def stop(self) -> None:
+        await self.broker.stop()
+
+    def ready_line(self) -> str:
+        return f"pyrmq broker ready: {self.broker.address}"
+
+
+def _setup_logging(level: str, log_file: Path | None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+
+
+def _run(service: Service) -> None:
+    """Starts ``service``, prints its ready line, and stops it cleanly on SIGTERM or SIGINT."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await service.start()
+            click.echo(service.ready_line())
+            await stop.wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await service.stop()
+
+    asyncio.run(main())
+
+
+def _broker_config(
+    config_file: Path | None,
+    store: Path | None,
+    port: int | None,
+    flush: str | None,
+    namesrv_addr: str | None,
+) -> BrokerConfig:
+    try:
+        config = BrokerConfig.from_properties(config_file) if config_file else BrokerConfig()
+    except (ConfigError, OSError) as e:
+        raise click.UsageError(f"{config_file}: {e}") from e
+    store_config = config.store
+    if store is not None or config_file is None:
+        root = (store or DEFAULT_STORE).expanduser()
+        store_config = dataclasses.replace(store_config, store_path_root_dir=str(root))
+    if flush is not None:
+        kind = "SYNC_FLUSH" if flush == "sync" else "ASYNC_FLUSH"
+        store_config = dataclasses.replace(store_config, flush_disk_type=kind)
+    config = dataclasses.replace(config, store=store_config)
+    if port is not None:
+        config = dataclasses.replace(config, listen_port=port)
+    if namesrv_addr is not None:
+        config = dataclasses.replace(config, namesrv_addr=namesrv_addr)
+    return config
+
+
+@click.command("serve")
+@click.option(
+    "--store",
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"Store directory [default: {DEFAULT_STORE}].",
+)
+@click.option("--namesrv-port", default=9876, show_default=True, help="Name server port; 0: any.")
+@click.option("--broker-port", type=int, help="Broker port [default: 10911]; 0: any.")
+@click.option("--flush", type=click.Choice(["sync", "async"]), help="flushDiskType [async].")
+@click.option(
+    "-c",
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A RocketMQ broker.conf.",
+)
+@click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")
+def serve(
+    store: Path | None,
+    namesrv_port: int,
+    broker_port: int | None,
+    flush: str | None,
+    config_file: Path | None,
+    log_level: str,
+    log_file: Path | None,
+) -> None:
+    """A name server and a broker in one process, on an embedded store."""
+    _setup_logging(log_level, log_file)
+    config = _broker_config(config_file, store, broker_port, flush, None)
+    _run(EmbeddedServers(namesrv_port, config))
+
+
+@click.command("namesrv")
+@click.option("--port", default=9876, show_default=True, help="Listen port; 0: any.")
+@click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")
+def namesrv(port: int, log_level: str, log_file: Path | None) -> None:
+    """A name server."""
+    _setup_logging(log_level, log_file)
+    _run(_NamesrvService(NameServer(NamesrvConfig(listen_port=port))))
+
+
+@click.command("broker")
+@click.option("-n", "--namesrv-addr", help="Name servers, host:port;host:port.")
+@click.option(
+    "-c",
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A RocketMQ broker.conf.",
+)
+@click.option("--store", type=click.Path(file_okay=False, path_type=Path), help="Store directory.")
+@click.option("--port", type=int, help="Listen port (overrides listenPort).")
+@click.option("--flush", type=click.Choice(["sync", "async"]), help="flushDiskType.")
+@click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")
+def broker(
+    namesrv_addr: str | None,
+    config_file: Path | None,
+    store: Path | None,
+    port: int | None,
+    flush: str | None,
+    log_level: str,
+    log_file: Path | None,
+) -> None:
+    """A broker that registers with the given name servers."""
+    _setup_logging(log_level, log_file)
+    config = _broker_config(config_file, store, port, flush, namesrv_addr)
+    if not config.namesrv_addrs:
+        raise click.UsageError("no name server: give -n HOST:PORT or namesrvAddr in broker.conf")
+    _run(_BrokerService(BrokerController(config)))

@@ -1,0 +1,107 @@
+"""Name-server request handlers."""
+
+import json
+import logging
+import time
+
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import (
+    GetRouteInfoRequestHeader,
+    RegisterBrokerRequestHeader,
+    UnregisterBrokerRequestHeader,
+)
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.server import Connection, RemotingServer
+
+from .route_info import RouteInfo, encode_json_with_int_keys
+
+__all__ = ["NamesrvProcessor"]
+
+log = logging.getLogger(__name__)
+
+# Clients from 4.9.4 (MQVersion ordinal 401) on get standard JSON route keys.
+STANDARD_JSON_MIN_VERSION = 401
+
+
+def _wants_standard_json(request: RemotingCommand, accept_standard_json_only: bool) -> bool:
+    return accept_standard_json_only or request.version >= STANDARD_JSON_MIN_VERSION
+
+
+class NamesrvProcessor:
+    """Routes, registrations and cluster listings, over one :class:`RouteInfo`."""
+
+    def __init__(self, routes: RouteInfo) -> None:
+        self.routes = routes
+
+    def install(self, server: RemotingServer) -> None:
+        server.register(RequestCode.REGISTER_BROKER, self.register_broker)
+        server.register(RequestCode.UNREGISTER_BROKER, self.unregister_broker)
+        server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route)
+        server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.cluster_info)
+        server.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.topic_list)
+        server.on_disconnect.append(self.routes.connection_closed)
+
+    async def register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = RegisterBrokerRequestHeader.from_ext(request.ext_fields)
+        topic_config: dict[str, dict[str, object]] = {}
+        data_version = ""
+        if request.body:
+            try:
+                body = json.loads(request.body)
+            except (ValueError, UnicodeDecodeError) as e:
+                return RemotingCommand.response_to(
+                    request, ResponseCode.SYSTEM_ERROR, remark=f"register body is not JSON: {e}"
+                )
+            wrapper = body.get("topicConfigSerializeWrapper") or {}
+            topic_config = wrapper.get("topicConfigTable") or {}
+            data_version = json.dumps(wrapper.get("dataVersion"), sort_keys=True)
+        ha_server, master = self.routes.register_broker(
+            cluster=header.cluster_name,
+            broker_addr=header.broker_addr,
+            broker_name=header.broker_name,
+            broker_id=header.broker_id,
+            ha_server_addr=header.ha_server_addr,
+            topic_config=topic_config,
+            data_version=data_version,
+            connection=conn,
+            now_ms=int(time.time() * 1000),
+        )
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.SUCCESS,
+            ext_fields={"haServerAddr": ha_server, "masterAddr": master},
+            body=b'{"table":{}}',
+        )
+
+    async def unregister_broker(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = UnregisterBrokerRequestHeader.from_ext(request.ext_fields)
+        self.routes.unregister_broker(
+            broker_addr=header.broker_addr,
+            broker_name=header.broker_name,
+            broker_id=header.broker_id,
+        )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def get_route(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = GetRouteInfoRequestHeader.from_ext(request.ext_fields)
+        route = self.routes.route(header.topic)
+        if route is None:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"No topic route info in name server for the topic: {header.topic}",
+            )
+        standard = _wants_standard_json(request, header.accept_standard_json_only)
+        body = encode_json_with_int_keys(route, standard=standard)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def cluster_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        standard = _wants_standard_json(request, False)
+        body = encode_json_with_int_keys(self.routes.cluster_info(), standard=standard)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def topic_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        body = json.dumps({"topicList": self.routes.topics()}, separators=(",", ":")).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)

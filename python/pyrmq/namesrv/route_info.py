@@ -1,0 +1,242 @@
+"""Route tables: which brokers are alive, which topics they serve, and the routes built from them.
+
+Mirrors RocketMQ's RouteInfoManager: brokers by name (with their ids and addresses), clusters by
+name, liveness by broker address, and queue data by topic and broker name. A broker that has not
+registered for ``broker_expired_ms`` (120 s) or whose connection closed is removed with
+everything it registered.
+"""
+
+import dataclasses
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["BrokerLive", "QueueData", "RouteInfo", "encode_json_with_int_keys"]
+
+log = logging.getLogger(__name__)
+
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+
+@dataclasses.dataclass(slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "brokerName": self.broker_name,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+
+@dataclasses.dataclass(slots=True)
+class BrokerLive:
+    last_update_ms: int
+    data_version: str
+    connection: object | None
+    ha_server_addr: str
+
+
+@dataclasses.dataclass(slots=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "brokerAddrs": {k: self.broker_addrs[k] for k in sorted(self.broker_addrs)},
+            "brokerName": self.broker_name,
+            "cluster": self.cluster,
+        }
+
+
+def encode_json_with_int_keys(value: object, *, standard: bool) -> bytes:
+    """Compact JSON with sorted keys. Without ``standard``, integer map keys are written
+    unquoted (``{0:"addr"}``), as Java's name server does for clients older than 4.9.4."""
+    if standard:
+        return json.dumps(_stringify_keys(value), separators=(",", ":"), sort_keys=True).encode()
+    return _encode_loose(value).encode()
+
+
+def _stringify_keys(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {str(k): _stringify_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_stringify_keys(v) for v in value]
+    return value
+
+
+def _encode_loose(value: object) -> str:
+    if isinstance(value, Mapping):
+        items = sorted(value.items(), key=lambda kv: (isinstance(kv[0], int), str(kv[0])))
+        parts = []
+        for k, v in items:
+            key = str(k) if isinstance(k, int) else json.dumps(k)
+            parts.append(f"{key}:{_encode_loose(v)}")
+        return "{" + ",".join(parts) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_encode_loose(v) for v in value) + "]"
+    return json.dumps(value, separators=(",", ":"))
+
+
+class RouteInfo:
+    """The name server's tables. Thread-safe; every method takes the one lock briefly."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.topic_queues: dict[str, dict[str, QueueData]] = {}
+        self.brokers: dict[str, BrokerData] = {}
+        self.clusters: dict[str, set[str]] = {}
+        self.live: dict[str, BrokerLive] = {}
+
+    def register_broker(
+        self,
+        *,
+        cluster: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        topic_config: Mapping[str, Mapping[str, Any]],
+        data_version: str,
+        connection: object | None,
+        now_ms: int,
+    ) -> tuple[str, str]:
+        """Records a broker and (for a master) its topics; returns (ha server, master address)."""
+        with self._lock:
+            self.clusters.setdefault(cluster, set()).add(broker_name)
+            data = self.brokers.get(broker_name)
+            first = data is None
+            if data is None:
+                data = BrokerData(cluster, broker_name)
+                self.brokers[broker_name] = data
+            # An address registered under another id (a role switch) is replaced.
+            for bid, addr in list(data.broker_addrs.items()):
+                if addr == broker_addr and bid != broker_id:
+                    del data.broker_addrs[bid]
+            data.broker_addrs[broker_id] = broker_addr
+            previous = self.live.get(broker_addr)
+            changed = previous is None or previous.data_version != data_version
+            self.live[broker_addr] = BrokerLive(now_ms, data_version, connection, ha_server_addr)
+            if broker_id == 0 and (changed or first):
+                registered = set()
+                for topic, conf in topic_config.items():
+                    self.topic_queues.setdefault(topic, {})[broker_name] = QueueData(
+                        broker_name=broker_name,
+                        read_queue_nums=int(conf.get("readQueueNums", 0)),
+                        write_queue_nums=int(conf.get("writeQueueNums", 0)),
+                        perm=int(conf.get("perm", PERM_READ | PERM_WRITE)),
+                        topic_sys_flag=int(conf.get("topicSysFlag", 0)),
+                    )
+                    registered.add(topic)
+                # Topics the master no longer has are gone from its route.
+                for topic, by_broker in list(self.topic_queues.items()):
+                    if topic not in registered and broker_name in by_broker:
+                        del by_broker[broker_name]
+                        if not by_broker:
+                            del self.topic_queues[topic]
+            if first or previous is None:
+                log.info(
+                    "broker registered name=%s id=%s addr=%s cluster=%s topics=%d",
+                    broker_name, broker_id, broker_addr, cluster, len(topic_config),
+                )  # fmt: skip
+            master = data.broker_addrs.get(0, "") if broker_id != 0 else ""
+            master_live = self.live.get(master) if master else None
+            return (master_live.ha_server_addr if master_live else "", master)
+
+    def unregister_broker(self, *, broker_addr: str, broker_name: str, broker_id: int) -> None:
+        with self._lock:
+            self._remove(broker_addr, broker_name, broker_id)
+
+    def _remove(self, broker_addr: str, broker_name: str, broker_id: int | None) -> None:
+        self.live.pop(broker_addr, None)
+        data = self.brokers.get(broker_name)
+        if data is None:
+            return
+        for bid, addr in list(data.broker_addrs.items()):
+            if addr == broker_addr and (broker_id is None or bid == broker_id):
+                del data.broker_addrs[bid]
+        log.info("broker removed name=%s addr=%s", broker_name, broker_addr)
+        if data.broker_addrs:
+            return
+        del self.brokers[broker_name]
+        names = self.clusters.get(data.cluster)
+        if names is not None:
+            names.discard(broker_name)
+            if not names:
+                del self.clusters[data.cluster]
+        for topic, by_broker in list(self.topic_queues.items()):
+            by_broker.pop(broker_name, None)
+            if not by_broker:
+                del self.topic_queues[topic]
+
+    def _name_of(self, broker_addr: str) -> str | None:
+        for name, data in self.brokers.items():
+            if broker_addr in data.broker_addrs.values():
+                return name
+        return None
+
+    def expire(self, now_ms: int, expired_after_ms: int) -> list[str]:
+        """Removes brokers silent for longer than ``expired_after_ms``; returns their addresses."""
+        with self._lock:
+            gone = [
+                a
+                for a, live in self.live.items()
+                if now_ms - live.last_update_ms > expired_after_ms
+            ]
+            for addr in gone:
+                name = self._name_of(addr)
+                log.warning("broker expired addr=%s name=%s", addr, name)
+                if name is not None:
+                    self._remove(addr, name, None)
+                else:
+                    self.live.pop(addr, None)
+            return gone
+
+    def connection_closed(self, connection: object) -> None:
+        """A broker's connection closed: remove it at once, as RocketMQ does."""
+        with self._lock:
+            for addr, live in list(self.live.items()):
+                if live.connection is connection:
+                    name = self._name_of(addr)
+                    if name is not None:
+                        self._remove(addr, name, None)
+                    else:
+                        self.live.pop(addr, None)
+
+    def route(self, topic: str) -> dict[str, Any] | None:
+        """TopicRouteData for ``topic``, or None when no live broker serves it."""
+        with self._lock:
+            by_broker = self.topic_queues.get(topic)
+            if not by_broker:
+                return None
+            queue_datas = [by_broker[name].to_json() for name in sorted(by_broker)]
+            broker_datas = [
+                self.brokers[name].to_json() for name in sorted(by_broker) if name in self.brokers
+            ]
+            if not broker_datas:
+                return None
+            return {"brokerDatas": broker_datas, "filterServerTable": {}, "queueDatas": queue_datas}
+
+    def cluster_info(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "brokerAddrTable": {name: d.to_json() for name, d in sorted(self.brokers.items())},
+                "clusterAddrTable": {c: sorted(n) for c, n in sorted(self.clusters.items())},
+            }
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            return sorted(self.topic_queues)

@@ -1,0 +1,162 @@
+"""Asyncio remoting client: one connection per address, requests matched to answers by opaque.
+
+Many requests may be in flight on one connection; each waits for its own answer with its own
+timeout. Requests the server sends to the client (NOTIFY_CONSUMER_IDS_CHANGED and the like) go to
+handlers registered by request code.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from pyrmq.errors import FrameDecodeError, RemotingError
+from pyrmq.remoting.codec import FrameDecoder, encode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import MAX_FRAME_BYTES
+
+__all__ = ["RemotingClient", "RemotingTimeoutError"]
+
+log = logging.getLogger(__name__)
+
+ServerRequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+class RemotingTimeoutError(RemotingError, TimeoutError):
+    """No answer arrived within the request's timeout."""
+
+
+class _Channel(asyncio.Protocol):
+    def __init__(self, client: "RemotingClient", address: str) -> None:
+        self._client = client
+        self.address = address
+        self._decoder = FrameDecoder(MAX_FRAME_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self.closed = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._decoder.feed(data)
+        except FrameDecodeError as e:
+            log.warning("closing connection to %s: %s", self.address, e)
+            self.close()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                fut = self.pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+            else:
+                asyncio.get_running_loop().create_task(self._serve(cmd))
+
+    async def _serve(self, request: RemotingCommand) -> None:
+        handler = self._client.server_request_handlers.get(request.code)
+        if handler is None:
+            log.debug("ignoring server request code=%s from %s", request.code, self.address)
+            return
+        try:
+            response = await handler(request)
+        except Exception:
+            log.exception("server request code=%s from %s failed", request.code, self.address)
+            return
+        if response is not None and not request.is_oneway and self.transport is not None:
+            self.transport.write(encode(response))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(RemotingError(f"connection to {self.address} closed"))
+        self.pending.clear()
+        self.closed.set()
+        self._client._forget(self)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class RemotingClient:
+    """Sends requests to any number of servers over one connection each."""
+
+    def __init__(self, *, connect_timeout_s: float = 3.0) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.server_request_handlers: dict[int, ServerRequestHandler] = {}
+        self._channels: dict[str, _Channel] = {}
+        self._connecting: dict[str, asyncio.Future[_Channel]] = {}
+
+    async def _channel(self, address: str) -> _Channel:
+        channel = self._channels.get(address)
+        if (
+            channel is not None
+            and channel.transport is not None
+            and not channel.transport.is_closing()
+        ):
+            return channel
+        pending = self._connecting.get(address)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[_Channel] = loop.create_future()
+        self._connecting[address] = fut
+        try:
+            host, _, port = address.rpartition(":")
+            _, opened = await asyncio.wait_for(
+                loop.create_connection(lambda: _Channel(self, address), host, int(port)),
+                self.connect_timeout_s,
+            )
+        except (OSError, TimeoutError) as e:
+            err = RemotingError(f"cannot connect to {address}: {e}")
+            fut.set_exception(err)
+            fut.exception()  # consumed here; waiters get it through shield
+            raise err from e
+        finally:
+            self._connecting.pop(address, None)
+        self._channels[address] = opened
+        fut.set_result(opened)
+        return opened
+
+    def _forget(self, channel: _Channel) -> None:
+        if self._channels.get(channel.address) is channel:
+            del self._channels[channel.address]
+
+    async def invoke(
+        self, address: str, request: RemotingCommand, timeout_s: float = 3.0
+    ) -> RemotingCommand:
+        """Sends ``request`` and returns its answer."""
+        channel = await self._channel(address)
+        assert channel.transport is not None
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        channel.pending[request.opaque] = fut
+        channel.transport.write(encode(request))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError as e:
+            raise RemotingTimeoutError(
+                f"no answer from {address} to code={request.code} opaque={request.opaque} "
+                f"within {timeout_s} s"
+            ) from e
+        finally:
+            channel.pending.pop(request.opaque, None)
+
+    async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
+        """Sends ``request`` (which should carry the oneway flag) without waiting."""
+        channel = await self._channel(address)
+        assert channel.transport is not None
+        channel.transport.write(encode(request))
+
+    async def send_raw(self, address: str, data: bytes) -> None:
+        """Writes bytes as they are (tests of malformed input)."""
+        channel = await self._channel(address)
+        assert channel.transport is not None
+        channel.transport.write(data)
+
+    async def close(self) -> None:
+        channels = list(self._channels.values())
+        for channel in channels:
+            channel.close()
+        for channel in channels:
+            await channel.closed.wait()

@@ -1,0 +1,792 @@
+"""Typed custom headers: the ext fields of a command as frozen dataclasses.
+
+This module is the only place where RocketMQ's camelCase field names live. Attribute names are
+the snake_case of the Java field names (``bornTimestamp`` -> ``born_timestamp``), so each header
+can be read side by side with its Java class.
+
+``from_ext`` parses a command's ``ext_fields`` and raises :class:`~pyrmq.errors.HeaderError`
+naming the header and the field that is missing or malformed; fields it does not know (the C++
+client's ``AccessKey``/``OnsChannel``/``Signature`` trio, say) are ignored. ``to_ext`` gives the
+ext fields back, every value a string, optional fields left out when None. Integers are
+parsed like Java's ``Integer.parseInt``/``Long.parseLong`` (ASCII digits with an optional sign,
+within int32/int64). Booleans are lenient: ``"true"`` in any case or ``"1"`` is true, anything
+else false; they are written as ``"true"``/``"false"``.
+
+>>> h = PullMessageRequestHeader.from_ext({"consumerGroup": "G", "topic": "T", "queueId": "1",
+...     "queueOffset": "5", "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0",
+...     "suspendTimeoutMillis": "15000", "subVersion": "0", "subscription": "*"})
+>>> (h.queue_id, h.queue_offset, h.subscription)
+(1, 5, '*')
+>>> GetRouteInfoRequestHeader.from_ext({"AccessKey": ""})
+Traceback (most recent call last):
+    ...
+pyrmq.errors.HeaderError: GetRouteInfoRequestHeader: missing required field 'topic'
+"""
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from typing import Final, Self
+
+from pyrmq.errors import HeaderError
+
+__all__ = [
+    "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicRequestHeader",
+    "GetConsumerListByGroupRequestHeader",
+    "GetEarliestMsgStoretimeRequestHeader",
+    "GetMaxOffsetRequestHeader",
+    "GetMinOffsetRequestHeader",
+    "GetRouteInfoRequestHeader",
+    "PullMessageRequestHeader",
+    "PullMessageResponseHeader",
+    "QueryConsumerOffsetRequestHeader",
+    "QueryMessageRequestHeader",
+    "RegisterBrokerRequestHeader",
+    "SearchOffsetRequestHeader",
+    "SendMessageRequestHeader",
+    "SendMessageResponseHeader",
+    "UnregisterBrokerRequestHeader",
+    "UnregisterClientRequestHeader",
+    "UpdateConsumerOffsetRequestHeader",
+    "ViewMessageRequestHeader",
+    "parse_bool",
+]
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_I32: Final = (-(2**31), 2**31 - 1)
+_I64: Final = (-(2**63), 2**63 - 1)
+
+_Value = str | int | bool | None
+
+
+def parse_bool(text: str) -> bool:
+    """RocketMQ's lenient boolean: ``"true"`` (any case) or ``"1"`` is true, anything else false.
+
+    Java's ``Boolean.parseBoolean("1")`` is false, but the C++ client sends ``batch`` as
+    ``"1"``, so ``"1"`` must count as true.
+
+    >>> parse_bool("1"), parse_bool("TRUE"), parse_bool("0"), parse_bool("yes")
+    (True, True, False, False)
+    """
+    return text == "1" or text.lower() == "true"
+
+
+class _Fields:
+    """Reads ext fields for one header; errors name the header and the wire field."""
+
+    __slots__ = ("_ext", "_header", "_wire")
+
+    def __init__(
+        self, header: str, ext: Mapping[str, str], wire: Mapping[str, str] | None = None
+    ) -> None:
+        self._header = header
+        self._ext = ext
+        # Field name -> the name on the wire, when they differ (SEND_MESSAGE_V2's letters).
+        self._wire = wire or {}
+
+    def _label(self, name: str) -> str:
+        wire = self._wire.get(name)
+        return f"{wire!r} ({name})" if wire else repr(name)
+
+    def _get(self, name: str) -> str | None:
+        return self._ext.get(self._wire.get(name, name))
+
+    def _required(self, name: str) -> str:
+        value = self._get(name)
+        if value is None:
+            raise HeaderError(f"{self._header}: missing required field {self._label(name)}")
+        return value
+
+    def _int(self, name: str, text: str, bounds: tuple[int, int], kind: str) -> int:
+        if _INTEGER.fullmatch(text) is not None:
+            value = int(text)
+            if bounds[0] <= value <= bounds[1]:
+                return value
+        raise HeaderError(f"{self._header}: field {self._label(name)} is not an {kind}: {text!r}")
+
+    def text(self, name: str) -> str:
+        return self._required(name)
+
+    def opt_text(self, name: str) -> str | None:
+        return self._get(name)
+
+    def i32(self, name: str) -> int:
+        return self._int(name, self._required(name), _I32, "int32")
+
+    def opt_i32(self, name: str) -> int | None:
+        value = self._get(name)
+        return None if value is None else self._int(name, value, _I32, "int32")
+
+    def i64(self, name: str) -> int:
+        return self._int(name, self._required(name), _I64, "int64")
+
+    def opt_i64(self, name: str) -> int | None:
+        value = self._get(name)
+        return None if value is None else self._int(name, value, _I64, "int64")
+
+    def flag(self, name: str, default: bool = False) -> bool:
+        value = self._get(name)
+        return default if value is None else parse_bool(value)
+
+    def opt_flag(self, name: str) -> bool | None:
+        value = self._get(name)
+        return None if value is None else parse_bool(value)
+
+
+def _ext(pairs: Iterable[tuple[str, _Value]]) -> dict[str, str]:
+    """Ext fields from (wire name, value) pairs: None left out, every value a string."""
+    out: dict[str, str] = {}
+    for name, value in pairs:
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        else:
+            out[name] = str(value)
+    return out
+
+
+# --- sending ------------------------------------------------------------------------------
+
+_SEND_V2_LETTERS: Final[Mapping[str, str]] = {
+    "producerGroup": "a",
+    "topic": "b",
+    "defaultTopic": "c",
+    "defaultTopicQueueNums": "d",
+    "queueId": "e",
+    "sysFlag": "f",
+    "bornTimestamp": "g",
+    "flag": "h",
+    "properties": "i",
+    "reconsumeTimes": "j",
+    "unitMode": "k",
+    "maxReconsumeTimes": "l",
+    "batch": "m",
+    "brokerName": "n",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SendMessageRequestHeader:
+    """SEND_MESSAGE (10) header, or SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320) with
+    one-letter names (:meth:`from_ext_v2`).
+
+    >>> h = SendMessageRequestHeader.from_ext_v2({"a": "PG", "b": "T", "c": "TBW102", "d": "4",
+    ...     "e": "0", "f": "0", "g": "1700000000000", "h": "0", "m": "true"})
+    >>> (h.producer_group, h.topic, h.batch, h.properties)
+    ('PG', 'T', True, '')
+    >>> h.to_ext_v2()["b"], h.to_ext()["topic"]
+    ('T', 'T')
+    """
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    """The topic whose settings an auto-created topic copies (``TBW102``)."""
+    default_topic_queue_nums: int
+    queue_id: int
+    """The queue chosen by the client; negative means "pick one"."""
+    sys_flag: int
+    born_timestamp: int
+    """Milliseconds since the epoch, from the client's clock."""
+    flag: int
+    """The user flag, stored unchanged."""
+    properties: str = ""
+    """Message properties in the stored encoding (``name\\x01value\\x02``...)."""
+    reconsume_times: int = 0
+    unit_mode: bool = False
+    batch: bool = False
+    """The body is a batch (§7.3); the C++ client sends ``"1"`` under code 10."""
+    max_reconsume_times: int | None = None
+    broker_name: str | None = None
+    """Only in V2 headers (``n``, from 5.x clients)."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        """Parses the long field names of SEND_MESSAGE (10)."""
+        return cls._parse(_Fields(cls.__name__, ext))
+
+    @classmethod
+    def from_ext_v2(cls, ext: Mapping[str, str]) -> Self:
+        """Parses the one-letter field names of SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE."""
+        return cls._parse(_Fields(cls.__name__, ext, _SEND_V2_LETTERS), broker_name=True)
+
+    @classmethod
+    def _parse(cls, f: _Fields, broker_name: bool = False) -> Self:
+        return cls(
+            producer_group=f.text("producerGroup"),
+            topic=f.text("topic"),
+            default_topic=f.text("defaultTopic"),
+            default_topic_queue_nums=f.i32("defaultTopicQueueNums"),
+            queue_id=f.i32("queueId"),
+            sys_flag=f.i32("sysFlag"),
+            born_timestamp=f.i64("bornTimestamp"),
+            flag=f.i32("flag"),
+            properties=f.opt_text("properties") or "",
+            reconsume_times=f.opt_i32("reconsumeTimes") or 0,
+            unit_mode=f.flag("unitMode"),
+            batch=f.flag("batch"),
+            max_reconsume_times=f.opt_i32("maxReconsumeTimes"),
+            broker_name=f.opt_text("brokerName") if broker_name else None,
+        )
+
+    def _pairs(self) -> list[tuple[str, _Value]]:
+        return [
+            ("producerGroup", self.producer_group),
+            ("topic", self.topic),
+            ("defaultTopic", self.default_topic),
+            ("defaultTopicQueueNums", self.default_topic_queue_nums),
+            ("queueId", self.queue_id),
+            ("sysFlag", self.sys_flag),
+            ("bornTimestamp", self.born_timestamp),
+            ("flag", self.flag),
+            ("properties", self.properties),
+            ("reconsumeTimes", self.reconsume_times),
+            ("unitMode", self.unit_mode),
+            ("batch", self.batch),
+            ("maxReconsumeTimes", self.max_reconsume_times),
+        ]
+
+    def to_ext(self) -> dict[str, str]:
+        """Ext fields with the long names of SEND_MESSAGE (10); ``broker_name`` is left out."""
+        return _ext(self._pairs())
+
+    def to_ext_v2(self) -> dict[str, str]:
+        """Ext fields with the one-letter names of SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE."""
+        pairs = [*self._pairs(), ("brokerName", self.broker_name)]
+        return _ext((_SEND_V2_LETTERS[name], value) for name, value in pairs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SendMessageResponseHeader:
+    """Answer to a send: where the message went.
+
+    >>> SendMessageResponseHeader(msg_id="7F00", queue_id=1, queue_offset=9).to_ext()
+    {'msgId': '7F00', 'queueId': '1', 'queueOffset': '9'}
+    """
+
+    msg_id: str
+    """The offsetMsgId; for a batch, the offsetMsgIds joined by ``,``."""
+    queue_id: int
+    queue_offset: int
+    """Queue offset of the (first) message."""
+    transaction_id: str | None = None
+    msg_region: str | None = None
+    """``MSG_REGION``, which Java adds (``DefaultRegion``)."""
+    trace_on: bool | None = None
+    """``TRACE_ON``, which Java adds (``true``)."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            msg_id=f.text("msgId"),
+            queue_id=f.i32("queueId"),
+            queue_offset=f.i64("queueOffset"),
+            transaction_id=f.opt_text("transactionId"),
+            msg_region=f.opt_text("MSG_REGION"),
+            trace_on=f.opt_flag("TRACE_ON"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("msgId", self.msg_id),
+                ("queueId", self.queue_id),
+                ("queueOffset", self.queue_offset),
+                ("transactionId", self.transaction_id),
+                ("MSG_REGION", self.msg_region),
+                ("TRACE_ON", self.trace_on),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerSendMsgBackRequestHeader:
+    """CONSUMER_SEND_MSG_BACK (36): a consumer hands back a message it failed to consume."""
+
+    offset: int
+    """CommitLog offset of the message."""
+    group: str
+    delay_level: int
+    """0 lets the broker choose ``3 + reconsumeTimes``; negative sends it to the DLQ."""
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    unit_mode: bool = False
+    max_reconsume_times: int | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            offset=f.i64("offset"),
+            group=f.text("group"),
+            delay_level=f.i32("delayLevel"),
+            origin_msg_id=f.opt_text("originMsgId"),
+            origin_topic=f.opt_text("originTopic"),
+            unit_mode=f.flag("unitMode"),
+            max_reconsume_times=f.opt_i32("maxReconsumeTimes"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("offset", self.offset),
+                ("group", self.group),
+                ("delayLevel", self.delay_level),
+                ("originMsgId", self.origin_msg_id),
+                ("originTopic", self.origin_topic),
+                ("unitMode", self.unit_mode),
+                ("maxReconsumeTimes", self.max_reconsume_times),
+            ]
+        )
+
+
+# --- pulling and offsets ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PullMessageRequestHeader:
+    """PULL_MESSAGE (11)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    """Queue offset to read from."""
+    max_msg_nums: int
+    sys_flag: int
+    """PullSysFlag bits: commit offset, suspend, subscription, class filter."""
+    commit_offset: int
+    """Queue offset to store for the group, when the commit-offset bit is set."""
+    suspend_timeout_millis: int
+    """How long the broker may park the pull when nothing is there."""
+    sub_version: int
+    subscription: str | None = None
+    """The tag expression, e.g. ``TagA || TagB``."""
+    expression_type: str | None = None
+    """``TAG`` or ``SQL92``; Java clients only."""
+    max_msg_bytes: int | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            consumer_group=f.text("consumerGroup"),
+            topic=f.text("topic"),
+            queue_id=f.i32("queueId"),
+            queue_offset=f.i64("queueOffset"),
+            max_msg_nums=f.i32("maxMsgNums"),
+            sys_flag=f.i32("sysFlag"),
+            commit_offset=f.i64("commitOffset"),
+            suspend_timeout_millis=f.i64("suspendTimeoutMillis"),
+            sub_version=f.i64("subVersion"),
+            subscription=f.opt_text("subscription"),
+            expression_type=f.opt_text("expressionType"),
+            max_msg_bytes=f.opt_i32("maxMsgBytes"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("consumerGroup", self.consumer_group),
+                ("topic", self.topic),
+                ("queueId", self.queue_id),
+                ("queueOffset", self.queue_offset),
+                ("maxMsgNums", self.max_msg_nums),
+                ("sysFlag", self.sys_flag),
+                ("commitOffset", self.commit_offset),
+                ("suspendTimeoutMillis", self.suspend_timeout_millis),
+                ("subVersion", self.sub_version),
+                ("subscription", self.subscription),
+                ("expressionType", self.expression_type),
+                ("maxMsgBytes", self.max_msg_bytes),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PullMessageResponseHeader:
+    """Answer to PULL_MESSAGE: where to pull next. The offsets are queue offsets.
+
+    >>> PullMessageResponseHeader(suggest_which_broker_id=0, next_begin_offset=2, min_offset=0,
+    ...     max_offset=2).to_ext()["nextBeginOffset"]
+    '2'
+    """
+
+    suggest_which_broker_id: int
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            suggest_which_broker_id=f.i64("suggestWhichBrokerId"),
+            next_begin_offset=f.i64("nextBeginOffset"),
+            min_offset=f.i64("minOffset"),
+            max_offset=f.i64("maxOffset"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("suggestWhichBrokerId", self.suggest_which_broker_id),
+                ("nextBeginOffset", self.next_begin_offset),
+                ("minOffset", self.min_offset),
+                ("maxOffset", self.max_offset),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueryConsumerOffsetRequestHeader:
+    """QUERY_CONSUMER_OFFSET (14): the group's stored queue offset."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    set_zero_if_not_found: bool | None = None
+    """5.x clients only."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            consumer_group=f.text("consumerGroup"),
+            topic=f.text("topic"),
+            queue_id=f.i32("queueId"),
+            set_zero_if_not_found=f.opt_flag("setZeroIfNotFound"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("consumerGroup", self.consumer_group),
+                ("topic", self.topic),
+                ("queueId", self.queue_id),
+                ("setZeroIfNotFound", self.set_zero_if_not_found),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateConsumerOffsetRequestHeader:
+    """UPDATE_CONSUMER_OFFSET (15): store the group's queue offset."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    commit_offset: int
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            consumer_group=f.text("consumerGroup"),
+            topic=f.text("topic"),
+            queue_id=f.i32("queueId"),
+            commit_offset=f.i64("commitOffset"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("consumerGroup", self.consumer_group),
+                ("topic", self.topic),
+                ("queueId", self.queue_id),
+                ("commitOffset", self.commit_offset),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetMaxOffsetRequestHeader:
+    """GET_MAX_OFFSET (30): one queue, by topic and queue id."""
+
+    topic: str
+    queue_id: int
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(topic=f.text("topic"), queue_id=f.i32("queueId"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("topic", self.topic), ("queueId", self.queue_id)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetMinOffsetRequestHeader(GetMaxOffsetRequestHeader):
+    """GET_MIN_OFFSET (31): the same fields as GET_MAX_OFFSET."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetEarliestMsgStoretimeRequestHeader(GetMaxOffsetRequestHeader):
+    """GET_EARLIEST_MSG_STORETIME (32): the same fields as GET_MAX_OFFSET."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SearchOffsetRequestHeader:
+    """SEARCH_OFFSET_BY_TIMESTAMP (29)."""
+
+    topic: str
+    queue_id: int
+    timestamp: int
+    """Milliseconds since the epoch."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(topic=f.text("topic"), queue_id=f.i32("queueId"), timestamp=f.i64("timestamp"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [("topic", self.topic), ("queueId", self.queue_id), ("timestamp", self.timestamp)]
+        )
+
+
+# --- clients and groups -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetConsumerListByGroupRequestHeader:
+    """GET_CONSUMER_LIST_BY_GROUP (38)."""
+
+    consumer_group: str
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        return cls(consumer_group=_Fields(cls.__name__, ext).text("consumerGroup"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("consumerGroup", self.consumer_group)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class UnregisterClientRequestHeader:
+    """UNREGISTER_CLIENT (35). The C++ client sends ``""`` for the group it does not leave."""
+
+    client_id: str
+    producer_group: str | None = None
+    consumer_group: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            client_id=f.text("clientID"),
+            producer_group=f.opt_text("producerGroup"),
+            consumer_group=f.opt_text("consumerGroup"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("clientID", self.client_id),
+                ("producerGroup", self.producer_group),
+                ("consumerGroup", self.consumer_group),
+            ]
+        )
+
+
+# --- name server --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetRouteInfoRequestHeader:
+    """GET_ROUTEINFO_BY_TOPIC (105)."""
+
+    topic: str
+    accept_standard_json_only: bool = False
+    """Sent by 5.x clients: answer with standard JSON (quoted ``brokerAddrs`` keys)."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            topic=f.text("topic"),
+            accept_standard_json_only=f.flag("acceptStandardJsonOnly"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [("topic", self.topic), ("acceptStandardJsonOnly", self.accept_standard_json_only)]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterBrokerRequestHeader:
+    """REGISTER_BROKER (103): a broker announces itself and its topics (in the body)."""
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    ha_server_addr: str
+    broker_id: int
+    """0 is the master."""
+    compressed: bool = False
+    """The body is compressed."""
+    body_crc32: int = 0
+    heartbeat_timeout_millis: int | None = None
+    """5.x brokers only."""
+    enable_acting_master: bool | None = None
+    """5.x brokers only."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            broker_name=f.text("brokerName"),
+            broker_addr=f.text("brokerAddr"),
+            cluster_name=f.text("clusterName"),
+            ha_server_addr=f.text("haServerAddr"),
+            broker_id=f.i64("brokerId"),
+            compressed=f.flag("compressed"),
+            body_crc32=f.opt_i32("bodyCrc32") or 0,
+            heartbeat_timeout_millis=f.opt_i64("heartbeatTimeoutMillis"),
+            enable_acting_master=f.opt_flag("enableActingMaster"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("brokerName", self.broker_name),
+                ("brokerAddr", self.broker_addr),
+                ("clusterName", self.cluster_name),
+                ("haServerAddr", self.ha_server_addr),
+                ("brokerId", self.broker_id),
+                ("compressed", self.compressed),
+                ("bodyCrc32", self.body_crc32),
+                ("heartbeatTimeoutMillis", self.heartbeat_timeout_millis),
+                ("enableActingMaster", self.enable_acting_master),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class UnregisterBrokerRequestHeader:
+    """UNREGISTER_BROKER (104)."""
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            broker_name=f.text("brokerName"),
+            broker_addr=f.text("brokerAddr"),
+            cluster_name=f.text("clusterName"),
+            broker_id=f.i64("brokerId"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("brokerName", self.broker_name),
+                ("brokerAddr", self.broker_addr),
+                ("clusterName", self.cluster_name),
+                ("brokerId", self.broker_id),
+            ]
+        )
+
+
+# --- admin --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTopicRequestHeader:
+    """UPDATE_AND_CREATE_TOPIC (17)."""
+
+    topic: str
+    default_topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    """PermName bits: 2 write, 4 read, 1 inherit."""
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            topic=f.text("topic"),
+            default_topic=f.text("defaultTopic"),
+            read_queue_nums=f.i32("readQueueNums"),
+            write_queue_nums=f.i32("writeQueueNums"),
+            perm=f.i32("perm"),
+            topic_filter_type=f.opt_text("topicFilterType") or "SINGLE_TAG",
+            topic_sys_flag=f.opt_i32("topicSysFlag") or 0,
+            order=f.flag("order"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("topic", self.topic),
+                ("defaultTopic", self.default_topic),
+                ("readQueueNums", self.read_queue_nums),
+                ("writeQueueNums", self.write_queue_nums),
+                ("perm", self.perm),
+                ("topicFilterType", self.topic_filter_type),
+                ("topicSysFlag", self.topic_sys_flag),
+                ("order", self.order),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueryMessageRequestHeader:
+    """QUERY_MESSAGE (12): messages of a topic by key within a store-time range."""
+
+    topic: str
+    key: str
+    max_num: int
+    begin_timestamp: int
+    """Milliseconds since the epoch."""
+    end_timestamp: int
+    """Milliseconds since the epoch."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            topic=f.text("topic"),
+            key=f.text("key"),
+            max_num=f.i32("maxNum"),
+            begin_timestamp=f.i64("beginTimestamp"),
+            end_timestamp=f.i64("endTimestamp"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("topic", self.topic),
+                ("key", self.key),
+                ("maxNum", self.max_num),
+                ("beginTimestamp", self.begin_timestamp),
+                ("endTimestamp", self.end_timestamp),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ViewMessageRequestHeader:
+    """VIEW_MESSAGE_BY_ID (33): one message by CommitLog offset."""
+
+    offset: int
+    """CommitLog offset (decoded from the offsetMsgId)."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        return cls(offset=_Fields(cls.__name__, ext).i64("offset"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("offset", self.offset)])

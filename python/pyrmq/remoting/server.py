@@ -1,0 +1,183 @@
+"""Asyncio remoting server: frames in, one task per request, answers out of order.
+
+Each request runs as its own task, so a pull parked for long polling never delays a heartbeat or a
+lock on the same connection. Answers carry the request's opaque and serialize type. The server
+can also send requests to a connected client (NOTIFY_CONSUMER_IDS_CHANGED,
+GET_CONSUMER_RUNNING_INFO) and match their answers by opaque.
+
+Failures stay with their connection: a malformed frame closes that connection only, an unknown
+code gets REQUEST_CODE_NOT_SUPPORTED, a handler that raises gets SYSTEM_ERROR. Nothing else is
+disturbed.
+"""
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from pyrmq.errors import FrameDecodeError, HeaderError, RemotingError
+from pyrmq.remoting.codec import FrameDecoder, encode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import MAX_FRAME_BYTES, ResponseCode
+
+__all__ = ["Connection", "Handler", "RemotingServer"]
+
+log = logging.getLogger(__name__)
+
+_opaques = itertools.count(1 << 30)
+
+
+class Handler(Protocol):
+    """Answers one request; returns None for requests that get no answer."""
+
+    def __call__(
+        self, conn: "Connection", request: RemotingCommand
+    ) -> Awaitable[RemotingCommand | None]: ...
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: frame decoding, request dispatch, outbound requests."""
+
+    def __init__(self, server: "RemotingServer") -> None:
+        self._server = server
+        self._decoder = FrameDecoder(server.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self.peer: tuple[str, int] = ("0.0.0.0", 0)
+        self.closed = asyncio.Event()
+
+    @property
+    def peer_address(self) -> str:
+        return f"{self.peer[0]}:{self.peer[1]}"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            host = peer[0]
+            # C++ clients read 4-byte hosts only: report IPv4-mapped peers as plain IPv4.
+            if host.startswith("::ffff:"):
+                host = host[7:]
+            self.peer = (host, int(peer[1]))
+        self._server.connections.add(self)
+        log.debug("connection opened peer=%s", self.peer_address)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._decoder.feed(data)
+        except FrameDecodeError as e:
+            log.warning("closing connection peer=%s: %s", self.peer_address, e)
+            self.close()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                fut = self._pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+                continue
+            task = asyncio.get_running_loop().create_task(self._serve(cmd))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(RemotingError(f"connection to {self.peer_address} closed"))
+        self._pending.clear()
+        self.closed.set()
+        for callback in self._server.on_disconnect:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("disconnect callback failed peer=%s", self.peer_address)
+        log.debug("connection closed peer=%s", self.peer_address)
+
+    async def _serve(self, request: RemotingCommand) -> None:
+        handler = self._server.handlers.get(request.code)
+        try:
+            if handler is None:
+                response: RemotingCommand | None = RemotingCommand.response_to(
+                    request,
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    remark=f" request type {request.code} not supported",
+                )
+            else:
+                response = await handler(self, request)
+        except HeaderError as e:
+            response = RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=str(e)
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.exception(
+                "request failed code=%s opaque=%s peer=%s", request.code, request.opaque, self.peer
+            )
+            response = RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}"
+            )
+        if response is not None and not request.is_oneway:
+            self.send(response)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Writes one frame; dropped silently if the connection is gone."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(encode(cmd))
+
+    async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Sends a request to the client and waits for its answer."""
+        cmd.opaque = next(_opaques)
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[cmd.opaque] = fut
+        self.send(cmd)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._pending.pop(cmd.opaque, None)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+class RemotingServer:
+    """Listens on one address and routes requests to handlers by request code."""
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, max_frame_bytes: int = MAX_FRAME_BYTES
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.max_frame_bytes = max_frame_bytes
+        self.handlers: dict[int, Handler] = {}
+        self.connections: set[Connection] = set()
+        self.on_disconnect: list[Callable[[Connection], None]] = []
+        self._server: asyncio.Server | None = None
+
+    def register(self, code: int, handler: Handler) -> None:
+        self.handlers[int(code)] = handler
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        log.info("remoting server listening address=%s:%s", self.host, self.port)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self.connections):
+                conn.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None

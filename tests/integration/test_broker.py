@@ -1,0 +1,457 @@
+"""A name server and a broker in process on 127.0.0.1 (port 0), driven over TCP with requests
+shaped as the official C++ client sends them (mixed number/string ext fields, trailing newline
+in JSON bodies)."""
+
+import asyncio
+import dataclasses
+import json
+import socket
+import struct
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyrmq import _core
+from pyrmq.broker.config import BrokerConfig
+from pyrmq.broker.controller import BrokerController
+from pyrmq.config import StoreConfig
+from pyrmq.namesrv import NameServer, NamesrvConfig
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.codec import encode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+pytestmark = pytest.mark.integration
+
+CPP = {"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "x"}
+
+
+@dataclasses.dataclass
+class Cluster:
+    namesrv: NameServer
+    broker: BrokerController
+    client: RemotingClient
+
+    async def call(
+        self,
+        code: int,
+        ext: dict[str, Any] | None = None,
+        body: bytes = b"",
+        *,
+        to: str = "broker",
+        timeout_s: float = 5.0,
+    ) -> RemotingCommand:
+        fields = {**CPP, **{k: v for k, v in (ext or {}).items()}}
+        # The C++ client sends some fields as JSON numbers: the codec must take both.
+        request = RemotingCommand.request(code, {k: str(v) for k, v in fields.items()}, body)
+        request.language = "CPP"
+        request.version = 63
+        addr = self.broker.address if to == "broker" else self.namesrv.address
+        return await self.client.invoke(addr, request, timeout_s=timeout_s)
+
+    async def send(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        queue_id: int = 0,
+        props: str = "",
+        sys_flag: int = 0,
+        batch: bool = False,
+    ) -> RemotingCommand:
+        return await self.call(
+            RequestCode.SEND_MESSAGE,
+            {
+                "producerGroup": "PG",
+                "topic": topic,
+                "defaultTopic": "TBW102",
+                "defaultTopicQueueNums": 4,
+                "queueId": queue_id,
+                "sysFlag": sys_flag,
+                "bornTimestamp": int(time.time() * 1000),
+                "flag": 0,
+                "properties": props,
+                "reconsumeTimes": "0",
+                "unitMode": "0",
+                "batch": "1" if batch else "0",
+            },
+            body,
+        )
+
+    async def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        group: str = "CG",
+        sub: str = "*",
+        suspend_ms: int = 0,
+        max_nums: int = 32,
+        timeout_s: float = 5.0,
+    ) -> RemotingCommand:
+        flag = 4 | (2 if suspend_ms else 0)
+        return await self.call(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": queue_id,
+                "queueOffset": str(offset),
+                "maxMsgNums": max_nums,
+                "sysFlag": flag,
+                "commitOffset": "0",
+                "subVersion": "0",
+                "suspendTimeoutMillis": str(suspend_ms),
+                "subscription": sub,
+            },
+            timeout_s=timeout_s,
+        )
+
+
+@asynccontextmanager
+async def cluster(tmp_path: Path, **broker_changes: Any) -> AsyncIterator[Cluster]:
+    namesrv = NameServer(NamesrvConfig(listen_port=0))
+    await namesrv.start()
+    store = StoreConfig(
+        store_path_root_dir=str(tmp_path / "store"),
+        mapped_file_size_commit_log=1 << 20,
+        mapped_file_size_consume_queue=20 * 1000,
+        max_hash_slot_num=100,
+        max_index_num=1000,
+    )
+    config = dataclasses.replace(
+        BrokerConfig(listen_port=0, namesrv_addr=namesrv.address, store=store), **broker_changes
+    )
+    broker = BrokerController(config)
+    await broker.start()
+    client = RemotingClient()
+    try:
+        yield Cluster(namesrv, broker, client)
+    finally:
+        await client.close()
+        await broker.stop()
+        await namesrv.stop()
+
+
+def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 60) -> None:
+    asyncio.run(asyncio.wait_for(scenario(), timeout_s))
+
+
+def records(body: bytes) -> list[Any]:
+    return _core.decode_messages(body)
+
+
+def props(**kv: str) -> str:
+    return "".join(f"{k}\x01{v}\x02" for k, v in kv.items())
+
+
+def test_send_then_pull_returns_the_message_as_sent(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            r = await c.send(
+                "TopicTest",
+                b"hello",
+                props=props(TAGS="TagA", KEYS="k1", UNIQ_KEY="U1", WAIT="true", custom="v1"),
+            )
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            assert r.ext_fields["queueId"] == "0"
+            assert r.ext_fields["queueOffset"] == "0"
+            msg_id = r.ext_fields["msgId"]
+            host, port = c.broker.address.split(":")
+            assert msg_id.startswith(socket.inet_aton(host).hex().upper() + f"{int(port):08X}")
+            p = await c.pull("TopicTest", 0, 0)
+            assert p.code == ResponseCode.SUCCESS
+            assert p.ext_fields["nextBeginOffset"] == "1"
+            assert p.ext_fields["minOffset"] == "0"
+            assert p.ext_fields["maxOffset"] == "1"
+            [m] = records(p.body)
+            assert m.body == b"hello"
+            assert (m.properties["custom"], m.tags, m.uniq_key) == ("v1", "TagA", "U1")
+            assert m.msg_id == msg_id
+            assert m.store_host == c.broker.address
+
+    run(scenario)
+
+
+def test_unknown_topic_is_auto_created_and_routed_by_the_name_server(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            missing = await c.call(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Fresh"}, to="namesrv"
+            )
+            assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+            assert "Fresh" in (missing.remark or "")
+            tbw = await c.call(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}, to="namesrv"
+            )
+            assert tbw.code == ResponseCode.SUCCESS
+            # Old clients (version 63) get Java's unquoted integer keys.
+            assert b'"brokerAddrs":{0:"' in tbw.body
+            assert (await c.send("Fresh", b"x", queue_id=3)).code == ResponseCode.SUCCESS
+            deadline = time.monotonic() + 10
+            while True:
+                route = await c.call(
+                    RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Fresh"}, to="namesrv"
+                )
+                if route.code == ResponseCode.SUCCESS or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            assert route.code == ResponseCode.SUCCESS
+            data = json.loads(route.body.replace(b"{0:", b'{"0":'))
+            [qd] = data["queueDatas"]
+            assert (qd["readQueueNums"], qd["writeQueueNums"], qd["perm"]) == (4, 4, 6)
+            assert data["brokerDatas"][0]["brokerAddrs"]["0"] == c.broker.address
+
+    run(scenario)
+
+
+def test_held_pull_is_answered_when_a_message_arrives(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            await c.send("TopicLP", b"first")
+            held = asyncio.create_task(c.pull("TopicLP", 0, 1, suspend_ms=15_000, timeout_s=20))
+            await asyncio.sleep(0.2)
+            assert not held.done()
+            started = time.monotonic()
+            await c.send("TopicLP", b"second")
+            response = await held
+            assert time.monotonic() - started < 1.0
+            assert response.code == ResponseCode.SUCCESS
+            assert [m.body for m in records(response.body)] == [b"second"]
+            assert c.broker.hold.woken_by_arrival >= 1
+
+    run(scenario)
+
+
+def test_held_pull_times_out_as_not_found(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            await c.send("TopicTO", b"only")
+            started = time.monotonic()
+            response = await c.pull("TopicTO", 0, 1, suspend_ms=300)
+            waited = time.monotonic() - started
+            assert response.code == ResponseCode.PULL_NOT_FOUND
+            assert response.ext_fields["nextBeginOffset"] == "1"
+            assert 0.25 < waited < 3
+
+    run(scenario)
+
+
+def test_tag_filter_and_pull_outcomes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            for tag in ["TagA", "TagB", "TagC", "TagA"]:
+                await c.send("TopicTag", tag.encode(), props=props(TAGS=tag))
+            found = await c.pull("TopicTag", 0, 0, sub="TagA || TagC")
+            assert [m.body for m in records(found.body)] == [b"TagA", b"TagC", b"TagA"]
+            assert found.ext_fields["nextBeginOffset"] == "4"
+            none = await c.pull("TopicTag", 0, 1, sub="TagZ")
+            assert none.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+            assert none.ext_fields["nextBeginOffset"] == "4"
+            moved = await c.pull("TopicTag", 0, 9)
+            assert moved.code == ResponseCode.PULL_OFFSET_MOVED
+            assert moved.ext_fields["nextBeginOffset"] == "4"
+            empty = await c.pull("TopicTag", 1, 0)
+            assert empty.code == ResponseCode.PULL_NOT_FOUND
+            assert empty.ext_fields["nextBeginOffset"] == "0"
+
+    run(scenario)
+
+
+def test_batch_and_compressed_batch_are_stored_message_by_message(tmp_path: Path) -> None:
+    def item(body: bytes, p: str) -> bytes:
+        pb = p.encode()
+        return (
+            struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, 0, len(body))
+            + body
+            + struct.pack(">h", len(pb))
+            + pb
+        )
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            batch = item(b"one", props(UNIQ_KEY="A", KEYS="k-a")) + item(
+                b"two", props(UNIQ_KEY="B")
+            )
+            r = await c.send("TopicBatch", batch, batch=True)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            assert len(r.ext_fields["msgId"].split(",")) == 2
+            big = item(b"x" * 5000, props(UNIQ_KEY="C")) + item(b"y" * 5000, props(UNIQ_KEY="D"))
+            r2 = await c.send("TopicBatch", zlib.compress(big), batch=True, sys_flag=1)
+            assert r2.code == ResponseCode.SUCCESS, r2.remark
+            p = await c.pull("TopicBatch", 0, 0)
+            msgs = records(p.body)
+            assert [m.body for m in msgs] == [b"one", b"two", b"x" * 5000, b"y" * 5000]
+            assert [m.uniq_key for m in msgs] == ["A", "B", "C", "D"]
+            assert all(m.sys_flag & 1 == 0 for m in msgs)
+            q = await c.call(
+                RequestCode.QUERY_MESSAGE,
+                {
+                    "topic": "TopicBatch",
+                    "key": "k-a",
+                    "maxNum": 32,
+                    "beginTimestamp": 0,
+                    "endTimestamp": 2**62,
+                },
+            )
+            assert q.code == ResponseCode.SUCCESS
+            assert [m.body for m in records(q.body)] == [b"one"]
+
+    run(scenario)
+
+
+def test_heartbeat_consumer_list_offsets_and_notification(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            notified: list[str] = []
+            got_notice = asyncio.Event()
+
+            async def on_notify(request: RemotingCommand) -> None:
+                notified.append(request.ext_fields["consumerGroup"])
+                got_notice.set()
+
+            c.client.server_request_handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = on_notify
+            body = (
+                json.dumps(
+                    {
+                        "clientID": "1-127.0.0.1@DEFAULT",
+                        "consumerDataSet": [
+                            {
+                                "consumeFromWhere": 0,
+                                "consumeType": 1,
+                                "groupName": "CG_PUSH",
+                                "messageModel": 1,
+                                "subscriptionDataSet": [
+                                    {
+                                        "codeSet": [0],
+                                        "subString": "TagA",
+                                        "subVersion": "1",
+                                        "tagsSet": ["TagA"],
+                                        "topic": "TopicTest",
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ).encode()
+                + b"\n"
+            )
+            hb = await c.call(RequestCode.HEART_BEAT, {}, body)
+            assert hb.code == ResponseCode.SUCCESS
+            ids = await c.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "CG_PUSH"})
+            assert json.loads(ids.body) == {"consumerIdList": ["1-127.0.0.1@DEFAULT"]}
+            none = await c.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "nobody"})
+            assert none.code == ResponseCode.SYSTEM_ERROR
+            await asyncio.wait_for(got_notice.wait(), 5)
+            assert notified == ["CG_PUSH"]
+            assert c.broker.topics.get("%RETRY%CG_PUSH") is not None
+            q = await c.call(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": "CG_PUSH", "topic": "TopicTest", "queueId": 0},
+            )
+            assert q.code == ResponseCode.QUERY_NOT_FOUND
+            await c.call(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {
+                    "consumerGroup": "CG_PUSH",
+                    "topic": "TopicTest",
+                    "queueId": 0,
+                    "commitOffset": "7",
+                },
+            )
+            q = await c.call(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": "CG_PUSH", "topic": "TopicTest", "queueId": 0},
+            )
+            assert (q.code, q.ext_fields["offset"]) == (ResponseCode.SUCCESS, "7")
+            lock_body = (
+                json.dumps(
+                    {
+                        "clientId": "c1",
+                        "consumerGroup": "CG_PUSH",
+                        "mqSet": [{"brokerName": "broker-a", "queueId": 1, "topic": "TopicTest"}],
+                    }
+                ).encode()
+                + b"\n"
+            )
+            locked = await c.call(RequestCode.LOCK_BATCH_MQ, {}, lock_body)
+            assert json.loads(locked.body)["lockOKMQSet"] == [
+                {"brokerName": "broker-a", "queueId": 1, "topic": "TopicTest"}
+            ]
+            other = lock_body.replace(b'"c1"', b'"c2"')
+            assert (
+                json.loads((await c.call(RequestCode.LOCK_BATCH_MQ, {}, other)).body)["lockOKMQSet"]
+                == []
+            )
+
+    run(scenario)
+
+
+def test_send_back_stores_the_message_in_the_retry_topic(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            await c.send("TopicRetry", b"payload", props=props(TAGS="T", UNIQ_KEY="U9"))
+            [orig] = records((await c.pull("TopicRetry", 0, 0)).body)
+            back = await c.call(
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {"group": "CG", "delayLevel": 0, "offset": str(orig.phy_offset)},
+            )
+            assert back.code == ResponseCode.SUCCESS, back.remark
+            [retry] = records((await c.pull("%RETRY%CG", 0, 0)).body)
+            assert retry.body == b"payload"
+            assert retry.reconsume_times == 1
+            assert retry.properties["RETRY_TOPIC"] == "TopicRetry"
+            assert retry.properties["ORIGIN_MESSAGE_ID"] == orig.msg_id
+            missing = await c.call(
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {"group": "CG", "delayLevel": 0, "offset": "999999"},
+            )
+            assert missing.code == ResponseCode.SYSTEM_ERROR
+
+    run(scenario)
+
+
+def test_bad_input_gets_an_answer_or_loses_only_its_connection(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            unknown = await c.call(9999, {})
+            assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+            assert unknown.remark == " request type 9999 not supported"
+            missing = await c.call(RequestCode.PULL_MESSAGE, {"topic": "T"})
+            assert missing.code == ResponseCode.SYSTEM_ERROR
+            illegal = await c.send("bad topic!", b"x")
+            assert illegal.code == ResponseCode.MESSAGE_ILLEGAL
+            host, port = c.broker.address.split(":")
+            # A garbage frame and an oversized length close only that connection.
+            for junk in (
+                b"\x00\x00\x00\x10garbage-garbage!",
+                struct.pack(">I", 1 << 30) + b"\x00" * 8,
+            ):
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(junk)
+                await writer.drain()
+                assert await asyncio.wait_for(reader.read(), 5) == b""
+                writer.close()
+            assert (await c.send("TopicAlive", b"still here")).code == ResponseCode.SUCCESS
+            # A frame split over many writes still decodes.
+            reader, writer = await asyncio.open_connection(host, int(port))
+            frame = encode(
+                RemotingCommand.request(
+                    RequestCode.GET_MAX_OFFSET, {"topic": "TopicAlive", "queueId": "0"}
+                )
+            )
+            for i in range(len(frame)):
+                writer.write(frame[i : i + 1])
+                await writer.drain()
+            length = struct.unpack(">I", await reader.readexactly(4))[0]
+            answer = await reader.readexactly(length)
+            assert b'"offset":"1"' in answer
+            writer.close()
+
+    run(scenario)

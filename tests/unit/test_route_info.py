@@ -1,0 +1,105 @@
+"""The name server's route tables, without the network."""
+
+import json
+
+from pyrmq.namesrv.route_info import RouteInfo, encode_json_with_int_keys
+
+TOPICS = {
+    "TopicTest": {"topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
+    "TBW102": {"topicName": "TBW102", "readQueueNums": 8, "writeQueueNums": 8, "perm": 7},
+}
+
+
+def register(
+    routes: RouteInfo,
+    name: str,
+    addr: str,
+    *,
+    broker_id: int = 0,
+    topics=TOPICS,
+    now: int = 1000,
+    conn=None,
+    version: str = "v1",
+):
+    return routes.register_broker(
+        cluster="DefaultCluster",
+        broker_addr=addr,
+        broker_name=name,
+        broker_id=broker_id,
+        ha_server_addr=addr.replace("10911", "10912"),
+        topic_config=topics,
+        data_version=version,
+        connection=conn,
+        now_ms=now,
+    )
+
+
+def test_route_lists_every_broker_serving_the_topic_sorted_by_name() -> None:
+    routes = RouteInfo()
+    register(routes, "broker-b", "127.0.0.2:10911")
+    register(routes, "broker-a", "127.0.0.1:10911")
+    route = routes.route("TopicTest")
+    assert route is not None
+    assert [q["brokerName"] for q in route["queueDatas"]] == ["broker-a", "broker-b"]
+    assert route["brokerDatas"][0] == {
+        "brokerAddrs": {0: "127.0.0.1:10911"},
+        "brokerName": "broker-a",
+        "cluster": "DefaultCluster",
+    }
+    assert routes.route("Nope") is None
+    assert routes.topics() == ["TBW102", "TopicTest"]
+
+
+def test_old_clients_get_unquoted_integer_keys_new_clients_standard_json() -> None:
+    value = {
+        "brokerDatas": [{"brokerAddrs": {0: "h:1", 1: "h:2"}, "brokerName": "b"}],
+        "filterServerTable": {},
+    }
+    loose = encode_json_with_int_keys(value, standard=False)
+    expected = (
+        b'{"brokerDatas":[{"brokerAddrs":{0:"h:1",1:"h:2"},"brokerName":"b"}],'
+        b'"filterServerTable":{}}'
+    )
+    assert loose == expected
+    standard = encode_json_with_int_keys(value, standard=True)
+    assert json.loads(standard)["brokerDatas"][0]["brokerAddrs"] == {"0": "h:1", "1": "h:2"}
+
+
+def test_a_slave_learns_its_master_and_does_not_change_topics() -> None:
+    routes = RouteInfo()
+    register(routes, "broker-a", "127.0.0.1:10911")
+    ha, master = register(routes, "broker-a", "127.0.0.1:20911", broker_id=1, topics={})
+    assert (ha, master) == ("127.0.0.1:10912", "127.0.0.1:10911")
+    route = routes.route("TopicTest")
+    assert route is not None
+    assert route["brokerDatas"][0]["brokerAddrs"] == {0: "127.0.0.1:10911", 1: "127.0.0.1:20911"}
+
+
+def test_topics_a_master_drops_leave_its_route() -> None:
+    routes = RouteInfo()
+    register(routes, "broker-a", "127.0.0.1:10911")
+    register(
+        routes, "broker-a", "127.0.0.1:10911", topics={"TBW102": TOPICS["TBW102"]}, version="v2"
+    )
+    assert routes.route("TopicTest") is None
+    assert routes.route("TBW102") is not None
+
+
+def test_silent_brokers_expire_and_closed_connections_unregister() -> None:
+    routes = RouteInfo()
+    conn = object()
+    register(routes, "broker-a", "127.0.0.1:10911", now=1_000, conn=conn)
+    register(routes, "broker-b", "127.0.0.2:10911", now=100_000)
+    assert routes.expire(now_ms=125_000, expired_after_ms=120_000) == ["127.0.0.1:10911"]
+    route = routes.route("TopicTest")
+    assert route is not None
+    assert [b["brokerName"] for b in route["brokerDatas"]] == ["broker-b"]
+    register(routes, "broker-a", "127.0.0.1:10911", now=126_000, conn=conn)
+    routes.connection_closed(conn)
+    route = routes.route("TopicTest")
+    assert route is not None
+    assert [b["brokerName"] for b in route["brokerDatas"]] == ["broker-b"]
+    assert routes.cluster_info()["clusterAddrTable"] == {"DefaultCluster": ["broker-b"]}
+    routes.unregister_broker(broker_addr="127.0.0.2:10911", broker_name="broker-b", broker_id=0)
+    assert routes.route("TopicTest") is None
+    assert routes.cluster_info() == {"brokerAddrTable": {}, "clusterAddrTable": {}}
