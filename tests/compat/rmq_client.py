@@ -973,10 +973,12 @@ def push_command(
     property_keys: Sequence[str] = (),
     thread_count: int | None = None,
     batch_max_size: int | None = None,
+    instance_name: str | None = None,
     timeout: float = 120.0,
 ) -> dict[str, Any]:
-    """The ``push-consume`` command."""
-    return {
+    """The ``push-consume`` command. Consumers of one group in one test need distinct
+    ``instance_name`` values: the client id is ``pid-ip@instance``."""
+    command: dict[str, Any] = {
         "command": "push-consume",
         "namesrv": namesrv,
         "topic": topic,
@@ -994,6 +996,9 @@ def push_command(
         "batch_max_size": batch_max_size,
         "timeout": timeout,
     }
+    if instance_name is not None:
+        command["instance_name"] = instance_name
+    return command
 
 
 class PushConsumerHandle:

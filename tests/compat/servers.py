@@ -1,0 +1,107 @@
+"""Real pyrmq server processes for the compatibility suite: start, wait for the ready line, stop
+with SIGTERM and check the exit was clean."""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+READY = re.compile(rb"pyrmq (ready|name server ready|broker ready): (.*)")
+
+
+class ServerProcess:
+    """One ``pyrmq`` command running as a child process."""
+
+    def __init__(self, args: list[str], log_path: Path, *, ready_timeout_s: float = 30.0) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pyrmq.cli.main", *args],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+        )
+        self.ready_line = self._wait_ready(ready_timeout_s)
+
+    def _wait_ready(self, timeout_s: float) -> str:
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        buf = b""
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=0.2):
+                if self.proc.poll() is not None:
+                    break
+                continue
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            buf += chunk
+            if READY.search(buf):
+                return buf.decode().strip()
+        self.kill()
+        raise RuntimeError(
+            f"no ready line within {timeout_s} s; log:\n{self.log_path.read_text()[-3000:]}"
+        )
+
+    def addresses(self) -> list[str]:
+        return re.findall(r"\d+\.\d+\.\d+\.\d+:\d+", self.ready_line)
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM, then wait: a clean shutdown exits 0."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._close_files()
+        return self.proc.returncode
+
+    def _close_files(self) -> None:
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._close_files()
+
+
+def create_topic(broker_addr: str, topic: str, queue_nums: int = 4) -> None:
+    """UPDATE_AND_CREATE_TOPIC on one broker, as an operator does before consumers start."""
+    import asyncio
+
+    from pyrmq.remoting.client import RemotingClient
+    from pyrmq.remoting.command import RemotingCommand
+    from pyrmq.remoting.headers import CreateTopicRequestHeader
+    from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+    async def main() -> None:
+        client = RemotingClient()
+        try:
+            header = CreateTopicRequestHeader(
+                topic=topic,
+                default_topic="TBW102",
+                read_queue_nums=queue_nums,
+                write_queue_nums=queue_nums,
+                perm=6,
+            )
+            request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())
+            response = await client.invoke(broker_addr, request, timeout_s=5)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+        finally:
+            await client.close()
+
+    asyncio.run(main())
