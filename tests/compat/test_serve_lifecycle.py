@@ -1,0 +1,114 @@
+"""``pyrmq serve`` as a process: it says when it is ready, and SIGTERM stops it cleanly with its
+messages, offsets and store intact for the next start."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from pyrmq import _core
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+from .servers import ServerProcess
+
+pytestmark = pytest.mark.integration
+
+
+async def _call(addr: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+    client = RemotingClient()
+    try:
+        return await client.invoke(addr, RemotingCommand.request(code, ext, body), timeout_s=5)
+    finally:
+        await client.close()
+
+
+def call(addr: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+    return asyncio.run(_call(addr, code, ext, body))
+
+
+def send(broker: str, topic: str, body: bytes) -> RemotingCommand:
+    ext = {
+        "producerGroup": "PG",
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "0",
+        "sysFlag": "0",
+        "bornTimestamp": "0",
+        "flag": "0",
+        "properties": "",
+        "reconsumeTimes": "0",
+        "unitMode": "0",
+        "batch": "0",
+    }
+    return call(broker, RequestCode.SEND_MESSAGE, ext, body)
+
+
+@pytest.mark.parametrize("flush", ["sync", "async"])
+def test_sigterm_stops_cleanly_and_a_restart_serves_everything(tmp_path: Path, flush: str) -> None:
+    store = tmp_path / "store"
+    args = [
+        "serve",
+        "--store",
+        str(store),
+        "--namesrv-port",
+        "0",
+        "--broker-port",
+        "0",
+        "--flush",
+        flush,
+    ]
+    first = ServerProcess(args, tmp_path / "first.log")
+    namesrv, broker = first.addresses()
+    assert first.ready_line.startswith(f"pyrmq ready: name server {namesrv}, broker {broker}")
+    for i in range(20):
+        assert send(broker, "TopicLife", f"m{i}".encode()).code == ResponseCode.SUCCESS
+    committed = call(
+        broker,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "CG", "topic": "TopicLife", "queueId": "0", "commitOffset": "12"},
+    )
+    assert committed.code == ResponseCode.SUCCESS
+    assert first.stop() == 0, (tmp_path / "first.log").read_text()[-3000:]
+    # A clean stop removes the abort marker and leaves the offsets on disk.
+    assert not (store / "abort").exists()
+    offsets = json.loads((store / "config" / "consumerOffset.json").read_text())
+    assert offsets["offsetTable"]["TopicLife@CG"] == {"0": 12}
+
+    second = ServerProcess(args, tmp_path / "second.log")
+    try:
+        _, broker = second.addresses()
+        query = call(
+            broker,
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": "CG", "topic": "TopicLife", "queueId": "0"},
+        )
+        assert (query.code, query.ext_fields["offset"]) == (ResponseCode.SUCCESS, "12")
+        pull = call(
+            broker,
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "CG",
+                "topic": "TopicLife",
+                "queueId": "0",
+                "queueOffset": "12",
+                "maxMsgNums": "32",
+                "sysFlag": "4",
+                "commitOffset": "0",
+                "subVersion": "0",
+                "suspendTimeoutMillis": "0",
+                "subscription": "*",
+            },
+        )
+        assert pull.code == ResponseCode.SUCCESS
+        assert [m.body for m in _core.decode_messages(pull.body)] == [
+            f"m{i}".encode() for i in range(12, 20)
+        ]
+        assert "not shut down cleanly" not in (tmp_path / "second.log").read_text()
+    finally:
+        assert second.stop() == 0
