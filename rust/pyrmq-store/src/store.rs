@@ -1036,30 +1036,21 @@ impl Inner {
                 continue;
             };
             let raw = file.slice(rel, u.size as usize);
-            match message::decode(raw, true) {
-                Ok(rec) if rec.phy_offset as u64 == u.phy_offset && rec.topic == req.topic => {}
-                Ok(_) => {
-                    log::error!(
-                        "record at offset {} does not belong to topic={} queue_id={} offset={}",
-                        u.phy_offset,
-                        req.topic,
-                        req.queue_id,
-                        u.queue_offset
-                    );
-                    out.corrupt_offsets.push(u.queue_offset);
-                    continue;
-                }
-                Err(e) => {
-                    log::error!(
-                        "corrupt record at offset {} (topic={} queue_id={} offset={}): {e}",
-                        u.phy_offset,
-                        req.topic,
-                        req.queue_id,
-                        u.queue_offset
-                    );
-                    out.corrupt_offsets.push(u.queue_offset);
-                    continue;
-                }
+            let problem = match message::decode(raw, true) {
+                Ok(rec) if rec.phy_offset as u64 == u.phy_offset && rec.topic == req.topic => None,
+                Ok(_) => Some("the record belongs to another queue".to_owned()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(problem) = problem {
+                log::error!(
+                    "corrupt record at offset {} (topic={} queue_id={} offset={}): {problem}",
+                    u.phy_offset,
+                    req.topic,
+                    req.queue_id,
+                    u.queue_offset
+                );
+                out.corrupt_offsets.push(u.queue_offset);
+                continue;
             }
             out.total_bytes += u.size as usize;
             out.records.push(FoundRecord {

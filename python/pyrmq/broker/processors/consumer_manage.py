@@ -4,7 +4,7 @@ GET_MAX/MIN_OFFSET, GET_EARLIEST_MSG_STORETIME, SEARCH_OFFSET_BY_TIMESTAMP, LOCK
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
@@ -29,12 +29,15 @@ log = logging.getLogger(__name__)
 # rocketmq.broker.rebalance.lockMaxLiveTime
 LOCK_MAX_LIVE_MS = 60_000
 
+# (group, topic, broker name, queue id)
+LockKey: TypeAlias = tuple[str, str, str, int]
+
 
 class ConsumerManageProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
         # (group, topic, broker name, queue id) -> (client id, last renewal ms)
-        self._locks: dict[tuple[str, str, str, int], tuple[str, int]] = {}
+        self._locks: dict[LockKey, tuple[str, int]] = {}
 
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list)
@@ -111,30 +114,27 @@ class ConsumerManageProcessor:
             request, ResponseCode.SUCCESS, ext_fields={"offset": str(value)}
         )
 
-    def _parse_lock_body(self, request: RemotingCommand) -> tuple[str, str, list[dict[str, Any]]]:
+    def _parse_lock_body(self, request: RemotingCommand) -> tuple[str, list[LockKey]]:
+        """The asking client id and the queues a (Un)LockBatchRequestBody names."""
         body = json.loads(request.body.decode().strip() or "{}")
-        return (
-            str(body.get("consumerGroup", "")),
-            str(body.get("clientId", "")),
-            list(body.get("mqSet") or []),
-        )
+        group = str(body.get("consumerGroup", ""))
+        keys = [
+            (group, str(mq.get("topic")), str(mq.get("brokerName")), int(mq.get("queueId", -1)))
+            for mq in body.get("mqSet") or []
+        ]
+        return str(body.get("clientId", "")), keys
 
     async def lock(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Grants every named queue that is free, already the caller's, or expired (60 s)."""
         try:
-            group, client_id, mqs = self._parse_lock_body(request)
-        except (ValueError, UnicodeDecodeError) as e:
+            client_id, keys = self._parse_lock_body(request)
+        except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"bad lock body: {e}"
             )
         now = int(time.time() * 1000)
         granted = []
-        for mq in mqs:
-            key = (
-                group,
-                str(mq.get("topic")),
-                str(mq.get("brokerName")),
-                int(mq.get("queueId", -1)),
-            )
+        for key in keys:
             holder = self._locks.get(key)
             if holder is None or holder[0] == client_id or now - holder[1] > LOCK_MAX_LIVE_MS:
                 self._locks[key] = (client_id, now)
@@ -144,18 +144,12 @@ class ConsumerManageProcessor:
 
     async def unlock(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         try:
-            group, client_id, mqs = self._parse_lock_body(request)
-        except (ValueError, UnicodeDecodeError) as e:
+            client_id, keys = self._parse_lock_body(request)
+        except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"bad unlock body: {e}"
             )
-        for mq in mqs:
-            key = (
-                group,
-                str(mq.get("topic")),
-                str(mq.get("brokerName")),
-                int(mq.get("queueId", -1)),
-            )
+        for key in keys:
             holder = self._locks.get(key)
             if holder is not None and holder[0] == client_id:
                 del self._locks[key]

@@ -52,9 +52,12 @@ class EmbeddedServers:
         return f"pyrmq ready: name server {self.namesrv.address}, broker {self.broker.address}"
 
 
-class _NamesrvService:
-    def __init__(self, server: NameServer) -> None:
+class _Single:
+    """One name server or one broker, with the line it prints when ready."""
+
+    def __init__(self, server: NameServer | BrokerController, what: str) -> None:
         self.server = server
+        self.what = what
 
     async def start(self) -> None:
         await self.server.start()
@@ -63,21 +66,7 @@ class _NamesrvService:
         await self.server.stop()
 
     def ready_line(self) -> str:
-        return f"pyrmq name server ready: {self.server.address}"
-
-
-class _BrokerService:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-
-    async def start(self) -> None:
-        await self.broker.start()
-
-    async def stop(self) -> None:
-        await self.broker.stop()
-
-    def ready_line(self) -> str:
-        return f"pyrmq broker ready: {self.broker.address}"
+        return f"pyrmq {self.what} ready: {self.server.address}"
 
 
 def _setup_logging(level: str, log_file: Path | None) -> None:
@@ -178,7 +167,7 @@ def serve(
 def namesrv(port: int, log_level: str, log_file: Path | None) -> None:
     """A name server."""
     _setup_logging(log_level, log_file)
-    _run(_NamesrvService(NameServer(NamesrvConfig(listen_port=port))))
+    _run(_Single(NameServer(NamesrvConfig(listen_port=port)), "name server"))
 
 
 @click.command("broker")
@@ -209,4 +198,4 @@ def broker(
     config = _broker_config(config_file, store, port, flush, namesrv_addr)
     if not config.namesrv_addrs:
         raise click.UsageError("no name server: give -n HOST:PORT or namesrvAddr in broker.conf")
-    _run(_BrokerService(BrokerController(config)))
+    _run(_Single(BrokerController(config), "broker"))
