@@ -65,7 +65,9 @@ def test_sync_send_and_pull_deliver_every_message_exactly_as_sent(serve: str) ->
         }
         for i in range(12)
     ]
+    before_ms = int(time.time() * 1000)
     sent = run_producer(serve, "TopicSync", messages)
+    after_ms = int(time.time() * 1000)
     assert [s["status"] for s in sent] == ["SEND_OK"] * 12
     got = run_pull_consumer(serve, "TopicSync", property_keys=["custom"])
     by_body = {m["body"]: m for m in got}
@@ -76,6 +78,9 @@ def test_sync_send_and_pull_deliver_every_message_exactly_as_sent(serve: str) ->
         assert m["keys"] == f"key-{i} other-{i}"
         assert m["properties"]["custom"] == f"v{i}"
         assert m["msg_id"] == sent[i]["msg_id"]
+        assert m["queue_offset"] == sent[i]["queue_offset"]
+        # Born time is the producer's clock at send, store time the broker's when it stored.
+        assert before_ms - 1000 <= m["born_timestamp"] <= m["store_timestamp"] <= after_ms + 1000
     # Queue offsets are contiguous from 0 in every queue.
     per_queue = collections.defaultdict(list)
     for m in got:
