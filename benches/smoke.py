@@ -3,13 +3,17 @@
     python benches/smoke.py
 
 Steps: the baseline store's own tests, ``report.py --quick`` (both implementations, Markdown table),
-and the pytest-benchmark suites with ``--benchmark-disable`` (each body runs once as a test).
-pyrmq parameters are skipped while ``pyrmq._core`` is not built. Exits non-zero if any step fails.
+the pytest-benchmark suites with ``--benchmark-disable`` (each body runs once as a test), and
+``broker-smoke``: ``broker.py --quick`` against a real ``pyrmq serve`` (a few seconds; it must
+finish within ``BROKER_SMOKE_TIMEOUT_S``). pyrmq parameters are skipped while ``pyrmq._core`` is not
+built. Exits non-zero if any step fails; a missed target is reported, not a failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,16 +21,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_TIMEOUT_S = 300
+BROKER_SMOKE_TIMEOUT_S = 30
 
 
-def steps() -> list[tuple[str, list[str]]]:
+def steps() -> list[tuple[str, list[str], float]]:
+    """(name, command, timeout in seconds) of each step, in order."""
     py = sys.executable
     return [
         (
             "baseline tests",
             [py, "-m", "pytest", "benches/baseline", "-q", "-p", "no:cacheprovider"],
+            STEP_TIMEOUT_S,
         ),
-        ("report --quick", [py, "benches/report.py", "--quick"]),
+        ("report --quick", [py, "benches/report.py", "--quick"], STEP_TIMEOUT_S),
         (
             "pytest-benchmark suites, once each",
             [
@@ -39,8 +46,28 @@ def steps() -> list[tuple[str, list[str]]]:
                 "-p",
                 "no:cacheprovider",
             ],
+            STEP_TIMEOUT_S,
         ),
+        ("broker-smoke", [py, "benches/broker.py", "--quick"], BROKER_SMOKE_TIMEOUT_S),
     ]
+
+
+def run_step(cmd: list[str], env: dict[str, str], timeout_s: float) -> int | None:
+    """Runs one step in a process group of its own; returns its exit code, or None if it ran
+    out of time, in which case the whole group goes (servers and clients a step started too)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
 
 
 def main() -> int:
@@ -48,16 +75,13 @@ def main() -> int:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     failed = []
     started = time.perf_counter()
-    for name, cmd in steps():
+    for name, cmd, timeout_s in steps():
         print(f"== bench smoke: {name}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
-        try:
-            rc = subprocess.run(
-                cmd, cwd=ROOT, env=env, timeout=STEP_TIMEOUT_S, check=False
-            ).returncode
-        except subprocess.TimeoutExpired:
+        rc = run_step(cmd, env, timeout_s)
+        if rc is None:
             rc = -1
-            print(f"== bench smoke: {name} timed out after {STEP_TIMEOUT_S} s", flush=True)
+            print(f"== bench smoke: {name} timed out after {timeout_s:g} s", flush=True)
         print(f"== bench smoke: {name}: rc={rc} in {time.perf_counter() - t0:.1f} s", flush=True)
         if rc != 0:
             failed.append(name)

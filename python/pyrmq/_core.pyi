@@ -313,6 +313,26 @@ class MessageStore:
     @property
     def is_disk_full(self) -> bool:
         """Whether writes are refused: disk use was above the warning level at the last check."""
+    def hold_pull(
+        self,
+        pull_id: int,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        tags: str | Sequence[str] | None = None,
+    ) -> None:
+        """Parks a pull until its queue passes ``queue_offset`` with a matching tag."""
+    def cancel_held_pull(self, pull_id: int) -> bool:
+        """Removes a held pull whose time ran out; False if it was woken already."""
+    def check_held_pulls(self) -> None:
+        """Wakes held pulls whose queue moved past their offset."""
+    def drain_ready_pulls(self) -> list[tuple[int, int]]:
+        """Held pulls ready to answer: ``(pull_id, reason)`` (0 arrival, 1 at park, 2 check)."""
+    def held_pulls_fd(self) -> int:
+        """A file descriptor that becomes readable when held pulls are ready."""
+    @property
+    def held_pull_count(self) -> int:
+        """Pulls currently held."""
     def wakeup_fd(self) -> int:
         """A file descriptor that becomes readable when messages arrive (see ``drain_arrivals``)."""
     def drain_arrivals(self) -> list[tuple[str, int, int, list[int] | None]]:

@@ -139,6 +139,15 @@ async def cluster(tmp_path: Path, **broker_changes: Any) -> AsyncIterator[Cluste
         await namesrv.stop()
 
 
+async def eventually(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Polls ``predicate`` until it holds; fails after ``timeout_s``."""
+    for _ in range(int(timeout_s / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
 def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 60) -> None:
     asyncio.run(asyncio.wait_for(scenario(), timeout_s))
 
@@ -225,6 +234,28 @@ def test_held_pull_is_answered_when_a_message_arrives(tmp_path: Path) -> None:
             assert response.code == ResponseCode.SUCCESS
             assert [m.body for m in records(response.body)] == [b"second"]
             assert c.broker.hold.woken_by_arrival >= 1
+
+    run(scenario)
+
+
+def test_a_held_pull_with_a_tag_filter_waits_for_a_matching_tag(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            await c.send("TopicHeldTag", b"first", props=props(TAGS="TagA"))
+            held = asyncio.create_task(
+                c.pull("TopicHeldTag", 0, 1, sub="TagA", suspend_ms=15_000, timeout_s=20)
+            )
+            await eventually(lambda: c.broker.store.held_pull_count == 1)
+            await c.send("TopicHeldTag", b"other tag", props=props(TAGS="TagB"))
+            await asyncio.sleep(0.3)
+            assert not held.done()
+            assert c.broker.store.held_pull_count == 1
+            await c.send("TopicHeldTag", b"wanted", props=props(TAGS="TagA"))
+            response = await asyncio.wait_for(held, 2)
+            assert response.code == ResponseCode.SUCCESS
+            assert [m.body for m in records(response.body)] == [b"wanted"]
+            assert response.ext_fields["nextBeginOffset"] == "3"
+            assert c.broker.store.held_pull_count == 0
 
     run(scenario)
 

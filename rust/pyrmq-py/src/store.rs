@@ -807,6 +807,55 @@ impl PyMessageStore {
             .collect()
     }
 
+    /// Parks pull `pull_id` until (topic, queue id) passes `queue_offset` with a message whose
+    /// tag matches `tags` ("*", "TagA || TagB" or a list); the wakeup is matched in Rust.
+    #[pyo3(signature = (pull_id, topic, queue_id, queue_offset, tags=None))]
+    fn hold_pull(
+        &self,
+        pull_id: u64,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+        tags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let codes = tag_codes(tags)?;
+        self.store
+            .hold_pull(pull_id, topic, queue_id, queue_offset, codes);
+        Ok(())
+    }
+
+    /// Removes a held pull whose time ran out; False if it was woken already.
+    fn cancel_held_pull(&self, pull_id: u64) -> bool {
+        self.store.cancel_held_pull(pull_id)
+    }
+
+    /// Wakes held pulls whose queue moved past their offset (the periodic re-check).
+    fn check_held_pulls(&self, py: Python<'_>) {
+        let store = &self.store;
+        py.detach(|| store.check_held_pulls());
+    }
+
+    /// Held pulls ready to answer: `(pull_id, reason)`, reason 0 = arrival, 1 = a message
+    /// arrived while parking, 2 = periodic re-check.
+    fn drain_ready_pulls(&self) -> Vec<(u64, u8)> {
+        self.store
+            .drain_ready_pulls()
+            .into_iter()
+            .map(|(id, why)| (id, why as u8))
+            .collect()
+    }
+
+    /// A file descriptor that becomes readable when held pulls are ready.
+    fn held_pulls_fd(&self) -> i32 {
+        self.store.held_pulls_fd()
+    }
+
+    /// Pulls currently held.
+    #[getter]
+    fn held_pull_count(&self) -> usize {
+        self.store.held_pull_count()
+    }
+
     /// What the last open found: records re-dispatched, torn bytes removed, corrupt ranges.
     #[getter]
     fn recovery<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

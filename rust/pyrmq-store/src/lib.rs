@@ -12,6 +12,7 @@ pub mod commit_log;
 pub mod config;
 pub mod consume_queue;
 pub mod error;
+pub mod hold;
 pub mod index;
 pub mod mapped_file;
 pub mod mapped_file_queue;

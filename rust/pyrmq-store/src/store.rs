@@ -24,6 +24,7 @@ use crate::commit_log::{CommitLog, RecoveryReport, FENCE_LEN};
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::error::{StoreError, StoreResult};
+use crate::hold::{HoldTable, WakeReason};
 use crate::index::IndexService;
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
@@ -124,6 +125,7 @@ pub(crate) struct Inner {
     index: Option<IndexService>,
     checkpoint: CheckpointFile,
     arrivals: Arrivals,
+    hold: HoldTable,
     /// CommitLog offset up to which every record's units and index entries are written.
     dispatched: AtomicU64,
     closed: AtomicBool,
@@ -188,6 +190,7 @@ impl MessageStore {
             index,
             checkpoint,
             arrivals,
+            hold: HoldTable::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?,
             dispatched: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             disk_full: AtomicBool::new(false),
@@ -371,6 +374,50 @@ impl MessageStore {
 
     pub fn drain_arrivals(&self) -> Vec<Arrival> {
         self.inner.arrivals.drain()
+    }
+
+    /// Parks pull `id` on (topic, queue id) until the queue passes `queue_offset` with a
+    /// message whose tag code is in `tags_codes` (`None`: any); see [`crate::hold`].
+    pub fn hold_pull(
+        &self,
+        id: u64,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+        tags_codes: Option<Vec<i64>>,
+    ) {
+        let queue = self.inner.queue(topic, queue_id);
+        self.inner
+            .hold
+            .hold(id, topic, queue_id, queue_offset, tags_codes, || {
+                queue.as_ref().map_or(0, |q| q.max_offset())
+            });
+    }
+
+    /// Removes a held pull whose time ran out; false if it was already woken.
+    pub fn cancel_held_pull(&self, id: u64) -> bool {
+        self.inner.hold.cancel(id)
+    }
+
+    /// Wakes every held pull whose queue moved past its offset (the periodic re-check).
+    pub fn check_held_pulls(&self) {
+        self.inner
+            .hold
+            .check(|topic, queue_id| self.max_offset(topic, queue_id));
+    }
+
+    /// Held pulls ready to be answered, with why.
+    pub fn drain_ready_pulls(&self) -> Vec<(u64, WakeReason)> {
+        self.inner.hold.drain_ready()
+    }
+
+    /// Readable when [`Self::drain_ready_pulls`] has something.
+    pub fn held_pulls_fd(&self) -> i32 {
+        self.inner.hold.fd()
+    }
+
+    pub fn held_pull_count(&self) -> usize {
+        self.inner.hold.held_count()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -805,6 +852,8 @@ impl Inner {
         for ((q, _), (next, tags)) in queues.iter().zip(next_offsets.iter().zip(&tags_by_slot)) {
             q.publish(*next);
             self.arrivals.notify(q.topic(), q.queue_id(), *next, tags);
+            self.hold
+                .on_arrival(q.topic(), q.queue_id(), *next, Some(tags));
         }
         self.dispatched.store(end, Ordering::Release);
         drop(st);

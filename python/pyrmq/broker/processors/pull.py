@@ -164,7 +164,7 @@ class PullProcessor:
                 topic=header.topic,
                 queue_id=header.queue_id,
                 queue_offset=header.queue_offset,
-                tags_codes=subscription.tags_codes,
+                expression=subscription.expression,
                 deadline=time.monotonic() + max(timeout_ms, 0) / 1000,
                 answer=answer,
             )

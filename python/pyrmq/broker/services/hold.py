@@ -1,19 +1,20 @@
-"""Long polling: pulls that found nothing wait here until a message arrives or time runs out.
+"""Long polling: pulls that found nothing wait until a message arrives or time runs out.
 
-Held pulls are keyed by (topic, queue id). The store's arrival events (drained from its eventfd
-in one call per wakeup) wake the pulls of a queue whose new messages pass their tag filter, and
-each woken pull is answered by running it again. A timer answers a pull whose suspend time ran
-out, and a periodic check (5 s; 1 s in short-polling mode) compares each queue's max offset with
-its held pulls in case an event was missed.
+The waiting itself is in the store (Rust, ``pyrmq_store::hold``): a held pull is registered with
+its queue, offset and tag codes, and dispatch, under the lock that publishes new messages, moves
+the pulls a message matches to a ready list and makes an eventfd readable. This service watches
+that fd with ``loop.add_reader``, takes every ready pull in one call, and answers each by
+running it again. A timer answers a pull whose suspend time ran out, and a periodic check
+(5 s; 1 s in short-polling mode) asks the store to wake any pull whose queue moved past it.
 
-A message stored while a pull is being parked must still wake it (apache/rocketmq#7358): the
-pull re-checks the queue's max offset right after parking and answers at once if it moved.
+A message stored while a pull is being parked still wakes it (apache/rocketmq#7358): the store
+reads the queue's max offset under its table lock after registering the pull.
 """
 
 import asyncio
 import dataclasses
+import itertools
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -23,25 +24,28 @@ __all__ = ["HeldPull", "PullHoldService"]
 
 log = logging.getLogger(__name__)
 
+WAKE_ARRIVAL, WAKE_AT_PARK, WAKE_CHECK = 0, 1, 2
+
 
 @dataclasses.dataclass(eq=False, slots=True)
 class HeldPull:
     topic: str
     queue_id: int
     queue_offset: int
-    tags_codes: tuple[int, ...] | None
+    # The subscription expression ("*" or "TagA || TagB").
+    expression: str
     deadline: float
     # Runs the pull again (never suspending) and sends its answer.
     answer: Callable[[], Coroutine[Any, Any, None]]
     timer: asyncio.TimerHandle | None = None
-    done: bool = False
 
 
 class PullHoldService:
     def __init__(self, store: MessageStore, *, check_interval_s: float) -> None:
         self.store = store
         self.check_interval_s = check_interval_s
-        self._held: dict[tuple[str, int], list[HeldPull]] = {}
+        self._pulls: dict[int, HeldPull] = {}
+        self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._checker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -51,103 +55,61 @@ class PullHoldService:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(self.store.wakeup_fd(), self._on_arrivals)
+        self._loop.add_reader(self.store.held_pulls_fd(), self._on_ready)
         self._checker = self._loop.create_task(self._check_periodically())
 
     async def stop(self) -> None:
         if self._loop is not None:
-            self._loop.remove_reader(self.store.wakeup_fd())
+            self._loop.remove_reader(self.store.held_pulls_fd())
         if self._checker is not None:
             self._checker.cancel()
-        for pulls in self._held.values():
-            for p in pulls:
-                if p.timer is not None:
-                    p.timer.cancel()
-        self._held.clear()
+        for pull_id, pull in list(self._pulls.items()):
+            if pull.timer is not None:
+                pull.timer.cancel()
+            self.store.cancel_held_pull(pull_id)
+        self._pulls.clear()
 
     def hold(self, pull: HeldPull) -> None:
         assert self._loop is not None, "the hold service is not started"
-        key = (pull.topic, pull.queue_id)
-        self._held.setdefault(key, []).append(pull)
-        pull.timer = self._loop.call_at(pull.deadline, self._expire, pull)
-        # Close the race with an arrival dispatched before this pull was parked.
-        if self.store.max_offset(pull.topic, pull.queue_id) > pull.queue_offset:
-            self._wake(key, lambda p: True, by_arrival=True)
+        pull_id = next(self._ids)
+        self._pulls[pull_id] = pull
+        pull.timer = self._loop.call_at(pull.deadline, self._expire, pull_id)
+        self.store.hold_pull(pull_id, pull.topic, pull.queue_id, pull.queue_offset, pull.expression)
 
     def held_count(self) -> int:
-        return sum(len(v) for v in self._held.values())
+        return len(self._pulls)
 
-    def _on_arrivals(self) -> None:
-        for topic, queue_id, max_offset, tags in self.store.drain_arrivals():
-            codes = set(tags) if tags is not None else None
-
-            def matches(
-                p: HeldPull, max_offset: int = max_offset, codes: set[int] | None = codes
-            ) -> bool:
-                if max_offset <= p.queue_offset:
-                    return False
-                return p.tags_codes is None or codes is None or not codes.isdisjoint(p.tags_codes)
-
-            self._wake((topic, queue_id), matches, by_arrival=True)
-
-    def _wake(
-        self, key: tuple[str, int], predicate: Callable[[HeldPull], bool], *, by_arrival: bool
-    ) -> None:
-        pulls = self._held.get(key)
-        if not pulls:
-            return
-        keep = []
-        for p in pulls:
-            if p.done or not predicate(p):
-                if not p.done:
-                    keep.append(p)
+    def _on_ready(self) -> None:
+        for pull_id, reason in self.store.drain_ready_pulls():
+            pull = self._pulls.pop(pull_id, None)
+            if pull is None:
                 continue
-            if by_arrival:
-                self.woken_by_arrival += 1
-            else:
+            if reason == WAKE_CHECK:
                 self.woken_by_check += 1
-            self._answer(p)
-        if keep:
-            self._held[key] = keep
-        else:
-            del self._held[key]
+            else:
+                self.woken_by_arrival += 1
+            self._answer(pull)
 
-    def _answer(self, p: HeldPull) -> None:
-        if p.done:
-            return
-        p.done = True
-        if p.timer is not None:
-            p.timer.cancel()
+    def _answer(self, pull: HeldPull) -> None:
+        if pull.timer is not None:
+            pull.timer.cancel()
         assert self._loop is not None
-        task = self._loop.create_task(p.answer())
+        task = self._loop.create_task(pull.answer())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _expire(self, p: HeldPull) -> None:
-        if p.done:
-            return
-        self.timed_out += 1
-        pulls = self._held.get((p.topic, p.queue_id))
-        if pulls is not None and p in pulls:
-            pulls.remove(p)
-            if not pulls:
-                del self._held[(p.topic, p.queue_id)]
-        self._answer(p)
+    def _expire(self, pull_id: int) -> None:
+        # Only a pull still held in the store times out; a woken one is answered by _on_ready.
+        if self.store.cancel_held_pull(pull_id):
+            pull = self._pulls.pop(pull_id, None)
+            if pull is not None:
+                self.timed_out += 1
+                self._answer(pull)
 
     async def _check_periodically(self) -> None:
         while True:
             await asyncio.sleep(self.check_interval_s)
             try:
-                for key in list(self._held):
-                    max_offset = self.store.max_offset(*key)
-
-                    def moved(p: HeldPull, max_offset: int = max_offset) -> bool:
-                        return max_offset > p.queue_offset
-
-                    self._wake(key, moved, by_arrival=False)
+                self.store.check_held_pulls()
             except Exception:
                 log.exception("held-pull check failed")
-
-
-def monotonic_deadline(timeout_ms: int) -> float:
-    return time.monotonic() + timeout_ms / 1000

@@ -1,0 +1,239 @@
+//! Held pulls (long polling), keyed by (topic, queue id) and woken by dispatch.
+//!
+//! A pull that found nothing is registered here with the queue offset it waits past and the tag
+//! codes it accepts. Dispatch calls [`HoldTable::on_arrival`] under the put lock right after it
+//! publishes a queue's new max offset; a matching pull moves to the ready list and an eventfd
+//! becomes readable, so the event loop learns of it in one wakeup and answers exactly the pulls
+//! listed. Registration reads the queue's max offset under the table lock after inserting, so
+//! an arrival published while a pull is being parked is never lost (apache/rocketmq#7358): either
+//! the registration sees the new max, or the arrival finds the pull in the table.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+/// Why a held pull became ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WakeReason {
+    /// A matching message arrived.
+    Arrival = 0,
+    /// A message had arrived while the pull was being parked.
+    AtPark = 1,
+    /// The periodic re-check found the queue past the pull's offset.
+    Check = 2,
+}
+
+struct Held {
+    id: u64,
+    queue_offset: u64,
+    tags_codes: Option<Vec<i64>>,
+}
+
+impl Held {
+    fn accepts(&self, max_offset: u64, tags: Option<&[i64]>) -> bool {
+        if max_offset <= self.queue_offset {
+            return false;
+        }
+        match (&self.tags_codes, tags) {
+            (None, _) | (_, None) => true,
+            (Some(want), Some(got)) => got.iter().any(|t| want.contains(t)),
+        }
+    }
+}
+
+pub struct HoldTable {
+    held: Mutex<HashMap<(String, i32), Vec<Held>>>,
+    held_count: AtomicUsize,
+    ready: Mutex<Vec<(u64, WakeReason)>>,
+    fd: OwnedFd,
+}
+
+impl HoldTable {
+    pub fn new() -> std::io::Result<Self> {
+        // SAFETY: eventfd has no memory preconditions; the result is checked before use.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(Self {
+            held: Mutex::new(HashMap::new()),
+            held_count: AtomicUsize::new(0),
+            ready: Mutex::new(Vec::new()),
+            fd,
+        })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn held_count(&self) -> usize {
+        self.held_count.load(Ordering::Acquire)
+    }
+
+    fn push_ready(&self, woken: impl IntoIterator<Item = (u64, WakeReason)>) {
+        let mut ready = self.ready.lock();
+        let was_empty = ready.is_empty();
+        ready.extend(woken);
+        if was_empty && !ready.is_empty() {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+            let n = unsafe { libc::write(self.fd(), (&raw const one).cast(), 8) };
+            if n != 8 {
+                log::warn!(
+                    "hold eventfd write failed: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+
+    /// Parks pull `id` until (topic, queue id) passes `queue_offset` with an accepted tag.
+    /// `max_offset` reads the queue's current max offset; it is called under the table lock.
+    pub fn hold(
+        &self,
+        id: u64,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+        tags_codes: Option<Vec<i64>>,
+        max_offset: impl Fn() -> u64,
+    ) {
+        let mut held = self.held.lock();
+        if max_offset() > queue_offset {
+            drop(held);
+            self.push_ready([(id, WakeReason::AtPark)]);
+            return;
+        }
+        held.entry((topic.to_owned(), queue_id))
+            .or_default()
+            .push(Held {
+                id,
+                queue_offset,
+                tags_codes,
+            });
+        self.held_count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Called by dispatch after publishing (topic, queue id) up to `max_offset` with messages
+    /// carrying `tags` (`None`: unknown, wake everyone past their offset).
+    pub fn on_arrival(&self, topic: &str, queue_id: i32, max_offset: u64, tags: Option<&[i64]>) {
+        if self.held_count() == 0 {
+            return;
+        }
+        let mut woken = Vec::new();
+        {
+            let mut held = self.held.lock();
+            let key = (topic.to_owned(), queue_id);
+            if let Some(list) = held.get_mut(&key) {
+                list.retain(|h| {
+                    let wake = h.accepts(max_offset, tags);
+                    if wake {
+                        woken.push((h.id, WakeReason::Arrival));
+                    }
+                    !wake
+                });
+                if list.is_empty() {
+                    held.remove(&key);
+                }
+            }
+        }
+        if !woken.is_empty() {
+            self.held_count.fetch_sub(woken.len(), Ordering::AcqRel);
+            self.push_ready(woken);
+        }
+    }
+
+    /// Removes pull `id` (its time ran out); returns whether it was still held.
+    pub fn cancel(&self, id: u64) -> bool {
+        let mut held = self.held.lock();
+        let mut found = None;
+        for (key, list) in held.iter_mut() {
+            if let Some(pos) = list.iter().position(|h| h.id == id) {
+                list.swap_remove(pos);
+                found = Some(key.clone());
+                break;
+            }
+        }
+        match found {
+            Some(key) => {
+                if held.get(&key).is_some_and(Vec::is_empty) {
+                    held.remove(&key);
+                }
+                self.held_count.fetch_sub(1, Ordering::AcqRel);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The periodic re-check: wakes every pull whose queue is past its offset.
+    pub fn check(&self, max_offset: impl Fn(&str, i32) -> u64) {
+        let mut woken = Vec::new();
+        {
+            let mut held = self.held.lock();
+            held.retain(|(topic, queue_id), list| {
+                let max = max_offset(topic, *queue_id);
+                list.retain(|h| {
+                    let wake = max > h.queue_offset;
+                    if wake {
+                        woken.push((h.id, WakeReason::Check));
+                    }
+                    !wake
+                });
+                !list.is_empty()
+            });
+        }
+        if !woken.is_empty() {
+            self.held_count.fetch_sub(woken.len(), Ordering::AcqRel);
+            self.push_ready(woken);
+        }
+    }
+
+    /// Takes the pulls ready to be answered and clears the fd's readiness.
+    pub fn drain_ready(&self) -> Vec<(u64, WakeReason)> {
+        let mut ready = self.ready.lock();
+        let mut buf: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64; EAGAIN (nothing pending) is fine.
+        unsafe { libc::read(self.fd(), (&raw mut buf).cast(), 8) };
+        std::mem::take(&mut *ready)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrival_wakes_only_matching_pulls_past_their_offset() {
+        let t = HoldTable::new().unwrap();
+        t.hold(1, "T", 0, 5, None, || 5);
+        t.hold(2, "T", 0, 5, Some(vec![7]), || 5);
+        t.hold(3, "T", 0, 9, None, || 5);
+        t.hold(4, "T", 1, 5, None, || 5);
+        assert_eq!(t.held_count(), 4);
+        t.on_arrival("T", 0, 6, Some(&[8]));
+        assert_eq!(t.drain_ready(), vec![(1, WakeReason::Arrival)]);
+        t.on_arrival("T", 0, 7, Some(&[7]));
+        assert_eq!(t.drain_ready(), vec![(2, WakeReason::Arrival)]);
+        assert_eq!(t.held_count(), 2);
+        assert!(t.cancel(3));
+        assert!(!t.cancel(3));
+        t.check(|_, q| if q == 1 { 6 } else { 0 });
+        assert_eq!(t.drain_ready(), vec![(4, WakeReason::Check)]);
+        assert_eq!(t.held_count(), 0);
+    }
+
+    #[test]
+    fn a_message_published_before_parking_wakes_at_once() {
+        let t = HoldTable::new().unwrap();
+        t.hold(9, "T", 0, 3, Some(vec![1]), || 4);
+        assert_eq!(t.drain_ready(), vec![(9, WakeReason::AtPark)]);
+        assert_eq!(t.held_count(), 0);
+    }
+}
