@@ -228,3 +228,60 @@ def test_a_topic_spread_over_two_brokers(tmp_path: Path) -> None:
         for b in brokers:
             assert b.stop() == 0
         assert namesrv.stop() == 0
+
+
+def test_consumer_running_info_is_fetched_from_the_client_through_the_broker(
+    serve_process: ServerProcess, topic_of
+) -> None:
+    import asyncio
+    import json
+
+    from pyrmq.remoting.client import RemotingClient
+    from pyrmq.remoting.command import RemotingCommand
+    from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+    namesrv, broker = serve_process.addresses()
+    topic = topic_of("TopicInfo")
+
+    async def ask() -> tuple[RemotingCommand, RemotingCommand]:
+        client = RemotingClient()
+        try:
+            members = await client.invoke(
+                broker,
+                RemotingCommand.request(
+                    RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "CG_INFO"}
+                ),
+            )
+            [client_id] = json.loads(members.body)["consumerIdList"]
+            info = await client.invoke(
+                broker,
+                RemotingCommand.request(
+                    RequestCode.GET_CONSUMER_RUNNING_INFO,
+                    {"consumerGroup": "CG_INFO", "clientId": client_id, "jstackEnable": "false"},
+                ),
+                timeout_s=10,
+            )
+            gone = await client.invoke(
+                broker,
+                RemotingCommand.request(
+                    RequestCode.GET_CONSUMER_RUNNING_INFO,
+                    {
+                        "consumerGroup": "CG_INFO",
+                        "clientId": "no-such-client",
+                        "jstackEnable": "false",
+                    },
+                ),
+            )
+            return info, gone
+        finally:
+            await client.close()
+
+    with start_push_consumer(namesrv, topic, group="CG_INFO") as consumer:
+        run_producer(namesrv, topic, ["one"])
+        consumer.wait_for(1, timeout=60)
+        info, gone = asyncio.run(ask())
+    assert info.code == ResponseCode.SUCCESS
+    # C++ 1.2.3 answers with its own text (object-valued map keys): relayed unchanged.
+    assert b'"topic" : "TopicInfo"' in info.body
+    assert gone.code == ResponseCode.SYSTEM_ERROR
+    assert gone.remark == "The Consumer <no-such-client> not online"

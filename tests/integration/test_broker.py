@@ -486,3 +486,36 @@ def test_bad_input_gets_an_answer_or_loses_only_its_connection(tmp_path: Path) -
             writer.close()
 
     run(scenario)
+
+
+def test_a_broker_registers_with_every_name_server(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        second = NameServer(NamesrvConfig(listen_port=0))
+        await second.start()
+        try:
+            first = NameServer(NamesrvConfig(listen_port=0))
+            await first.start()
+            store = StoreConfig(
+                store_path_root_dir=str(tmp_path / "store"),
+                mapped_file_size_commit_log=1 << 20,
+                max_hash_slot_num=100,
+                max_index_num=1000,
+            )
+            addrs = f"{first.address};{second.address}"
+            broker = BrokerController(BrokerConfig(listen_port=0, namesrv_addr=addrs, store=store))
+            await broker.start()
+            try:
+                for ns in (first, second):
+                    route = ns.routes.route("TBW102")
+                    assert route is not None
+                    assert route["brokerDatas"][0]["brokerAddrs"] == {0: broker.address}
+            finally:
+                await broker.stop()
+            # A broker that stops unregisters from every name server.
+            assert first.routes.route("TBW102") is None
+            assert second.routes.route("TBW102") is None
+            await first.stop()
+        finally:
+            await second.stop()
+
+    run(scenario)

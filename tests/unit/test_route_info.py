@@ -103,3 +103,25 @@ def test_silent_brokers_expire_and_closed_connections_unregister() -> None:
     routes.unregister_broker(broker_addr="127.0.0.2:10911", broker_name="broker-b", broker_id=0)
     assert routes.route("TopicTest") is None
     assert routes.cluster_info() == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+
+
+def test_consumers_silent_past_the_channel_timeout_are_dropped() -> None:
+    from pyrmq.broker.clients import ClientTable
+
+    clients = ClientTable()
+    conn = object()
+    data = {
+        "consumeType": 1,
+        "messageModel": 1,
+        "subscriptionDataSet": [{"topic": "T", "subString": "TagA || TagB"}],
+    }
+    assert clients.register_consumer("G", data, "c1", conn, now_ms=1_000)
+    assert not clients.register_consumer("G", data, "c1", conn, now_ms=2_000)
+    assert clients.register_consumer("G", data, "c2", object(), now_ms=100_000)
+    sub = clients.subscription("G", "T")
+    assert sub is not None
+    assert sub.tags_codes is not None
+    assert len(sub.tags_codes) == 2
+    assert clients.expire(now_ms=125_000, expired_after_ms=120_000) == ["G"]
+    assert clients.consumer_ids("G") == ["c2"]
+    assert clients.drop_connection(conn) == []

@@ -34,6 +34,7 @@ __all__ = [
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "GetConsumerListByGroupRequestHeader",
+    "GetConsumerRunningInfoRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetMaxOffsetRequestHeader",
     "GetMinOffsetRequestHeader",
@@ -563,6 +564,34 @@ class GetConsumerListByGroupRequestHeader:
 
     def to_ext(self) -> dict[str, str]:
         return _ext([("consumerGroup", self.consumer_group)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetConsumerRunningInfoRequestHeader:
+    """GET_CONSUMER_RUNNING_INFO (307): from an admin tool to the broker, which forwards it to
+    the client. ``jstackEnable`` goes out as a string: C++ 1.2.3 reads it only in that form."""
+
+    consumer_group: str
+    client_id: str
+    jstack_enable: bool = False
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            consumer_group=f.text("consumerGroup"),
+            client_id=f.text("clientId"),
+            jstack_enable=f.flag("jstackEnable"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("consumerGroup", self.consumer_group),
+                ("clientId", self.client_id),
+                ("jstackEnable", self.jstack_enable),
+            ]
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

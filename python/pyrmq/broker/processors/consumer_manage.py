@@ -6,9 +6,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, TypeAlias
 
+from pyrmq.errors import RemotingError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
     GetConsumerListByGroupRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetMaxOffsetRequestHeader,
     QueryConsumerOffsetRequestHeader,
     SearchOffsetRequestHeader,
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
 __all__ = ["ConsumerManageProcessor"]
 
 log = logging.getLogger(__name__)
+
+# How long the broker waits for a client it forwards a request to.
+CLIENT_ANSWER_TIMEOUT_S = 5.0
 
 # rocketmq.broker.rebalance.lockMaxLiveTime
 LOCK_MAX_LIVE_MS = 60_000
@@ -47,6 +52,7 @@ class ConsumerManageProcessor:
         server.register(RequestCode.GET_MIN_OFFSET, self.min_offset)
         server.register(RequestCode.GET_EARLIEST_MSG_STORETIME, self.earliest_time)
         server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset)
+        server.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self.consumer_running_info)
         server.register(RequestCode.LOCK_BATCH_MQ, self.lock)
         server.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock)
 
@@ -61,6 +67,39 @@ class ConsumerManageProcessor:
             )
         return RemotingCommand.response_to(
             request, ResponseCode.SUCCESS, body=consumer_list_body(ids)
+        )
+
+    async def consumer_running_info(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """Asks the named consumer for its running info on its own connection and relays the
+        answer unchanged (C++ clients answer with text that is not valid JSON)."""
+        header = GetConsumerRunningInfoRequestHeader.from_ext(request.ext_fields)
+        member = next(
+            (
+                m
+                for m in self.broker.clients.members(header.consumer_group)
+                if m.client_id == header.client_id
+            ),
+            None,
+        )
+        if member is None or not isinstance(member.connection, Connection):
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The Consumer <{header.client_id}> not online",
+            )
+        forward = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, header.to_ext())
+        try:
+            answer = await member.connection.request(forward, timeout_s=CLIENT_ANSWER_TIMEOUT_S)
+        except (RemotingError, TimeoutError) as e:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"consumer <{header.client_id}> did not answer: {e or 'timeout'}",
+            )
+        return RemotingCommand.response_to(
+            request, answer.code, remark=answer.remark, body=answer.body
         )
 
     async def query_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
