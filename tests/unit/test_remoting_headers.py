@@ -120,6 +120,12 @@ def test_offset_and_group_headers_from_cpp_requests() -> None:
     back = h.ConsumerSendMsgBackRequestHeader.from_ext(_ext("029-consumer-send-msg-back"))
     producer = h.UnregisterClientRequestHeader.from_ext(_ext("014-unregister-producer"))
     route = h.GetRouteInfoRequestHeader.from_ext(_ext("001-route-topic"))
+    running = h.GetConsumerRunningInfoRequestHeader.from_ext(
+        _ext("033-server-get-consumer-running-info")
+    )
+    assert (running.consumer_group, running.jstack_enable) == ("CG_PUSH", False)
+    # C++ 1.2.3 reads jstackEnable only as a JSON string.
+    assert running.to_ext()["jstackEnable"] == "false"
 
     assert (query.consumer_group, query.topic, query.queue_id) == ("CG_PUSH", "%RETRY%CG_PUSH", 0)
     assert query.set_zero_if_not_found is None
@@ -158,6 +164,7 @@ SAMPLES: list[Any] = [
     h.GetEarliestMsgStoretimeRequestHeader(topic="T", queue_id=2),
     h.SearchOffsetRequestHeader(topic="T", queue_id=2, timestamp=1_700_000_000_000),
     h.GetConsumerListByGroupRequestHeader(consumer_group="G"),
+    h.GetConsumerRunningInfoRequestHeader(consumer_group="G", client_id="1-127.0.0.1@DEFAULT"),
     h.UnregisterClientRequestHeader(client_id="1-127.0.0.1@DEFAULT", producer_group="P"),
     h.GetRouteInfoRequestHeader(topic="T", accept_standard_json_only=True),
     h.RegisterBrokerRequestHeader(
