@@ -24,6 +24,7 @@ __all__ = [
     "decode_messages",
     "encode_command",
     "java_string_hash",
+    "validate_topic",
 ]
 
 __version__: str
@@ -348,6 +349,10 @@ class MessageStore:
 
 def decode_messages(buffer: Buffer) -> list[StoredMessage]:
     """Decodes records laid end to end (a PULL body, or ``GetResult.buffer``)."""
+
+def validate_topic(topic: str, internal: bool = False) -> None:
+    """RocketMQ's topic rule as the store applies it; raises InvalidTopicError or, unless
+    ``internal``, SystemTopicError for the broker's own topics."""
 
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode`` of ``s``: RocketMQ's tag code and index key hash."""

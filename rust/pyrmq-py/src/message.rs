@@ -156,3 +156,24 @@ pub fn decode_all(py: Python<'_>, buffer: &[u8]) -> PyResult<Vec<PyStoredMessage
 pub fn java_string_hash(s: &str) -> i32 {
     message::java_string_hash(s)
 }
+
+/// RocketMQ's topic rule, as the store applies it: 1..=127 characters of `[%|a-zA-Z0-9_-]`, and
+/// (unless `internal`) not one of the broker's own topics. Raises `InvalidTopicError` or
+/// `SystemTopicError`.
+#[pyfunction]
+#[pyo3(signature = (topic, internal=false))]
+pub fn validate_topic(topic: &str, internal: bool) -> PyResult<()> {
+    use pyrmq_store::StoreError;
+    message::validate_topic(topic).map_err(|reason| {
+        crate::errors::to_py(StoreError::InvalidTopic {
+            topic: topic.to_owned(),
+            reason,
+        })
+    })?;
+    if !internal && message::is_system_topic(topic) {
+        return Err(crate::errors::to_py(StoreError::SystemTopic(
+            topic.to_owned(),
+        )));
+    }
+    Ok(())
+}

@@ -8,11 +8,13 @@
 //! an arrival published while a pull is being parked is never lost (apache/rocketmq#7358): either
 //! the registration sees the new max, or the arrival finds the pull in the table.
 
-use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
+
+use crate::queue_map::QueueMap;
+use crate::wakeup::EventFd;
 
 /// Why a held pull became ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,31 +47,24 @@ impl Held {
 }
 
 pub struct HoldTable {
-    held: Mutex<HashMap<(String, i32), Vec<Held>>>,
+    held: Mutex<QueueMap<Vec<Held>>>,
     held_count: AtomicUsize,
     ready: Mutex<Vec<(u64, WakeReason)>>,
-    fd: OwnedFd,
+    fd: EventFd,
 }
 
 impl HoldTable {
     pub fn new() -> std::io::Result<Self> {
-        // SAFETY: eventfd has no memory preconditions; the result is checked before use.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         Ok(Self {
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(QueueMap::default()),
             held_count: AtomicUsize::new(0),
             ready: Mutex::new(Vec::new()),
-            fd,
+            fd: EventFd::new()?,
         })
     }
 
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.fd.raw()
     }
 
     pub fn held_count(&self) -> usize {
@@ -81,15 +76,7 @@ impl HoldTable {
         let was_empty = ready.is_empty();
         ready.extend(woken);
         if was_empty && !ready.is_empty() {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
-            let n = unsafe { libc::write(self.fd(), (&raw const one).cast(), 8) };
-            if n != 8 {
-                log::warn!(
-                    "hold eventfd write failed: {}",
-                    std::io::Error::last_os_error()
-                );
-            }
+            self.fd.signal();
         }
     }
 
@@ -110,8 +97,7 @@ impl HoldTable {
             self.push_ready([(id, WakeReason::AtPark)]);
             return;
         }
-        held.entry((topic.to_owned(), queue_id))
-            .or_default()
+        held.get_or_insert_with(topic, queue_id, Vec::new)
             .push(Held {
                 id,
                 queue_offset,
@@ -129,8 +115,7 @@ impl HoldTable {
         let mut woken = Vec::new();
         {
             let mut held = self.held.lock();
-            let key = (topic.to_owned(), queue_id);
-            if let Some(list) = held.get_mut(&key) {
+            if let Some(list) = held.get_mut(topic, queue_id) {
                 list.retain(|h| {
                     let wake = h.accepts(max_offset, tags);
                     if wake {
@@ -139,7 +124,7 @@ impl HoldTable {
                     !wake
                 });
                 if list.is_empty() {
-                    held.remove(&key);
+                    held.remove(topic, queue_id);
                 }
             }
         }
@@ -151,25 +136,20 @@ impl HoldTable {
 
     /// Removes pull `id` (its time ran out); returns whether it was still held.
     pub fn cancel(&self, id: u64) -> bool {
-        let mut held = self.held.lock();
-        let mut found = None;
-        for (key, list) in held.iter_mut() {
-            if let Some(pos) = list.iter().position(|h| h.id == id) {
-                list.swap_remove(pos);
-                found = Some(key.clone());
-                break;
-            }
-        }
-        match found {
-            Some(key) => {
-                if held.get(&key).is_some_and(Vec::is_empty) {
-                    held.remove(&key);
+        let mut found = false;
+        self.held.lock().retain(|_, _, list| {
+            if !found {
+                if let Some(pos) = list.iter().position(|h| h.id == id) {
+                    list.swap_remove(pos);
+                    found = true;
                 }
-                self.held_count.fetch_sub(1, Ordering::AcqRel);
-                true
             }
-            None => false,
+            !list.is_empty()
+        });
+        if found {
+            self.held_count.fetch_sub(1, Ordering::AcqRel);
         }
+        found
     }
 
     /// The periodic re-check: wakes every pull whose queue is past its offset.
@@ -177,8 +157,8 @@ impl HoldTable {
         let mut woken = Vec::new();
         {
             let mut held = self.held.lock();
-            held.retain(|(topic, queue_id), list| {
-                let max = max_offset(topic, *queue_id);
+            held.retain(|topic, queue_id, list| {
+                let max = max_offset(topic, queue_id);
                 list.retain(|h| {
                     let wake = max > h.queue_offset;
                     if wake {
@@ -198,9 +178,7 @@ impl HoldTable {
     /// Takes the pulls ready to be answered and clears the fd's readiness.
     pub fn drain_ready(&self) -> Vec<(u64, WakeReason)> {
         let mut ready = self.ready.lock();
-        let mut buf: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live u64; EAGAIN (nothing pending) is fine.
-        unsafe { libc::read(self.fd(), (&raw mut buf).cast(), 8) };
+        self.fd.clear();
         std::mem::take(&mut *ready)
     }
 }

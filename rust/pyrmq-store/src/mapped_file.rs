@@ -44,8 +44,6 @@ pub struct MappedFile {
     file: File,
     /// Bytes from the start whose pages have their space reserved.
     writable_to: AtomicU64,
-    /// Bytes known durable, relative to the file start.
-    flushed_position: AtomicU64,
 }
 
 impl MappedFile {
@@ -112,7 +110,6 @@ impl MappedFile {
             map,
             file,
             writable_to: AtomicU64::new(0),
-            flushed_position: AtomicU64::new(0),
         })
     }
 
@@ -275,12 +272,7 @@ impl MappedFile {
                 .flush_range(from as usize, (to - from) as usize)
                 .map_err(|e| StoreError::io("flushing segment", &self.path, e))?;
         }
-        self.flushed_position.fetch_max(to, Ordering::AcqRel);
         Ok(())
-    }
-
-    pub fn flushed_position(&self) -> u64 {
-        self.flushed_position.load(Ordering::Acquire)
     }
 
     /// Zeroes the written tail from `from` on: up to the first page that is entirely zero

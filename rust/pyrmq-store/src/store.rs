@@ -8,7 +8,6 @@
 //!
 //! See LOCKING.md for the reasoning.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -33,6 +32,7 @@ use crate::message::{
     PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS, PROPERTY_UNIQ_KEY_SHORT,
     SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
 };
+use crate::queue_map::QueueMap;
 use crate::services::Services;
 use crate::wakeup::{Arrival, Arrivals};
 
@@ -116,12 +116,10 @@ pub struct GetRequest<'a> {
     pub tags_codes: Option<&'a [i64]>,
 }
 
-type QueueKey = (String, i32);
-
 pub(crate) struct Inner {
     pub(crate) config: StoreConfig,
     pub(crate) commit_log: CommitLog,
-    queues: RwLock<HashMap<QueueKey, Arc<ConsumeQueue>>>,
+    queues: RwLock<QueueMap<Arc<ConsumeQueue>>>,
     index: Option<IndexService>,
     checkpoint: CheckpointFile,
     arrivals: Arrivals,
@@ -312,7 +310,13 @@ impl MessageStore {
 
     /// Every (topic, queue id) the store has a ConsumeQueue for.
     pub fn queue_ids(&self) -> Vec<(String, i32)> {
-        let mut v: Vec<_> = self.inner.queues.read().keys().cloned().collect();
+        let mut v: Vec<_> = self
+            .inner
+            .queues
+            .read()
+            .iter()
+            .map(|(t, q, _)| (t.to_owned(), q))
+            .collect();
         v.sort();
         v
     }
@@ -468,10 +472,10 @@ impl Drop for MessageStore {
     }
 }
 
-fn load_queues(config: &StoreConfig) -> StoreResult<HashMap<QueueKey, Arc<ConsumeQueue>>> {
+fn load_queues(config: &StoreConfig) -> StoreResult<QueueMap<Arc<ConsumeQueue>>> {
     let root = config.consume_queue_dir();
     std::fs::create_dir_all(&root).map_err(|e| StoreError::io("creating directory", &root, e))?;
-    let mut queues = HashMap::new();
+    let mut queues = QueueMap::default();
     for topic_dir in std::fs::read_dir(&root).map_err(|e| StoreError::io("listing", &root, e))? {
         let topic_dir = topic_dir.map_err(|e| StoreError::io("listing", &root, e))?;
         let Some(topic) = topic_dir.file_name().to_str().map(str::to_owned) else {
@@ -497,7 +501,7 @@ fn load_queues(config: &StoreConfig) -> StoreResult<HashMap<QueueKey, Arc<Consum
                 queue_id,
                 config.mapped_file_size_consume_queue,
             )?;
-            queues.insert((topic.clone(), queue_id), Arc::new(cq));
+            queues.insert(&topic, queue_id, Arc::new(cq));
         }
     }
     Ok(queues)
@@ -551,10 +555,7 @@ impl Inner {
     }
 
     fn queue(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
-        self.queues
-            .read()
-            .get(&(topic.to_owned(), queue_id))
-            .cloned()
+        self.queues.read().get(topic, queue_id).cloned()
     }
 
     fn queue_or_create(&self, topic: &str, queue_id: i32) -> StoreResult<Arc<ConsumeQueue>> {
@@ -562,8 +563,7 @@ impl Inner {
             return Ok(q);
         }
         let mut queues = self.queues.write();
-        let key = (topic.to_owned(), queue_id);
-        if let Some(q) = queues.get(&key) {
+        if let Some(q) = queues.get(topic, queue_id) {
             return Ok(q.clone());
         }
         let dir = self
@@ -577,7 +577,7 @@ impl Inner {
             queue_id,
             self.config.mapped_file_size_consume_queue,
         )?);
-        queues.insert(key, q.clone());
+        queues.insert(topic, queue_id, q.clone());
         Ok(q)
     }
 
@@ -1003,7 +1003,7 @@ impl Inner {
         }
         self.checkpoint.store(&Checkpoint {
             commit_log_flushed: cl_flushed,
-            logics_flushed: dispatched.min(cl_flushed.max(dispatched)),
+            logics_flushed: dispatched,
             index_flushed: dispatched,
             written_at_ms: clock::now_ms(),
         })?;

@@ -4,8 +4,9 @@ VIEW_MESSAGE_BY_ID."""
 import logging
 from typing import TYPE_CHECKING
 
+from pyrmq import _core
 from pyrmq.broker.state.topics import TopicConfig
-from pyrmq.errors import StoreError
+from pyrmq.errors import MessageIllegalError, StoreError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
     CreateTopicRequestHeader,
@@ -14,7 +15,6 @@ from pyrmq.remoting.headers import (
 )
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
-from pyrmq.store import MessageStore
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
@@ -36,15 +36,13 @@ class AdminProcessor:
     async def create_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = CreateTopicRequestHeader.from_ext(request.ext_fields)
         topic = header.topic
-        if (
-            not topic
-            or len(topic) > 127
-            or not all(c.isascii() and (c.isalnum() or c in "%|_-") for c in topic)
-        ):
+        try:
+            _core.validate_topic(topic, internal=True)
+        except MessageIllegalError as e:
             return RemotingCommand.response_to(
                 request,
                 ResponseCode.SYSTEM_ERROR,
-                remark=f"The specified topic[{topic}] contains illegal characters",
+                remark=f"The specified topic[{topic}] contains illegal characters: {e}",
             )
         if topic == self.broker.config.broker_cluster_name:
             return RemotingCommand.response_to(
@@ -81,7 +79,7 @@ class AdminProcessor:
                 ResponseCode.QUERY_NOT_FOUND,
                 remark="can not find message, maybe time range not correct",
             )
-        body = b"".join(_raw(store, m.phy_offset) for m in found)
+        body = b"".join(store.look_record(m.phy_offset) or b"" for m in found)
         return RemotingCommand.response_to(
             request,
             ResponseCode.SUCCESS,
@@ -95,7 +93,7 @@ class AdminProcessor:
     async def view_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = ViewMessageRequestHeader.from_ext(request.ext_fields)
         try:
-            raw = _raw(self.broker.store, header.offset)
+            raw = self.broker.store.look_record(header.offset) or b""
         except StoreError as e:
             return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
         if not raw:
@@ -105,8 +103,3 @@ class AdminProcessor:
                 remark=f"can not find message by the offset, {header.offset}",
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=raw)
-
-
-def _raw(store: MessageStore, phy_offset: int) -> bytes:
-    """The stored record at ``phy_offset``, exactly as the CommitLog holds it."""
-    return store.look_record(phy_offset) or b""

@@ -89,8 +89,8 @@ class PullProcessor:
             max_count=max(1, header.max_msg_nums),
             tags=subscription.expression if subscription.tags_codes else None,
         )
+        # The store already computes RocketMQ's next offset for every outcome.
         status = got.status
-        next_offset = got.next_begin_offset
         body = b""
         if status is GetMessageStatus.FOUND:
             code = ResponseCode.SUCCESS
@@ -104,15 +104,9 @@ class PullProcessor:
                 code = ResponseCode.PULL_OFFSET_MOVED
             else:
                 code = ResponseCode.PULL_NOT_FOUND
-            next_offset = 0
         else:
             assert status in _NOT_FOUND
             code = ResponseCode.PULL_NOT_FOUND
-            next_offset = (
-                header.queue_offset
-                if status is GetMessageStatus.OFFSET_OVERFLOW_ONE
-                else next_offset
-            )
 
         if (
             header.sys_flag & FLAG_COMMIT_OFFSET
@@ -139,7 +133,7 @@ class PullProcessor:
             remark=remark,
             ext_fields={
                 "suggestWhichBrokerId": "0",
-                "nextBeginOffset": str(next_offset),
+                "nextBeginOffset": str(got.next_begin_offset),
                 "minOffset": str(got.min_offset),
                 "maxOffset": str(got.max_offset),
             },

@@ -5,6 +5,7 @@ import random
 import zlib
 from typing import TYPE_CHECKING
 
+from pyrmq import _core
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import DiskFullError, MessageIllegalError, StoreClosedError, StoreError
 from pyrmq.remoting.command import RemotingCommand
@@ -67,7 +68,7 @@ class SendProcessor:
         topic = header.topic
         broker = self.broker
         try:
-            _validate_producer_topic(topic)
+            _core.validate_topic(topic)
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
         config = await self._topic_for_send(header)
@@ -245,17 +246,3 @@ class SendProcessor:
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
-
-
-def _validate_producer_topic(topic: str) -> None:
-    """RocketMQ's topic rule; raises MessageIllegalError. Producers may not write broker topics."""
-    if (
-        not topic
-        or len(topic) > 127
-        or not all(c.isascii() and (c.isalnum() or c in "%|_-") for c in topic)
-    ):
-        raise MessageIllegalError(
-            f"the topic[{topic}] is not valid: at most 127 of [%|a-zA-Z0-9_-]"
-        )
-    if topic in ("TBW102", "SCHEDULE_TOPIC_XXXX") or topic.startswith("rmq_sys_"):
-        raise MessageIllegalError(f"the topic[{topic}] is conflict with system topic.")

@@ -1,0 +1,94 @@
+//! A map keyed by (topic, queue id) that looks up with a borrowed topic, so the per-message
+//! paths (queue lookup, arrival events, held pulls) allocate nothing.
+
+use std::collections::HashMap;
+
+pub struct QueueMap<V> {
+    by_topic: HashMap<String, HashMap<i32, V>>,
+}
+
+impl<V> Default for QueueMap<V> {
+    fn default() -> Self {
+        Self {
+            by_topic: HashMap::new(),
+        }
+    }
+}
+
+impl<V> QueueMap<V> {
+    pub fn get(&self, topic: &str, queue_id: i32) -> Option<&V> {
+        self.by_topic.get(topic)?.get(&queue_id)
+    }
+
+    pub fn get_mut(&mut self, topic: &str, queue_id: i32) -> Option<&mut V> {
+        self.by_topic.get_mut(topic)?.get_mut(&queue_id)
+    }
+
+    /// The entry for (topic, queue id), created by `make` if missing; the topic string is
+    /// allocated only then.
+    pub fn get_or_insert_with(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        make: impl FnOnce() -> V,
+    ) -> &mut V {
+        if !self.by_topic.contains_key(topic) {
+            self.by_topic.insert(topic.to_owned(), HashMap::new());
+        }
+        self.by_topic
+            .get_mut(topic)
+            .expect("inserted above")
+            .entry(queue_id)
+            .or_insert_with(make)
+    }
+
+    pub fn insert(&mut self, topic: &str, queue_id: i32, value: V) {
+        match self.by_topic.get_mut(topic) {
+            Some(queues) => {
+                queues.insert(queue_id, value);
+            }
+            None => {
+                self.by_topic
+                    .insert(topic.to_owned(), HashMap::from([(queue_id, value)]));
+            }
+        }
+    }
+
+    pub fn remove(&mut self, topic: &str, queue_id: i32) -> Option<V> {
+        let queues = self.by_topic.get_mut(topic)?;
+        let removed = queues.remove(&queue_id);
+        if queues.is_empty() {
+            self.by_topic.remove(topic);
+        }
+        removed
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_topic.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, i32, &V)> {
+        self.by_topic
+            .iter()
+            .flat_map(|(t, qs)| qs.iter().map(move |(q, v)| (t.as_str(), *q, v)))
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.by_topic.values().flat_map(HashMap::values)
+    }
+
+    /// Keeps the entries for which `keep` returns true.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str, i32, &mut V) -> bool) {
+        self.by_topic.retain(|topic, queues| {
+            queues.retain(|q, v| keep(topic, *q, v));
+            !queues.is_empty()
+        });
+    }
+
+    /// Takes every entry out.
+    pub fn drain(&mut self) -> impl Iterator<Item = (String, i32, V)> + '_ {
+        self.by_topic
+            .drain()
+            .flat_map(|(t, qs)| qs.into_iter().map(move |(q, v)| (t.clone(), q, v)))
+    }
+}
