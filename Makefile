@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 
 PYTHON ?= python3
-PY_SOURCES := python tests benches
+PY_SOURCES := python tests benches examples
 # Absolute interpreter path, for targets that change directory first.
 PYTHON_EXE = $(shell $(PYTHON) -c 'import sys; print(sys.executable)')
 WHEEL_DIR := dist/wheel-check

@@ -49,7 +49,11 @@ class _Recovery(TypedDict):
 
 @final
 class StoredMessage:
-    """A message as stored: every field of the record, decoded."""
+    """A message as stored: every field of the record, decoded.
+
+    Numbers, topic and body are decoded up front; hosts, ids and properties are read from the
+    shared record buffer when accessed.
+    """
 
     @property
     def topic(self) -> str: ...
@@ -100,6 +104,8 @@ class StoredMessage:
     @property
     def uniq_key(self) -> str | None:
         """The producer's message id (``UNIQ_KEY``)."""
+    def property(self, name: str) -> str | None:
+        """One property, or None (cheaper than building :attr:`properties`)."""
 
 @final
 class PutResult:

@@ -12,6 +12,9 @@ values, not exceptions. :class:`StoreError` means a broken invariant or an I/O f
 from collections.abc import Iterable
 
 __all__ = [
+    "BrokerError",
+    "ClientError",
+    "ClientStateError",
     "ConfigError",
     "CorruptRecordError",
     "DiskFullError",
@@ -21,9 +24,11 @@ __all__ = [
     "InvalidTopicError",
     "MessageIllegalError",
     "MessageTooLargeError",
+    "NoRouteError",
     "PropertiesTooLargeError",
     "PyrmqError",
     "RemotingError",
+    "SendError",
     "StoreClosedError",
     "StoreError",
     "StoreIOError",
@@ -113,3 +118,38 @@ class FrameDecodeError(RemotingError):
 
 class HeaderError(RemotingError):
     """A command's custom header (its ext fields) lacks a required field or has a bad value."""
+
+
+class ClientError(PyrmqError):
+    """A failure in the client (:mod:`pyrmq.client`): no route, a broker's refusal, bad state."""
+
+
+class ClientStateError(ClientError):
+    """The producer or consumer is not started, or already shut down."""
+
+
+class NoRouteError(ClientError):
+    """No name server knows a route for the topic (or none could be reached)."""
+
+
+class BrokerError(ClientError):
+    """A broker answered a request with an error code.
+
+    Attributes:
+        code: The response code (a :class:`pyrmq.remoting.protocol.ResponseCode` value).
+        remark: The broker's remark, usually the reason.
+        broker_addr: ``ip:port`` of the broker that answered.
+    """
+
+    def __init__(self, code: int, remark: str | None, broker_addr: str) -> None:
+        super().__init__(code, remark, broker_addr)
+        self.code = code
+        self.remark = remark
+        self.broker_addr = broker_addr
+
+    def __str__(self) -> str:
+        return f"broker {self.broker_addr} answered code {self.code}: {self.remark or ''}".rstrip()
+
+
+class SendError(ClientError):
+    """A send failed on every broker tried; ``__cause__`` is the last failure."""

@@ -9,11 +9,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .rmq_client import run_producer, run_pull_consumer, start_push_consumer
 from .servers import ServerProcess, create_topic
+
+if TYPE_CHECKING:
+    from pyrmq.remoting.command import RemotingCommand as RemotingCommandT
 
 pytestmark = [
     pytest.mark.compat,
@@ -285,3 +289,74 @@ def test_consumer_running_info_is_fetched_from_the_client_through_the_broker(
     assert b'"topic" : "TopicInfo"' in info.body
     assert gone.code == ResponseCode.SYSTEM_ERROR
     assert gone.remark == "The Consumer <no-such-client> not online"
+
+
+def _broker_call(broker: str, code: int, ext: dict[str, str]) -> RemotingCommandT:
+    """One request to the broker from a fresh connection, answered within 10 s."""
+    import asyncio
+
+    from pyrmq.remoting.client import RemotingClient
+    from pyrmq.remoting.command import RemotingCommand
+
+    async def call() -> RemotingCommand:
+        client = RemotingClient()
+        try:
+            request = RemotingCommand.request(code, ext)
+            return await client.invoke(broker, request, timeout_s=10)
+        finally:
+            await client.close()
+
+    return asyncio.run(call())
+
+
+def test_reset_offset_by_time_makes_a_push_consumer_read_again(
+    serve_process: ServerProcess, topic_of
+) -> None:
+    """C++ 1.2.3 acts on RESET_CONSUMER_CLIENT_OFFSET when its body is the list form: it drops
+    the queue's pull request, commits the new offset, rebalances and pulls from there."""
+    from pyrmq.broker.processors.admin import reset_offset_body
+    from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+    namesrv, broker = serve_process.addresses()
+    # One queue: the consumer parks a single pull there, which the wake-up message answers.
+    topic, group = topic_of("TopicResetOffset", 1), "CG_RESET"
+    bodies = [f"r{i}".encode() for i in range(5)]
+
+    def committed() -> str | None:
+        answer = _broker_call(
+            broker,
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": group, "topic": topic, "queueId": "0"},
+        )
+        return answer.ext_fields.get("offset") if answer.code == ResponseCode.SUCCESS else None
+
+    with start_push_consumer(namesrv, topic, group=group) as consumer:
+        time.sleep(1.0)
+        before_ms = int(time.time() * 1000)
+        run_producer(namesrv, topic, [b.decode() for b in bodies])
+        first = consumer.wait_for(len(bodies), timeout=60)
+        assert sorted(m["body"] for m in first) == bodies
+        # The reset needs the group's committed offset; C++ commits every 5 s.
+        deadline = time.monotonic() + 20
+        while committed() != str(len(bodies)):
+            assert time.monotonic() < deadline, f"offset not committed: {committed()}"
+            time.sleep(0.2)
+        answer = _broker_call(
+            broker,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            {"topic": topic, "group": group, "timestamp": str(before_ms), "isForce": "false"},
+        )
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        assert answer.body == reset_offset_body(topic, "broker-a", {0: 0})
+        # The client resumes the queue only once its parked pull comes back (up to 15 s): a new
+        # message brings it back at once.
+        run_producer(namesrv, topic, ["wake"])
+        msgs = consumer.wait_for(2 * len(bodies) + 1, timeout=60)
+        time.sleep(0.5)
+        msgs = consumer.messages()
+    again = [m["body"] for m in msgs[len(bodies) :]]
+    # Every message once more (the wake-up message may come once or, had it beaten the reset
+    # to the client, twice), and nothing through the retry topic.
+    assert sorted(b for b in again if b != b"wake") == bodies
+    assert b"wake" in again
+    assert all(m["reconsume_times"] == 0 for m in msgs)

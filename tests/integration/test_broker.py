@@ -519,3 +519,194 @@ def test_a_broker_registers_with_every_name_server(tmp_path: Path) -> None:
             await second.stop()
 
     run(scenario)
+
+
+def consumer_heartbeat(client_id: str, group: str, topic: str) -> bytes:
+    """A C++-shaped HeartbeatData with one push consumer group subscribed to ``topic``."""
+    data = {
+        "clientID": client_id,
+        "consumerDataSet": [
+            {
+                "consumeFromWhere": 0,
+                "consumeType": 1,
+                "groupName": group,
+                "messageModel": 1,
+                "subscriptionDataSet": [
+                    {"codeSet": [], "subString": "*", "subVersion": "1", "tagsSet": [],
+                     "topic": topic},
+                ],
+            }
+        ],
+    }  # fmt: skip
+    return json.dumps(data).encode() + b"\n"
+
+
+def test_reset_offset_by_time_moves_offsets_back_and_tells_each_consumer(tmp_path: Path) -> None:
+    from pyrmq.broker.processors.admin import reset_offset_body
+    from pyrmq.remoting.headers import CreateTopicRequestHeader
+
+    topic, group = "TopicReset", "CG_RESET"
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            created = await c.call(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                CreateTopicRequestHeader(
+                    topic=topic,
+                    default_topic="TBW102",
+                    read_queue_nums=2,
+                    write_queue_nums=2,
+                    perm=6,
+                ).to_ext(),
+            )
+            assert created.code == ResponseCode.SUCCESS, created.remark
+            # Before the mark: 2 messages in queue 0, 1 in queue 1. After it: 2 and 3 more.
+            for queue_id, count in ((0, 2), (1, 1)):
+                for i in range(count):
+                    assert (await c.send(topic, b"old-%d" % i, queue_id=queue_id)).code == 0
+            await asyncio.sleep(0.005)
+            mark_ms = int(time.time() * 1000)
+            await asyncio.sleep(0.005)
+            for queue_id, count in ((0, 2), (1, 3)):
+                for i in range(count):
+                    assert (await c.send(topic, b"new-%d" % i, queue_id=queue_id)).code == 0
+
+            async def commit(g: str, queue_id: int, offset: int) -> None:
+                await c.call(
+                    RequestCode.UPDATE_CONSUMER_OFFSET,
+                    {"consumerGroup": g, "topic": topic, "queueId": queue_id,
+                     "commitOffset": str(offset)},
+                )  # fmt: skip
+
+            async def committed(g: str) -> list[str]:
+                answers = [
+                    await c.call(
+                        RequestCode.QUERY_CONSUMER_OFFSET,
+                        {"consumerGroup": g, "topic": topic, "queueId": q},
+                    )
+                    for q in (0, 1)
+                ]
+                return [a.ext_fields.get("offset", "-") for a in answers]
+
+            async def reset(g: str, timestamp_ms: int, force: bool, **more: Any) -> RemotingCommand:
+                return await c.call(
+                    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                    {"topic": topic, "group": g, "timestamp": str(timestamp_ms),
+                     "isForce": "true" if force else "false", **more},
+                )  # fmt: skip
+
+            # Queue 0 is consumed to its end (4), queue 1 not at all (0).
+            await commit(group, 0, 4)
+            await commit(group, 1, 0)
+
+            # Group with offsets but nobody online: Java 4.9 refuses and changes nothing.
+            offline = await reset(group, mark_ms, False)
+            assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
+            assert offline.remark == (
+                f"Consumer not online, so can not reset offset, Group: {group} "
+                f"Topic: {topic} Timestamp: {mark_ms}"
+            )
+            assert await committed(group) == ["4", "0"]
+
+            # A C++ consumer (this connection) and a Java consumer (another connection).
+            notices: dict[str, list[RemotingCommand]] = {"cpp": [], "java": []}
+            arrived = asyncio.Event()
+
+            def on_reset(kind: str) -> Callable[[RemotingCommand], Awaitable[None]]:
+                async def handler(request: RemotingCommand) -> None:
+                    notices[kind].append(request)
+                    arrived.set()
+
+                return handler
+
+            c.client.server_request_handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = on_reset(
+                "cpp"
+            )
+            hb = await c.call(
+                RequestCode.HEART_BEAT, {}, consumer_heartbeat("1-127.0.0.1@cpp", group, topic)
+            )
+            assert hb.code == ResponseCode.SUCCESS
+            java = RemotingClient()
+            java.server_request_handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = on_reset(
+                "java"
+            )
+            java_hb = RemotingCommand.request(
+                RequestCode.HEART_BEAT,
+                body=consumer_heartbeat("2-127.0.0.1@java", group, topic),
+            )
+            java_hb.language, java_hb.version = "JAVA", 407
+            try:
+                assert (await java.invoke(c.broker.address, java_hb)).code == ResponseCode.SUCCESS
+
+                # isForce=false: queue 0 goes back to the mark (2); queue 1 keeps 0 < 1.
+                done = await reset(group, mark_ms, False)
+                assert done.code == ResponseCode.SUCCESS, done.remark
+                assert done.body == (
+                    b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"TopicReset"}:2,'
+                    b'{"brokerName":"broker-a","queueId":1,"topic":"TopicReset"}:0}}'
+                )
+                await eventually(lambda: bool(notices["cpp"] and notices["java"]))
+                [cpp_notice], [java_notice] = notices["cpp"], notices["java"]
+                for notice in (cpp_notice, java_notice):
+                    assert notice.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET
+                    assert notice.is_oneway
+                    assert notice.ext_fields == {
+                        "topic": topic, "group": group, "timestamp": str(mark_ms),
+                        "isForce": "false",
+                    }  # fmt: skip
+                # C++ 1.2.3 parses only the list form; Java clients get fastjson's map form.
+                assert json.loads(cpp_notice.body) == {
+                    "offsetTable": [
+                        {"brokerName": "broker-a", "offset": 2, "queueId": 0, "topic": topic},
+                        {"brokerName": "broker-a", "offset": 0, "queueId": 1, "topic": topic},
+                    ]
+                }
+                assert java_notice.body == done.body
+                assert await committed(group) == ["2", "0"]
+
+                # isForce=true, timestamp -1: every queue to its max offset, forwards too.
+                notices["cpp"].clear()
+                forced = await reset(group, -1, True)
+                assert forced.code == ResponseCode.SUCCESS, forced.remark
+                assert forced.body == reset_offset_body(topic, "broker-a", {0: 4, 1: 4})
+                assert await committed(group) == ["4", "4"]
+                await eventually(lambda: bool(notices["cpp"]))
+                table = json.loads(notices["cpp"][0].body)["offsetTable"]
+                assert [e["offset"] for e in table] == [4, 4]
+
+                # isForce=false from a time before everything: both queues back to 0.
+                assert (await reset(group, mark_ms - 60_000, False)).code == ResponseCode.SUCCESS
+                assert await committed(group) == ["0", "0"]
+
+                # A 5.x admin tool's queueId (+ offset) resets that queue alone.
+                one = await reset(group, -1, True, queueId="1", offset="3")
+                assert one.body == reset_offset_body(topic, "broker-a", {1: 3})
+                assert await committed(group) == ["0", "3"]
+                beyond = await reset(group, -1, True, queueId="1", offset="9")
+                assert beyond.code == ResponseCode.SYSTEM_ERROR
+                assert beyond.remark is not None
+                assert "not in consume queue range [0-4]" in beyond.remark
+            finally:
+                await java.close()
+
+            # No such topic; a group without committed offsets.
+            missing = await c.call(
+                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                {"topic": "NoSuchTopic", "group": group, "timestamp": "-1", "isForce": "true"},
+            )
+            assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+            assert missing.remark is not None
+            assert "no topic in this broker. topic=NoSuchTopic" in missing.remark
+            unknown = await reset("CG_NOBODY", -1, True)
+            assert unknown.code == ResponseCode.SYSTEM_ERROR
+            assert unknown.remark is not None
+            assert unknown.remark.startswith("The consumer group <CG_NOBODY> not exist")
+            no_force = await c.call(
+                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                {"topic": topic, "group": group, "timestamp": "-1"},
+            )
+            assert no_force.code == ResponseCode.SYSTEM_ERROR
+            assert no_force.remark is not None
+            assert "missing required field 'isForce'" in no_force.remark
+
+    run(scenario)

@@ -4,6 +4,9 @@ import pytest
 
 from pyrmq import errors
 from pyrmq.errors import (
+    BrokerError,
+    ClientError,
+    ClientStateError,
     ConfigError,
     CorruptRecordError,
     DiskFullError,
@@ -13,9 +16,11 @@ from pyrmq.errors import (
     InvalidTopicError,
     MessageIllegalError,
     MessageTooLargeError,
+    NoRouteError,
     PropertiesTooLargeError,
     PyrmqError,
     RemotingError,
+    SendError,
     StoreClosedError,
     StoreError,
     StoreIOError,
@@ -39,6 +44,11 @@ PARENTS = {
     RemotingError: (PyrmqError,),
     FrameDecodeError: (RemotingError,),
     HeaderError: (RemotingError,),
+    ClientError: (PyrmqError,),
+    ClientStateError: (ClientError,),
+    NoRouteError: (ClientError,),
+    BrokerError: (ClientError,),
+    SendError: (ClientError,),
 }
 
 
@@ -77,6 +87,7 @@ def test_config_error_carries_its_problems() -> None:
         CorruptRecordError("bad crc", phy_offset=7, path="/x"),
         ConfigError("bad", problems=["p"]),
         InvalidTopicError("topic 'a b' has a space"),
+        BrokerError(17, "topic[T] not exist", "127.0.0.1:10911"),
     ],
 )
 def test_errors_survive_pickling(error: PyrmqError) -> None:
@@ -85,3 +96,14 @@ def test_errors_survive_pickling(error: PyrmqError) -> None:
     assert type(copy) is type(error)
     assert copy.args == error.args
     assert vars(copy) == vars(error)
+
+
+def test_broker_error_names_the_broker_code_and_remark() -> None:
+    error = BrokerError(17, "topic[T] not exist", "127.0.0.1:10911")
+
+    assert str(error) == "broker 127.0.0.1:10911 answered code 17: topic[T] not exist"
+    assert (error.code, error.remark, error.broker_addr) == (
+        17,
+        "topic[T] not exist",
+        "127.0.0.1:10911",
+    )

@@ -165,6 +165,10 @@ SAMPLES: list[Any] = [
     h.SearchOffsetRequestHeader(topic="T", queue_id=2, timestamp=1_700_000_000_000),
     h.GetConsumerListByGroupRequestHeader(consumer_group="G"),
     h.GetConsumerRunningInfoRequestHeader(consumer_group="G", client_id="1-127.0.0.1@DEFAULT"),
+    h.ResetOffsetRequestHeader(topic="T", group="G", timestamp=-1, is_force=True),
+    h.ResetOffsetRequestHeader(
+        topic="T", group="G", timestamp=1_700_000_000_000, is_force=False, queue_id=3, offset=9
+    ),
     h.UnregisterClientRequestHeader(client_id="1-127.0.0.1@DEFAULT", producer_group="P"),
     h.GetRouteInfoRequestHeader(topic="T", accept_standard_json_only=True),
     h.RegisterBrokerRequestHeader(

@@ -57,6 +57,9 @@ class ConsumerInfo:
     consume_from_where: str
     subscriptions: dict[str, Subscription]
     last_update_ms: int
+    # From the heartbeat's command: what the broker may send the client, and in which form.
+    language: str = "JAVA"
+    version: int = 0
 
 
 def parse_heartbeat(body: bytes) -> dict[str, Any]:
@@ -75,10 +78,18 @@ class ClientTable:
         self.producers: dict[str, dict[str, tuple[object, int]]] = {}
 
     def register_consumer(
-        self, group: str, data: dict[str, Any], client_id: str, connection: object, now_ms: int
+        self,
+        group: str,
+        data: dict[str, Any],
+        client_id: str,
+        connection: object,
+        now_ms: int,
+        *,
+        language: str = "JAVA",
+        version: int = 0,
     ) -> bool:
         """Records one consumer group entry of a heartbeat; returns whether the group's
-        membership changed."""
+        membership changed. ``language`` and ``version`` come from the heartbeat command."""
         subs: dict[str, Subscription] = {}
         for sub in data.get("subscriptionDataSet") or []:
             topic = str(sub.get("topic", ""))
@@ -94,6 +105,8 @@ class ClientTable:
             consume_from_where=_enum_name(data.get("consumeFromWhere", 0), CONSUME_FROM),
             subscriptions=subs,
             last_update_ms=now_ms,
+            language=language,
+            version=version,
         )
         if changed:
             log.info("consumer joined group=%s client_id=%s", group, client_id)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from pyrmq.config import StoreConfig
+from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig
 from pyrmq.errors import ConfigError
 
 __all__ = ["BrokerConfig"]
@@ -94,8 +94,15 @@ class BrokerConfig:
         if problems:
             raise ConfigError("; ".join(problems), problems=problems)
         base = base or cls()
+        # Keys given here override the base's fields: merge by field name, since broker.conf
+        # names them in camelCase (flushDiskType) and the base by field (flush_disk_type).
+        store_fields = {f.name for f in dataclasses.fields(StoreConfig)}
+        overrides = {
+            name if (name := ROCKETMQ_ALIASES.get(key, key)) in store_fields else key: raw
+            for key, raw in store_values.items()
+        }
         store = (
-            StoreConfig.from_mapping({**_store_mapping(base.store), **store_values})
+            StoreConfig.from_mapping({**_store_mapping(base.store), **overrides})
             if store_values
             else base.store
         )

@@ -8,6 +8,7 @@ handlers registered by request code.
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from pyrmq.errors import FrameDecodeError, RemotingError
 from pyrmq.remoting.codec import FrameDecoder, encode
@@ -35,8 +36,8 @@ class _Channel(asyncio.Protocol):
         self.closed = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (uvloop's do not subclass asyncio.Transport).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -79,6 +80,18 @@ class _Channel(asyncio.Protocol):
             self.transport.close()
 
 
+def _expire(
+    fut: "asyncio.Future[RemotingCommand]", address: str, request: RemotingCommand, timeout_s: float
+) -> None:
+    if not fut.done():
+        fut.set_exception(
+            RemotingTimeoutError(
+                f"no answer from {address} to code={request.code} opaque={request.opaque} "
+                f"within {timeout_s} s"
+            )
+        )
+
+
 class RemotingClient:
     """Sends requests to any number of servers over one connection each."""
 
@@ -113,6 +126,12 @@ class RemotingClient:
             fut.set_exception(err)
             fut.exception()  # consumed here; waiters get it through shield
             raise err from e
+        except BaseException:
+            # Cancelled mid-connect: the other tasks waiting for this connection must fail
+            # (and may retry), not wait forever.
+            fut.set_exception(RemotingError(f"connecting to {address} was cancelled"))
+            fut.exception()
+            raise
         finally:
             self._connecting.pop(address, None)
         self._channels[address] = opened
@@ -129,17 +148,16 @@ class RemotingClient:
         """Sends ``request`` and returns its answer."""
         channel = await self._channel(address)
         assert channel.transport is not None
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
         channel.pending[request.opaque] = fut
         channel.transport.write(encode(request))
+        # A bare timer: asyncio.wait_for costs an extra task per request.
+        timer = loop.call_later(timeout_s, _expire, fut, address, request, timeout_s)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError as e:
-            raise RemotingTimeoutError(
-                f"no answer from {address} to code={request.code} opaque={request.opaque} "
-                f"within {timeout_s} s"
-            ) from e
+            return await fut
         finally:
+            timer.cancel()
             channel.pending.pop(request.opaque, None)
 
     async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:

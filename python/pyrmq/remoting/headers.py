@@ -44,6 +44,7 @@ __all__ = [
     "QueryConsumerOffsetRequestHeader",
     "QueryMessageRequestHeader",
     "RegisterBrokerRequestHeader",
+    "ResetOffsetRequestHeader",
     "SearchOffsetRequestHeader",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
@@ -590,6 +591,60 @@ class GetConsumerRunningInfoRequestHeader:
                 ("consumerGroup", self.consumer_group),
                 ("clientId", self.client_id),
                 ("jstackEnable", self.jstack_enable),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ResetOffsetRequestHeader:
+    """INVOKE_BROKER_TO_RESET_OFFSET (222), from an admin tool to the broker, and
+    RESET_CONSUMER_CLIENT_OFFSET (220), from the broker to each consumer of the group.
+
+    ``isForce`` keeps Java's field name on the wire. C++ 1.2.3 reads ``timestamp`` and
+    ``isForce`` only as JSON strings, which is how :meth:`to_ext` writes every value.
+
+    >>> h = ResetOffsetRequestHeader.from_ext({"topic": "T", "group": "G",
+    ...     "timestamp": "-1", "isForce": "true"})
+    >>> (h.timestamp, h.is_force, h.queue_id)
+    (-1, True, None)
+    >>> h.to_ext()
+    {'topic': 'T', 'group': 'G', 'timestamp': '-1', 'isForce': 'true'}
+    """
+
+    topic: str
+    group: str
+    timestamp: int
+    """Milliseconds since the epoch; -1 means each queue's max offset."""
+    is_force: bool
+    """Also move offsets forwards; without it a committed offset below the target is kept."""
+    queue_id: int | None = None
+    """5.x admin tools only: reset this queue alone (negative means every queue)."""
+    offset: int | None = None
+    """5.x admin tools only: the queue offset to use for ``queue_id`` instead of the
+    timestamp's."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            topic=f.text("topic"),
+            group=f.text("group"),
+            timestamp=f.i64("timestamp"),
+            # Required, as in Java (@CFNotNull on a primitive boolean).
+            is_force=parse_bool(f.text("isForce")),
+            queue_id=f.opt_i32("queueId"),
+            offset=f.opt_i64("offset"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("topic", self.topic),
+                ("group", self.group),
+                ("timestamp", self.timestamp),
+                ("isForce", self.is_force),
+                ("queueId", self.queue_id),
+                ("offset", self.offset),
             ]
         )
 

@@ -20,6 +20,7 @@ __all__ = [
     "RESPONSE_FLAG",
     "LanguageCode",
     "MQVersion",
+    "PullSysFlag",
     "RequestCode",
     "ResponseCode",
     "SerializeType",
@@ -66,6 +67,8 @@ class LanguageCode(enum.IntEnum):
 class MQVersion(enum.IntEnum):
     """Ordinals of Java's ``MQVersion`` that change what a server does or says."""
 
+    V3_0_7_SNAPSHOT = 28
+    """From here on, clients take RESET_CONSUMER_CLIENT_OFFSET from the broker."""
     V3_1_8 = 63
     """What the C++ client 1.2.3 (the ``rocketmq`` 0.4.4 wheel) sends."""
     V3_4_9 = 121
@@ -144,6 +147,18 @@ class RequestCode(enum.IntEnum):
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
+
+
+class PullSysFlag(enum.IntFlag):
+    """Bits of a PULL_MESSAGE request's ``sysFlag``."""
+
+    COMMIT_OFFSET = 0x1
+    """``commitOffset`` carries the consumer's offset to store."""
+    SUSPEND = 0x2
+    """The broker may hold the request until a message arrives (long polling)."""
+    SUBSCRIPTION = 0x4
+    """``subscription`` carries the filter expression."""
+    CLASS_FILTER = 0x8
 
 
 class ResponseCode(enum.IntEnum):

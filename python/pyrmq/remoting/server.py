@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from pyrmq.errors import FrameDecodeError, HeaderError, RemotingError
 from pyrmq.remoting.codec import FrameDecoder, encode
@@ -54,8 +54,8 @@ class Connection(asyncio.Protocol):
         return f"{self.peer[0]}:{self.peer[1]}"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (uvloop's do not subclass asyncio.Transport).
+        self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if peer:
             host = peer[0]

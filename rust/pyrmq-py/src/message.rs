@@ -1,14 +1,23 @@
 //! `StoredMessage`: a decoded record, and the helpers that build Python values from records.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyString};
+use std::net::SocketAddr;
 use pyrmq_store::message::{self, Record};
 
 /// A message as stored: every field of the record, decoded.
+///
+/// Numbers, the topic and the body are decoded at once; the hosts, the message id and the
+/// properties are read from the shared record buffer when asked for, so decoding a pull
+/// batch allocates little more than one `bytes` per body.
 #[pyclass(name = "StoredMessage", module = "pyrmq._core", frozen)]
 pub struct PyStoredMessage {
+    /// The buffer holding the record (a whole pull batch, shared by its messages).
+    buf: Py<PyBytes>,
+    props_start: usize,
+    props_len: usize,
     #[pyo3(get)]
-    topic: String,
+    topic: Py<PyString>,
     #[pyo3(get)]
     queue_id: i32,
     #[pyo3(get)]
@@ -23,29 +32,33 @@ pub struct PyStoredMessage {
     sys_flag: i32,
     #[pyo3(get)]
     born_timestamp_ms: i64,
-    #[pyo3(get)]
-    born_host: String,
+    born_host: SocketAddr,
     #[pyo3(get)]
     store_timestamp_ms: i64,
-    #[pyo3(get)]
-    store_host: String,
+    store_host: SocketAddr,
     #[pyo3(get)]
     reconsume_times: i32,
     #[pyo3(get)]
     prepared_transaction_offset: i64,
-    properties: Vec<(String, String)>,
     #[pyo3(get)]
     body_crc: u32,
     #[pyo3(get)]
     store_size: u32,
-    #[pyo3(get)]
-    msg_id: String,
 }
 
 impl PyStoredMessage {
-    pub fn from_record(py: Python<'_>, rec: &Record<'_>) -> Self {
+    fn from_record(
+        py: Python<'_>,
+        buf: &Bound<'_, PyBytes>,
+        rec: &Record<'_>,
+        topic: Py<PyString>,
+    ) -> Self {
+        let base = buf.as_bytes().as_ptr() as usize;
         Self {
-            topic: rec.topic.to_owned(),
+            buf: buf.clone().unbind(),
+            props_start: rec.properties.as_ptr() as usize - base,
+            props_len: rec.properties.len(),
+            topic,
             queue_id: rec.queue_id,
             queue_offset: rec.queue_offset,
             phy_offset: rec.phy_offset,
@@ -53,33 +66,36 @@ impl PyStoredMessage {
             flag: rec.flag,
             sys_flag: rec.sys_flag,
             born_timestamp_ms: rec.born_timestamp_ms,
-            born_host: rec.born_host.to_string(),
+            born_host: rec.born_host,
             store_timestamp_ms: rec.store_timestamp_ms,
-            store_host: rec.store_host.to_string(),
+            store_host: rec.store_host,
             reconsume_times: rec.reconsume_times,
             prepared_transaction_offset: rec.prepared_transaction_offset,
-            properties: message::iter_properties(rec.properties)
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
             body_crc: rec.body_crc,
             store_size: rec.total_size,
-            msg_id: rec.offset_msg_id(),
         }
     }
 
+    /// Decodes one record held in a buffer of its own.
     pub fn decode(py: Python<'_>, raw: &[u8]) -> PyResult<Self> {
-        let rec = message::decode(raw, false)
+        let buf = PyBytes::new(py, raw);
+        let rec = message::decode(buf.as_bytes(), false)
             .map_err(|e| crate::errors::illegal(format!("not a stored message: {e}")))?;
-        Ok(Self::from_record(py, &rec))
+        let topic = PyString::new(py, rec.topic).unbind();
+        Ok(Self::from_record(py, &buf, &rec, topic))
     }
 
-    fn prop(&self, name: &str) -> Option<String> {
+    fn raw_properties<'a>(&self, buf: &'a Bound<'_, PyBytes>) -> &'a [u8] {
+        &buf.as_bytes()[self.props_start..self.props_start + self.props_len]
+    }
+
+    fn prop(&self, py: Python<'_>, name: &str) -> Option<String> {
+        let buf = self.buf.bind(py);
         // The last occurrence wins, as when Java parses the property string into a map.
-        self.properties
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
+        message::iter_properties(self.raw_properties(buf))
+            .filter(|(k, _)| *k == name)
+            .last()
+            .map(|(_, v)| v.to_owned())
     }
 }
 
@@ -89,22 +105,41 @@ impl PyStoredMessage {
     #[getter]
     fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (k, v) in &self.properties {
+        let buf = self.buf.bind(py);
+        for (k, v) in message::iter_properties(self.raw_properties(buf)) {
             d.set_item(k, v)?;
         }
         Ok(d)
     }
 
+    /// `ip:port` of the producer.
+    #[getter]
+    fn born_host(&self) -> String {
+        self.born_host.to_string()
+    }
+
+    /// `ip:port` of the broker that stored the message.
+    #[getter]
+    fn store_host(&self) -> String {
+        self.store_host.to_string()
+    }
+
+    /// Offset message id: store host and CommitLog offset, in hex.
+    #[getter]
+    fn msg_id(&self) -> String {
+        message::offset_msg_id(&self.store_host, self.phy_offset)
+    }
+
     /// The `TAGS` property.
     #[getter]
-    fn tags(&self) -> Option<String> {
-        self.prop(message::PROPERTY_TAGS)
+    fn tags(&self, py: Python<'_>) -> Option<String> {
+        self.prop(py, message::PROPERTY_TAGS)
     }
 
     /// The `KEYS` property split on spaces.
     #[getter]
-    fn keys(&self) -> Vec<String> {
-        self.prop(message::PROPERTY_KEYS)
+    fn keys(&self, py: Python<'_>) -> Vec<String> {
+        self.prop(py, message::PROPERTY_KEYS)
             .map(|k| {
                 k.split(' ')
                     .filter(|s| !s.is_empty())
@@ -116,14 +151,23 @@ impl PyStoredMessage {
 
     /// The producer's message id (`UNIQ_KEY`).
     #[getter]
-    fn uniq_key(&self) -> Option<String> {
-        self.prop(message::PROPERTY_UNIQ_KEY_SHORT)
+    fn uniq_key(&self, py: Python<'_>) -> Option<String> {
+        self.prop(py, message::PROPERTY_UNIQ_KEY_SHORT)
     }
 
-    fn __repr__(&self) -> String {
+    /// One property, or None.
+    fn property(&self, py: Python<'_>, name: &str) -> Option<String> {
+        self.prop(py, name)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "StoredMessage(topic={:?}, queue_id={}, queue_offset={}, phy_offset={}, msg_id={:?})",
-            self.topic, self.queue_id, self.queue_offset, self.phy_offset, self.msg_id
+            self.topic.bind(py).to_string(),
+            self.queue_id,
+            self.queue_offset,
+            self.phy_offset,
+            self.msg_id()
         )
     }
 }
@@ -134,19 +178,33 @@ pub fn decode_messages(
     py: Python<'_>,
     buffer: &Bound<'_, PyAny>,
 ) -> PyResult<Vec<PyStoredMessage>> {
+    if let Ok(bytes) = buffer.cast::<PyBytes>() {
+        return decode_all(py, bytes);
+    }
     let owned = crate::store::Body::extract(buffer)?;
-    decode_all(py, owned.as_slice())
+    decode_all(py, &PyBytes::new(py, owned.as_slice()))
 }
 
-pub fn decode_all(py: Python<'_>, buffer: &[u8]) -> PyResult<Vec<PyStoredMessage>> {
+pub fn decode_all(py: Python<'_>, buf: &Bound<'_, PyBytes>) -> PyResult<Vec<PyStoredMessage>> {
+    let buffer = buf.as_bytes();
     let mut out = Vec::new();
     let mut pos = 0usize;
+    // A batch usually holds one topic: share its str.
+    let mut last_topic: Option<(&str, Py<PyString>)> = None;
     while pos < buffer.len() {
         let rec = message::decode(&buffer[pos..], false).map_err(|e| {
             crate::errors::illegal(format!("record at byte {pos} of the buffer: {e}"))
         })?;
         pos += rec.total_size as usize;
-        out.push(PyStoredMessage::from_record(py, &rec));
+        let topic = match &last_topic {
+            Some((name, s)) if *name == rec.topic => s.clone_ref(py),
+            _ => {
+                let s = PyString::new(py, rec.topic).unbind();
+                last_topic = Some((rec.topic, s.clone_ref(py)));
+                s
+            }
+        };
+        out.push(PyStoredMessage::from_record(py, buf, &rec, topic));
     }
     Ok(out)
 }

@@ -379,7 +379,7 @@ impl PyGetResult {
     }
     /// Decodes every record of the buffer.
     fn messages(&self, py: Python<'_>) -> PyResult<Vec<PyStoredMessage>> {
-        crate::message::decode_all(py, self.buffer.bind(py).as_bytes())
+        crate::message::decode_all(py, self.buffer.bind(py))
     }
     fn __len__(&self) -> usize {
         self.sizes.len()

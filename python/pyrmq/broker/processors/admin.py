@@ -1,7 +1,9 @@
-"""Topic administration and message lookup: UPDATE_AND_CREATE_TOPIC, QUERY_MESSAGE,
-VIEW_MESSAGE_BY_ID."""
+"""Topic administration, message lookup and offset reset: UPDATE_AND_CREATE_TOPIC,
+QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, INVOKE_BROKER_TO_RESET_OFFSET."""
 
+import json
 import logging
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
@@ -11,15 +13,16 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
     CreateTopicRequestHeader,
     QueryMessageRequestHeader,
+    ResetOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
-from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.protocol import LanguageCode, MQVersion, RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
 
-__all__ = ["AdminProcessor"]
+__all__ = ["AdminProcessor", "reset_offset_body", "reset_offset_body_for_cpp"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,7 @@ class AdminProcessor:
         server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, self.create_topic)
         server.register(RequestCode.QUERY_MESSAGE, self.query_message)
         server.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message)
+        server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
 
     async def create_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = CreateTopicRequestHeader.from_ext(request.ext_fields)
@@ -103,3 +107,159 @@ class AdminProcessor:
                 remark=f"can not find message by the offset, {header.offset}",
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=raw)
+
+    async def reset_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Moves a consumer group's offsets on one topic to a point in time (``mqadmin
+        resetOffsetByTime``), as Java 4.9's ``Broker2Client.resetOffset`` does.
+
+        For every queue (the topic's write queue count, as in Java) the target is the first
+        queue offset stored at or after ``timestamp``, or the max offset for ``timestamp`` -1.
+        Without ``isForce`` a committed offset already below the target is kept: offsets only
+        move backwards. Every queue must have a committed offset and the group must have a
+        live consumer, or nothing changes. Then the new offsets go to each live consumer as a
+        oneway RESET_CONSUMER_CLIENT_OFFSET on its own connection, and the answer carries them.
+
+        Two differences from Java 4.9: the broker also stores the new offsets itself (Java
+        leaves the commit to the clients), so a consumer that restarts before it commits starts
+        from them too; and each consumer gets the body form it parses (:func:`reset_offset_body`
+        or, for C++ clients, :func:`reset_offset_body_for_cpp`), where Java picks one form for
+        all by the admin tool's language. A 5.x ``queueId`` (with an optional ``offset``) limits
+        the reset to that queue.
+        """
+        header = ResetOffsetRequestHeader.from_ext(request.ext_fields)
+        broker = self.broker
+        topic, group = header.topic, header.group
+        log.info(
+            "reset offset requested peer=%s topic=%s group=%s timestamp=%s force=%s",
+            conn.peer_address,
+            topic,
+            group,
+            header.timestamp,
+            header.is_force,
+        )
+        config = broker.topics.get(topic)
+        if config is None:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=(
+                    f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}"
+                ),
+            )
+        explicit: int | None = None
+        queue_ids: Sequence[int] = range(config.write_queue_nums)
+        if header.queue_id is not None and header.queue_id >= 0:
+            queue_ids = [header.queue_id]
+            explicit = None if header.offset == -1 else header.offset
+        store = broker.store
+        offsets: dict[int, int] = {}
+        for queue_id in queue_ids:
+            committed = broker.offsets.query(group, topic, queue_id)
+            if committed is None:
+                return RemotingCommand.response_to(
+                    request,
+                    ResponseCode.SYSTEM_ERROR,
+                    remark=(
+                        f"The consumer group <{group}> not exist: no committed offset for "
+                        f"topic={topic} queueId={queue_id}"
+                    ),
+                )
+            if explicit is not None:
+                low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+                if not low <= explicit <= high:
+                    return RemotingCommand.response_to(
+                        request,
+                        ResponseCode.SYSTEM_ERROR,
+                        remark=(
+                            f"Target offset {explicit} not in consume queue range "
+                            f"[{low}-{high}] topic={topic} queueId={queue_id}"
+                        ),
+                    )
+                target = explicit
+            elif header.timestamp == -1:
+                target = store.max_offset(topic, queue_id)
+            else:
+                target = store.offset_for_time(topic, queue_id, header.timestamp)
+            target = max(target, 0)
+            offsets[queue_id] = target if header.is_force or target < committed else committed
+
+        members = [
+            (m, m.connection)
+            for m in broker.clients.members(group)
+            if isinstance(m.connection, Connection)
+        ]
+        if not members:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                remark=(
+                    "Consumer not online, so can not reset offset, "
+                    f"Group: {group} Topic: {topic} Timestamp: {header.timestamp}"
+                ),
+            )
+        for member, _ in members:
+            if member.version < MQVersion.V3_0_7_SNAPSHOT:
+                return RemotingCommand.response_to(
+                    request,
+                    ResponseCode.SYSTEM_ERROR,
+                    remark=(
+                        f"the client does not support this feature. version={member.version} "
+                        f"clientId={member.client_id}"
+                    ),
+                )
+
+        for queue_id, offset in offsets.items():
+            broker.offsets.commit(group, topic, queue_id, offset)
+        broker_name = broker.config.broker_name
+        body = reset_offset_body(topic, broker_name, offsets)
+        cpp_body = reset_offset_body_for_cpp(topic, broker_name, offsets)
+        notice = ResetOffsetRequestHeader(
+            topic=topic, group=group, timestamp=header.timestamp, is_force=header.is_force
+        ).to_ext()
+        for member, connection in members:
+            connection.send(
+                RemotingCommand.request(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    notice,
+                    cpp_body if member.language == LanguageCode.CPP.name else body,
+                    oneway=True,
+                )
+            )
+        log.info(
+            "offsets reset topic=%s group=%s offsets=%s consumers=%s",
+            topic,
+            group,
+            offsets,
+            [m.client_id for m, _ in members],
+        )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+
+def reset_offset_body(topic: str, broker_name: str, offsets: Mapping[int, int]) -> bytes:
+    """A ResetOffsetBody as Java (fastjson) writes it: ``offsetTable`` maps MessageQueue
+    *objects* to offsets, which is not valid JSON. Java clients and admin tools parse it.
+
+    >>> reset_offset_body("T", "broker-a", {0: 5})
+    b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:5}}'
+    """
+    entries = ",".join(
+        f'{{"brokerName":{json.dumps(broker_name)},"queueId":{queue_id},'
+        f'"topic":{json.dumps(topic)}}}:{offset}'
+        for queue_id, offset in sorted(offsets.items())
+    )
+    return f'{{"offsetTable":{{{entries}}}}}'.encode()
+
+
+def reset_offset_body_for_cpp(topic: str, broker_name: str, offsets: Mapping[int, int]) -> bytes:
+    """The form C++ clients parse (Java's ResetOffsetBodyForC): ``offsetTable`` is a list of
+    MessageQueueForC objects. rocketmq-client-cpp 1.2.3 cannot parse the map form above and
+    then ignores the request.
+
+    >>> reset_offset_body_for_cpp("T", "broker-a", {0: 5})
+    b'{"offsetTable":[{"brokerName":"broker-a","offset":5,"queueId":0,"topic":"T"}]}'
+    """
+    table = [
+        {"brokerName": broker_name, "offset": offset, "queueId": queue_id, "topic": topic}
+        for queue_id, offset in sorted(offsets.items())
+    ]
+    return json.dumps({"offsetTable": table}, separators=(",", ":")).encode()

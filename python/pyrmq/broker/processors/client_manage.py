@@ -47,7 +47,15 @@ class ClientManageProcessor:
             )
             if created:
                 broker.request_registration()
-            if broker.clients.register_consumer(group, consumer, client_id, conn, now_ms):
+            if broker.clients.register_consumer(
+                group,
+                consumer,
+                client_id,
+                conn,
+                now_ms,
+                language=request.language,
+                version=request.version,
+            ):
                 broker.notify_consumer_ids_changed(group)
         for producer in data.get("producerDataSet") or []:
             group = str(producer.get("groupName", ""))

@@ -9,7 +9,7 @@ from pyrmq.broker.services.hold import HeldPull
 from pyrmq.broker.state.topics import PERM_READ
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import PullMessageRequestHeader
-from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.protocol import PullSysFlag, RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.store import GetMessageStatus
 
@@ -20,9 +20,9 @@ __all__ = ["PullProcessor"]
 
 log = logging.getLogger(__name__)
 
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
+FLAG_COMMIT_OFFSET = PullSysFlag.COMMIT_OFFSET
+FLAG_SUSPEND = PullSysFlag.SUSPEND
+FLAG_SUBSCRIPTION = PullSysFlag.SUBSCRIPTION
 
 # GetMessageStatus -> the pull answer's code, as RocketMQ's PullMessageProcessor maps it.
 _NOT_FOUND = {
@@ -108,8 +108,11 @@ class PullProcessor:
             assert status in _NOT_FOUND
             code = ResponseCode.PULL_NOT_FOUND
 
+        # Only on the first pass: a held pull's commit offset is old by the time it wakes,
+        # and storing it again would move back an offset committed meanwhile.
         if (
-            header.sys_flag & FLAG_COMMIT_OFFSET
+            allow_suspend
+            and header.sys_flag & FLAG_COMMIT_OFFSET
             and header.commit_offset is not None
             and header.commit_offset >= 0
         ):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from pyrmq import _core
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import DiskFullError, MessageIllegalError, StoreClosedError, StoreError
+from pyrmq.properties import encode_properties, parse_properties
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -25,21 +26,6 @@ SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_TRANSACTION_MASK = 0xC
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
-NAME_VALUE = "\x01"
-PROPERTY_SEP = "\x02"
-
-
-def parse_properties(encoded: str) -> dict[str, str]:
-    props = {}
-    for pair in encoded.split(PROPERTY_SEP):
-        name, sep, value = pair.partition(NAME_VALUE)
-        if sep and name:
-            props[name] = value
-    return props
-
-
-def encode_properties(props: dict[str, str]) -> str:
-    return PROPERTY_SEP.join(f"{k}{NAME_VALUE}{v}" for k, v in props.items())
 
 
 class SendProcessor:

@@ -13,6 +13,7 @@ import click
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.controller import BrokerController
 from pyrmq.errors import ConfigError
+from pyrmq.eventloop import loop_factory
 from pyrmq.namesrv import NameServer, NamesrvConfig
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,8 @@ def _run(service: Service) -> None:
             with contextlib.suppress(Exception):
                 await service.stop()
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(main())
 
 
 def _broker_config(

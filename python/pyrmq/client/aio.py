@@ -1,0 +1,71 @@
+"""The asyncio API: :class:`Producer`, :class:`PushConsumer` and :class:`LitePullConsumer`.
+
+Each runs in the event loop that starts it; ``async with`` starts and shuts it down.
+
+>>> from pyrmq.client.aio import Message, MessageQueue, select_by_hash
+>>> msg = Message("TopicTest", b"hello", tags="TagA", keys=["order-1"])
+>>> (msg.topic, msg.tags, msg.keys, msg.body)
+('TopicTest', 'TagA', 'order-1', b'hello')
+>>> queues = [MessageQueue("TopicTest", "broker-a", i) for i in range(4)]
+>>> select_by_hash(queues, msg, 6).queue_id  # the queue an ordered send with arg 6 uses
+2
+
+Sending, and consuming with ``async for`` (a topic subscribed without a listener; a message
+counts as consumed when the loop asks for the next one):
+
+>>> async def main(namesrv: str) -> None:  # doctest: +SKIP
+...     async with Producer("PG", namesrv) as producer:
+...         result = await producer.send(Message("TopicTest", b"hello", tags="TagA"))
+...         print(result.status.name, result.msg_id, result.message_queue, result.queue_offset)
+...     consumer = PushConsumer("CG", namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+...     consumer.subscribe("TopicTest", "TagA || TagB")
+...     async with consumer:
+...         async for msg in consumer:
+...             print(msg.id, msg.tags, msg.body)
+
+Or with a listener, run on a thread pool (or in the loop, for a coroutine function):
+
+>>> def on_messages(msgs, context):  # doctest: +SKIP
+...     for msg in msgs:
+...         print(msg.body)
+...     return ConsumeStatus.CONSUME_SUCCESS
+>>> consumer.subscribe("TopicTest", "*", on_messages)  # doctest: +SKIP
+
+The lite pull consumer polls exact queues from exact positions:
+
+>>> async with LitePullConsumer("LG", namesrv, auto_commit=False) as lite:  # doctest: +SKIP
+...     lite.assign(await lite.fetch_message_queues("TopicTest"))
+...     for msg in await lite.poll(timeout_s=1.0):
+...         print(msg.queue_id, msg.queue_offset, msg.body)
+...     await lite.commit()
+"""
+
+from pyrmq.client.allocate import (
+    AllocateConsistentHash,
+    allocate_averagely,
+    allocate_averagely_by_circle,
+)
+from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
+from pyrmq.client.instance import ClientConfig
+from pyrmq.client.lite_pull import LitePullConsumer
+from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
+from pyrmq.client.producer import Producer, select_by_hash
+from pyrmq.client.push_consumer import PushConsumer
+
+__all__ = [
+    "AllocateConsistentHash",
+    "ClientConfig",
+    "ConsumeContext",
+    "ConsumeStatus",
+    "LitePullConsumer",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "Producer",
+    "PushConsumer",
+    "SendResult",
+    "SendStatus",
+    "allocate_averagely",
+    "allocate_averagely_by_circle",
+    "select_by_hash",
+]

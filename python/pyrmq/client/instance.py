@@ -1,0 +1,352 @@
+"""ClientInstance: what the producers and consumers of one client id share.
+
+One instance per (event loop, client id) holds the connections, the topic routes and the
+broker addresses, and runs the periodic work: route refresh from the name servers (30 s),
+heartbeats to every broker (30 s), rebalance (20 s, and at once when a broker says the group
+changed) and offset persistence (5 s). It answers the requests brokers send to clients.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import re
+import socket
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
+
+from pyrmq.client.api import ClientAPI
+from pyrmq.client.message import MessageQueue
+from pyrmq.client.route import TopicRoute
+from pyrmq.errors import NoRouteError, PyrmqError
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+__all__ = ["ClientConfig", "ClientInstance", "ConsumerMember", "ProducerMember"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOPIC = "TBW102"
+
+
+@dataclasses.dataclass(slots=True)
+class ClientConfig:
+    """Settings shared by the producers and consumers of one client instance."""
+
+    namesrv_addr: str = "127.0.0.1:9876"
+    """Name servers, ``host:port`` separated by ``;``."""
+    instance_name: str | None = None
+    """Distinguishes client instances of one process; by default the process id."""
+    client_ip: str | None = None
+    poll_name_server_interval_s: float = 30.0
+    heartbeat_broker_interval_s: float = 30.0
+    persist_consumer_offset_interval_s: float = 5.0
+    rebalance_interval_s: float = 20.0
+    request_timeout_s: float = 3.0
+
+    @property
+    def namesrv_list(self) -> list[str]:
+        return [a.strip() for a in re.split(r"[;,]", self.namesrv_addr) if a.strip()]
+
+    def client_id(self) -> str:
+        ip = self.client_ip or _local_ip()
+        return f"{ip}@{self.instance_name or os.getpid()}"
+
+
+def _local_ip() -> str:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # picks the interface; sends nothing
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+class ProducerMember(Protocol):
+    group: str
+
+    def topics(self) -> list[str]: ...
+    def on_route(self, topic: str, route: TopicRoute) -> None: ...
+
+
+class ConsumerMember(Protocol):
+    group: str
+
+    def topics(self) -> list[str]: ...
+    def on_route(self, topic: str, route: TopicRoute) -> None: ...
+    def heartbeat_data(self) -> dict[str, Any]: ...
+    async def rebalance(self) -> None: ...
+    async def persist_offsets(self) -> None: ...
+    def running_info(self) -> dict[str, Any]: ...
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None: ...
+
+
+_INSTANCES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, ClientInstance]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class ClientInstance:
+    """Shared state and background work of one client id in one event loop."""
+
+    def __init__(self, config: ClientConfig, client_id: str) -> None:
+        self.config = config
+        self.client_id = client_id
+        self.remoting = RemotingClient(connect_timeout_s=config.request_timeout_s)
+        self.api = ClientAPI(self.remoting)
+        self.routes: dict[str, TopicRoute] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.producers: dict[str, ProducerMember] = {}
+        self.consumers: dict[str, ConsumerMember] = {}
+        self._namesrv_index = itertools.count()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._rebalance_now = asyncio.Event()
+        self._route_locks: dict[str, asyncio.Lock] = {}
+        self._started = False
+        handlers: dict[int, Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]] = {
+            RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+        }
+        self.remoting.server_request_handlers.update(handlers)
+
+    # --- registry ------------------------------------------------------------------------
+
+    @classmethod
+    def acquire(cls, config: ClientConfig, group: str, *, consumer: bool) -> "ClientInstance":
+        """The loop's instance for ``config``'s client id; a fresh id if ``group`` is taken
+        there already (two consumers of one group in one process need two instances)."""
+        in_loop = _INSTANCES.setdefault(asyncio.get_running_loop(), {})
+        base = config.client_id()
+        for n in itertools.count():
+            client_id = base if n == 0 else f"{base}#{n}"
+            inst = in_loop.get(client_id)
+            if inst is None:
+                inst = in_loop[client_id] = cls(config, client_id)
+                return inst
+            if inst.config.namesrv_list != config.namesrv_list:
+                continue
+            taken = inst.consumers if consumer else inst.producers
+            if group not in taken:
+                return inst
+        raise AssertionError("unreachable")
+
+    async def release(self) -> None:
+        """Stops the instance once no producer or consumer uses it."""
+        if self.producers or self.consumers:
+            return
+        in_loop = _INSTANCES.get(asyncio.get_running_loop(), {})
+        if in_loop.get(self.client_id) is self:
+            del in_loop[self.client_id]
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        self._started = False
+        await self.remoting.close()
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        c = self.config
+        self._tasks = [
+            self._every(c.poll_name_server_interval_s, self.refresh_routes, "route refresh"),
+            self._every(c.heartbeat_broker_interval_s, self.heartbeat_all, "heartbeat"),
+            self._every(c.persist_consumer_offset_interval_s, self._persist_all, "offsets"),
+            asyncio.get_running_loop().create_task(self._rebalance_loop()),
+        ]
+
+    def _every(
+        self, interval_s: float, job: Callable[[], Coroutine[Any, Any, None]], what: str
+    ) -> asyncio.Task[None]:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    await job()
+                except PyrmqError as e:
+                    log.warning("%s failed: %s", what, e)
+                except Exception:
+                    log.exception("%s failed", what)
+
+        return asyncio.get_running_loop().create_task(loop())
+
+    # --- routes --------------------------------------------------------------------------
+
+    async def fetch_route(self, topic: str) -> TopicRoute | None:
+        """Asks the name servers (starting with the next in turn) for the topic's route."""
+        addrs = self.config.namesrv_list
+        if not addrs:
+            raise NoRouteError("no name server address configured")
+        start = next(self._namesrv_index)
+        last: Exception | None = None
+        for i in range(len(addrs)):
+            addr = addrs[(start + i) % len(addrs)]
+            try:
+                return await self.api.get_route(addr, topic, self.config.request_timeout_s)
+            except PyrmqError as e:
+                last = e
+        raise NoRouteError(f"no name server answered for topic {topic}: {last}") from last
+
+    async def update_route(self, topic: str) -> TopicRoute | None:
+        """Fetches the topic's route and hands it to the producers and consumers of the topic."""
+        lock = self._route_locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            route = await self.fetch_route(topic)
+            if route is None:
+                return None
+            for name, data in route.brokers.items():
+                self.broker_addrs[name] = dict(data.addrs)
+            self.routes[topic] = route
+            for member in [*self.producers.values(), *self.consumers.values()]:
+                if topic in member.topics():
+                    member.on_route(topic, route)
+            return route
+
+    async def refresh_routes(self) -> None:
+        topics = {
+            t for m in [*self.producers.values(), *self.consumers.values()] for t in m.topics()
+        }
+        for topic in sorted(topics):
+            try:
+                await self.update_route(topic)
+            except PyrmqError as e:
+                log.warning("route refresh of %s failed: %s", topic, e)
+
+    async def master_addr(self, broker_name: str, topic: str | None = None) -> str:
+        """The master address of ``broker_name``, refreshing ``topic``'s route if unknown."""
+        addr = self.broker_addrs.get(broker_name, {}).get(0)
+        if addr is None and topic is not None:
+            await self.update_route(topic)
+            addr = self.broker_addrs.get(broker_name, {}).get(0)
+        if addr is None:
+            raise NoRouteError(f"no master address known for broker {broker_name}")
+        return addr
+
+    def pull_addr(self, broker_name: str, broker_id: int) -> str | None:
+        addrs = self.broker_addrs.get(broker_name) or {}
+        return addrs.get(broker_id) or addrs.get(0) or (addrs[min(addrs)] if addrs else None)
+
+    def any_broker_of(self, topic: str) -> str | None:
+        route = self.routes.get(topic)
+        if route is None:
+            return None
+        for data in route.brokers.values():
+            addr = data.any_addr()
+            if addr is not None:
+                return addr
+        return None
+
+    # --- heartbeats ----------------------------------------------------------------------
+
+    def heartbeat_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"clientID": self.client_id}
+        if self.producers:
+            data["producerDataSet"] = [{"groupName": g} for g in sorted(self.producers)]
+        if self.consumers:
+            data["consumerDataSet"] = [
+                c.heartbeat_data() for _, c in sorted(self.consumers.items())
+            ]
+        return data
+
+    async def heartbeat_all(self) -> None:
+        """Sends a heartbeat to every known broker (producer-only clients: masters only)."""
+        if not self.producers and not self.consumers:
+            return
+        data = self.heartbeat_data()
+        targets = [
+            addr
+            for addrs in list(self.broker_addrs.values())
+            for broker_id, addr in addrs.items()
+            if self.consumers or broker_id == 0
+        ]
+        results = await asyncio.gather(
+            *(self.api.heartbeat(addr, data) for addr in targets), return_exceptions=True
+        )
+        for addr, result in zip(targets, results, strict=True):
+            if isinstance(result, PyrmqError):
+                log.info("heartbeat to %s failed: %s", addr, result)
+            elif isinstance(result, BaseException):
+                raise result
+
+    # --- consumers -----------------------------------------------------------------------
+
+    def rebalance_soon(self) -> None:
+        self._rebalance_now.set()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancel that
+            # arrives as the event is set (cpython gh-86296), and release() then waits forever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.rebalance_interval_s):
+                    await self._rebalance_now.wait()
+            self._rebalance_now.clear()
+            for consumer in list(self.consumers.values()):
+                try:
+                    await consumer.rebalance()
+                except PyrmqError as e:
+                    log.warning("rebalance of %s failed: %s", consumer.group, e)
+                except Exception:
+                    log.exception("rebalance of %s failed", consumer.group)
+
+    async def _persist_all(self) -> None:
+        for consumer in list(self.consumers.values()):
+            await consumer.persist_offsets()
+
+    # --- requests from brokers -----------------------------------------------------------
+
+    async def _on_ids_changed(self, request: RemotingCommand) -> RemotingCommand | None:
+        log.info("group %s changed, rebalancing", request.ext_fields.get("consumerGroup", "?"))
+        self.rebalance_soon()
+        return None
+
+    async def _on_running_info(self, request: RemotingCommand) -> RemotingCommand:
+        group = request.ext_fields.get("consumerGroup", "")
+        consumer = self.consumers.get(group)
+        if consumer is None:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The Consumer Group <{group}> not exist in this consumer",
+            )
+        body = json.dumps(consumer.running_info(), separators=(",", ":")).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def _on_reset_offset(self, request: RemotingCommand) -> RemotingCommand | None:
+        ext = request.ext_fields
+        group, topic = ext.get("group", ""), ext.get("topic", "")
+        consumer = self.consumers.get(group)
+        if consumer is not None:
+            offsets = parse_offset_table(request.body)
+            log.info("resetting offsets of %s on %s: %s", group, topic, offsets)
+            await consumer.reset_offsets(topic, offsets)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+_MQ_KEY = re.compile(r"(\{[^{}]*\})\s*:\s*(-?\d+)")
+
+
+def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:
+    """ResetOffsetBody's ``offsetTable``, whose keys are JSON objects (fastjson's map form).
+
+    >>> parse_offset_table(b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:7}}')
+    {MessageQueue(topic='T', broker_name='b', queue_id=1): 7}
+    """
+    out = {}
+    for key, offset in _MQ_KEY.findall(body.decode(errors="replace")):
+        try:
+            raw = json.loads(key)
+            mq = MessageQueue(str(raw["topic"]), str(raw["brokerName"]), int(raw["queueId"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        out[mq] = int(offset)
+    return out

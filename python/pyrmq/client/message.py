@@ -1,0 +1,380 @@
+"""Messages as the client sees them: :class:`Message` to send, :class:`MessageExt` received,
+:class:`MessageQueue` naming one queue, and the producer's unique message ids."""
+
+import dataclasses
+import enum
+import itertools
+import os
+import random
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+from typing import Final, NamedTuple
+
+from pyrmq import _core
+from pyrmq.properties import (
+    DELAY,
+    KEY_SEPARATOR,
+    KEYS,
+    RETRY_TOPIC,
+    TAGS,
+    UNIQ_KEY,
+    WAIT,
+)
+
+__all__ = [
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "SendResult",
+    "SendStatus",
+    "new_message_id",
+]
+
+RETRY_PREFIX: Final = "%RETRY%"
+SYSFLAG_COMPRESSED: Final = 0x1
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Message:
+    """A message to send: topic, body, tags, keys, user properties and a delay level.
+
+    Both the official client's setters and keyword arguments work:
+
+    >>> m = Message("TopicTest", b"hello", tags="TagA", keys=["k1", "k2"])
+    >>> m.set_property("region", "eu")
+    >>> (m.tags, m.keys, m.properties["region"])
+    ('TagA', 'k1 k2', 'eu')
+    >>> m.set_delay_time_level(3)
+    >>> m.delay_time_level
+    3
+    """
+
+    __slots__ = ("body", "flag", "properties", "topic")
+
+    def __init__(
+        self,
+        topic: str | bytes,
+        body: str | bytes = b"",
+        *,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        delay_time_level: int = 0,
+        flag: int = 0,
+    ) -> None:
+        self.topic: str = _text(topic)
+        self.body: bytes = body.encode() if isinstance(body, str) else bytes(body)
+        self.flag = flag
+        self.properties: dict[str, str] = dict(properties) if properties else {}
+        if tags is not None:
+            self.set_tags(tags)
+        if keys is not None:
+            self.set_keys(keys)
+        if delay_time_level:
+            self.set_delay_time_level(delay_time_level)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        """The keys, separated by spaces."""
+        return self.properties.get(KEYS)
+
+    @property
+    def delay_time_level(self) -> int:
+        return int(self.properties.get(DELAY, "0"))
+
+    def set_tags(self, tags: str | bytes) -> None:
+        self.properties[TAGS] = _text(tags)
+
+    def set_keys(self, keys: str | bytes | Iterable[str]) -> None:
+        if isinstance(keys, str | bytes):
+            self.properties[KEYS] = _text(keys)
+        else:
+            self.properties[KEYS] = KEY_SEPARATOR.join(keys)
+
+    def set_body(self, body: str | bytes) -> None:
+        self.body = body.encode() if isinstance(body, str) else bytes(body)
+
+    def set_property(self, key: str | bytes, value: str | bytes) -> None:
+        self.properties[_text(key)] = _text(value)
+
+    def set_delay_time_level(self, delay_time_level: int) -> None:
+        if delay_time_level > 0:
+            self.properties[DELAY] = str(delay_time_level)
+        else:
+            self.properties.pop(DELAY, None)
+
+    def set_wait_store_msg_ok(self, wait: bool) -> None:
+        """Whether a SYNC_FLUSH broker answers only once the message is durable (default)."""
+        self.properties[WAIT] = "true" if wait else "false"
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic!r}, tags={self.tags!r}, body=<{len(self.body)} bytes>)"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker; orders like Java's (topic, broker, queue id)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+class MessageExt:
+    """A received message: every stored field, the producer's id, and the broker it came from.
+
+    A message redelivered from the group's retry topic shows its original topic.
+    """
+
+    __slots__ = ("_body", "_m", "broker_name", "topic")
+
+    def __init__(self, stored: _core.StoredMessage, broker_name: str, topic: str) -> None:
+        self._m = stored
+        self.broker_name = broker_name
+        self.topic = topic
+        self._body: bytes | None = None
+
+    @classmethod
+    def from_stored(cls, stored: _core.StoredMessage, broker_name: str) -> "MessageExt":
+        topic = stored.topic
+        if topic.startswith(RETRY_PREFIX):
+            topic = stored.properties.get(RETRY_TOPIC, topic)
+        return cls(stored, broker_name, topic)
+
+    @property
+    def stored(self) -> _core.StoredMessage:
+        """The decoded record (its ``topic`` is where it is stored)."""
+        return self._m
+
+    @property
+    def body(self) -> bytes:
+        """The body, inflated if the producer compressed it."""
+        body = self._body
+        if body is None:
+            body = self._m.body
+            if self._m.sys_flag & SYSFLAG_COMPRESSED:
+                body = zlib.decompress(body)
+            self._body = body
+        return body
+
+    @property
+    def tags(self) -> str | None:
+        return self._m.tags
+
+    @property
+    def keys(self) -> str:
+        """The keys, separated by spaces ("" if none), as the official client gives them."""
+        return KEY_SEPARATOR.join(self._m.keys)
+
+    @property
+    def id(self) -> str:
+        """The producer's message id (``UNIQ_KEY``), or the offset id when there is none."""
+        return self._m.uniq_key or self._m.msg_id
+
+    msg_id = id
+
+    @property
+    def offset_msg_id(self) -> str:
+        return self._m.msg_id
+
+    @property
+    def queue_id(self) -> int:
+        return self._m.queue_id
+
+    @property
+    def queue_offset(self) -> int:
+        return self._m.queue_offset
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        return MessageQueue(self._m.topic, self.broker_name, self._m.queue_id)
+
+    @property
+    def reconsume_times(self) -> int:
+        return self._m.reconsume_times
+
+    @property
+    def store_size(self) -> int:
+        return self._m.store_size
+
+    @property
+    def born_timestamp(self) -> int:
+        return self._m.born_timestamp_ms
+
+    @property
+    def store_timestamp(self) -> int:
+        return self._m.store_timestamp_ms
+
+    @property
+    def born_host(self) -> str:
+        return self._m.born_host
+
+    @property
+    def store_host(self) -> str:
+        return self._m.store_host
+
+    @property
+    def commit_log_offset(self) -> int:
+        return self._m.phy_offset
+
+    @property
+    def prepared_transaction_offset(self) -> int:
+        return self._m.prepared_transaction_offset
+
+    @property
+    def flag(self) -> int:
+        return self._m.flag
+
+    @property
+    def delay_time_level(self) -> int:
+        return int(self._m.properties.get(DELAY, "0"))
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self._m.properties
+
+    def get_property(self, prop: str | bytes) -> str | None:
+        return self._m.properties.get(_text(prop))
+
+    def __getitem__(self, key: str | bytes) -> str | None:
+        return self.get_property(key)
+
+    def __str__(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def __bytes__(self) -> bytes:
+        return self.body
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageExt(topic={self.topic!r}, id={self.id!r}, tags={self.tags!r}, "
+            f"queue={self.broker_name}:{self.queue_id}@{self.queue_offset}, "
+            f"body=<{len(self.body)} bytes>)"
+        )
+
+
+class SendStatus(enum.IntEnum):
+    """How a send ended; anything but OK means stored, with a caveat."""
+
+    OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    FLUSH_SLAVE_TIMEOUT = 2
+    SLAVE_NOT_AVAILABLE = 3
+
+
+class _SendResultFields(NamedTuple):
+    status: SendStatus
+    msg_id: str
+    offset: int
+
+
+class SendResult(_SendResultFields):
+    """What a broker answered to a send: ``(status, msg_id, offset)`` like the official
+    client's namedtuple, plus the broker's ``offset_msg_id`` and the ``message_queue``.
+
+    ``msg_id`` is the producer's id (``UNIQ_KEY``; for a batch, the ids joined by commas) and
+    ``offset`` the queue offset.
+
+    >>> r = SendResult(SendStatus.OK, "ID", 7, "OFFSET_ID", MessageQueue("T", "b", 1))
+    >>> status, msg_id, offset = r
+    >>> (status.name, offset, r.offset_msg_id, r.message_queue.queue_id)
+    ('OK', 7, 'OFFSET_ID', 1)
+    """
+
+    offset_msg_id: str
+    message_queue: MessageQueue | None
+
+    def __new__(
+        cls,
+        status: SendStatus,
+        msg_id: str,
+        offset: int,
+        offset_msg_id: str = "",
+        message_queue: MessageQueue | None = None,
+    ) -> "SendResult":
+        self = super().__new__(cls, status, msg_id, offset)
+        self.offset_msg_id = offset_msg_id
+        self.message_queue = message_queue
+        return self
+
+    @property
+    def queue_offset(self) -> int:
+        return self.offset
+
+    def __repr__(self) -> str:
+        return (
+            f"SendResult(status={self.status.name}, msg_id={self.msg_id!r}, "
+            f"offset={self.offset}, offset_msg_id={self.offset_msg_id!r}, "
+            f"message_queue={self.message_queue})"
+        )
+
+
+_MONTH: tuple[int, int] = (0, 0)
+"""(start, end) of the current month in epoch ms: ids count ms from its start."""
+_COUNTER = itertools.count(random.randrange(1 << 16))
+_ID_LOCK = threading.Lock()
+
+
+def _local_ip() -> bytes:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            # No packet is sent: connect() on UDP only picks the outgoing interface.
+            s.connect(("10.255.255.255", 1))
+            return socket.inet_aton(s.getsockname()[0])
+    except OSError:
+        return socket.inet_aton("127.0.0.1")
+
+
+_ID_PREFIX = _local_ip() + struct.pack(">H", os.getpid() & 0xFFFF) + random.randbytes(4)
+
+
+def _month_bounds(now_ms: int) -> tuple[int, int]:
+    t = time.localtime(now_ms / 1000)
+    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    end = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(end * 1000)
+
+
+def new_message_id() -> str:
+    """A producer message id in Java's layout: IP, PID, a random instance part, then the ms
+    since the start of the month and a counter; 32 upper-case hex digits.
+
+    >>> a, b = new_message_id(), new_message_id()
+    >>> len(a), a != b, a[:20] == b[:20]
+    (32, True, True)
+    """
+    global _MONTH
+    now_ms = time.time_ns() // 1_000_000
+    start, end = _MONTH
+    if not start <= now_ms < end:
+        with _ID_LOCK:
+            _MONTH = _month_bounds(now_ms)
+            start = _MONTH[0]
+    tail = struct.pack(">IH", (now_ms - start) & 0xFFFFFFFF, next(_COUNTER) & 0xFFFF)
+    return (_ID_PREFIX + tail).hex().upper()
+
+
+def set_unique_id(message: Message) -> str:
+    """Gives ``message`` a fresh ``UNIQ_KEY`` unless it has one; returns it."""
+    uniq = message.properties.get(UNIQ_KEY)
+    if uniq is None:
+        uniq = message.properties[UNIQ_KEY] = new_message_id()
+    return uniq

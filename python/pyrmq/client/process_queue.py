@@ -1,0 +1,185 @@
+"""ProcessQueue: the messages of one queue pulled but not yet consumed, by queue offset.
+
+The pull loop adds batches; consume threads remove messages as they finish, in any order. The
+offset a consumer may commit is the smallest offset still in flight, so a crash redelivers
+only what was unfinished (and perhaps a little after it), never skips anything.
+
+Pulled batches, not messages, are the entries of the sorted map: a batch of 32 costs one
+insertion, and finishing a message is a bisect and a flag. The commit offset is the first
+unfinished message of the oldest batch.
+"""
+
+import bisect
+import threading
+import time
+from collections.abc import Iterable, Sequence
+
+from sortedcontainers import SortedDict
+
+from pyrmq.client.message import MessageExt
+
+__all__ = ["ProcessQueue"]
+
+
+class _Batch:
+    __slots__ = ("done", "left", "low", "msgs", "offsets")
+
+    def __init__(self, msgs: Sequence[MessageExt]) -> None:
+        self.msgs = msgs
+        self.offsets = [m.queue_offset for m in msgs]
+        self.done = bytearray(len(msgs))
+        self.left = len(msgs)
+        self.low = 0
+        """Index of the first unfinished message."""
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ProcessQueue:
+    """In-flight messages of one queue, with counters for flow control.
+
+    >>> class M:
+    ...     def __init__(self, o): self.queue_offset, self.store_size = o, 100
+    >>> pq = ProcessQueue()
+    >>> pq.put([M(5), M(6), M(7)])
+    >>> pq.put([M(9)])
+    >>> pq.remove([M(6)])  # 5 is still in flight
+    5
+    >>> pq.remove([M(5), M(7)])
+    9
+    >>> (pq.msg_count, pq.msg_size, pq.span())
+    (1, 100, 0)
+    >>> pq.remove([M(9)])  # nothing left: commit past the last one seen
+    10
+    """
+
+    __slots__ = (
+        "_batches",
+        "_count",
+        "_hint",
+        "_hint_key",
+        "_lock",
+        "dropped",
+        "last_consume_ms",
+        "last_pull_ms",
+        "max_offset_seen",
+        "msg_size",
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batches: SortedDict = SortedDict()
+        self._count = 0
+        self._hint: _Batch | None = None
+        self._hint_key = 0
+        self.msg_size = 0
+        """Bytes of the records in flight."""
+        self.max_offset_seen = -1
+        self.dropped = False
+        self.last_pull_ms = self.last_consume_ms = _now_ms()
+
+    def is_dropped(self) -> bool:
+        """``dropped``, read through a call: it changes under awaits and in other threads."""
+        return self.dropped
+
+    @property
+    def msg_count(self) -> int:
+        return self._count
+
+    def put(self, msgs: Sequence[MessageExt]) -> None:
+        """Adds a pulled batch (ascending offsets); offsets already seen are skipped."""
+        with self._lock:
+            if msgs and msgs[0].queue_offset <= self.max_offset_seen:
+                msgs = [m for m in msgs if m.queue_offset > self.max_offset_seen]
+            if not msgs:
+                return
+            batch = _Batch(msgs)
+            self._batches[batch.offsets[0]] = batch
+            self._count += len(msgs)
+            self.msg_size += sum(m.store_size for m in msgs)
+            self.max_offset_seen = batch.offsets[-1]
+
+    def remove(self, msgs: Iterable[MessageExt]) -> int:
+        """Marks messages finished; returns the offset to commit, or -1 if none is known."""
+        with self._lock:
+            batches = self._batches
+            batch, key = self._hint, self._hint_key
+            for m in msgs:
+                offset = m.queue_offset
+                # Messages finish roughly in pull order: try the batch of the last one first.
+                if batch is None or not key <= offset <= batch.offsets[-1] or not batch.left:
+                    at = batches.bisect_right(offset) - 1
+                    if at < 0:
+                        batch = None
+                        continue
+                    key, batch = batches.peekitem(at)
+                assert batch is not None
+                i = bisect.bisect_left(batch.offsets, offset)
+                if i == len(batch.offsets) or batch.offsets[i] != offset or batch.done[i]:
+                    continue
+                batch.done[i] = 1
+                batch.left -= 1
+                self._count -= 1
+                self.msg_size -= m.store_size
+                if batch.left == 0:
+                    del batches[key]
+                    batch = None
+                elif i == batch.low:
+                    low = i + 1
+                    while batch.done[low]:
+                        low += 1
+                    batch.low = low
+            self._hint, self._hint_key = batch, key
+            self.last_consume_ms = _now_ms()
+            return self._commit_offset()
+
+    def _commit_offset(self) -> int:
+        if self._batches:
+            first: _Batch = self._batches.peekitem(0)[1]
+            return first.offsets[first.low]
+        return self.max_offset_seen + 1 if self.max_offset_seen >= 0 else -1
+
+    def span(self) -> int:
+        """Distance between the oldest and newest message in flight."""
+        with self._lock:
+            if not self._batches:
+                return 0
+            first: _Batch = self._batches.peekitem(0)[1]
+            last: _Batch = self._batches.peekitem(-1)[1]
+            return last.offsets[-1] - first.offsets[first.low]
+
+    def clear(self) -> None:
+        """Forgets every message (the queue's offset was moved)."""
+        with self._lock:
+            self._batches.clear()
+            self._hint = None
+            self._count = 0
+            self.msg_size = 0
+            self.max_offset_seen = -1
+
+    def in_flight(self) -> list[MessageExt]:
+        """The unfinished messages, oldest first."""
+        with self._lock:
+            return [
+                m
+                for b in self._batches.values()
+                for m, done in zip(b.msgs, b.done, strict=True)
+                if not done
+            ]
+
+    def snapshot(self) -> dict[str, int]:
+        """Figures for GET_CONSUMER_RUNNING_INFO."""
+        with self._lock:
+            first = self._commit_offset() if self._batches else 0
+            last = self._batches.peekitem(-1)[1].offsets[-1] if self._batches else 0
+            return {
+                "cachedMsgCount": self._count,
+                "cachedMsgSizeInMiB": self.msg_size >> 20,
+                "cachedMsgMinOffset": first,
+                "cachedMsgMaxOffset": last,
+                "lastPullTimestamp": self.last_pull_ms,
+                "lastConsumeTimestamp": self.last_consume_ms,
+                "droped": int(self.dropped),
+            }

@@ -1,0 +1,542 @@
+"""The asyncio producer: sends to a topic's queues round robin, across brokers, with retries
+on another broker and a latency-fault list that steers around brokers that failed.
+
+Every check on a message (topic name, empty or oversized body, property names, batch rules)
+runs before anything goes on the wire and raises a :class:`~pyrmq.errors.MessageIllegalError`
+subclass. A send that no broker accepted raises :class:`~pyrmq.errors.SendError`, whose
+``__cause__`` is the last failure; a broker's refusal of the message itself (a code no other
+broker would answer differently, such as MESSAGE_ILLEGAL) raises
+:class:`~pyrmq.errors.BrokerError` at once, as RocketMQ's producer does.
+"""
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import random
+import struct
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Final, Self
+
+from pyrmq import _core
+from pyrmq.client.api import SendRequest
+from pyrmq.client.fault import FAILURE_ISOLATION_MS, LatencyFaults
+from pyrmq.client.instance import DEFAULT_TOPIC, ClientConfig, ClientInstance
+from pyrmq.client.message import (
+    RETRY_PREFIX,
+    Message,
+    MessageQueue,
+    SendResult,
+    set_unique_id,
+)
+from pyrmq.client.route import PERM_WRITE, TopicRoute
+from pyrmq.errors import (
+    BrokerError,
+    ClientStateError,
+    MessageIllegalError,
+    MessageTooLargeError,
+    NoRouteError,
+    PropertiesTooLargeError,
+    PyrmqError,
+    SendError,
+)
+from pyrmq.properties import DELAY, encode_properties
+from pyrmq.remoting.protocol import ResponseCode
+
+__all__ = ["MessageQueueSelector", "Producer", "select_by_hash"]
+
+log = logging.getLogger(__name__)
+
+SYSFLAG_COMPRESSED: Final = 0x1
+MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
+# PROPERTIESLEN is a signed 2-byte field of the stored record.
+MAX_PROPERTIES_BYTES: Final = 32767
+_SEPARATORS: Final = ("\x01", "\x02")
+_BATCH_ITEM = struct.Struct(">iiiii")
+_BATCH_PROPS_LEN = struct.Struct(">h")
+
+# Answers after which another broker may succeed (RocketMQ's retryResponseCodes).
+_RETRYABLE: Final = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.NO_BUYER_ID,
+        ResponseCode.NOT_IN_CURRENT_UNIT,
+    }
+)
+
+MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+"""``(queues, message, arg) -> the queue to send to``, for ordered sends."""
+
+
+def select_by_hash(mqs: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    """The queue at ``hash(arg) % len(mqs)``; ints are used as they are, strings hashed as
+    Java's ``String.hashCode`` so that Java and Python producers agree (RocketMQ's
+    SelectMessageQueueByHash).
+
+    >>> qs, m = [MessageQueue("T", "b", i) for i in range(4)], Message("T", b"x")
+    >>> select_by_hash(qs, m, 6).queue_id, select_by_hash(qs, m, -6).queue_id
+    (2, 2)
+    >>> select_by_hash(qs, m, "order-1") == select_by_hash(qs, Message("T", b"y"), "order-1")
+    True
+    """
+    key = abs(_core.java_string_hash(arg)) if isinstance(arg, str) else abs(int(arg))
+    return mqs[key % len(mqs)]
+
+
+class _PublishInfo:
+    __slots__ = ("broker_names", "from_default", "queues", "route")
+
+    def __init__(self, route: TopicRoute, queues: list[MessageQueue], from_default: bool) -> None:
+        self.route = route
+        self.queues = queues
+        self.from_default = from_default
+        self.broker_names = tuple(dict.fromkeys(q.broker_name for q in queues))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Outgoing:
+    """One message or one batch, checked and encoded once; each attempt only names a queue."""
+
+    topic: str
+    body: bytes
+    properties: str
+    flag: int
+    sys_flag: int
+    batch: bool
+    msg_id: str
+
+
+class Producer:
+    """Sends messages; use ``async with`` or :meth:`start` / :meth:`shutdown`.
+
+    Args:
+        group: The producer group.
+        namesrv_addr: Name servers, ``host:port`` separated by ``;``.
+        send_timeout_s: Time for one send, retries included.
+        retry_times_when_send_failed: Further attempts, each on another broker when there is
+            one, after a send that got no answer or a retryable error code.
+        compress_over: Bodies of at least this many bytes are sent zlib-compressed (when that
+            makes them smaller), with sysflag bit 0 set.
+        compress_level: zlib level.
+        max_message_size: Largest body (or encoded batch) accepted, in bytes.
+        default_topic_queue_nums: Queues per broker of a topic the broker auto-creates.
+        send_latency_fault_enable: Steer around brokers that failed or answered slowly.
+        fault_isolation_s: How long a broker that failed a send is avoided.
+        instance_name: Distinguishes client instances in one process.
+        client_config: Settings of the shared client instance (overrides ``namesrv_addr`` and
+            ``instance_name``).
+
+    >>> async def main(namesrv: str) -> None:  # doctest: +SKIP
+    ...     async with Producer("PG", namesrv) as producer:
+    ...         result = await producer.send(Message("TopicTest", b"hello", tags="TagA"))
+    ...         print(result.status, result.msg_id)
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str = "127.0.0.1:9876",
+        *,
+        send_timeout_s: float = 3.0,
+        retry_times_when_send_failed: int = 2,
+        compress_over: int = 4096,
+        compress_level: int = 5,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        default_topic_queue_nums: int = 4,
+        send_latency_fault_enable: bool = True,
+        fault_isolation_s: float = FAILURE_ISOLATION_MS / 1000,
+        instance_name: str | None = None,
+        client_config: ClientConfig | None = None,
+    ) -> None:
+        self.group = group
+        self.config = client_config or ClientConfig(
+            namesrv_addr=namesrv_addr, instance_name=instance_name
+        )
+        self.send_timeout_s = send_timeout_s
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.compress_over = compress_over
+        self.compress_level = compress_level
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.faults = (
+            LatencyFaults(failure_isolation_ms=int(fault_isolation_s * 1000))
+            if send_latency_fault_enable
+            else None
+        )
+        self._publish: dict[str, _PublishInfo] = {}
+        self._index = itertools.count(random.randrange(1 << 16))
+        self._instance: ClientInstance | None = None
+        self._async_sends: set[asyncio.Task[SendResult]] = set()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._instance is not None:
+            return
+        inst = ClientInstance.acquire(self.config, self.group, consumer=False)
+        inst.producers[self.group] = self
+        inst.start()
+        self._instance = inst
+
+    async def shutdown(self) -> None:
+        """Waits (up to ``send_timeout_s``) for sends started by :meth:`send_async`,
+        unregisters from the brokers and stops the client instance if nothing else uses it."""
+        if self._instance is None:
+            return
+        if self._async_sends:
+            await asyncio.wait(set(self._async_sends), timeout=self.send_timeout_s)
+        for task in list(self._async_sends):
+            task.cancel()
+        inst, self._instance = self._instance, None
+        inst.producers.pop(self.group, None)
+        masters = [a[0] for a in list(inst.broker_addrs.values()) if 0 in a]
+        results = await asyncio.gather(
+            *(
+                inst.api.unregister_client(addr, inst.client_id, producer_group=self.group)
+                for addr in masters
+            ),
+            return_exceptions=True,
+        )
+        for addr, result in zip(masters, results, strict=True):
+            if isinstance(result, PyrmqError):
+                log.debug("unregister from %s failed: %s", addr, result)
+            elif isinstance(result, BaseException):
+                raise result
+        await inst.release()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    @property
+    def instance(self) -> ClientInstance:
+        if self._instance is None:
+            raise ClientStateError(f"producer {self.group} is not started")
+        return self._instance
+
+    # --- ClientInstance member -----------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return list(self._publish)
+
+    def on_route(self, topic: str, route: TopicRoute) -> None:
+        queues = route.publish_queues()
+        if queues:
+            self._publish[topic] = _PublishInfo(route, queues, False)
+
+    # --- routes --------------------------------------------------------------------------
+
+    async def _publish_info(self, topic: str) -> _PublishInfo:
+        info = self._publish.get(topic)
+        if info is not None and not info.from_default:
+            return info
+        inst = self.instance
+        try:
+            route = await inst.update_route(topic)
+        except NoRouteError:
+            if info is None:
+                raise
+            route = None  # no name server answered: keep sending where we did
+        if route is not None and (queues := route.publish_queues()):
+            info = self._publish[topic] = _PublishInfo(route, queues, False)
+            return info
+        if info is not None:
+            return info
+        # Unknown topic: send to the brokers that auto-create topics (TBW102's route); the
+        # broker creates the topic and registers it, and a later lookup finds it.
+        default = await inst.update_route(DEFAULT_TOPIC)
+        if default is None:
+            raise NoRouteError(f"no route info of topic {topic}, nor of {DEFAULT_TOPIC}")
+        queues = []
+        for q in default.queues:
+            broker = default.brokers.get(q.broker_name)
+            if q.perm & PERM_WRITE and broker is not None and broker.master is not None:
+                count = min(q.write_queue_nums, self.default_topic_queue_nums)
+                queues += [MessageQueue(topic, q.broker_name, i) for i in range(count)]
+        if not queues:
+            raise NoRouteError(f"no route info of topic {topic}: no broker auto-creates it")
+        info = self._publish[topic] = _PublishInfo(default, queues, True)
+        return info
+
+    async def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The queues a send to ``topic`` may go to."""
+        return list((await self._publish_info(topic)).queues)
+
+    def _select(self, info: _PublishInfo, last_broker: str | None) -> MessageQueue:
+        """The next queue round robin, passing over brokers the fault list avoids and, on a
+        retry, the broker that just failed."""
+        queues = info.queues
+        start = next(self._index)
+        faults = self.faults
+        if last_broker is None and not faults:
+            return queues[start % len(queues)]
+        usable = [q for q in queues if faults is None or faults.is_available(q.broker_name)]
+        others = [q for q in usable if q.broker_name != last_broker]
+        pick = others or usable
+        if not pick:
+            # Every broker is avoided: try the one whose pause ends first.
+            least = faults.least_bad(info.broker_names) if faults is not None else None
+            pick = [q for q in queues if q.broker_name == least] or queues
+        return pick[start % len(pick)]
+
+    # --- encoding ------------------------------------------------------------------------
+
+    def _check(self, msg: Message) -> None:
+        """Client-side checks (RocketMQ's Validators.checkMessage), before any I/O."""
+        _core.validate_topic(msg.topic)
+        if not msg.body:
+            raise MessageIllegalError(f"the body of a message to {msg.topic} is empty")
+        if len(msg.body) > self.max_message_size:
+            raise MessageTooLargeError(
+                f"the body of a message to {msg.topic} is {len(msg.body)} bytes, above the "
+                f"limit of {self.max_message_size}"
+            )
+        for name, value in msg.properties.items():
+            if not name or any(s in name or s in value for s in _SEPARATORS):
+                raise MessageIllegalError(
+                    f"property {name!r} of a message to {msg.topic}: names must be non-empty "
+                    "and names and values must not contain \\x01 or \\x02"
+                )
+
+    @staticmethod
+    def _check_properties_size(props: str, topic: str) -> None:
+        # One UTF-8 character is at most 4 bytes: most properties skip the encode.
+        if len(props) * 4 > MAX_PROPERTIES_BYTES and len(props.encode()) > MAX_PROPERTIES_BYTES:
+            raise PropertiesTooLargeError(
+                f"the properties of a message to {topic} are {len(props.encode())} bytes "
+                f"encoded, above {MAX_PROPERTIES_BYTES}"
+            )
+
+    def _encode(self, msg: Message) -> _Outgoing:
+        self._check(msg)
+        uniq = set_unique_id(msg)
+        props = encode_properties(msg.properties)
+        self._check_properties_size(props, msg.topic)
+        body, sys_flag = msg.body, 0
+        if len(body) >= self.compress_over:
+            packed = zlib.compress(body, self.compress_level)
+            if len(packed) < len(body):
+                body, sys_flag = packed, SYSFLAG_COMPRESSED
+        return _Outgoing(msg.topic, body, props, msg.flag, sys_flag, False, uniq)
+
+    def _encode_batch(self, msgs: Sequence[Message]) -> _Outgoing:
+        """One body of encoded messages (spec §7.3); the batch's ids joined by commas."""
+        if not msgs:
+            raise MessageIllegalError("a batch needs at least one message")
+        topic = msgs[0].topic
+        if topic.startswith(RETRY_PREFIX):
+            raise MessageIllegalError(f"messages to retry topic {topic} cannot be batched")
+        for m in msgs:
+            if m.topic != topic:
+                raise MessageIllegalError(
+                    f"every message of a batch must have one topic: {m.topic} is not {topic}"
+                )
+            if DELAY in m.properties:
+                raise MessageIllegalError(f"a batch to {topic} must not carry a delay level")
+            self._check(m)
+        parts: list[bytes] = []
+        ids = []
+        total = 0
+        for m in msgs:
+            ids.append(set_unique_id(m))
+            props_str = encode_properties(m.properties)
+            self._check_properties_size(props_str, topic)
+            props = props_str.encode()
+            size = 20 + len(m.body) + 2 + len(props)
+            parts += (
+                _BATCH_ITEM.pack(size, 0, 0, m.flag, len(m.body)),
+                m.body,
+                _BATCH_PROPS_LEN.pack(len(props)),
+                props,
+            )
+            total += size
+        if total > self.max_message_size:
+            raise MessageTooLargeError(
+                f"the batch to {topic} is {total} bytes, above the limit of {self.max_message_size}"
+            )
+        return _Outgoing(topic, b"".join(parts), "", 0, 0, True, ",".join(ids))
+
+    def _request(self, out: _Outgoing, mq: MessageQueue) -> SendRequest:
+        return SendRequest(
+            producer_group=self.group,
+            queue=mq,
+            body=out.body,
+            properties=out.properties,
+            flag=out.flag,
+            sys_flag=out.sys_flag,
+            batch=out.batch,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+        )
+
+    # --- sending -------------------------------------------------------------------------
+
+    async def _send_with_retries(
+        self,
+        out: _Outgoing,
+        timeout_s: float | None,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        inst = self.instance
+        deadline = time.monotonic() + (self.send_timeout_s if timeout_s is None else timeout_s)
+        # A send to a chosen queue never moves (RocketMQ sends those once).
+        attempts = 1 if queue is not None else 1 + self.retry_times_when_send_failed
+        last_broker: str | None = None
+        last_error: PyrmqError | None = None
+        for attempt in range(attempts):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if queue is None:
+                mq = self._select(await self._publish_info(out.topic), last_broker)
+            else:
+                mq = queue
+            started = time.monotonic()
+            try:
+                addr = await inst.master_addr(mq.broker_name, out.topic)
+                result = await inst.api.send(addr, self._request(out, mq), out.msg_id, remaining)
+            except BrokerError as e:
+                if e.code not in _RETRYABLE:
+                    # The message itself was refused: no broker would take it.
+                    self._fault(mq.broker_name, started, failed=False)
+                    raise
+                self._fault(mq.broker_name, started, failed=True)
+                last_broker, last_error = mq.broker_name, e
+                log.info("send to %s failed attempt=%d: %s", mq, attempt + 1, e)
+            except PyrmqError as e:  # no connection, no answer in time, no address
+                self._fault(mq.broker_name, started, failed=True)
+                last_broker, last_error = mq.broker_name, e
+                log.info("send to %s failed attempt=%d: %s", mq, attempt + 1, e)
+            else:
+                self._fault(mq.broker_name, started, failed=False)
+                return result
+        if last_error is None:
+            raise SendError(f"send to {out.topic} ran out of time before an attempt")
+        raise SendError(
+            f"send to {out.topic} failed after {attempt + 1} attempt(s): {last_error}"
+        ) from last_error
+
+    def _fault(self, broker: str, started: float, *, failed: bool) -> None:
+        if self.faults is not None:
+            latency_ms = int((time.monotonic() - started) * 1000)
+            self.faults.update(broker, latency_ms, failed=failed)
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        timeout_s: float | None = None,
+    ) -> SendResult:
+        """Sends one message and returns the broker's answer.
+
+        Retries on another broker up to ``retry_times_when_send_failed`` times, within
+        ``timeout_s`` (default ``send_timeout_s``) in all. With ``queue``, sends there once.
+
+        Raises:
+            MessageIllegalError: The message failed a client-side check; nothing was sent.
+            SendError: No broker took the message; ``__cause__`` is the last failure.
+            BrokerError: A broker refused the message itself (for example MESSAGE_ILLEGAL).
+            NoRouteError: Neither the topic nor TBW102 has a route.
+        """
+        if queue is not None and queue.topic != msg.topic:
+            raise MessageIllegalError(f"message topic {msg.topic} is not the queue's ({queue})")
+        return await self._send_with_retries(self._encode(msg), timeout_s, queue)
+
+    async def send_batch(
+        self,
+        msgs: Sequence[Message],
+        *,
+        queue: MessageQueue | None = None,
+        timeout_s: float | None = None,
+    ) -> SendResult:
+        """Sends messages of one topic in one request, stored together in one queue.
+
+        ``msg_id`` of the result is the messages' ids joined by commas. A batch must not carry
+        delay levels or go to a retry topic.
+        """
+        out = self._encode_batch(msgs)
+        if queue is not None and queue.topic != out.topic:
+            raise MessageIllegalError(f"batch topic {out.topic} is not the queue's ({queue})")
+        return await self._send_with_retries(out, timeout_s, queue)
+
+    async def send_orderly(
+        self,
+        msg: Message,
+        arg: Any,
+        selector: MessageQueueSelector = select_by_hash,
+        *,
+        timeout_s: float | None = None,
+    ) -> SendResult:
+        """Sends to the queue ``selector`` picks for ``arg`` (by default ``hash(arg) % n``),
+        so messages with one sharding key keep their order. Never moves to another queue."""
+        out = self._encode(msg)
+        queues = (await self._publish_info(msg.topic)).queues
+        mq = selector(queues, msg, arg)
+        if mq.topic != msg.topic:
+            raise MessageIllegalError(f"the selector chose {mq}, not a queue of {msg.topic}")
+        return await self._send_with_retries(out, timeout_s, mq)
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        """Sends without waiting for an answer: fastest, and unacknowledged. Raises
+        :class:`~pyrmq.errors.SendError` only if the request could not be written."""
+        if queue is not None and queue.topic != msg.topic:
+            raise MessageIllegalError(f"message topic {msg.topic} is not the queue's ({queue})")
+        out = self._encode(msg)
+        inst = self.instance
+        mq = queue or self._select(await self._publish_info(msg.topic), None)
+        started = time.monotonic()
+        try:
+            addr = await inst.master_addr(mq.broker_name, msg.topic)
+            await inst.api.send_oneway(addr, self._request(out, mq))
+        except PyrmqError as e:
+            self._fault(mq.broker_name, started, failed=True)
+            raise SendError(f"oneway send to {mq} failed: {e}") from e
+
+    def send_async(
+        self,
+        msg: Message,
+        on_success: Callable[[SendResult], None] | None = None,
+        on_exception: Callable[[BaseException], None] | None = None,
+        *,
+        queue: MessageQueue | None = None,
+        timeout_s: float | None = None,
+    ) -> "asyncio.Task[SendResult]":
+        """Starts :meth:`send` and returns its task; the callbacks run in the event loop when
+        it ends. The producer keeps the task until it ends, and :meth:`shutdown` waits for it
+        (a send still running after ``send_timeout_s`` is cancelled, and ``on_exception`` gets
+        a CancelledError). A callback that raises is logged."""
+        self.instance  # noqa: B018 (raises ClientStateError when not started)
+        task = asyncio.get_running_loop().create_task(
+            self.send(msg, queue=queue, timeout_s=timeout_s)
+        )
+        self._async_sends.add(task)
+
+        def done(t: "asyncio.Task[SendResult]") -> None:
+            self._async_sends.discard(t)
+            exc = asyncio.CancelledError() if t.cancelled() else t.exception()
+            try:
+                if exc is None:
+                    if on_success is not None:
+                        on_success(t.result())
+                elif on_exception is not None:
+                    on_exception(exc)
+            except Exception:
+                log.exception("send callback failed topic=%s", msg.topic)
+
+        task.add_done_callback(done)
+        return task

@@ -1,0 +1,649 @@
+"""The asyncio push consumer: a pull loop per assigned queue with long polling, a
+ProcessQueue per queue with flow control, concurrent consumption, send-back of failures, and
+rebalancing across the group's consumers.
+
+>>> async def main(namesrv: str) -> None:  # doctest: +SKIP
+...     def on_messages(msgs, ctx):
+...         for m in msgs:
+...             print(m.topic, m.tags, m.body)
+...         return ConsumeStatus.CONSUME_SUCCESS
+...     async with PushConsumer("CG", namesrv) as consumer:
+...         consumer.subscribe("TopicTest", "TagA || TagB", on_messages)
+...         await asyncio.sleep(60)
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal, Self
+
+from pyrmq import _core
+from pyrmq.client.allocate import AllocateStrategy, allocate_averagely
+from pyrmq.client.api import PullStatus
+from pyrmq.client.consume_service import (
+    ConcurrentConsumeService,
+    ConsumeContext,
+    ConsumeStatus,
+    Listener,
+)
+from pyrmq.client.instance import ClientConfig, ClientInstance
+from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
+from pyrmq.client.offset_store import (
+    LocalFileOffsetStore,
+    RemoteBrokerOffsetStore,
+    default_offsets_dir,
+)
+from pyrmq.client.process_queue import ProcessQueue
+from pyrmq.client.route import TopicRoute
+from pyrmq.errors import BrokerError, ClientStateError, PyrmqError
+from pyrmq.remoting.headers import PullMessageRequestHeader
+from pyrmq.remoting.protocol import PullSysFlag
+
+__all__ = [
+    "ConsumeContext",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "MessageModel",
+    "PushConsumer",
+    "Subscription",
+]
+
+log = logging.getLogger(__name__)
+
+ConsumeFromWhere = Literal[
+    "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"
+]
+MessageModel = Literal["CLUSTERING", "BROADCASTING"]
+
+PULL_DELAY_ON_ERROR_S: Final = 3.0
+PULL_DELAY_ON_FLOW_CONTROL_S: Final = 0.05
+SUSPEND_TIMEOUT_S: Final = 15.0
+# A held pull is answered within the suspend timeout; allow it that plus a margin.
+PULL_TIMEOUT_MARGIN_S: Final = 15.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Subscription:
+    """A topic and its tag expression (``*``, or ``tagA || tagB``)."""
+
+    topic: str
+    expression: str
+    tags: frozenset[str] | None
+    version: int
+
+    @classmethod
+    def parse(cls, topic: str, expression: str | None) -> "Subscription":
+        expr = (expression or "").strip()
+        tags = [t.strip() for t in expr.split("||") if t.strip()]
+        version = time.time_ns() // 1_000_000
+        if not tags or "*" in tags:
+            return cls(topic, "*", None, version)
+        return cls(topic, " || ".join(tags), frozenset(tags), version)
+
+    def to_json(self) -> dict[str, Any]:
+        tags = sorted(self.tags or ())
+        return {
+            "classFilterMode": False,
+            "topic": self.topic,
+            "subString": self.expression,
+            "tagsSet": tags,
+            "codeSet": [_core.java_string_hash(t) for t in tags],
+            "subVersion": self.version,
+            "expressionType": "TAG",
+        }
+
+
+def _timestamp_ms(value: int | str | None) -> int:
+    """``consumeTimestamp``: epoch ms, or RocketMQ's ``yyyyMMddHHmmss`` local time; by default
+    half an hour ago."""
+    if value is None:
+        return int((time.time() - 1800) * 1000)
+    if isinstance(value, int):
+        return value
+    return int(datetime.strptime(value, "%Y%m%d%H%M%S").timestamp() * 1000)
+
+
+class PushConsumer:
+    """Delivers the messages of subscribed topics to listeners, or to ``async for``.
+
+    Clustering (default): the group's consumers share the queues and its progress lives on
+    the brokers. Broadcasting: every consumer gets every message and keeps its progress in a
+    local file.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str = "127.0.0.1:9876",
+        *,
+        message_model: MessageModel = "CLUSTERING",
+        consume_from_where: ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
+        consume_timestamp: int | str | None = None,
+        allocate_strategy: AllocateStrategy[MessageQueue] = allocate_averagely,
+        consume_thread_max: int = 20,
+        consume_message_batch_max_size: int = 1,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue_mib: int = 100,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = 16,
+        suspend_timeout_s: float = SUSPEND_TIMEOUT_S,
+        pull_interval_s: float = 0.0,
+        offsets_dir: str | Path | None = None,
+        instance_name: str | None = None,
+        client_config: ClientConfig | None = None,
+    ) -> None:
+        if message_model not in ("CLUSTERING", "BROADCASTING"):
+            raise ValueError(f"unknown message model {message_model!r}")
+        self.group = group
+        self.config = client_config or ClientConfig(
+            namesrv_addr=namesrv_addr, instance_name=instance_name
+        )
+        self.message_model: MessageModel = message_model
+        self.consume_from_where = consume_from_where
+        self.consume_timestamp_ms = _timestamp_ms(consume_timestamp)
+        self.allocate_strategy = allocate_strategy
+        self.consume_thread_max = consume_thread_max
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue_mib << 20
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.max_reconsume_times = max_reconsume_times
+        self.suspend_timeout_s = suspend_timeout_s
+        self.pull_interval_s = pull_interval_s
+        self.offsets_dir = Path(offsets_dir) if offsets_dir else None
+        self.subscriptions: dict[str, Subscription] = {}
+        self._listeners: dict[str, Listener] = {}
+        self._default_listener: Listener | None = None
+        self._queues: dict[str, list[MessageQueue]] = {}
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._instance: ClientInstance | None = None
+        self._service: ConcurrentConsumeService | None = None
+        self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore
+        self._rebalance_lock = asyncio.Lock()
+        # None is the end-of-stream mark that shutdown() puts there.
+        self._inbox: asyncio.Queue[tuple[MessageExt, ProcessQueue] | None] | None = None
+        self._unacked: tuple[MessageExt, ProcessQueue] | None = None
+        self._started_ms = 0
+
+    @property
+    def clustering(self) -> bool:
+        return self.message_model == "CLUSTERING"
+
+    # --- configuration -------------------------------------------------------------------
+
+    def subscribe(
+        self, topic: str, expression: str = "*", listener: Listener | None = None
+    ) -> None:
+        """Subscribes to ``topic`` with a tag expression.
+
+        ``listener`` gets this topic's messages (``listener(msgs, context)``, a function run
+        on the consume thread pool or a coroutine function run in the event loop). Without
+        one, the messages go to the listener given to :meth:`register_listener`, or else to
+        ``async for``.
+        """
+        _core.validate_topic(topic)
+        self.subscriptions[topic] = Subscription.parse(topic, expression)
+        if listener is not None:
+            self._listeners[topic] = listener
+        if self._instance is not None:
+            self._instance.rebalance_soon()
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscriptions.pop(topic, None)
+        self._listeners.pop(topic, None)
+        if self._instance is not None:
+            self._instance.rebalance_soon()
+
+    def register_listener(self, listener: Listener) -> None:
+        """The listener for every topic that has none of its own."""
+        self._default_listener = listener
+
+    def listener_for(self, topic: str) -> Listener | None:
+        """The topic's listener; None means its messages go to ``async for``."""
+        return self._listeners.get(topic) or self._default_listener
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connects, registers with the brokers and starts consuming."""
+        if self._instance is not None:
+            return
+        if not self.subscriptions:
+            raise ClientStateError(f"consumer {self.group} has no subscription")
+        inst = ClientInstance.acquire(self.config, self.group, consumer=True)
+        if self.clustering:
+            self.subscriptions.setdefault(
+                RETRY_PREFIX + self.group, Subscription.parse(RETRY_PREFIX + self.group, "*")
+            )
+            self.offset_store = RemoteBrokerOffsetStore(inst, self.group)
+        else:
+            directory = self.offsets_dir or default_offsets_dir()
+            self.offset_store = LocalFileOffsetStore(directory, inst.client_id, self.group)
+        if self._default_listener is None and set(self._listeners) < {
+            t for t in self.subscriptions if not t.startswith(RETRY_PREFIX)
+        }:
+            self._inbox = asyncio.Queue()
+        self._service = ConcurrentConsumeService(self, asyncio.get_running_loop())
+        inst.consumers[self.group] = self
+        self._instance = inst
+        self._started_ms = time.time_ns() // 1_000_000
+        inst.start()
+        for topic in self.subscriptions:
+            try:
+                await inst.update_route(topic)
+            except PyrmqError as e:
+                log.warning("no route for %s yet: %s", topic, e)
+        await inst.heartbeat_all()
+        await self.rebalance()
+        inst.rebalance_soon()
+
+    async def shutdown(self) -> None:
+        """Stops pulling, lets running listeners finish, commits offsets and unregisters."""
+        inst, self._instance = self._instance, None
+        if inst is None:
+            return
+        inst.consumers.pop(self.group, None)
+        tasks = list(self._pull_tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._unacked is not None:
+            self._ack(*self._unacked)
+            self._unacked = None
+        if self._inbox is not None:
+            self._inbox.put_nowait(None)  # ends `async for`
+        if self._service is not None:
+            # Listeners already running finish and move their queues' offsets; the queues
+            # are marked dropped only afterwards, or those offsets would be lost and the
+            # messages delivered again after a restart.
+            await self._service.shutdown()
+        for pq in self._pqs.values():
+            pq.dropped = True
+        if isinstance(self.offset_store, RemoteBrokerOffsetStore):
+            await self.offset_store.commit_all(list(self._pqs))
+        else:
+            await self.offset_store.persist(list(self._pqs))
+        self._pull_tasks.clear()
+        self._pqs.clear()
+        for addrs in list(inst.broker_addrs.values()):
+            for addr in addrs.values():
+                try:
+                    await inst.api.unregister_client(
+                        addr, inst.client_id, consumer_group=self.group
+                    )
+                except PyrmqError as e:
+                    log.debug("unregister from %s failed: %s", addr, e)
+        await inst.release()
+
+    async def __aenter__(self) -> Self:
+        if self.subscriptions:
+            await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    @property
+    def instance(self) -> ClientInstance:
+        if self._instance is None:
+            raise ClientStateError(f"consumer {self.group} is not started")
+        return self._instance
+
+    # --- async iteration -----------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[MessageExt]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[MessageExt]:
+        """Yields messages of topics without a listener. A message counts as consumed when
+        the loop asks for the next one, so one that was being handled when the consumer
+        stopped is delivered again. The loop ends when the consumer shuts down."""
+        inbox = self._inbox
+        if inbox is None or self._instance is None:
+            raise ClientStateError(
+                f"consumer {self.group} is not started or every topic has a listener"
+            )
+        while True:
+            if self._unacked is not None:
+                self._ack(*self._unacked)
+                self._unacked = None
+            item = await inbox.get()
+            if item is None:
+                inbox.put_nowait(None)  # for any other iterator
+                return
+            msg, pq = item
+            if pq.is_dropped():
+                continue
+            self._unacked = (msg, pq)
+            yield msg
+
+    def _ack(self, msg: MessageExt, pq: ProcessQueue) -> None:
+        offset = pq.remove([msg])
+        if offset >= 0 and not pq.dropped:
+            self.offset_store.update(msg.message_queue, offset)
+
+    # --- ClientInstance member -----------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return list(self.subscriptions)
+
+    def on_route(self, topic: str, route: TopicRoute) -> None:
+        self._queues[topic] = route.subscribe_queues()
+
+    def heartbeat_data(self) -> dict[str, Any]:
+        return {
+            "groupName": self.group,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": self.message_model,
+            "consumeFromWhere": self.consume_from_where,
+            "subscriptionDataSet": [s.to_json() for _, s in sorted(self.subscriptions.items())],
+            "unitMode": False,
+        }
+
+    async def persist_offsets(self) -> None:
+        await self.offset_store.persist(list(self._pqs))
+
+    def running_info(self) -> dict[str, Any]:
+        return {
+            "properties": {
+                "consumerGroup": self.group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": self.message_model,
+                "consumeFromWhere": self.consume_from_where,
+                "consumeThreadMax": str(self.consume_thread_max),
+                "PROP_CONSUMEORDERLY": "false",
+                "PROP_CLIENT_VERSION": "pyrmq",
+                "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms),
+            },
+            "subscriptionSet": [s.to_json() for _, s in sorted(self.subscriptions.items())],
+            "mqTable": [
+                {"mq": mq.to_json(), "offset": self.offset_store.read(mq), **pq.snapshot()}
+                for mq, pq in sorted(self._pqs.items())
+            ],
+        }
+
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: restart the named queues from the given offsets."""
+        for mq, offset in offsets.items():
+            if mq.topic != topic:
+                continue
+            await self._drop_queue(mq, persist=False)
+            self.offset_store.update(mq, offset, increase_only=False)
+            if isinstance(self.offset_store, RemoteBrokerOffsetStore):
+                try:
+                    await self.offset_store.commit_now(mq)
+                except PyrmqError as e:
+                    log.warning("cannot commit reset offset of %s: %s", mq, e)
+            else:
+                await self.offset_store.persist([mq])
+        self.instance.rebalance_soon()
+
+    # --- rebalance -----------------------------------------------------------------------
+
+    async def rebalance(self) -> None:
+        """Takes this consumer's share of every subscribed topic's queues."""
+        inst = self._instance
+        if inst is None:
+            return
+        async with self._rebalance_lock:
+            for topic in list(self.subscriptions):
+                queues = self._queues.get(topic)
+                if queues is None:
+                    try:
+                        await inst.update_route(topic)
+                    except PyrmqError as e:
+                        log.info("no route for %s: %s", topic, e)
+                    queues = self._queues.get(topic)
+                    if queues is None:
+                        continue
+                if self.clustering:
+                    cids = await self._consumer_ids(inst, topic)
+                    if inst.client_id not in cids:
+                        # The broker asked has not had this client's heartbeat yet (it just
+                        # restarted, say): allocating now would give every queue away.
+                        log.info(
+                            "%s: %s is not yet among the consumers %s of %s; keeping %s",
+                            self.group,
+                            inst.client_id,
+                            cids,
+                            topic,
+                            [str(q) for q in self._pqs if q.topic == topic],
+                        )
+                        continue
+                    mine = self.allocate_strategy(
+                        self.group, inst.client_id, sorted(queues), sorted(cids)
+                    )
+                else:
+                    mine = list(queues)
+                await self._update_queues(topic, set(mine))
+            for mq in [q for q in self._pqs if q.topic not in self.subscriptions]:
+                await self._drop_queue(mq, persist=True)
+
+    async def _consumer_ids(self, inst: ClientInstance, topic: str) -> list[str]:
+        """The group's consumer ids from one of ``topic``'s brokers, trying each in turn (a
+        random one first, as RocketMQ does) so that one broker being down does not stop
+        rebalancing. A list naming this client wins over one from a broker that has not had
+        its heartbeat yet; [] if no broker answers."""
+        route = inst.routes.get(topic)
+        if route is None:
+            return []
+        addrs = [a for b in route.brokers.values() if (a := b.any_addr()) is not None]
+        random.shuffle(addrs)
+        found: list[str] = []
+        for addr in addrs:
+            try:
+                cids = await inst.api.consumer_ids(addr, self.group)
+            except PyrmqError as e:
+                log.info("cannot get the consumers of %s from %s: %s", self.group, addr, e)
+                continue
+            if inst.client_id in cids:
+                return cids
+            found = found or cids
+        return found
+
+    async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> None:
+        for mq in [q for q in self._pqs if q.topic == topic and q not in mine]:
+            await self._drop_queue(mq, persist=True)
+        for mq in sorted(mine - self._pqs.keys()):
+            offset = await self._start_offset(mq)
+            if offset is None or self._instance is None:
+                continue
+            pq = self._pqs[mq] = ProcessQueue()
+            # Recorded at once: if the queue moves to another consumer before any message
+            # of it is consumed, that one starts here. With nothing committed it would start
+            # from its own consume_from_where (the queue's end, by default) and skip what was
+            # pulled here but never consumed.
+            self.offset_store.update(mq, offset, increase_only=False)
+            log.info("%s takes %s from offset %d", self.group, mq, offset)
+            self._pull_tasks[mq] = asyncio.get_running_loop().create_task(
+                self._pull_loop(mq, pq, offset)
+            )
+
+    async def _drop_queue(self, mq: MessageQueue, *, persist: bool) -> None:
+        pq = self._pqs.pop(mq, None)
+        if pq is not None:
+            pq.dropped = True
+        task = self._pull_tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if persist and pq is not None:
+            if isinstance(self.offset_store, RemoteBrokerOffsetStore):
+                try:
+                    await self.offset_store.commit_now(mq)
+                except PyrmqError as e:
+                    log.warning("cannot commit offset of %s: %s", mq, e)
+            else:
+                await self.offset_store.persist([mq])
+            if self.clustering:
+                self.offset_store.remove(mq)
+            log.info("%s gives up %s", self.group, mq)
+
+    async def _start_offset(self, mq: MessageQueue) -> int | None:
+        """Where a newly taken queue starts: the committed offset, else what
+        ``consume_from_where`` says; None when the broker cannot be asked now."""
+        inst = self._instance
+        if inst is None:  # shut down while rebalancing
+            return None
+        try:
+            committed = await self.offset_store.read_from_store(mq)
+            if committed is not None and committed >= 0:
+                return committed
+            if mq.topic.startswith(RETRY_PREFIX):
+                return 0
+            addr = await inst.master_addr(mq.broker_name, mq.topic)
+            if self.consume_from_where == "CONSUME_FROM_FIRST_OFFSET":
+                return 0
+            if self.consume_from_where == "CONSUME_FROM_TIMESTAMP":
+                return await inst.api.search_offset(addr, mq, self.consume_timestamp_ms)
+            return await inst.api.max_offset(addr, mq)
+        except PyrmqError as e:
+            log.warning("cannot find the start offset of %s for %s: %s", mq, self.group, e)
+            return None
+
+    # --- pulling -------------------------------------------------------------------------
+
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        return (
+            pq.msg_count > self.pull_threshold_for_queue
+            or pq.msg_size > self.pull_threshold_size_for_queue
+            or pq.span() > self.consume_concurrently_max_span
+        )
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        broker_id = 0
+        while not pq.is_dropped():
+            try:
+                pq, offset, broker_id = await self._pull_once(mq, pq, offset, broker_id)
+            except PyrmqError as e:
+                log.info("pull of %s for %s failed: %s", mq, self.group, e)
+                await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
+            except Exception:
+                # The loop must outlive any bug in a batch: the queue stays assigned, and
+                # nothing else would pull it again.
+                log.exception("pull of %s for %s failed", mq, self.group)
+                await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
+            else:
+                if self.pull_interval_s:
+                    await asyncio.sleep(self.pull_interval_s)
+
+    async def _pull_once(
+        self, mq: MessageQueue, pq: ProcessQueue, offset: int, broker_id: int
+    ) -> tuple[ProcessQueue, int, int]:
+        """One pull of ``mq`` from ``offset``; returns the queue's ProcessQueue (a new one
+        after OFFSET_ILLEGAL), the next offset and the broker id to pull from next."""
+        if self._flow_controlled(pq):
+            await asyncio.sleep(PULL_DELAY_ON_FLOW_CONTROL_S)
+            return pq, offset, broker_id
+        inst = self.instance
+        sub = self.subscriptions.get(mq.topic)
+        addr = inst.pull_addr(mq.broker_name, broker_id)
+        if sub is None or addr is None:
+            await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
+            return pq, offset, broker_id
+        sys_flag = PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION
+        commit = self.offset_store.read(mq) if self.clustering else None
+        if commit is not None and broker_id == 0:
+            sys_flag |= PullSysFlag.COMMIT_OFFSET
+        header = PullMessageRequestHeader(
+            consumer_group=self.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=self.pull_batch_size,
+            sys_flag=int(sys_flag),
+            commit_offset=commit or 0,
+            suspend_timeout_millis=int(self.suspend_timeout_s * 1000),
+            sub_version=sub.version,
+            subscription=sub.expression,
+            expression_type="TAG",
+        )
+        timeout_s = self.suspend_timeout_s + PULL_TIMEOUT_MARGIN_S
+        try:
+            result = await inst.api.pull(addr, mq.broker_name, header, timeout_s)
+        except BrokerError as e:
+            log.warning("pull of %s from %s refused: %s", mq, addr, e)
+            await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
+            return pq, offset, broker_id
+        if pq.is_dropped():  # a rebalance gave the queue away during the pull
+            return pq, offset, broker_id
+        pq.last_pull_ms = time.monotonic_ns() // 1_000_000
+        broker_id = result.suggest_which_broker_id
+        if result.status is PullStatus.FOUND:
+            msgs = result.messages
+            if sub.tags is not None:
+                msgs = [m for m in msgs if m.tags in sub.tags]
+            offset = result.next_begin_offset
+            if msgs:
+                pq.put(msgs)
+                self._dispatch(msgs, pq, mq)
+            elif pq.msg_count == 0:
+                self.offset_store.update(mq, offset)
+        elif result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warning(
+                "offset %d of %s is illegal, moving to %d", offset, mq, result.next_begin_offset
+            )
+            offset = result.next_begin_offset
+            # Messages still in flight belong to the old position: a fresh ProcessQueue
+            # keeps them from moving the offset when they finish (RocketMQ drops the queue).
+            pq.dropped = True
+            pq = self._pqs[mq] = ProcessQueue()
+            self.offset_store.update(mq, offset, increase_only=False)
+        else:
+            offset = result.next_begin_offset
+            if pq.msg_count == 0:
+                self.offset_store.update(mq, offset)
+        return pq, offset, broker_id
+
+    def _dispatch(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        inbox = self._inbox
+        rest = []
+        orphans = []
+        for m in msgs:
+            if self.listener_for(m.topic) is not None:
+                rest.append(m)
+            elif inbox is not None:
+                inbox.put_nowait((m, pq))
+            else:
+                orphans.append(m)
+        if orphans:
+            # Retries of a topic this consumer no longer subscribes to, with nowhere to go.
+            log.warning(
+                "%s has no listener for %d message(s) of %s (topic %s); skipping them",
+                self.group,
+                len(orphans),
+                mq,
+                orphans[0].topic,
+            )
+            offset = pq.remove(orphans)
+            if offset >= 0 and not pq.is_dropped():
+                self.offset_store.update(mq, offset)
+        if rest:
+            assert self._service is not None
+            self._service.submit(rest, pq, mq)
+
+    async def send_back(self, msg: MessageExt, delay_level: int) -> None:
+        """CONSUMER_SEND_MSG_BACK to the master of the message's broker."""
+        inst = self.instance
+        addr = await inst.master_addr(msg.broker_name, msg.stored.topic)
+        await inst.api.send_back(addr, msg, self.group, delay_level, self.max_reconsume_times)
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        """Queues this consumer pulls now."""
+        return sorted(self._pqs)

@@ -1,0 +1,191 @@
+"""pyrmq's asyncio PushConsumer mixed with the official RocketMQ client (``rocketmq==0.4.4``,
+C++ 1.2.3) against a real ``pyrmq serve``: what the official producer sends arrives intact, and
+an official push consumer and ours share one group's queues without losing anything."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import platform
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
+from pyrmq.client.instance import ClientConfig
+from pyrmq.client.message import Message, MessageExt
+from pyrmq.client.producer import Producer
+from pyrmq.client.push_consumer import PushConsumer
+
+from .rmq_client import run_producer, start_push_consumer
+from .servers import ServerProcess, create_topic
+
+pytestmark = [
+    pytest.mark.compat,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(
+        not (sys.platform == "linux" and platform.machine() == "x86_64"),
+        reason="the rocketmq 0.4.4 wheel ships librocketmq for x86_64 Linux only",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(name server, broker) of one ``pyrmq serve`` on free ports."""
+    root = tmp_path_factory.mktemp("serve")
+    server = ServerProcess(
+        ["serve", "--store", str(root / "store"), "--namesrv-port", "0", "--broker-port", "0"],
+        root / "serve.log",
+    )
+    try:
+        namesrv, broker = server.addresses()
+        yield namesrv, broker
+    finally:
+        assert server.stop() == 0, (root / "serve.log").read_text()[-3000:]
+
+
+def fast_config(namesrv: str) -> ClientConfig:
+    return ClientConfig(
+        namesrv_addr=namesrv,
+        rebalance_interval_s=1.0,
+        heartbeat_broker_interval_s=1.0,
+        persist_consumer_offset_interval_s=0.5,
+        poll_name_server_interval_s=1.0,
+    )
+
+
+def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 90.0) -> None:
+    asyncio.run(asyncio.wait_for(scenario(), timeout_s))
+
+
+async def eventually(
+    predicate: Callable[[], object], timeout_s: float = 30.0, what: str = "condition"
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not met within {timeout_s} s")
+        await asyncio.sleep(0.05)
+
+
+class Collect:
+    """A listener that keeps every message it is given."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.msgs: list[MessageExt] = []
+
+    def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        with self.lock:
+            self.msgs.extend(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+
+def test_messages_from_the_official_producer_reach_our_push_consumer_intact(
+    serve: tuple[str, str],
+) -> None:
+    namesrv, broker = serve
+    topic = "TopicFromCpp"
+    create_topic(broker, topic, 4)
+    specs: list[dict[str, Any]] = [
+        {
+            "body": f"cpp-body-{i}" + "é" * (i % 3),
+            "tags": f"Tag{i % 2}",
+            "keys": f"key-{i} alt-{i}",
+            "properties": {"custom": f"v{i}", "region": "eu"},
+        }
+        for i in range(30)
+    ]
+    sent = run_producer(namesrv, topic, specs)
+    assert [s["status"] for s in sent] == ["SEND_OK"] * len(specs)
+
+    async def scenario() -> None:
+        got = Collect()
+        c = PushConsumer(
+            "CG_FROM_CPP",
+            client_config=fast_config(namesrv),
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        )
+        c.subscribe(topic, "*", got)
+        await c.start()
+        try:
+            await eventually(lambda: len(got.msgs) >= len(specs), what="every message")
+            await asyncio.sleep(1.0)
+        finally:
+            await c.shutdown()
+        assert len(got.msgs) == len(specs)
+        by_id = {m.id: m for m in got.msgs}
+        for spec, result in zip(specs, sent, strict=True):
+            m = by_id[result["msg_id"]]
+            assert m.topic == topic
+            assert m.body == spec["body"].encode()
+            assert m.tags == spec["tags"]
+            assert m.keys == spec["keys"]
+            assert m.properties["custom"] == spec["properties"]["custom"]
+            assert m.properties["region"] == "eu"
+            assert m.queue_offset == result["queue_offset"]
+            assert m.reconsume_times == 0
+
+    run(scenario)
+
+
+@pytest.mark.slow
+def test_official_and_pyrmq_push_consumers_share_a_group_and_lose_nothing(
+    serve: tuple[str, str],
+) -> None:
+    namesrv, broker = serve
+    topic, group, count = "TopicMixedGroup", "CG_MIXED", 400
+    create_topic(broker, topic, 8)
+
+    with start_push_consumer(namesrv, topic, group=group, instance_name="cpp", timeout=100) as cpp:
+
+        async def scenario() -> None:
+            ours = Collect()
+            c = PushConsumer(group, client_config=fast_config(namesrv))
+            c.subscribe(topic, "*", ours)
+            await c.start()
+            try:
+                await eventually(
+                    lambda: len([q for q in c.assigned_queues() if q.topic == topic]) == 4,
+                    what="our consumer holds half of the 8 queues",
+                )
+                # The official client rebalances when the broker tells it the group changed;
+                # give it time to take the other half.
+                await asyncio.sleep(3.0)
+                async with Producer("PG_MIXED", client_config=fast_config(namesrv)) as producer:
+                    for i in range(count):
+                        await producer.send(Message(topic, f"mx{i}".encode()))
+                        if i % 50 == 49:
+                            await asyncio.sleep(0.1)
+                want = {f"mx{i}".encode() for i in range(count)}
+
+                def everything() -> bool:
+                    theirs = {m["body"] for m in cpp.messages()}
+                    return {m.body for m in ours.msgs} | theirs >= want
+
+                await eventually(everything, 40, "every message consumed by one of the two")
+                await asyncio.sleep(1.0)
+                mine = [m.body for m in ours.msgs]
+                theirs = [m["body"] for m in cpp.messages()]
+                assert set(mine) | set(theirs) == want
+                assert mine, "our consumer got nothing"
+                assert theirs, "the official consumer got nothing"
+                # Each queue went to one of them: no message consumed twice.
+                both = collections.Counter(mine + theirs)
+                assert max(both.values()) == 1, [b for b, n in both.items() if n > 1][:20]
+                our_queues = {m.queue_id for m in ours.msgs}
+                their_queues = {m["queue_id"] for m in cpp.messages()}
+                assert not our_queues & their_queues
+                assert len(our_queues) == len(their_queues) == 4
+            finally:
+                await c.shutdown()
+
+        started = time.monotonic()
+        run(scenario)
+        assert time.monotonic() - started < 90

@@ -1,0 +1,923 @@
+"""The asyncio PushConsumer against real ``pyrmq`` server processes, judged the way RocketMQ's
+own integration tests judge a push consumer: exactly once in the normal case, balance across a
+group (NormalMsgStaticBalanceIT), nothing lost when consumers join and crash
+(DynamicAddAndCrashIT) or when a broker crashes, broadcasting with local offsets, tag filters,
+where a new group starts, redelivery of failures, and flow control.
+
+Consumers that are SIGKILLed run in child processes (``consumer_child.py``); the others run in
+this process, each with its own client instance. Intervals are shortened through
+``ClientConfig`` (rebalance and heartbeat 1 s, offsets persisted every 0.5 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import importlib.util
+import random
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from pyrmq.client.api import ClientAPI
+from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
+from pyrmq.client.instance import ClientConfig
+from pyrmq.client.message import RETRY_PREFIX, Message, MessageExt, MessageQueue, SendStatus
+from pyrmq.client.offset_store import LocalFileOffsetStore
+from pyrmq.client.producer import Producer
+from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.errors import PyrmqError
+from pyrmq.remoting.client import RemotingClient
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    """A helper module by path (tests are imported with --import-mode=importlib)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_HERE = Path(__file__).resolve().parent
+_servers = _load("pyrmq_test_servers", _HERE.parent / "compat" / "servers.py")
+_child = _load("pyrmq_test_consumer_child", _HERE / "consumer_child.py")
+ServerProcess = _servers.ServerProcess
+create_topic = _servers.create_topic
+ConsumerChild = _child.ConsumerChild
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def fast_config(namesrv: str, **overrides: Any) -> ClientConfig:
+    """Client intervals short enough for tests: rebalance, heartbeat and route refresh every
+    second, offsets persisted twice a second."""
+    settings: dict[str, Any] = {
+        "namesrv_addr": namesrv,
+        "rebalance_interval_s": 1.0,
+        "heartbeat_broker_interval_s": 1.0,
+        "persist_consumer_offset_interval_s": 0.5,
+        "poll_name_server_interval_s": 1.0,
+    }
+    return ClientConfig(**{**settings, **overrides})
+
+
+def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 60.0) -> None:
+    asyncio.run(asyncio.wait_for(scenario(), timeout_s))
+
+
+async def eventually(
+    predicate: Callable[[], object], timeout_s: float = 20.0, what: str = "condition"
+) -> None:
+    """Polls ``predicate`` every 20 ms until it holds; fails after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not met within {timeout_s} s")
+        await asyncio.sleep(0.02)
+
+
+class Recorder:
+    """A listener that records every delivery (thread-safe); ``behaviour(msg)`` may block,
+    raise or return a status."""
+
+    def __init__(
+        self, behaviour: Callable[[MessageExt], ConsumeStatus | None] | None = None
+    ) -> None:
+        self.behaviour = behaviour
+        self.lock = threading.Lock()
+        self.deliveries: list[tuple[MessageExt, MessageQueue]] = []
+        self.done: list[MessageExt] = []
+
+    def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        for m in msgs:
+            with self.lock:
+                self.deliveries.append((m, ctx.message_queue))
+            status = self.behaviour(m) if self.behaviour is not None else None
+            if status is ConsumeStatus.RECONSUME_LATER:
+                return status
+        with self.lock:
+            self.done.extend(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def ids(self) -> list[str]:
+        with self.lock:
+            return [m.id for m in self.done]
+
+    def bodies(self) -> list[bytes]:
+        with self.lock:
+            return [m.body for m in self.done]
+
+
+def consumer(
+    namesrv: str, group: str, topic: str, listener: Any, expression: str = "*", **options: Any
+) -> PushConsumer:
+    options.setdefault("client_config", fast_config(namesrv))
+    c = PushConsumer(group, **options)
+    c.subscribe(topic, expression, listener)
+    return c
+
+
+def topic_queues(c: PushConsumer, topic: str) -> list[MessageQueue]:
+    return [q for q in c.assigned_queues() if q.topic == topic]
+
+
+async def committed_offset(broker: str, group: str, mq: MessageQueue) -> int | None:
+    """QUERY_CONSUMER_OFFSET, from a fresh connection."""
+    remoting = RemotingClient()
+    try:
+        return await ClientAPI(remoting).query_consumer_offset(broker, group, mq)
+    finally:
+        await remoting.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One ``pyrmq serve`` for the module; each test uses its own topics and groups."""
+    root = tmp_path_factory.mktemp("serve")
+    proc = ServerProcess(
+        ["serve", "--store", str(root / "store"), "--namesrv-port", "0", "--broker-port", "0"],
+        root / "serve.log",
+    )
+    try:
+        yield proc
+    finally:
+        assert proc.stop() == 0, (root / "serve.log").read_text()[-3000:]
+
+
+@pytest.fixture
+def addrs(server: Any) -> tuple[str, str]:
+    """(name server, broker) of the module's server."""
+    namesrv, broker = server.addresses()
+    return namesrv, broker
+
+
+# --- 1. exactly once ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("listener_kind", ["thread", "coroutine_batch_4"])
+def test_every_message_arrives_exactly_once_with_body_tags_keys_and_properties(
+    addrs: tuple[str, str], listener_kind: str
+) -> None:
+    """1000 messages over 4 queues to one consumer: each delivered once, as sent. The
+    listener runs on the thread pool one message at a time, or as a coroutine with batches
+    of up to 4."""
+    namesrv, broker = addrs
+    topic, count = f"TopicExactlyOnce_{listener_kind}", 1000
+    create_topic(broker, topic, 4)
+    big = b"compressible " * 1000  # above compress_over: sent zlib-compressed
+
+    def make(i: int) -> Message:
+        body = big + str(i).encode() if i % 100 == 0 else f"body-{i}-".encode() + bytes([i % 256])
+        msg = Message(
+            topic,
+            body,
+            tags=f"Tag{i % 3}",
+            keys=[f"key-{i}", f"other-{i}"],
+            properties={"seq": str(i), "note": "välue ✓"},
+        )
+        return msg
+
+    async def scenario() -> None:
+        rec = Recorder()
+        batches: list[int] = []
+
+        async def coroutine_listener(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+            batches.append(len(msgs))
+            await asyncio.sleep(0)
+            rec(msgs, ctx)
+
+        if listener_kind == "thread":
+            c = consumer(namesrv, f"CG_EXACT_{listener_kind}", topic, rec)
+        else:
+            c = consumer(
+                namesrv,
+                f"CG_EXACT_{listener_kind}",
+                topic,
+                coroutine_listener,
+                consume_message_batch_max_size=4,
+            )
+        await c.start()
+        try:
+            await eventually(lambda: len(topic_queues(c, topic)) == 4, what="4 queues taken")
+            sent: dict[str, tuple[int, Any]] = {}
+            async with Producer("PG_EXACT", client_config=fast_config(namesrv)) as producer:
+                results = []
+                for start in range(0, count, 50):
+                    results += await asyncio.gather(
+                        *(producer.send(make(i)) for i in range(start, start + 50))
+                    )
+            for i, r in enumerate(results):
+                assert r.status is SendStatus.OK
+                sent[r.msg_id] = (i, r)
+            await eventually(lambda: len(rec.done) >= count, 30, f"{count} consumed")
+            await asyncio.sleep(1.0)  # a duplicate would arrive by now
+        finally:
+            await c.shutdown()
+        assert len(rec.deliveries) == count
+        if listener_kind != "thread":
+            assert max(batches) == 4, collections.Counter(batches)
+        ids = rec.ids()
+        assert len(set(ids)) == count
+        assert set(ids) == set(sent)
+        per_queue = collections.Counter(m.queue_id for m in rec.done)
+        assert sorted(per_queue) == [0, 1, 2, 3]
+        for m in rec.done:
+            i, result = sent[m.id]
+            want = make(i)
+            assert m.topic == topic
+            assert m.body == want.body
+            assert m.tags == f"Tag{i % 3}"
+            assert m.keys == f"key-{i} other-{i}"
+            assert m.properties["seq"] == str(i)
+            assert m.properties["note"] == "välue ✓"
+            assert m.reconsume_times == 0
+            assert bool(m.stored.sys_flag & 1) == (i % 100 == 0)  # compressed on the wire
+            assert (m.queue_id, m.queue_offset) == (
+                result.message_queue.queue_id,
+                result.queue_offset,
+            )
+            assert m.offset_msg_id == result.offset_msg_id
+
+    run(scenario)
+
+
+def test_async_for_gets_the_messages_and_ends_at_shutdown(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic = "TopicAsyncFor"
+    create_topic(broker, topic, 2)
+
+    async def scenario() -> None:
+        c = PushConsumer(
+            "CG_ASYNC_FOR",
+            client_config=fast_config(namesrv),
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        )
+        c.subscribe(topic)
+        async with Producer("PG_ASYNC_FOR", client_config=fast_config(namesrv)) as producer:
+            for i in range(20):
+                await producer.send(Message(topic, f"a{i}".encode()))
+        await c.start()
+        got: list[bytes] = []
+
+        async def iterate() -> None:
+            async for m in c:
+                got.append(m.body)
+
+        task = asyncio.get_running_loop().create_task(iterate())
+        await eventually(lambda: len(got) == 20, what="20 messages through async for")
+        await c.shutdown()
+        await asyncio.wait_for(task, 5)  # the loop ended with the consumer
+        assert sorted(got) == sorted(f"a{i}".encode() for i in range(20))
+        # Every message counts as consumed, the last one too (acknowledged at shutdown): the
+        # committed offsets cover all 20.
+        offsets = [
+            await committed_offset(broker, "CG_ASYNC_FOR", MessageQueue(topic, "broker-a", q))
+            for q in range(2)
+        ]
+        assert sum(o or 0 for o in offsets) == 20, offsets
+
+    run(scenario)
+
+
+# --- 2. load balance ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("consumer_count", [2, 4])
+def test_clustering_consumers_share_the_load_evenly_without_duplicates(
+    addrs: tuple[str, str], consumer_count: int
+) -> None:
+    """NormalMsgStaticBalanceIT: 8 queues, messages spread evenly; each consumer's count
+    within 10 % of the mean."""
+    namesrv, broker = addrs
+    topic, group, count = f"TopicBalance{consumer_count}", f"CG_BALANCE_{consumer_count}", 800
+    create_topic(broker, topic, 8)
+
+    async def scenario() -> None:
+        recs = [Recorder() for _ in range(consumer_count)]
+        consumers = [consumer(namesrv, group, topic, r) for r in recs]
+        for c in consumers:
+            await c.start()
+        try:
+
+            def settled() -> bool:
+                shares = [topic_queues(c, topic) for c in consumers]
+                flat = [q for s in shares for q in s]
+                return all(len(s) == 8 // consumer_count for s in shares) and len(set(flat)) == 8
+
+            await eventually(settled, 20, "an even, disjoint assignment")
+            # The producer's own round robin spreads them over the 8 queues.
+            async with Producer("PG_BALANCE", client_config=fast_config(namesrv)) as producer:
+                for start in range(0, count, 40):
+                    await asyncio.gather(
+                        *(
+                            producer.send(Message(topic, f"b{i}".encode()))
+                            for i in range(start, start + 40)
+                        )
+                    )
+            await eventually(lambda: sum(len(r.done) for r in recs) >= count, 30, "all consumed")
+            await asyncio.sleep(1.0)
+        finally:
+            for c in consumers:
+                await c.shutdown()
+        counts = [len(r.done) for r in recs]
+        mean = count / consumer_count
+        assert all(abs(n - mean) <= 0.1 * mean for n in counts), counts
+        every = [b for r in recs for b in r.bodies()]
+        assert len(every) == count, f"duplicates: {len(every) - len(set(every))}"
+        assert sorted(every) == sorted(f"b{i}".encode() for i in range(count))
+
+    run(scenario)
+
+
+# --- 3. consumers joining and crashing ----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_consumers_joining_and_crashing_lose_nothing(
+    addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    """DynamicAddAndCrashIT: consumer A runs, B and C join mid-stream, B is SIGKILLed; every
+    message is consumed by someone. Duplicates may only be messages the crashed consumer had
+    consumed (its last progress was not committed) or ones taken over in a rebalance."""
+    namesrv, broker = addrs
+    topic, group, count = "TopicDynamic", "CG_DYNAMIC", 900
+    create_topic(broker, topic, 8)
+    common = {"namesrv": namesrv, "topic": topic, "group": group}
+    children: dict[str, Any] = {}
+
+    def start(name: str) -> Any:
+        child = ConsumerChild(tmp_path / f"{name}.jsonl", instance_name=name, **common)
+        children[name] = child
+        return child
+
+    sent: list[str] = []
+
+    async def scenario() -> None:
+        a = start("A").wait_started()
+        a.wait_until(lambda: len(a.queues() or []) == 8, 20, "A owns the 8 queues")
+        async with Producer("PG_DYNAMIC", client_config=fast_config(namesrv)) as producer:
+            for i in range(count):
+                if i == 150:
+                    start("B")
+                elif i == 300:
+                    start("C")
+                elif i == 550:
+                    b = children["B"]
+                    await eventually(b.messages, 20, "B consuming before its crash")
+                    b.kill()
+                result = await producer.send(Message(topic, f"d{i}".encode()))
+                assert result.status is SendStatus.OK
+                sent.append(f"d{i}")
+                await asyncio.sleep(0.005)
+
+        def all_consumed() -> bool:
+            return {m["body"] for ch in children.values() for m in ch.messages()} >= set(sent)
+
+        await eventually(all_consumed, 40, "every message consumed")
+        await asyncio.sleep(1.0)
+
+    try:
+        run(scenario, 90)
+    finally:
+        for child in children.values():
+            child.stop()
+    per_child = {name: [m["body"] for m in ch.messages()] for name, ch in children.items()}
+    every = [b for bodies in per_child.values() for b in bodies]
+    assert set(every) == set(sent)
+    duplicated = {b for b, n in collections.Counter(every).items() if n > 1}
+    # Only what B had consumed (and not committed) before the crash, or what changed hands in
+    # the rebalances, may come twice: a small share of the stream.
+    assert len(duplicated) <= count // 10, sorted(duplicated)
+    # A consumer never gets a message twice itself: its own progress never goes back.
+    for name, bodies in per_child.items():
+        assert len(bodies) == len(set(bodies)), (name, len(bodies) - len(set(bodies)))
+    assert all(per_child[name] for name in ("A", "C")), {n: len(b) for n, b in per_child.items()}
+
+
+def test_a_queue_handed_over_before_anything_was_consumed_loses_nothing(
+    addrs: tuple[str, str],
+) -> None:
+    """CONSUME_FROM_LAST_OFFSET, no committed offset yet: A takes the queues at their end,
+    pulls a first batch and is still busy with it when B joins and takes half the queues. A
+    must hand over the position it started from, or B would start at the (new) end of those
+    queues and skip the batch A never got to."""
+    namesrv, broker = addrs
+    topic, group, count = "TopicEarlyHandover", "CG_EARLY_HANDOVER", 40
+    create_topic(broker, topic, 4)
+    release = threading.Event()
+
+    async def scenario() -> None:
+        slow = Recorder(lambda m: None if release.wait(30) else ConsumeStatus.RECONSUME_LATER)
+        fast = Recorder()
+        a = consumer(namesrv, group, topic, slow, consume_thread_max=1)
+        b = consumer(namesrv, group, topic, fast)
+        await a.start()
+        try:
+            await eventually(lambda: len(topic_queues(a, topic)) == 4, what="A owns 4 queues")
+            async with Producer("PG_EARLY", client_config=fast_config(namesrv)) as producer:
+                for i in range(count):
+                    await producer.send(Message(topic, f"e{i}".encode()))
+            await eventually(lambda: slow.deliveries, what="A busy with its first message")
+            await b.start()
+            await eventually(
+                lambda: len(topic_queues(a, topic)) == len(topic_queues(b, topic)) == 2,
+                what="the queues shared",
+            )
+            release.set()
+            want = {f"e{i}".encode() for i in range(count)}
+            await eventually(
+                lambda: set(slow.bodies()) | set(fast.bodies()) >= want,
+                what="every message consumed",
+            )
+        finally:
+            release.set()
+            await a.shutdown()
+            await b.shutdown()
+
+    run(scenario)
+
+
+def test_a_consumer_leaving_cleanly_hands_over_without_duplicates(
+    addrs: tuple[str, str],
+) -> None:
+    """A consumer that shuts down while its listeners are busy lets them finish and commits
+    their progress before it leaves, so the consumer taking its queues neither skips nor
+    repeats anything."""
+    namesrv, broker = addrs
+    topic, group, count = "TopicCleanLeave", "CG_CLEAN_LEAVE", 300
+    create_topic(broker, topic, 4)
+
+    async def scenario() -> None:
+        recs = [Recorder(lambda m: time.sleep(0.01)) for _ in range(2)]
+        a, b = (consumer(namesrv, group, topic, r, consume_thread_max=4) for r in recs)
+        await a.start()
+        await b.start()
+        try:
+            await eventually(
+                lambda: len(topic_queues(a, topic)) == len(topic_queues(b, topic)) == 2,
+                what="the queues shared",
+            )
+            async with Producer("PG_CLEAN", client_config=fast_config(namesrv)) as producer:
+                for i in range(count):
+                    await producer.send(Message(topic, f"c{i}".encode()))
+                    if i == count // 3:
+                        await eventually(lambda: recs[1].done, what="B consuming")
+                        await b.shutdown()
+            await eventually(
+                lambda: sum(len(r.done) for r in recs) >= count, 30, "every message consumed"
+            )
+            await asyncio.sleep(1.0)
+        finally:
+            await a.shutdown()
+            await b.shutdown()
+        every = [body for r in recs for body in r.bodies()]
+        assert sorted(set(every)) == sorted(f"c{i}".encode() for i in range(count))
+        duplicated = [body for body, n in collections.Counter(every).items() if n > 1]
+        # A broker that stores the commit offset of a held pull again when it wakes the pull
+        # (RocketMQ stores it only on the first pass) moves the offset back and makes these.
+        assert not duplicated, duplicated
+
+    run(scenario)
+
+
+# --- 4. broadcasting ----------------------------------------------------------------------
+
+
+def test_broadcasting_consumers_each_get_everything_and_resume_from_local_offsets(
+    addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    namesrv, broker = addrs
+    topic, group = "TopicBroadcast", "CG_BROADCAST"
+    create_topic(broker, topic, 4)
+    offsets_dir = tmp_path / "offsets"
+
+    def make(name: str, rec: Recorder) -> PushConsumer:
+        return consumer(
+            namesrv,
+            group,
+            topic,
+            rec,
+            message_model="BROADCASTING",
+            offsets_dir=offsets_dir,
+            client_config=fast_config(namesrv, instance_name=name),
+        )
+
+    async def send(producer: Producer, prefix: str, n: int) -> set[bytes]:
+        for i in range(n):
+            await producer.send(Message(topic, f"{prefix}{i}".encode()))
+        return {f"{prefix}{i}".encode() for i in range(n)}
+
+    async def scenario() -> None:
+        one, two = Recorder(), Recorder()
+        c1, c2 = make("one", one), make("two", two)
+        await c1.start()
+        await c2.start()
+        async with Producer("PG_BROADCAST", client_config=fast_config(namesrv)) as producer:
+            try:
+                await eventually(
+                    lambda: len(topic_queues(c1, topic)) == len(topic_queues(c2, topic)) == 4,
+                    what="both consumers own every queue",
+                )
+                first = await send(producer, "p", 40)
+                await eventually(lambda: len(one.done) >= 40 and len(two.done) >= 40)
+                await c2.shutdown()
+                store = c2.offset_store
+                assert isinstance(store, LocalFileOffsetStore)
+                assert store.path.is_relative_to(offsets_dir)
+                assert store.path.exists()
+                second = await send(producer, "q", 20)
+                await eventually(lambda: len(one.done) >= 60)
+
+                # "two" again, same instance name and offsets dir: it resumes where it was.
+                two_again = Recorder()
+                c2 = make("two", two_again)
+                await c2.start()
+                # "three" is new: it starts at the end of every queue.
+                three = Recorder()
+                c3 = make("three", three)
+                await c3.start()
+                await eventually(lambda: len(two_again.done) >= 20, what="two resumed")
+                await eventually(lambda: len(topic_queues(c3, topic)) == 4, what="three ready")
+                third = await send(producer, "r", 10)
+                await eventually(
+                    lambda: (
+                        len(one.done) >= 70 and len(two_again.done) >= 30 and len(three.done) >= 10
+                    )
+                )
+                await asyncio.sleep(1.0)
+                await c3.shutdown()
+            finally:
+                await c1.shutdown()
+                await c2.shutdown()
+        assert sorted(one.bodies()) == sorted(first | second | third)
+        assert sorted(two.bodies()) == sorted(first)
+        assert sorted(two_again.bodies()) == sorted(second | third)
+        assert sorted(three.bodies()) == sorted(third)
+
+    run(scenario)
+
+
+# --- 5. tag filters -----------------------------------------------------------------------
+
+
+def test_tag_filter_delivers_matching_tags_and_star_delivers_untagged(
+    addrs: tuple[str, str],
+) -> None:
+    namesrv, broker = addrs
+    topic = "TopicTagFilter"
+    create_topic(broker, topic, 2)
+    tags = ["TagA", "TagB", "TagC", None, "TagAB", "taga"]
+
+    async def scenario() -> None:
+        async with Producer("PG_TAGS", client_config=fast_config(namesrv)) as producer:
+            for i in range(24):
+                tag = tags[i % len(tags)]
+                await producer.send(Message(topic, f"{tag}-{i}".encode(), tags=tag))
+        some, every = Recorder(), Recorder()
+        first = "CONSUME_FROM_FIRST_OFFSET"
+        c1 = consumer(namesrv, "CG_TAG_AB", topic, some, "TagA || TagB", consume_from_where=first)
+        c2 = consumer(namesrv, "CG_TAG_ALL", topic, every, "*", consume_from_where=first)
+        await c1.start()
+        await c2.start()
+        try:
+            await eventually(lambda: len(some.done) >= 8 and len(every.done) >= 24)
+            await asyncio.sleep(1.0)
+        finally:
+            await c1.shutdown()
+            await c2.shutdown()
+        assert sorted(m.tags or "" for m in some.done) == ["TagA"] * 4 + ["TagB"] * 4
+        assert len(every.done) == 24
+        untagged = [m for m in every.done if m.tags is None]
+        assert sorted(m.body for m in untagged) == sorted(
+            f"None-{i}".encode() for i in range(24) if tags[i % len(tags)] is None
+        )
+
+    run(scenario)
+
+
+# --- 6. where a new group starts ----------------------------------------------------------
+
+
+def test_consume_from_first_last_and_timestamp_for_a_new_group(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic = "TopicFromWhere"
+    create_topic(broker, topic, 2)
+
+    async def scenario() -> None:
+        async with Producer("PG_FROM", client_config=fast_config(namesrv)) as producer:
+
+            async def send(prefix: str) -> set[bytes]:
+                for i in range(10):
+                    await producer.send(Message(topic, f"{prefix}{i}".encode()))
+                return {f"{prefix}{i}".encode() for i in range(10)}
+
+            old = await send("old")
+            await asyncio.sleep(0.3)
+            since_ms = time.time_ns() // 1_000_000
+            await asyncio.sleep(0.3)
+            mid = await send("mid")
+            recs = {w: Recorder() for w in ("FIRST", "LAST", "TIMESTAMP")}
+            consumers = [
+                consumer(
+                    namesrv,
+                    f"CG_FROM_{w}",
+                    topic,
+                    rec,
+                    consume_from_where=f"CONSUME_FROM_{w}_OFFSET"
+                    if w != "TIMESTAMP"
+                    else "CONSUME_FROM_TIMESTAMP",
+                    consume_timestamp=since_ms,
+                )
+                for w, rec in recs.items()
+            ]
+            try:
+                for c in consumers:
+                    await c.start()
+                await eventually(lambda: all(len(topic_queues(c, topic)) == 2 for c in consumers))
+                new = await send("new")
+                await eventually(
+                    lambda: (
+                        len(recs["FIRST"].done) >= 30
+                        and len(recs["LAST"].done) >= 10
+                        and len(recs["TIMESTAMP"].done) >= 20
+                    )
+                )
+                await asyncio.sleep(0.5)
+            finally:
+                for c in consumers:
+                    await c.shutdown()
+        assert sorted(recs["FIRST"].bodies()) == sorted(old | mid | new)
+        assert sorted(recs["LAST"].bodies()) == sorted(new)
+        assert sorted(recs["TIMESTAMP"].bodies()) == sorted(mid | new)
+
+    run(scenario)
+
+
+# --- 7. failures, redelivery and the committed offset -------------------------------------
+
+
+def test_failed_messages_come_back_and_the_commit_waits_for_a_slow_one(
+    addrs: tuple[str, str],
+) -> None:
+    """RECONSUME_LATER and a raising listener: redelivered from %RETRY% with reconsume_times
+    1 under the original topic. A slow message holds the committed offset at its own offset
+    while later ones finish."""
+    namesrv, broker = addrs
+    topic, group = "TopicRedeliver", "CG_REDELIVER"
+    create_topic(broker, topic, 1)
+    mq = MessageQueue(topic, "broker-a", 0)
+    release = threading.Event()
+
+    def behaviour(m: MessageExt) -> ConsumeStatus | None:
+        if m.keys == "k3":
+            assert release.wait(30)
+        elif m.keys == "k5" and m.reconsume_times == 0:
+            return ConsumeStatus.RECONSUME_LATER
+        elif m.keys == "k7" and m.reconsume_times == 0:
+            raise RuntimeError("listener failure on purpose")
+        return None
+
+    async def scenario() -> None:
+        rec = Recorder(behaviour)
+        c = consumer(
+            namesrv,
+            group,
+            topic,
+            rec,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            consume_thread_max=4,
+        )
+        await c.start()
+        try:
+            async with Producer("PG_REDELIVER", client_config=fast_config(namesrv)) as producer:
+                sent = [
+                    await producer.send(Message(topic, f"m{i}".encode(), keys=f"k{i}"))
+                    for i in range(10)
+                ]
+            await eventually(
+                lambda: (
+                    sorted(m.keys for m in rec.done) == sorted(f"k{i}" for i in range(10) if i != 3)
+                ),
+                what="all but the slow message done",
+            )
+
+            async def broker_offset_becomes(want: int) -> None:
+                for _ in range(100):
+                    if await committed_offset(broker, group, mq) == want:
+                        return
+                    await asyncio.sleep(0.05)
+                raise AssertionError(f"committed offset of {mq} never became {want}")
+
+            await broker_offset_becomes(3)
+            await asyncio.sleep(1.5)  # several persist intervals and pulls later, still 3
+            assert c.offset_store.read(mq) == 3
+            assert await committed_offset(broker, group, mq) == 3
+            release.set()
+            await eventually(lambda: len(rec.done) == 10, what="the slow message done")
+            await broker_offset_becomes(10)
+        finally:
+            release.set()
+            await c.shutdown()
+        by_key = collections.defaultdict(list)
+        for m, delivered_from in rec.deliveries:
+            by_key[m.keys].append((m, delivered_from))
+        for i in range(10):
+            deliveries = by_key[f"k{i}"]
+            assert len(deliveries) == (2 if i in (5, 7) else 1), (i, deliveries)
+            first, _ = deliveries[0]
+            assert first.reconsume_times == 0
+            assert first.id == sent[i].msg_id
+            if i in (5, 7):
+                again, delivered_from = deliveries[1]
+                assert again.topic == topic
+                assert again.reconsume_times == 1
+                assert again.id == sent[i].msg_id
+                assert again.body == f"m{i}".encode()
+                assert delivered_from.topic == RETRY_PREFIX + group
+                assert again.stored.topic == RETRY_PREFIX + group
+
+    run(scenario)
+
+
+# --- 8. flow control ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", ["count", "size"])
+def test_flow_control_stops_pulling_at_the_process_queue_threshold(
+    addrs: tuple[str, str], limit: str
+) -> None:
+    namesrv, broker = addrs
+    topic, group = f"TopicFlow_{limit}", f"CG_FLOW_{limit}"
+    create_topic(broker, topic, 1)
+    release = threading.Event()
+    batch = 8
+    options: dict[str, Any]
+    if limit == "count":
+        count, body_bytes = 300, 100
+        options = {"pull_threshold_for_queue": 40}
+    else:
+        count, body_bytes = 60, 64 * 1024
+        options = {"pull_threshold_size_for_queue_mib": 1}
+    rng = random.Random(3)
+
+    async def scenario() -> None:
+        rec = Recorder(lambda m: None if release.wait(30) else ConsumeStatus.RECONSUME_LATER)
+        c = consumer(
+            namesrv,
+            group,
+            topic,
+            rec,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            consume_thread_max=2,
+            pull_batch_size=batch,
+            **options,
+        )
+        try:
+            async with Producer(
+                "PG_FLOW", client_config=fast_config(namesrv), compress_over=1 << 30
+            ) as producer:
+                for i in range(count):
+                    body = f"{i:06d}".encode() + rng.randbytes(body_bytes - 6)
+                    await producer.send(Message(topic, body))
+            await c.start()
+
+            def cached() -> tuple[int, int]:
+                [row] = [r for r in c.running_info()["mqTable"] if r["mq"]["topic"] == topic]
+                pq = c._pqs[MessageQueue(topic, "broker-a", 0)]
+                return row["cachedMsgCount"], pq.msg_size
+
+            if limit == "count":
+                await eventually(lambda: cached()[0] >= 40, what="the process queue filled")
+            else:
+                await eventually(lambda: cached()[1] >= 1 << 20, what="the process queue filled")
+            peak_count = peak_size = 0
+            for _ in range(50):  # 1 s of samples
+                n, size = cached()
+                peak_count, peak_size = max(peak_count, n), max(peak_size, size)
+                await asyncio.sleep(0.02)
+            if limit == "count":
+                assert 40 <= peak_count <= 40 + batch, peak_count
+            else:
+                assert 1 << 20 <= peak_size <= (1 << 20) + batch * body_bytes, peak_size
+            assert len(rec.deliveries) <= 2  # the two consume threads, blocked
+            release.set()
+            await eventually(lambda: len(rec.done) >= count, 30, "all consumed after release")
+            await asyncio.sleep(0.5)
+        finally:
+            release.set()
+            await c.shutdown()
+        assert sorted(int(b[:6]) for b in rec.bodies()) == list(range(count))
+
+    run(scenario)
+
+
+# --- 9. a broker crash under a running producer and consumer ------------------------------
+
+
+@pytest.mark.slow
+def test_a_broker_killed_and_restarted_loses_no_acknowledged_message(tmp_path: Path) -> None:
+    """namesrv + broker-a + broker-b (SYNC_FLUSH). A producer sends in a loop while broker-a
+    is SIGKILLed and restarted on its port over its store; sends fail over to broker-b. Every
+    message whose send returned OK is consumed at least once after broker-a is back."""
+    namesrv_proc = ServerProcess(["namesrv", "--port", "0"], tmp_path / "namesrv.log")
+    namesrv = namesrv_proc.addresses()[0]
+    brokers: dict[str, Any] = {}
+    ports: dict[str, str] = {}
+
+    def start_broker(name: str, port: str = "0") -> Any:
+        conf = tmp_path / f"{name}.conf"
+        conf.write_text(
+            f"brokerName={name}\nbrokerClusterName=DefaultCluster\nbrokerId=0\n"
+            "flushConsumerOffsetInterval=500\n"
+        )
+        proc = ServerProcess(
+            [
+                *("broker", "-n", namesrv, "-c", str(conf)),
+                *("--store", str(tmp_path / name), "--port", port, "--flush", "sync"),
+            ],
+            tmp_path / f"{name}-{len(brokers)}.log",
+        )
+        brokers[name] = proc
+        ports[name] = proc.addresses()[-1]
+        return proc
+
+    topic, group = "TopicBrokerCrash", "CG_BROKER_CRASH"
+    acked: dict[str, tuple[str, str]] = {}  # body -> (broker, phase)
+    failed: list[str] = []
+    try:
+        for name in ("broker-a", "broker-b"):
+            start_broker(name)
+            create_topic(ports[name], topic, 4)
+
+        async def scenario() -> None:
+            rec = Recorder()
+            c = consumer(namesrv, group, topic, rec, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+            await c.start()
+            try:
+                await eventually(lambda: len(topic_queues(c, topic)) == 8, what="8 queues")
+                async with Producer(
+                    "PG_BROKER_CRASH",
+                    client_config=fast_config(namesrv),
+                    send_timeout_s=2.0,
+                    fault_isolation_s=1.0,
+                ) as producer:
+                    loop = asyncio.get_running_loop()
+                    began = loop.time()
+                    phase = "before"
+                    i = 0
+                    while loop.time() - began < 8.0:
+                        elapsed = loop.time() - began
+                        if phase == "before" and elapsed > 2.0:
+                            brokers["broker-a"].kill()
+                            phase = "down"
+                        elif phase == "down" and elapsed > 4.0:
+                            port = ports["broker-a"].rpartition(":")[2]
+                            await asyncio.to_thread(start_broker, "broker-a", port)
+                            phase = "after"
+                        body = f"x{i}"
+                        i += 1
+                        try:
+                            result = await producer.send(Message(topic, body.encode()))
+                        except PyrmqError:
+                            failed.append(body)
+                        else:
+                            if result.status is SendStatus.OK:
+                                acked[body] = (result.message_queue.broker_name, phase)
+                        await asyncio.sleep(0.01)
+                by_phase = collections.Counter(acked.values())
+                # broker-a took messages before its crash and again after its restart;
+                # broker-b took them all while broker-a was down.
+                assert by_phase["broker-a", "before"] > 0, by_phase
+                assert by_phase["broker-a", "after"] > 0, by_phase
+                assert by_phase["broker-b", "down"] > 0, by_phase
+                assert by_phase["broker-a", "down"] == 0, by_phase
+
+                def all_consumed() -> bool:
+                    return {m.body.decode() for m in rec.done} >= set(acked)
+
+                await eventually(all_consumed, 40, "every acknowledged message consumed")
+            finally:
+                await c.shutdown()
+            missing = set(acked) - {m.body.decode() for m in rec.done}
+            assert not missing, sorted(missing)
+
+        run(scenario, 90)
+    finally:
+        for proc in brokers.values():
+            proc.stop()
+        namesrv_proc.stop()

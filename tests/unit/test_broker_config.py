@@ -1,0 +1,67 @@
+"""BrokerConfig from a RocketMQ broker.conf: broker keys and store keys mixed, in camelCase."""
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from pyrmq.broker.config import BrokerConfig
+from pyrmq.config import SYNC_FLUSH
+from pyrmq.errors import ConfigError
+
+BROKER_CONF = """\
+# as RocketMQ ships it
+brokerClusterName = DefaultCluster
+brokerName = broker-b
+brokerId = 0
+listenPort = 30911
+namesrvAddr = 127.0.0.1:9876;127.0.0.1:9877
+defaultTopicQueueNums = 4
+autoCreateTopicEnable = false
+flushDiskType = SYNC_FLUSH
+storePathRootDir = {store}
+mappedFileSizeCommitLog = 1048576
+deleteWhen = 04
+"""
+
+
+def test_a_broker_conf_sets_broker_and_store_keys(tmp_path: Path) -> None:
+    path = tmp_path / "broker.conf"
+    path.write_text(BROKER_CONF.format(store=tmp_path / "store"))
+
+    config = BrokerConfig.from_properties(path)
+
+    assert (config.broker_name, config.listen_port, config.default_topic_queue_nums) == (
+        "broker-b",
+        30911,
+        4,
+    )
+    assert config.namesrv_addrs == ["127.0.0.1:9876", "127.0.0.1:9877"]
+    assert config.auto_create_topic_enable is False
+    assert config.store.flush_disk_type == SYNC_FLUSH
+    assert config.store.store_path_root_dir == str(tmp_path / "store")
+    assert config.store.mapped_file_size_commit_log == 1 << 20
+
+
+def test_store_keys_override_a_base_config_given_by_field(tmp_path: Path) -> None:
+    base = BrokerConfig.from_mapping({"store_path_root_dir": str(tmp_path), "listenPort": 1})
+
+    config = BrokerConfig.from_mapping({"flushDiskType": "SYNC_FLUSH"}, base=base)
+
+    assert config.store.flush_disk_type == SYNC_FLUSH
+    assert config.store.store_path_root_dir == str(tmp_path)
+    assert config.listen_port == 1
+
+
+def test_bad_values_are_reported_together() -> None:
+    with pytest.raises(ConfigError) as err:
+        BrokerConfig.from_mapping({"listenPort": "port", "autoCreateTopicEnable": "maybe"})
+
+    assert len(err.value.problems) == 2
+
+
+def test_unknown_keys_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        BrokerConfig.from_mapping({"noSuchKey": "1"})
+
+    assert "noSuchKey" in caplog.text
