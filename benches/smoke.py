@@ -3,10 +3,13 @@
     python benches/smoke.py
 
 Steps: the baseline store's own tests, ``report.py --quick`` (both implementations, Markdown table),
-the pytest-benchmark suites with ``--benchmark-disable`` (each body runs once as a test), and
+the pytest-benchmark suites with ``--benchmark-disable`` (each body runs once as a test),
 ``broker-smoke``: ``broker.py --quick`` against a real ``pyrmq serve`` (a few seconds; it must
-finish within ``BROKER_SMOKE_TIMEOUT_S``). pyrmq parameters are skipped while ``pyrmq._core`` is not
-built. Exits non-zero if any step fails; a missed target is reported, not a failure.
+finish within ``BROKER_SMOKE_TIMEOUT_S``), and ``client-smoke``: ``client.py --quick``, which runs
+``pyrmq bench producer``, ``consumer`` and ``latency`` for about a second each against a real
+``pyrmq serve`` (about 10 s; at most ``CLIENT_SMOKE_TIMEOUT_S``). pyrmq parameters are skipped
+while ``pyrmq._core`` is not built. Exits non-zero if any step fails; a missed target is reported,
+not a failure.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STEP_TIMEOUT_S = 300
 BROKER_SMOKE_TIMEOUT_S = 30
+CLIENT_SMOKE_TIMEOUT_S = 60
 
 
 def steps() -> list[tuple[str, list[str], float]]:
@@ -49,6 +53,7 @@ def steps() -> list[tuple[str, list[str], float]]:
             STEP_TIMEOUT_S,
         ),
         ("broker-smoke", [py, "benches/broker.py", "--quick"], BROKER_SMOKE_TIMEOUT_S),
+        ("client-smoke", [py, "benches/client.py", "--quick"], CLIENT_SMOKE_TIMEOUT_S),
     ]
 
 

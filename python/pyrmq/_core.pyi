@@ -7,7 +7,7 @@ Every method that touches store files releases the GIL. Errors are raised as the
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, Self, TypedDict, final
+from typing import Any, Literal, Protocol, Self, TypedDict, final
 
 from typing_extensions import Buffer, disjoint_base
 
@@ -22,6 +22,7 @@ __all__ = [
     "build_profile",
     "decode_frames",
     "decode_messages",
+    "encode_batch",
     "encode_command",
     "java_string_hash",
     "validate_topic",
@@ -355,6 +356,16 @@ class MessageStore:
 
 def decode_messages(buffer: Buffer) -> list[StoredMessage]:
     """Decodes records laid end to end (a PULL body, or ``GetResult.buffer``)."""
+
+class _BatchMessage(Protocol):
+    body: bytes
+    flag: int
+    properties: dict[str, str]
+
+def encode_batch(messages: Iterable[_BatchMessage], topic: str, max_size: int) -> bytes:
+    """A SEND_BATCH_MESSAGE body for ``messages``, after the client-side checks (non-empty
+    bodies within ``max_size``, clean property names and values, no delay level, properties
+    within 32767 bytes, the whole body within ``max_size``)."""
 
 def validate_topic(topic: str, internal: bool = False) -> None:
     """RocketMQ's topic rule as the store applies it; raises InvalidTopicError or, unless

@@ -210,8 +210,11 @@ class BrokerController:
     async def _registration_loop(self) -> None:
         period = self.config.register_name_server_period_ms / 1000
         while True:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+            # arrives as the event is set, and stop() would then wait forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._register_now.wait(), period)
+                async with asyncio.timeout(period):
+                    await self._register_now.wait()
             self._register_now.clear()
             try:
                 await self._register_all()

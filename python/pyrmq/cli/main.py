@@ -3,6 +3,7 @@
 import click
 
 from pyrmq import __version__
+from pyrmq.cli.commands.bench import bench
 from pyrmq.cli.commands.serve import broker, namesrv, serve
 from pyrmq.cli.commands.store_demo import store_demo
 
@@ -17,6 +18,7 @@ main.add_command(store_demo)
 main.add_command(serve)
 main.add_command(namesrv)
 main.add_command(broker)
+main.add_command(bench)
 
 if __name__ == "__main__":
     main()

@@ -190,8 +190,7 @@ class ClientAPI:
         ext = response.ext_fields
         messages = []
         if status is PullStatus.FOUND:
-            from_stored = MessageExt.from_stored
-            messages = [from_stored(m, broker_name) for m in _core.decode_messages(response.body)]
+            messages = MessageExt.from_batch(_core.decode_messages(response.body), broker_name)
         return PullResult(
             status=status,
             next_begin_offset=int(ext.get("nextBeginOffset", header.queue_offset)),

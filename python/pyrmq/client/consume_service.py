@@ -19,7 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
-from pyrmq.client.message import MessageExt, MessageQueue
+from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.errors import PyrmqError
 
@@ -75,6 +75,13 @@ class ConcurrentConsumeService:
     def submit(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """Hands pulled messages (already in ``pq``) to the listeners; called in the loop."""
         listener_for = self._consumer.listener_for
+        if not mq.topic.startswith(RETRY_PREFIX):
+            # One topic, so one listener: slice instead of routing each message.
+            only = listener_for(mq.topic)
+            step = self._batch
+            for i in range(0, len(msgs), step):
+                self._run(only, list(msgs[i : i + step]), pq, mq)
+            return
         chunk: list[MessageExt] = []
         listener: Listener | None = None
         for m in msgs:

@@ -106,7 +106,7 @@ class ClientInstance:
         self._namesrv_index = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
-        self._route_locks: dict[str, asyncio.Lock] = {}
+        self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}
         self._started = False
         handlers: dict[int, Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]] = {
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
@@ -197,19 +197,35 @@ class ClientInstance:
         raise NoRouteError(f"no name server answered for topic {topic}: {last}") from last
 
     async def update_route(self, topic: str) -> TopicRoute | None:
-        """Fetches the topic's route and hands it to the producers and consumers of the topic."""
-        lock = self._route_locks.setdefault(topic, asyncio.Lock())
-        async with lock:
+        """Fetches the topic's route and hands it to the producers and consumers of the topic.
+
+        Callers arriving while a fetch of the topic is in flight share its answer: a burst of
+        first sends to a topic makes one request, not one each.
+        """
+        pending = self._route_fetches.get(topic)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[TopicRoute | None] = asyncio.get_running_loop().create_future()
+        self._route_fetches[topic] = fut
+        try:
             route = await self.fetch_route(topic)
-            if route is None:
-                return None
+        except BaseException as e:
+            if not isinstance(e, PyrmqError):  # cancelled: the sharers get a plain failure
+                e = NoRouteError(f"the route fetch of {topic} was cancelled")
+            fut.set_exception(e)
+            fut.exception()  # retrieved here; sharers get it through shield
+            raise
+        finally:
+            del self._route_fetches[topic]
+        if route is not None:
             for name, data in route.brokers.items():
                 self.broker_addrs[name] = dict(data.addrs)
             self.routes[topic] = route
             for member in [*self.producers.values(), *self.consumers.values()]:
                 if topic in member.topics():
                     member.on_route(topic, route)
-            return route
+        fut.set_result(route)
+        return route
 
     async def refresh_routes(self) -> None:
         topics = {

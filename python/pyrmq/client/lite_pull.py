@@ -546,7 +546,8 @@ class LitePullConsumer:
             if state.pq.msg_count >= self.pull_threshold_for_queue:
                 state.space.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(state.space.wait(), FLOW_CONTROL_RECHECK_S * 20)
+                    async with asyncio.timeout(FLOW_CONTROL_RECHECK_S * 20):
+                        await state.space.wait()
                 continue
             try:
                 if state.pull_offset is None:
@@ -702,7 +703,8 @@ class LitePullConsumer:
             if remaining <= 0:
                 return None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._ready.wait()
         return None
 
     def _next_batch(self) -> tuple[_QueueState, ProcessQueue, list[MessageExt]] | None:

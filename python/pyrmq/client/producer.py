@@ -30,6 +30,7 @@ from pyrmq.client.message import (
     Message,
     MessageQueue,
     SendResult,
+    new_message_ids,
     set_unique_id,
 )
 from pyrmq.client.route import PERM_WRITE, TopicRoute
@@ -43,7 +44,7 @@ from pyrmq.errors import (
     PyrmqError,
     SendError,
 )
-from pyrmq.properties import DELAY, encode_properties
+from pyrmq.properties import UNIQ_KEY, encode_properties
 from pyrmq.remoting.protocol import ResponseCode
 
 __all__ = ["MessageQueueSelector", "Producer", "select_by_hash"]
@@ -346,30 +347,17 @@ class Producer:
                 raise MessageIllegalError(
                     f"every message of a batch must have one topic: {m.topic} is not {topic}"
                 )
-            if DELAY in m.properties:
-                raise MessageIllegalError(f"a batch to {topic} must not carry a delay level")
-            self._check(m)
-        parts: list[bytes] = []
+        _core.validate_topic(topic)
+        fresh = iter(new_message_ids(sum(UNIQ_KEY not in m.properties for m in msgs)))
         ids = []
-        total = 0
         for m in msgs:
-            ids.append(set_unique_id(m))
-            props_str = encode_properties(m.properties)
-            self._check_properties_size(props_str, topic)
-            props = props_str.encode()
-            size = 20 + len(m.body) + 2 + len(props)
-            parts += (
-                _BATCH_ITEM.pack(size, 0, 0, m.flag, len(m.body)),
-                m.body,
-                _BATCH_PROPS_LEN.pack(len(props)),
-                props,
-            )
-            total += size
-        if total > self.max_message_size:
-            raise MessageTooLargeError(
-                f"the batch to {topic} is {total} bytes, above the limit of {self.max_message_size}"
-            )
-        return _Outgoing(topic, b"".join(parts), "", 0, 0, True, ",".join(ids))
+            uniq = m.properties.get(UNIQ_KEY)
+            if uniq is None:
+                uniq = m.properties[UNIQ_KEY] = next(fresh)
+            ids.append(uniq)
+        # Rust checks and encodes each message (body, properties, delay level, sizes).
+        body = _core.encode_batch(msgs, topic, self.max_message_size)
+        return _Outgoing(topic, body, "", 0, 0, True, ",".join(ids))
 
     def _request(self, out: _Outgoing, mq: MessageQueue) -> SendRequest:
         return SendRequest(

@@ -612,6 +612,11 @@ class PushConsumer:
         return pq, offset, broker_id
 
     def _dispatch(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        if not mq.topic.startswith(RETRY_PREFIX) and self.listener_for(mq.topic) is not None:
+            # The common case: one topic, one listener, no per-message routing.
+            assert self._service is not None
+            self._service.submit(msgs, pq, mq)
+            return
         inbox = self._inbox
         rest = []
         orphans = []

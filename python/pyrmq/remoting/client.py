@@ -34,6 +34,9 @@ class _Channel(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self.closed = asyncio.Event()
+        # Cleared while the transport's buffer is above its high-water mark.
+        self.writable = asyncio.Event()
+        self.writable.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport).
@@ -67,7 +70,14 @@ class _Channel(asyncio.Protocol):
         if response is not None and not request.is_oneway and self.transport is not None:
             self.transport.write(encode(response))
 
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.writable.set()  # writers waiting to drain go on, and fail on the closed channel
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(RemotingError(f"connection to {self.address} closed"))
@@ -161,10 +171,14 @@ class RemotingClient:
             channel.pending.pop(request.opaque, None)
 
     async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
-        """Sends ``request`` (which should carry the oneway flag) without waiting."""
+        """Sends ``request`` (which should carry the oneway flag) without waiting for an
+        answer; waits only while the connection's send buffer is over its high-water mark, so
+        a fast sender cannot queue without bound."""
         channel = await self._channel(address)
         assert channel.transport is not None
         channel.transport.write(encode(request))
+        if not channel.writable.is_set():
+            await channel.writable.wait()
 
     async def send_raw(self, address: str, data: bytes) -> None:
         """Writes bytes as they are (tests of malformed input)."""

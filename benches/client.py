@@ -1,0 +1,555 @@
+"""Measure pyrmq's asyncio client against a real ``pyrmq serve`` and print a Markdown table.
+
+    python benches/client.py            # full run (about 2 minutes)
+    python benches/client.py --quick    # each bench command once, briefly, for CI
+    python benches/client.py --json out.json
+
+One ``pyrmq serve --flush async`` (name server and broker in one process, store in a temporary
+directory, ephemeral ports) serves every row. Each row runs a ``pyrmq bench`` command in a child
+process (``python -m pyrmq.cli.main bench ...``) and reads the ``RESULT`` JSON line it prints, so
+the rows are exactly what a user gets from the command line. Bodies are 128 B.
+
+- produce, ``send_batch`` of 32: ``bench producer -b 32``; target >= 300,000 msgs/s.
+- produce, ``send`` one message per request, 64 tasks: ``bench producer -w 64``; target
+  >= 20,000 msgs/s.
+- produce, ``send_oneway``: reported only.
+- consume: a fresh group drains, from the first offset, what the batch row stored, with
+  ``--consume-batch 32``, once with a listener on the consume threads and once with a coroutine
+  listener; target >= 400,000 msgs/s (each row). A third row runs RocketMQ's defaults (thread
+  listener, one message per call) for a fixed time; reported only.
+- end-to-end latency at 2,000 msgs/s: ``bench latency`` (consumer and producer in separate
+  processes; the consumer takes now minus the send time stamped in the body); target p50 <= 0.3 ms
+  and p99 <= 1 ms.
+- one task of sync sends, pyrmq (``bench producer -w 1``) against the official C++ client's
+  ``send_sync`` on one thread (``cpp_send_child.py``, as in ``broker.py``), in the same run; the
+  note gives pyrmq's msgs/s over the C++ client's.
+
+Rates are over each command's active window (first send to last answer; first message consumed to
+last). Latency columns: RT per request for producer rows, B2C (born timestamp to listener, whole-ms
+timestamps, so up to 1 ms high) for consumer rows, end to end for the latency rows. CPU per
+message (not for the latency rows, which idle between sends): ``pyrmq serve``'s (all threads,
+``/proc/<pid>/stat``, 10 ms ticks) over the whole command, and the bench workers' own
+(``cpu_us_per_msg`` of the RESULT line: every thread of the worker processes, from the first send
+or message to the last). The exit code is 1 when a row could not run, not when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.compat.servers import ServerProcess, create_topic
+
+from benches import broker as broker_bench
+from benches import workloads as w
+
+BODY_BYTES = 128
+QUEUES = 4
+BATCH_TOPIC = "BenchClientBatch"
+SINGLE_TOPIC = "BenchClientSingle"
+ONEWAY_TOPIC = "BenchClientOneway"
+ONE_TASK_TOPIC = "BenchClientOneTask"
+LATENCY_TOPIC = "BenchClientLatency"
+
+TARGET_BATCH = 300_000
+TARGET_SINGLE = 20_000
+TARGET_CONSUME = 400_000
+LATENCY_RATE = 2000
+TARGET_E2E_P50_MS = 0.3
+TARGET_E2E_P99_MS = 1.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Durations and counts of one run."""
+
+    mode: str
+    produce_s: float
+    """Each producer row runs this long."""
+    batch_concurrency: int
+    single_concurrency: int
+    consume_max_s: float
+    """Time limit of a draining consumer row."""
+    consume_default_s: float
+    latency_s: float
+    latency_warmup_s: float
+    one_task_count: int
+    run_oneway: bool
+    run_one_task: bool
+    """The single-task rows, pyrmq and the C++ client."""
+    row_timeout_s: float
+    ready_timeout_s: float
+
+    @classmethod
+    def of(cls, mode: str) -> Plan:
+        if mode == "smoke":
+            return cls(mode, 1.0, 8, 64, 5.0, 1.0, 1.0, 0.3, 200, False, False, 30.0, 15.0)
+        return cls(mode, 10.0, 8, 64, 60.0, 5.0, 10.0, 1.0, 5000, True, True, 120.0, 30.0)
+
+
+class RowFailed(Exception):
+    """A row could not be measured; the message says why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a bench command
+# ---------------------------------------------------------------------------------------------
+
+
+def run_bench(args: list[str], timeout_s: float, broker_pid: int) -> dict[str, Any]:
+    """Runs ``pyrmq bench <args>``; returns its RESULT, its report lines and CPU figures."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    cmd = [sys.executable, "-m", "pyrmq.cli.main", "bench", *args]
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = broker_bench.process_cpu_s(broker_pid)
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as e:
+        raise RowFailed(f"`pyrmq bench {' '.join(args)}` did not end within {timeout_s:g} s") from e
+    wall_s = time.perf_counter() - started
+    cpu1 = broker_bench.process_cpu_s(broker_pid)
+    usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    results = [
+        json.loads(line.removeprefix("RESULT "))
+        for line in done.stdout.splitlines()
+        if line.startswith("RESULT ")
+    ]
+    if done.returncode != 0 or len(results) != 1:
+        raise RowFailed(
+            f"`pyrmq bench {' '.join(args)}` exited {done.returncode} with "
+            f"{len(results)} RESULT line(s)\nstdout (end):\n{done.stdout[-2000:]}\n"
+            f"stderr (end):\n{done.stderr[-2000:]}"
+        )
+    client_cpu = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
+    return {
+        "result": results[0],
+        "lines": [line for line in done.stdout.splitlines() if not line.startswith("RESULT ")],
+        "wall_s": wall_s,
+        "client_cpu_s": client_cpu,
+        "broker_cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+    }
+
+
+def _ms(summary: dict[str, Any] | None, key: str) -> float | None:
+    value = (summary or {}).get(key)
+    return None if value is None else float(value)
+
+
+def make_row(
+    name: str,
+    run: dict[str, Any],
+    *,
+    msgs: int,
+    rate: float,
+    mb_s: float | None,
+    latency: dict[str, Any] | None,
+    latency_kind: str,
+    target: str | None,
+    met: bool | None,
+    note: str,
+) -> dict[str, Any]:
+    cpu = {
+        "broker_cpu_us_per_msg": None
+        if run["broker_cpu_s"] is None or not msgs or latency_kind == "E2E"
+        else run["broker_cpu_s"] / msgs * 1e6,
+        # The bench command's own figure: its workers' CPU from their first send or message
+        # to their last, without interpreter start-up.
+        "client_cpu_us_per_msg": run["result"].get("cpu_us_per_msg"),
+    }
+    return {
+        "benchmark": name,
+        "msgs": msgs,
+        "msgs_per_s": rate,
+        "mb_per_s": mb_s,
+        "latency": latency_kind,
+        "avg_ms": _ms(latency, "avg"),
+        "p50_ms": _ms(latency, "p50"),
+        "p99_ms": _ms(latency, "p99"),
+        "p999_ms": _ms(latency, "p999"),
+        "max_ms": _ms(latency, "max"),
+        "target": target,
+        "target_met": met,
+        "note": note,
+        "extra": {**cpu, "wall_s": run["wall_s"], "result": run["result"], "lines": run["lines"]},
+    }
+
+
+def failed_row(name: str, target: str | None, why: str, *, skipped: bool = False) -> dict[str, Any]:
+    return {
+        "benchmark": name,
+        "msgs": 0,
+        "msgs_per_s": None,
+        "target": target,
+        "target_met": None,
+        "note": "",
+        "extra": {},
+        "skipped" if skipped else "error": why,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows
+# ---------------------------------------------------------------------------------------------
+
+
+def _common(namesrv: str, topic: str) -> list[str]:
+    return ["-n", namesrv, "-t", topic]
+
+
+def producer_row(
+    name: str,
+    namesrv: str,
+    pid: int,
+    plan: Plan,
+    extra_args: list[str],
+    topic: str,
+    target: int | None,
+    note: str,
+) -> dict[str, Any]:
+    args = ["producer", *_common(namesrv, topic), "-s", str(BODY_BYTES), *extra_args]
+    run = run_bench(args, plan.row_timeout_s, pid)
+    res = run["result"]
+    if res["send_failed"] or res["response_failed"]:
+        note += f"; {res['send_failed']} send(s) failed, {res['response_failed']} refused"
+    return make_row(
+        name,
+        run,
+        msgs=res["msgs"],
+        rate=res["send_tps"],
+        mb_s=res["mb_per_s"],
+        latency=res["rt_ms"],
+        latency_kind="RT",
+        target=None if target is None else f">= {target:,} msgs/s",
+        met=None if target is None else res["send_tps"] >= target,
+        note=f"`pyrmq bench {' '.join(args[:1] + args[5:])}`; {note}",
+    )
+
+
+def consumer_row(
+    name: str,
+    namesrv: str,
+    pid: int,
+    plan: Plan,
+    extra_args: list[str],
+    target: int | None,
+    note: str,
+) -> dict[str, Any]:
+    args = ["consumer", *_common(namesrv, BATCH_TOPIC), "--from", "first", *extra_args]
+    run = run_bench(args, plan.row_timeout_s + plan.consume_max_s, pid)
+    res = run["result"]
+    return make_row(
+        name,
+        run,
+        msgs=res["msgs"],
+        rate=res["consume_tps"],
+        mb_s=res["mb_per_s"],
+        latency=res["b2c_ms"],
+        latency_kind="B2C",
+        target=None if target is None else f">= {target:,} msgs/s",
+        met=None if target is None else res["consume_tps"] >= target,
+        note=f"`pyrmq bench {' '.join(args[:1] + args[5:])}`; {note}",
+    )
+
+
+def latency_row(namesrv: str, pid: int, plan: Plan, listener: str) -> dict[str, Any]:
+    args = [
+        "latency",
+        *_common(namesrv, LATENCY_TOPIC),
+        "--rate", str(LATENCY_RATE),
+        "-d", str(plan.latency_s),
+        "--warmup", str(plan.latency_warmup_s),
+        "--listener", listener,
+    ]  # fmt: skip
+    run = run_bench(args, plan.row_timeout_s + plan.latency_s, pid)
+    res = run["result"]
+    e2e = res["e2e_ms"]
+    targeted = listener == "thread"
+    met = (
+        e2e["p50"] is not None
+        and e2e["p50"] <= TARGET_E2E_P50_MS
+        and e2e["p99"] is not None
+        and e2e["p99"] <= TARGET_E2E_P99_MS
+    )
+    lost = res["sent"] - res["stamped"]
+    return make_row(
+        f"end to end at {LATENCY_RATE:,} msgs/s, {listener} listener",
+        run,
+        msgs=res["samples"],
+        rate=res["consume_tps"],
+        mb_s=None,
+        latency=e2e,
+        latency_kind="E2E",
+        target=(
+            f"p50 <= {TARGET_E2E_P50_MS:g} ms, p99 <= {TARGET_E2E_P99_MS:g} ms"
+            if targeted
+            else None
+        ),
+        met=met if targeted else None,
+        note=(
+            f"`pyrmq bench {' '.join(args[:1] + args[5:])}`; send time (ns) stamped in the body, "
+            f"taken in the listener; {res['samples']:,} samples after the warm-up; "
+            f"producer RT p50 {res['rt_ms']['p50']:.3f} ms; not delivered: {lost}"
+        ),
+    )
+
+
+def one_task_rows(
+    namesrv: str, broker: str, pid: int, plan: Plan, scratch: Path
+) -> list[dict[str, Any]]:
+    py = producer_row(
+        "send 128 B, pyrmq asyncio client, 1 task",
+        namesrv,
+        pid,
+        plan,
+        ["-w", "1", "-q", str(plan.one_task_count)],
+        ONE_TASK_TOPIC,
+        None,
+        "one send in flight, as the C++ row below",
+    )
+    bplan = broker_bench.Plan.of("full" if plan.mode == "full" else "smoke")
+    try:
+        cpp = broker_bench.cpp_send_sync(namesrv, pid, bplan, scratch)
+    except broker_bench.RowSkipped as e:
+        return [py, failed_row(broker_bench.SEND_NAME, None, str(e), skipped=True)]
+    cpp_row = {
+        "benchmark": broker_bench.SEND_NAME,
+        "msgs": cpp["samples"],
+        "msgs_per_s": cpp["msgs_per_s"],
+        "mb_per_s": cpp["msgs_per_s"] * BODY_BYTES / 1e6,
+        "latency": "RT",
+        "avg_ms": cpp["avg_ms"],
+        "p50_ms": cpp["p50_ms"],
+        "p99_ms": cpp["p99_ms"],
+        "p999_ms": broker_bench.percentile(sorted(s / 1e6 for s in cpp["samples_ns"]), 99.9),
+        "max_ms": cpp["max_ms"],
+        "target": None,
+        "target_met": None,
+        "note": f"`benches/cpp_send_child.py`, {cpp['note']}",
+        "extra": {k: v for k, v in cpp["extra"].items()},
+    }
+    ratio = py["msgs_per_s"] / cpp["msgs_per_s"]
+    py["note"] += (
+        f"; pyrmq / C++ client: {ratio:.2f}x the msgs/s, "
+        f"{py['avg_ms'] / cpp['avg_ms']:.2f}x the average RT"
+    )
+    py["extra"]["ratio_to_cpp"] = ratio
+    return [py, cpp_row]
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+
+
+def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    server = ServerProcess(
+        [
+            "serve",
+            "--store", str(scratch / "store"),
+            "--namesrv-port", "0",
+            "--broker-port", "0",
+            "--flush", "async",
+            "--log-level", "WARNING",
+        ],
+        scratch / "serve.log",
+        ready_timeout_s=plan.ready_timeout_s,
+    )  # fmt: skip
+    info: dict[str, Any] = {"ready_line": server.ready_line}
+    try:
+        namesrv, broker = server.addresses()[:2]
+        pid = server.proc.pid
+        for topic in (BATCH_TOPIC, SINGLE_TOPIC, ONEWAY_TOPIC, ONE_TASK_TOPIC, LATENCY_TOPIC):
+            create_topic(broker, topic, QUEUES)
+        create_topic(broker, broker_bench.SEND_TOPIC, QUEUES)
+
+        def attempt(name: str, target: str | None, fn: Any) -> None:
+            sys.stderr.write(f"  {name} ...\n")
+            try:
+                got = fn()
+                rows.extend(got if isinstance(got, list) else [got])
+            except Exception as exc:
+                traceback.print_exc()
+                failures.append(f"{name}: {exc}")
+                rows.append(failed_row(name, target, str(exc)))
+
+        d = str(plan.produce_s)
+        batch_name = "produce 128 B, send_batch x32"
+        attempt(
+            batch_name,
+            f">= {TARGET_BATCH:,} msgs/s",
+            lambda: producer_row(
+                batch_name, namesrv, pid, plan,
+                ["-b", "32", "-w", str(plan.batch_concurrency), "-d", d],
+                BATCH_TOPIC, TARGET_BATCH, f"{plan.batch_concurrency} tasks, 1 process",
+            ),
+        )  # fmt: skip
+        single_name = f"produce 128 B, send, {plan.single_concurrency} tasks"
+        attempt(
+            single_name,
+            f">= {TARGET_SINGLE:,} msgs/s",
+            lambda: producer_row(
+                single_name, namesrv, pid, plan,
+                ["-w", str(plan.single_concurrency), "-d", d],
+                SINGLE_TOPIC, TARGET_SINGLE, "one message per request, 1 process",
+            ),
+        )  # fmt: skip
+        if plan.run_oneway:
+            oneway_name = "produce 128 B, send_oneway, 64 tasks"
+            attempt(
+                oneway_name,
+                None,
+                lambda: producer_row(
+                    oneway_name, namesrv, pid, plan, ["--oneway", "-w", "64", "-d", d],
+                    ONEWAY_TOPIC, None, "RT is the write; no answer awaited",
+                ),
+            )  # fmt: skip
+        stored = next(
+            (r["msgs"] for r in rows if r["benchmark"] == batch_name and "error" not in r), 0
+        )
+        if stored:
+            limit = ["-q", str(stored), "-d", str(plan.consume_max_s)]
+            for listener in ("thread", "loop"):
+                name = f"consume 128 B, {listener} listener, 32 per call"
+                attempt(
+                    name,
+                    f">= {TARGET_CONSUME:,} msgs/s",
+                    lambda listener=listener, name=name: consumer_row(
+                        name, namesrv, pid, plan,
+                        ["--listener", listener, "--consume-batch", "32", *limit],
+                        TARGET_CONSUME,
+                        f"drains the {stored:,} messages of the batch row; fresh group",
+                    ),
+                )  # fmt: skip
+            if plan.mode == "full":
+                name = "consume 128 B, RocketMQ defaults (thread listener, 1 per call)"
+                attempt(
+                    name,
+                    None,
+                    lambda: consumer_row(
+                        name, namesrv, pid, plan, ["-d", str(plan.consume_default_s)], None,
+                        "fixed time from the first offset; 20 consume threads",
+                    ),
+                )  # fmt: skip
+        else:
+            failures.append("consume rows: the batch row stored nothing to consume")
+        for listener in ("thread",) if plan.mode == "smoke" else ("thread", "loop"):
+            attempt(
+                f"end to end, {listener} listener",
+                None,
+                lambda listener=listener: latency_row(namesrv, pid, plan, listener),
+            )
+        if plan.run_one_task:
+            attempt(
+                "single task sends",
+                None,
+                lambda: one_task_rows(namesrv, broker, pid, plan, scratch),
+            )
+    finally:
+        code = server.stop()
+        info["exit_code"] = code
+        if code != 0:
+            failures.append(f"pyrmq serve exited {code}")
+            sys.stderr.write((scratch / "serve.log").read_text(errors="replace")[-3000:] + "\n")
+    return rows, failures, info
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def markdown(rows: list[dict[str, Any]], machine: dict[str, Any]) -> str:
+    lines = [
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}, "
+        f"build profile {machine['build_profile']}, mode {machine['mode']}; "
+        "pyrmq serve --flush async on 127.0.0.1, 128 B bodies",
+        "",
+        "| benchmark | msgs/s | MB/s | latency | p50 ms | p99 ms | p99.9 ms | target | met? |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- | --- |",
+    ]
+    notes = []
+    for r in rows:
+        status = {True: "met", False: "missed", None: "-"}[r["target_met"]]
+        if "error" in r:
+            status = "failed"
+        elif "skipped" in r:
+            status = "skipped"
+        rate = r.get("msgs_per_s")
+        lines.append(
+            f"| {r['benchmark']} | {'-' if rate is None else f'{rate:,.0f}'} | "
+            f"{_num(r.get('mb_per_s'), 2)} | {r.get('latency', '-')} | {_num(r.get('p50_ms'))} | "
+            f"{_num(r.get('p99_ms'))} | {_num(r.get('p999_ms'))} | "
+            f"{r['target'] or 'none (reported only)'} | {status} |"
+        )
+        name = r["benchmark"]
+        if r.get("note"):
+            notes.append(f"- {name}: {r['note']}")
+        extra = r.get("extra", {})
+        cpu = [
+            f"{label} {extra[key]:.1f} us"
+            for key, label in (
+                ("broker_cpu_us_per_msg", "broker"),
+                ("client_cpu_us_per_msg", "client"),
+            )
+            if extra.get(key) is not None
+        ]
+        if cpu:
+            notes.append(f"- {name}: CPU per message: {', '.join(cpu)}")
+        for key in ("skipped", "error"):
+            if key in r:
+                notes.append(f"- {name}: {key}: {r[key].splitlines()[0]}")
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="each command once, briefly (CI)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
+    args = parser.parse_args(argv)
+    mode = "smoke" if args.quick else w.bench_mode()
+    plan = Plan.of(mode)
+    machine = {**w.machine_info(), "mode": mode}
+    if not w.pyrmq_available():
+        sys.stdout.write("pyrmq._core is not built: nothing to measure.\n")
+        return 0
+    started = time.perf_counter()
+    with w.scratch_dir("client") as scratch:
+        rows, failures, server = run_all(plan, scratch)
+    elapsed = time.perf_counter() - started
+    sys.stdout.write(markdown(rows, machine) + "\n")
+    if args.json:
+        payload = {
+            "machine": machine,
+            "plan": asdict(plan),
+            "server": server,
+            "elapsed_s": elapsed,
+            "results": rows,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    for failure in failures:
+        sys.stderr.write(f"FAILED {failure}\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""``pyrmq bench producer|consumer|latency`` against a real ``pyrmq serve``: each runs for a second
+or two, prints report lines with RocketMQ's field names, and ends with a RESULT line that parses."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tests.compat.servers import ServerProcess
+
+pytestmark = pytest.mark.integration
+
+RUN_TIMEOUT_S = 90
+NUM = r"(?:\d+(?:\.\d+)?|n/a)"
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+
+PRODUCER_LINE = re.compile(
+    rf"^Current Time: {TIME} \| Send TPS: \d+ \| Max RT\(ms\): {NUM} \| "
+    rf"Average RT\(ms\): {NUM} \| Send Failed: \d+ \| Response Failed: \d+ \| "
+    rf"p50 RT\(ms\): {NUM} \| p99 RT\(ms\): {NUM} \| p99\.9 RT\(ms\): {NUM} \| MB/s: {NUM}$"
+)
+PRODUCER_DONE = re.compile(r"^\[Complete\] Send Total: \d+ \| Send TPS: \d+ \| Max RT\(ms\): ")
+CONSUMER_LINE = re.compile(
+    rf"^Current Time: {TIME} \| Consume TPS: \d+ \| AVG\(B2C\) RT\(ms\): {NUM} \| "
+    rf"AVG\(S2C\) RT\(ms\): {NUM} \| MAX\(B2C\) RT\(ms\): {NUM} \| MAX\(S2C\) RT\(ms\): {NUM} \| "
+    rf"p50\(B2C\) RT\(ms\): {NUM} \| p99\(B2C\) RT\(ms\): {NUM} \| "
+    rf"p99\.9\(B2C\) RT\(ms\): {NUM} \| MB/s: {NUM}$"
+)
+CONSUMER_DONE = re.compile(r"^\[Complete\] Consume Total: \d+ \| Consume TPS: \d+ \| AVG\(B2C\)")
+LATENCY_LINE = re.compile(
+    rf"^Current Time: {TIME} \| Send TPS: \d+ \| Consume TPS: \d+ \| Average RT\(ms\): {NUM} \| "
+    rf"Send Failed: \d+ \| Response Failed: \d+ \| AVG\(E2E\) RT\(ms\): {NUM} \| "
+    rf"p50\(E2E\) RT\(ms\): {NUM} \| p99\(E2E\) RT\(ms\): {NUM} \| "
+    rf"p99\.9\(E2E\) RT\(ms\): {NUM} \| MAX\(E2E\) RT\(ms\): {NUM}$"
+)
+
+
+@pytest.fixture(scope="module")
+def namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    scratch = tmp_path_factory.mktemp("bench-cli")
+    server = ServerProcess(
+        [
+            "serve",
+            "--store", str(scratch / "store"),
+            "--namesrv-port", "0",
+            "--broker-port", "0",
+            "--flush", "async",
+        ],
+        scratch / "serve.log",
+    )  # fmt: skip
+    try:
+        yield server.addresses()[0]
+    finally:
+        assert server.stop() == 0, (scratch / "serve.log").read_text()[-3000:]
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return subprocess.run(
+        [sys.executable, "-m", "pyrmq.cli.main", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env=env,
+    )
+
+
+def result_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    results = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 1, done.stdout
+    assert done.stdout.splitlines()[-1] == results[0]
+    parsed: dict[str, Any] = json.loads(results[0].removeprefix("RESULT "))
+    return parsed
+
+
+def lines_matching(done: subprocess.CompletedProcess[str], pattern: re.Pattern[str]) -> list[str]:
+    return [line for line in done.stdout.splitlines() if pattern.match(line)]
+
+
+def assert_ordered(summary: dict[str, float | None]) -> None:
+    values = [summary[k] for k in ("p50", "p99", "p999", "max")]
+    assert all(v is not None and v >= 0 for v in values), summary
+    assert values == sorted(values), summary  # type: ignore[type-var]
+
+
+def topic() -> str:
+    return f"BenchCli{uuid.uuid4().hex[:8]}"
+
+
+def test_producer_prints_rocketmq_fields_and_a_result(namesrv: str) -> None:
+    done = bench(
+        "producer", "-n", namesrv, "-t", topic(), "-d", "1.5", "-w", "8", "--flush-interval", "0.4"
+    )
+    result = result_of(done)
+    assert lines_matching(done, PRODUCER_LINE), done.stdout
+    assert len(lines_matching(done, PRODUCER_DONE)) == 1, done.stdout
+    assert done.stdout.startswith("topic: ")
+    assert result["bench"] == "producer"
+    assert result["msgs"] > 0
+    assert result["msgs"] == result["requests"]
+    assert result["send_failed"] == result["response_failed"] == 0
+    assert result["send_tps"] > 0
+    assert result["mb_per_s"] == pytest.approx(result["send_tps"] * 128 / 1e6)
+    assert 1.0 < result["duration_s"] < 3.0
+    assert result["cpu_s"] > 0
+    assert_ordered(result["rt_ms"])
+
+
+def test_producer_batches_stop_at_the_count(namesrv: str) -> None:
+    result = result_of(bench("producer", "-n", namesrv, "-t", topic(), "-b", "8", "-q", "404"))
+    assert (result["msgs"], result["requests"], result["batch"]) == (404, 51, 8)
+
+
+def test_producer_oneway_stops_at_the_count(namesrv: str) -> None:
+    result = result_of(bench("producer", "-n", namesrv, "-t", topic(), "--oneway", "-q", "300"))
+    assert result["msgs"] == 300
+    assert result["oneway"] is True
+
+
+def test_producer_in_two_processes_splits_the_count(namesrv: str) -> None:
+    done = bench("producer", "-n", namesrv, "-t", topic(), "-p", "2", "-w", "4", "-q", "201")
+    result = result_of(done)
+    assert (result["msgs"], result["processes"]) == (201, 2)
+
+
+@pytest.mark.parametrize("listener", ["thread", "loop", "iter"])
+def test_consumer_drains_what_the_producer_sent(namesrv: str, listener: str) -> None:
+    t = topic()
+    result_of(bench("producer", "-n", namesrv, "-t", t, "-b", "16", "-q", "480"))
+    done = bench(
+        "consumer", "-n", namesrv, "-t", t, "--from", "first", "-q", "480", "-d", "30",
+        "--listener", listener, "--consume-batch", "8", "--flush-interval", "0.3",
+    )  # fmt: skip
+    result = result_of(done)
+    assert len(lines_matching(done, CONSUMER_DONE)) == 1, done.stdout
+    # The producer's warm-up send stores one message more than it counts.
+    assert result["msgs"] in (480, 481)
+    assert result["listener"] == listener
+    assert result["consume_tps"] > 0
+    assert_ordered(result["b2c_ms"])
+    assert_ordered(result["s2c_ms"])
+
+
+def test_consumer_prints_lines_while_it_runs(namesrv: str) -> None:
+    t = topic()
+    result_of(bench("producer", "-n", namesrv, "-t", t, "-q", "50"))
+    done = bench(
+        "consumer", "-n", namesrv, "-t", t, "--from", "first", "-d", "2",
+        "--flush-interval", "0.3",
+    )  # fmt: skip
+    result = result_of(done)
+    assert lines_matching(done, CONSUMER_LINE), done.stdout
+    assert result["msgs"] == 51
+
+
+def test_latency_measures_end_to_end(namesrv: str) -> None:
+    done = bench(
+        "latency", "-n", namesrv, "-t", topic(), "--rate", "400", "-d", "1", "--warmup", "0.3",
+        "--flush-interval", "0.4",
+    )  # fmt: skip
+    result = result_of(done)
+    assert lines_matching(done, LATENCY_LINE), done.stdout
+    assert result["bench"] == "latency"
+    assert result["send_failed"] == result["response_failed"] == 0
+    # 1.3 s at 400 msgs/s, on a fixed schedule.
+    assert 400 <= result["sent"] <= 600
+    assert result["stamped"] == result["sent"]
+    assert 0 < result["samples"] < result["sent"]
+    assert_ordered(result["e2e_ms"])
+
+
+def test_oneway_batches_are_refused(namesrv: str) -> None:
+    done = bench("producer", "-n", namesrv, "--oneway", "-b", "4", "-q", "10")
+    assert done.returncode == 2
+    assert "--oneway" in done.stderr
+
+
+def test_docstring_examples() -> None:
+    from pyrmq.cli.commands import bench as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def test_an_unreachable_name_server_is_an_error_not_a_traceback() -> None:
+    done = bench("producer", "-n", "127.0.0.1:1", "-q", "1", "-d", "5")
+    assert done.returncode == 1
+    assert "RESULT" not in done.stdout
+    assert "Error: " in done.stderr
+    assert "Traceback" not in done.stderr
