@@ -32,7 +32,6 @@ target is missed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import importlib.util
@@ -47,7 +46,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -635,16 +634,9 @@ def markdown(rows: list[dict[str, Any]], machine: dict[str, Any]) -> str:
         if r.get("note"):
             notes.append(f"- {name}: {r['note']}")
         extra = r.get("extra", {})
-        cpu = [
-            f"{label} {extra[key]:.0f} us"
-            for key, label in (
-                ("broker_cpu_us_per_msg", "broker"),
-                ("client_cpu_us_per_msg", "client"),
-            )
-            if extra.get(key) is not None
-        ]
+        cpu = w.cpu_per_msg(extra, 0)
         if cpu:
-            line = f"- {name}: CPU per message: {', '.join(cpu)}"
+            line = f"- {name}: CPU per message: {cpu}"
             if extra.get("client_voluntary_switches_per_msg") is not None:
                 line += (
                     f"; client context switches per message: "
@@ -657,47 +649,22 @@ def markdown(rows: list[dict[str, Any]], machine: dict[str, Any]) -> str:
                 f"- {name}: broker CPU per round (one send, one held pull): "
                 f"{extra['broker_cpu_us_per_round']:.0f} us"
             )
-        for key in ("skipped", "error"):
-            if key in r:
-                notes.append(f"- {name}: {key}: {r[key].splitlines()[0]}")
+        notes += w.outcome_notes(r)
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a few seconds, for CI")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
-    args = parser.parse_args(argv)
-    mode = "smoke" if args.quick else w.bench_mode()
-    plan = Plan.of(mode)
-    machine = {**w.machine_info(), "mode": mode}
-    if not w.pyrmq_available():
-        sys.stdout.write("pyrmq._core is not built: nothing to measure.\n")
-        return 0
-    started = time.perf_counter()
-    with w.scratch_dir("broker") as scratch:
-        rows, failures, server = run_all(plan, scratch)
-    elapsed = time.perf_counter() - started
-    sys.stdout.write(markdown(rows, machine) + "\n")
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "machine": machine,
-                    "plan": asdict(plan),
-                    "server": server,
-                    "elapsed_s": elapsed,
-                    "results": rows,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-    for failure in failures:
-        sys.stderr.write(f"FAILED {failure}\n")
-    return 1 if failures else 0
+    return w.run_report(
+        argv,
+        description=__doc__.splitlines()[0],
+        quick_help="a few seconds, for CI",
+        label="broker",
+        plan_of=Plan.of,
+        run_all=run_all,
+        markdown=markdown,
+    )
 
 
 if __name__ == "__main__":

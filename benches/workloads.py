@@ -16,7 +16,9 @@ per unit for scans, commit-log bytes for recovery), with 1 MB = 10**6 bytes.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import mmap
 import os
 import random
@@ -383,6 +385,69 @@ def scratch_dir(label: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def cpu_per_msg(extra: dict[str, Any], digits: int) -> str | None:
+    """ "broker 12 us, client 3 us" from a row's ``extra`` (what it has of the two), or None."""
+    cpu = [
+        f"{label} {extra[key]:.{digits}f} us"
+        for key, label in (
+            ("broker_cpu_us_per_msg", "broker"),
+            ("client_cpu_us_per_msg", "client"),
+        )
+        if extra.get(key) is not None
+    ]
+    return ", ".join(cpu) or None
+
+
+def outcome_notes(row: dict[str, Any]) -> list[str]:
+    """A report's notes on why a row was skipped or failed: the first line of each."""
+    name = row["benchmark"]
+    return [
+        f"- {name}: {key}: {row[key].splitlines()[0]}" for key in ("skipped", "error") if key in row
+    ]
+
+
+def run_report(
+    argv: list[str] | None,
+    *,
+    description: str,
+    quick_help: str,
+    label: str,
+    plan_of: Callable[[str], Any],
+    run_all: Callable[[Any, Path], tuple[list[dict[str, Any]], list[str], dict[str, Any]]],
+    markdown: Callable[[list[dict[str, Any]], dict[str, Any]], str],
+) -> int:
+    """The command line of a report script (``benches/broker.py``, ``benches/client.py``):
+    ``--quick`` and ``--json PATH``; runs ``run_all(plan, scratch)`` in a scratch directory
+    named after ``label``, prints ``markdown(rows, machine)`` and returns 1 if a row failed."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
+    args = parser.parse_args(argv)
+    mode = "smoke" if args.quick else bench_mode()
+    plan = plan_of(mode)
+    machine = {**machine_info(), "mode": mode}
+    if not pyrmq_available():
+        sys.stdout.write("pyrmq._core is not built: nothing to measure.\n")
+        return 0
+    started = time.perf_counter()
+    with scratch_dir(label) as scratch:
+        rows, failures, server = run_all(plan, scratch)
+    elapsed = time.perf_counter() - started
+    sys.stdout.write(markdown(rows, machine) + "\n")
+    if args.json:
+        payload = {
+            "machine": machine,
+            "plan": asdict(plan),
+            "server": server,
+            "elapsed_s": elapsed,
+            "results": rows,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    for failure in failures:
+        sys.stderr.write(f"FAILED {failure}\n")
+    return 1 if failures else 0
 
 
 def warm_page_cache(nbytes: int) -> float:

@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 READY = re.compile(rb"pyrmq (ready|name server ready|broker ready): (.*)")
@@ -77,6 +79,30 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
         self._close_files()
+
+
+@contextmanager
+def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
+    """``pyrmq serve`` on free ports over ``root / "store"``, logging to ``root / "serve.log"``,
+    with ``args`` appended; on exit, stops it and checks the exit was clean."""
+    log_path = root / "serve.log"
+    server = ServerProcess(
+        [
+            "serve",
+            "--store",
+            str(root / "store"),
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+            *args,
+        ],
+        log_path,
+    )
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0, log_path.read_text()[-3000:]
 
 
 def create_topic(broker_addr: str, topic: str, queue_nums: int = 4) -> None:

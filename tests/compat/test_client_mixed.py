@@ -9,8 +9,6 @@ import platform
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,19 +27,6 @@ pytestmark = [
         reason="the rocketmq 0.4.4 wheel ships librocketmq for x86_64 Linux only",
     ),
 ]
-
-
-@pytest.fixture
-def serve_process(tmp_path: Path) -> Iterator[ServerProcess]:
-    """``pyrmq serve`` on free ports."""
-    server = ServerProcess(
-        ["serve", "--store", str(tmp_path / "store"), "--namesrv-port", "0", "--broker-port", "0"],
-        tmp_path / "serve.log",
-    )
-    try:
-        yield server
-    finally:
-        assert server.stop() == 0, (tmp_path / "serve.log").read_text()[-3000:]
 
 
 def send_all(namesrv: str, build: Any) -> Any:

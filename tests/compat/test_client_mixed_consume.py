@@ -6,23 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import platform
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests import helpers
+from tests.helpers import fast_config
 
 from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
-from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import Message, MessageExt
 from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
 
 from .rmq_client import run_producer, start_push_consumer
-from .servers import ServerProcess, create_topic
+from .servers import create_topic, serving
 
 pytestmark = [
     pytest.mark.compat,
@@ -37,41 +39,13 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(name server, broker) of one ``pyrmq serve`` on free ports."""
-    root = tmp_path_factory.mktemp("serve")
-    server = ServerProcess(
-        ["serve", "--store", str(root / "store"), "--namesrv-port", "0", "--broker-port", "0"],
-        root / "serve.log",
-    )
-    try:
+    with serving(tmp_path_factory.mktemp("serve")) as server:
         namesrv, broker = server.addresses()
         yield namesrv, broker
-    finally:
-        assert server.stop() == 0, (root / "serve.log").read_text()[-3000:]
 
 
-def fast_config(namesrv: str) -> ClientConfig:
-    return ClientConfig(
-        namesrv_addr=namesrv,
-        rebalance_interval_s=1.0,
-        heartbeat_broker_interval_s=1.0,
-        persist_consumer_offset_interval_s=0.5,
-        poll_name_server_interval_s=1.0,
-    )
-
-
-def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 90.0) -> None:
-    asyncio.run(asyncio.wait_for(scenario(), timeout_s))
-
-
-async def eventually(
-    predicate: Callable[[], object], timeout_s: float = 30.0, what: str = "condition"
-) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} not met within {timeout_s} s")
-        await asyncio.sleep(0.05)
+run = functools.partial(helpers.run, timeout_s=90.0)
+eventually = functools.partial(helpers.eventually, timeout_s=30.0, interval_s=0.05)
 
 
 class Collect:
@@ -169,7 +143,9 @@ def test_official_and_pyrmq_push_consumers_share_a_group_and_lose_nothing(
                     theirs = {m["body"] for m in cpp.messages()}
                     return {m.body for m in ours.msgs} | theirs >= want
 
-                await eventually(everything, 40, "every message consumed by one of the two")
+                await eventually(
+                    everything, timeout_s=40, what="every message consumed by one of the two"
+                )
                 await asyncio.sleep(1.0)
                 mine = [m.body for m in ours.msgs]
                 theirs = [m["body"] for m in cpp.messages()]

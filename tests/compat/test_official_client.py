@@ -7,7 +7,6 @@ import collections
 import platform
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,19 +25,6 @@ pytestmark = [
         reason="the rocketmq 0.4.4 wheel ships librocketmq for x86_64 Linux only",
     ),
 ]
-
-
-@pytest.fixture
-def serve_process(tmp_path: Path) -> Iterator[ServerProcess]:
-    """``pyrmq serve`` on free ports."""
-    server = ServerProcess(
-        ["serve", "--store", str(tmp_path / "store"), "--namesrv-port", "0", "--broker-port", "0"],
-        tmp_path / "serve.log",
-    )
-    try:
-        yield server
-    finally:
-        assert server.stop() == 0, (tmp_path / "serve.log").read_text()[-3000:]
 
 
 @pytest.fixture

@@ -12,13 +12,14 @@ same port over the same store. Helpers read what a broker stored straight from i
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import string
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+from tests.helpers import eventually
 
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.controller import BrokerController
@@ -27,7 +28,7 @@ from pyrmq.config import StoreConfig
 from pyrmq.namesrv import NameServer, NamesrvConfig
 from pyrmq.store import StoredMessage
 
-__all__ = ["ClientCluster", "client_cluster", "eventually"]
+__all__ = ["ClientCluster", "client_cluster"]
 
 SMALL_STORE: dict[str, Any] = {
     "mapped_file_size_commit_log": 1 << 20,
@@ -36,18 +37,6 @@ SMALL_STORE: dict[str, Any] = {
     "max_index_num": 1000,
 }
 """Segment and index sizes that keep stores small and quick to open."""
-
-
-async def eventually(
-    predicate: Callable[[], object], timeout_s: float = 5.0, what: str = "condition"
-) -> None:
-    """Polls ``predicate`` every 10 ms until it holds; fails after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} not met within {timeout_s} s")
-        await asyncio.sleep(0.01)
 
 
 @dataclasses.dataclass

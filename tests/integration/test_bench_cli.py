@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.compat.servers import ServerProcess
+from tests.compat.servers import serving
 
 pytestmark = pytest.mark.integration
 
@@ -45,21 +45,8 @@ LATENCY_LINE = re.compile(
 
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    scratch = tmp_path_factory.mktemp("bench-cli")
-    server = ServerProcess(
-        [
-            "serve",
-            "--store", str(scratch / "store"),
-            "--namesrv-port", "0",
-            "--broker-port", "0",
-            "--flush", "async",
-        ],
-        scratch / "serve.log",
-    )  # fmt: skip
-    try:
+    with serving(tmp_path_factory.mktemp("bench-cli"), "--flush", "async") as server:
         yield server.addresses()[0]
-    finally:
-        assert server.stop() == 0, (scratch / "serve.log").read_text()[-3000:]
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:

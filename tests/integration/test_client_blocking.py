@@ -7,7 +7,6 @@ sent."""
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import io
 import threading
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.compat import servers
 
 from pyrmq.client import (
     ConsumeStatus,
@@ -33,13 +33,6 @@ from pyrmq.errors import MessageTooLargeError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
-_SERVERS = Path(__file__).parents[1] / "compat" / "servers.py"
-_spec = importlib.util.spec_from_file_location("pyrmq_test_servers", _SERVERS)
-assert _spec is not None
-assert _spec.loader is not None
-servers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(servers)
-
 WAIT_S = 15.0
 """Longest wait for a delivery; a held pull answers as soon as a message arrives."""
 
@@ -50,12 +43,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     root = tmp_path_factory.mktemp("serve")
     conf = root / "broker.conf"
     conf.write_text("message_delay_level=" + " ".join(["1s"] * 18) + "\n")
-    args = ["serve", "--store", str(root / "store"), "--namesrv-port", "0", "--broker-port", "0"]
-    proc = servers.ServerProcess([*args, "-c", str(conf)], root / "serve.log")
-    try:
+    with servers.serving(root, "-c", str(conf)) as proc:
         yield proc
-    finally:
-        assert proc.stop() == 0, (root / "serve.log").read_text()[-3000:]
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import sys
+import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from tests import helpers
+from tests.helpers import eventually
+from tests.integration.client_cluster import client_cluster
 
 from pyrmq.client.lite_pull import LitePullConsumer
 from pyrmq.client.message import Message, MessageExt, MessageQueue
@@ -30,26 +31,7 @@ FIRST = "CONSUME_FROM_FIRST_OFFSET"
 BROKER = "broker-a"
 
 
-def _load(name: str) -> ModuleType:
-    """A helper module of this folder (tests are imported with --import-mode=importlib)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_cluster = _load("client_cluster")
-client_cluster = _cluster.client_cluster
-eventually = _cluster.eventually
-
-
-def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 20) -> None:
-    asyncio.run(asyncio.wait_for(scenario(), timeout_s))
+run = functools.partial(helpers.run, timeout_s=20)
 
 
 def queues(topic: str, n: int) -> list[MessageQueue]:

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import doctest
-import importlib.util
+import functools
 import itertools
 import random
-import sys
 import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from tests import helpers
+from tests.helpers import eventually
+from tests.integration.client_cluster import client_cluster
 
 from pyrmq import _core
 from pyrmq.client import fault as fault_module
@@ -39,26 +40,7 @@ from pyrmq.remoting.headers import PullMessageRequestHeader
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 
-def _load(name: str) -> ModuleType:
-    """A helper module of this folder (tests are imported with --import-mode=importlib)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_cluster = _load("client_cluster")
-client_cluster = _cluster.client_cluster
-eventually = _cluster.eventually
-
-
-def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 30) -> None:
-    asyncio.run(asyncio.wait_for(scenario(), timeout_s))
+run = functools.partial(helpers.run, timeout_s=30)
 
 
 def producer(c: Any, group: str = "PG", **options: Any) -> Producer:

@@ -13,82 +13,38 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import importlib.util
+import functools
 import random
-import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from tests import helpers
+from tests.compat.servers import ServerProcess, create_topic, serving
+from tests.helpers import fast_config
+from tests.integration.consumer_child import ConsumerChild
 
 from pyrmq.client.api import ClientAPI
 from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
-from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import RETRY_PREFIX, Message, MessageExt, MessageQueue, SendStatus
 from pyrmq.client.offset_store import LocalFileOffsetStore
 from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
 from pyrmq.errors import PyrmqError
 from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    """A helper module by path (tests are imported with --import-mode=importlib)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_HERE = Path(__file__).resolve().parent
-_servers = _load("pyrmq_test_servers", _HERE.parent / "compat" / "servers.py")
-_child = _load("pyrmq_test_consumer_child", _HERE / "consumer_child.py")
-ServerProcess = _servers.ServerProcess
-create_topic = _servers.create_topic
-ConsumerChild = _child.ConsumerChild
-
-
 # --- helpers ------------------------------------------------------------------------------
 
-
-def fast_config(namesrv: str, **overrides: Any) -> ClientConfig:
-    """Client intervals short enough for tests: rebalance, heartbeat and route refresh every
-    second, offsets persisted twice a second."""
-    settings: dict[str, Any] = {
-        "namesrv_addr": namesrv,
-        "rebalance_interval_s": 1.0,
-        "heartbeat_broker_interval_s": 1.0,
-        "persist_consumer_offset_interval_s": 0.5,
-        "poll_name_server_interval_s": 1.0,
-    }
-    return ClientConfig(**{**settings, **overrides})
-
-
-def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 60.0) -> None:
-    asyncio.run(asyncio.wait_for(scenario(), timeout_s))
-
-
-async def eventually(
-    predicate: Callable[[], object], timeout_s: float = 20.0, what: str = "condition"
-) -> None:
-    """Polls ``predicate`` every 20 ms until it holds; fails after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} not met within {timeout_s} s")
-        await asyncio.sleep(0.02)
+run = helpers.run
+eventually = functools.partial(helpers.eventually, timeout_s=20.0, interval_s=0.02)
 
 
 class Recorder:
@@ -148,15 +104,8 @@ async def committed_offset(broker: str, group: str, mq: MessageQueue) -> int | N
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One ``pyrmq serve`` for the module; each test uses its own topics and groups."""
-    root = tmp_path_factory.mktemp("serve")
-    proc = ServerProcess(
-        ["serve", "--store", str(root / "store"), "--namesrv-port", "0", "--broker-port", "0"],
-        root / "serve.log",
-    )
-    try:
+    with serving(tmp_path_factory.mktemp("serve")) as proc:
         yield proc
-    finally:
-        assert proc.stop() == 0, (root / "serve.log").read_text()[-3000:]
 
 
 @pytest.fixture
@@ -224,7 +173,7 @@ def test_every_message_arrives_exactly_once_with_body_tags_keys_and_properties(
             for i, r in enumerate(results):
                 assert r.status is SendStatus.OK
                 sent[r.msg_id] = (i, r)
-            await eventually(lambda: len(rec.done) >= count, 30, f"{count} consumed")
+            await eventually(lambda: len(rec.done) >= count, timeout_s=30, what=f"{count} consumed")
             await asyncio.sleep(1.0)  # a duplicate would arrive by now
         finally:
             await c.shutdown()
@@ -319,7 +268,7 @@ def test_clustering_consumers_share_the_load_evenly_without_duplicates(
                 flat = [q for s in shares for q in s]
                 return all(len(s) == 8 // consumer_count for s in shares) and len(set(flat)) == 8
 
-            await eventually(settled, 20, "an even, disjoint assignment")
+            await eventually(settled, timeout_s=20, what="an even, disjoint assignment")
             # The producer's own round robin spreads them over the 8 queues.
             async with Producer("PG_BALANCE", client_config=fast_config(namesrv)) as producer:
                 for start in range(0, count, 40):
@@ -329,7 +278,9 @@ def test_clustering_consumers_share_the_load_evenly_without_duplicates(
                             for i in range(start, start + 40)
                         )
                     )
-            await eventually(lambda: sum(len(r.done) for r in recs) >= count, 30, "all consumed")
+            await eventually(
+                lambda: sum(len(r.done) for r in recs) >= count, timeout_s=30, what="all consumed"
+            )
             await asyncio.sleep(1.0)
         finally:
             for c in consumers:
@@ -378,7 +329,7 @@ def test_consumers_joining_and_crashing_lose_nothing(
                     start("C")
                 elif i == 550:
                     b = children["B"]
-                    await eventually(b.messages, 20, "B consuming before its crash")
+                    await eventually(b.messages, timeout_s=20, what="B consuming before its crash")
                     b.kill()
                 result = await producer.send(Message(topic, f"d{i}".encode()))
                 assert result.status is SendStatus.OK
@@ -388,7 +339,7 @@ def test_consumers_joining_and_crashing_lose_nothing(
         def all_consumed() -> bool:
             return {m["body"] for ch in children.values() for m in ch.messages()} >= set(sent)
 
-        await eventually(all_consumed, 40, "every message consumed")
+        await eventually(all_consumed, timeout_s=40, what="every message consumed")
         await asyncio.sleep(1.0)
 
     try:
@@ -479,7 +430,9 @@ def test_a_consumer_leaving_cleanly_hands_over_without_duplicates(
                         await eventually(lambda: recs[1].done, what="B consuming")
                         await b.shutdown()
             await eventually(
-                lambda: sum(len(r.done) for r in recs) >= count, 30, "every message consumed"
+                lambda: sum(len(r.done) for r in recs) >= count,
+                timeout_s=30,
+                what="every message consumed",
             )
             await asyncio.sleep(1.0)
         finally:
@@ -668,6 +621,74 @@ def test_consume_from_first_last_and_timestamp_for_a_new_group(addrs: tuple[str,
     run(scenario)
 
 
+async def reset_offsets(broker: str, topic: str, group: str, timestamp_ms: int) -> None:
+    """INVOKE_BROKER_TO_RESET_OFFSET, as ``mqadmin resetOffsetByTime -f true`` sends it."""
+    remoting = RemotingClient()
+    try:
+        request = RemotingCommand.request(
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            {"topic": topic, "group": group, "timestamp": str(timestamp_ms), "isForce": "true"},
+        )
+        response = await remoting.invoke(broker, request, timeout_s=5)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+    finally:
+        await remoting.close()
+
+
+def test_an_offset_reset_by_time_makes_a_running_consumer_read_again(
+    addrs: tuple[str, str],
+) -> None:
+    namesrv, broker = addrs
+    topic, group = "TopicResetByTime", "CG_RESET_BY_TIME"
+    create_topic(broker, topic, 2)
+
+    async def scenario() -> None:
+        rec = Recorder()
+        c = consumer(namesrv, group, topic, rec, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+        async with Producer("PG_RESET", client_config=fast_config(namesrv)) as producer:
+            await c.start()
+            try:
+                await eventually(lambda: len(topic_queues(c, topic)) == 2)
+                before_ms = time.time_ns() // 1_000_000
+                await asyncio.sleep(0.05)
+                sent = set()
+                for i in range(10):
+                    await producer.send(Message(topic, f"old{i}".encode()))
+                    sent.add(f"old{i}".encode())
+                await eventually(lambda: len(rec.done) >= 10, what="first delivery")
+                queues = topic_queues(c, topic)
+                ends = [await max_offset_of(broker, mq) for mq in queues]
+
+                async def all_committed() -> bool:
+                    got = [await committed_offset(broker, group, mq) for mq in queues]
+                    return got == ends
+
+                for _ in range(200):  # the consumer commits every 0.5 s
+                    if await all_committed():
+                        break
+                    await asyncio.sleep(0.05)
+                assert await all_committed()
+
+                await reset_offsets(broker, topic, group, before_ms)
+
+                await eventually(lambda: len(rec.done) >= 20, what="delivery after the reset")
+            finally:
+                await c.shutdown()
+        bodies = collections.Counter(rec.bodies())
+        assert set(bodies) == sent
+        assert all(n == 2 for n in bodies.values()), bodies
+
+    run(scenario)
+
+
+async def max_offset_of(broker: str, mq: MessageQueue) -> int:
+    remoting = RemotingClient()
+    try:
+        return await ClientAPI(remoting).max_offset(broker, mq)
+    finally:
+        await remoting.close()
+
+
 # --- 7. failures, redelivery and the committed offset -------------------------------------
 
 
@@ -816,7 +837,9 @@ def test_flow_control_stops_pulling_at_the_process_queue_threshold(
                 assert 1 << 20 <= peak_size <= (1 << 20) + batch * body_bytes, peak_size
             assert len(rec.deliveries) <= 2  # the two consume threads, blocked
             release.set()
-            await eventually(lambda: len(rec.done) >= count, 30, "all consumed after release")
+            await eventually(
+                lambda: len(rec.done) >= count, timeout_s=30, what="all consumed after release"
+            )
             await asyncio.sleep(0.5)
         finally:
             release.set()
@@ -910,7 +933,9 @@ def test_a_broker_killed_and_restarted_loses_no_acknowledged_message(tmp_path: P
                 def all_consumed() -> bool:
                     return {m.body.decode() for m in rec.done} >= set(acked)
 
-                await eventually(all_consumed, 40, "every acknowledged message consumed")
+                await eventually(
+                    all_consumed, timeout_s=40, what="every acknowledged message consumed"
+                )
             finally:
                 await c.shutdown()
             missing = set(acked) - {m.body.decode() for m in rec.done}

@@ -3,7 +3,6 @@ it did: the tests read its output back and check it against what the broker deli
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -13,31 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.compat.servers import serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"
-_spec = importlib.util.spec_from_file_location(
-    "pyrmq_test_servers", ROOT / "tests" / "compat" / "servers.py"
-)
-assert _spec is not None
-assert _spec.loader is not None
-servers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(servers)
 
 MSG_ID = r"[0-9A-F]{32}"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    root = tmp_path_factory.mktemp("serve")
-    args = ["serve", "--store", str(root / "store"), "--namesrv-port", "0", "--broker-port", "0"]
-    proc = servers.ServerProcess(args, root / "serve.log")
-    try:
+    with serving(tmp_path_factory.mktemp("serve")) as proc:
         yield proc
-    finally:
-        assert proc.stop() == 0, (root / "serve.log").read_text()[-3000:]
 
 
 @pytest.fixture(scope="module")

@@ -337,6 +337,24 @@ class _Client:
         if message_trace:
             log.warning("message trace requested for %s: not supported, ignored", self._group)
 
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
     def _config(self) -> ClientConfig:
         """The client settings; fetches the name server list when only a domain is set.
 
@@ -450,18 +468,6 @@ class Producer(_Client):
         finally:
             if callbacks is not None:
                 callbacks.shutdown(wait=True)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown()
 
     def _producer(self, cls: type[RocketMQException]) -> AsyncProducer:
         if self._async is None:
@@ -725,18 +731,6 @@ class PushConsumer(_Client):
         if consumer is not None:
             runtime.run(consumer.shutdown())
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown()
-
 
 def _per_message(
     callback: MessageCallback,
@@ -850,18 +844,6 @@ class PullConsumer(_Client):
             await inst.release()
 
         runtime.run(stop())
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown()
 
     @staticmethod
     def _mq_key(mq: MessageQueue) -> str:

@@ -17,17 +17,18 @@ import re
 import socket
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, ClassVar, Protocol, Self
 
 from pyrmq.client.api import ClientAPI
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import TopicRoute
-from pyrmq.errors import NoRouteError, PyrmqError
+from pyrmq.errors import ClientStateError, NoRouteError, PyrmqError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
-__all__ = ["ClientConfig", "ClientInstance", "ConsumerMember", "ProducerMember"]
+__all__ = ["ClientConfig", "ClientInstance", "ClientLifecycle", "ConsumerMember", "ProducerMember"]
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +274,36 @@ class ClientInstance:
             ]
         return data
 
+    async def unregister(
+        self, *, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
+        """UNREGISTER_CLIENT for one group on every broker its heartbeats go to: every known
+        address for a consumer group, the masters for a producer group. Failures are logged,
+        not raised: the broker drops the client when its heartbeats stop anyway."""
+        targets = [
+            addr
+            for addrs in list(self.broker_addrs.values())
+            for broker_id, addr in addrs.items()
+            if consumer_group is not None or broker_id == 0
+        ]
+        results = await asyncio.gather(
+            *(
+                self.api.unregister_client(
+                    addr,
+                    self.client_id,
+                    producer_group=producer_group,
+                    consumer_group=consumer_group,
+                )
+                for addr in targets
+            ),
+            return_exceptions=True,
+        )
+        for addr, result in zip(targets, results, strict=True):
+            if isinstance(result, PyrmqError):
+                log.debug("unregister from %s failed: %s", addr, result)
+            elif isinstance(result, BaseException):
+                raise result
+
     async def heartbeat_all(self) -> None:
         """Sends a heartbeat to every known broker (producer-only clients: masters only)."""
         if not self.producers and not self.consumers:
@@ -349,6 +380,40 @@ class ClientInstance:
 
 
 _MQ_KEY = re.compile(r"(\{[^{}]*\})\s*:\s*(-?\d+)")
+
+
+class ClientLifecycle:
+    """``async with`` and the :attr:`instance` property for a producer or consumer that holds
+    a :class:`ClientInstance` while it runs."""
+
+    _KIND: ClassVar[str]
+    """What the class is called in errors: "producer", "consumer", ..."""
+    group: str
+    _instance: ClientInstance | None
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def shutdown(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    @property
+    def instance(self) -> ClientInstance:
+        if self._instance is None:
+            raise ClientStateError(f"{self._KIND} {self.group} is not started")
+        return self._instance
 
 
 def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:

@@ -22,13 +22,12 @@ import logging
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from pyrmq import _core
 from pyrmq.client.allocate import AllocateStrategy, allocate_averagely
 from pyrmq.client.api import PullResult, PullStatus
-from pyrmq.client.instance import ClientConfig, ClientInstance
+from pyrmq.client.instance import ClientConfig, ClientInstance, ClientLifecycle
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
 from pyrmq.client.offset_store import (
     LocalFileOffsetStore,
@@ -127,7 +126,7 @@ class _QueueState:
         self.task: asyncio.Task[None] | None = None
 
 
-class LitePullConsumer:
+class LitePullConsumer(ClientLifecycle):
     """Pulls queues in the background; :meth:`poll` hands out what arrived.
 
     Use ``async with`` or :meth:`start` / :meth:`shutdown`. Subscribe (or assign) before or
@@ -171,6 +170,8 @@ class LitePullConsumer:
     """How long a held pull waits for its answer; above the suspend time."""
     pull_delay_on_error_s: float = 1.0
     """Pause of a queue's pull task after a failed pull."""
+
+    _KIND = "lite pull consumer"
 
     def __init__(
         self,
@@ -300,37 +301,12 @@ class LitePullConsumer:
                 await self._persist_sync(store, list(self._assigned))
             except PyrmqError as e:
                 log.warning("final offset commit of group %s failed: %s", self.group, e)
-        for addrs in list(inst.broker_addrs.values()):
-            addr = addrs.get(0)
-            if addr is None:
-                continue
-            try:
-                await inst.api.unregister_client(addr, inst.client_id, consumer_group=self.group)
-            except PyrmqError as e:
-                log.debug("unregister from %s failed: %s", addr, e)
+        await inst.unregister(consumer_group=self.group)
         for state in self._assigned.values():
             state.pq.dropped = True
         self._assigned.clear()
         await inst.release()
         log.info("lite pull consumer stopped group=%s client_id=%s", self.group, inst.client_id)
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.shutdown()
-
-    @property
-    def instance(self) -> ClientInstance:
-        if self._instance is None:
-            raise ClientStateError(f"lite pull consumer {self.group} is not started")
-        return self._instance
 
     @property
     def running(self) -> bool:

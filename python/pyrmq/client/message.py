@@ -353,6 +353,7 @@ def _local_ip() -> bytes:
 
 
 _ID_PREFIX = _local_ip() + struct.pack(">H", os.getpid() & 0xFFFF) + random.randbytes(4)
+_COUNTER_BYTES = struct.Struct(">H")
 
 
 def _month_bounds(now_ms: int) -> tuple[int, int]:
@@ -371,15 +372,7 @@ def new_message_id() -> str:
     >>> len(a), a != b, a[:20] == b[:20]
     (32, True, True)
     """
-    global _MONTH
-    now_ms = time.time_ns() // 1_000_000
-    start, end = _MONTH
-    if not start <= now_ms < end:
-        with _ID_LOCK:
-            _MONTH = _month_bounds(now_ms)
-            start = _MONTH[0]
-    tail = struct.pack(">IH", (now_ms - start) & 0xFFFFFFFF, next(_COUNTER) & 0xFFFF)
-    return (_ID_PREFIX + tail).hex().upper()
+    return new_message_ids(1)[0]
 
 
 def new_message_ids(count: int) -> list[str]:
@@ -399,9 +392,6 @@ def new_message_ids(count: int) -> list[str]:
     head = _ID_PREFIX + struct.pack(">I", (now_ms - start) & 0xFFFFFFFF)
     pack = _COUNTER_BYTES.pack
     return [(head + pack(next(_COUNTER) & 0xFFFF)).hex().upper() for _ in range(count)]
-
-
-_COUNTER_BYTES = struct.Struct(">H")
 
 
 def set_unique_id(message: Message) -> str:

@@ -18,13 +18,12 @@ import struct
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from pyrmq import _core
 from pyrmq.client.api import SendRequest
 from pyrmq.client.fault import FAILURE_ISOLATION_MS, LatencyFaults
-from pyrmq.client.instance import DEFAULT_TOPIC, ClientConfig, ClientInstance
+from pyrmq.client.instance import DEFAULT_TOPIC, ClientConfig, ClientInstance, ClientLifecycle
 from pyrmq.client.message import (
     RETRY_PREFIX,
     Message,
@@ -36,7 +35,6 @@ from pyrmq.client.message import (
 from pyrmq.client.route import PERM_WRITE, TopicRoute
 from pyrmq.errors import (
     BrokerError,
-    ClientStateError,
     MessageIllegalError,
     MessageTooLargeError,
     NoRouteError,
@@ -114,7 +112,7 @@ class _Outgoing:
     msg_id: str
 
 
-class Producer:
+class Producer(ClientLifecycle):
     """Sends messages; use ``async with`` or :meth:`start` / :meth:`shutdown`.
 
     Args:
@@ -139,6 +137,8 @@ class Producer:
     ...         result = await producer.send(Message("TopicTest", b"hello", tags="TagA"))
     ...         print(result.status, result.msg_id)
     """
+
+    _KIND = "producer"
 
     def __init__(
         self,
@@ -197,38 +197,8 @@ class Producer:
             task.cancel()
         inst, self._instance = self._instance, None
         inst.producers.pop(self.group, None)
-        masters = [a[0] for a in list(inst.broker_addrs.values()) if 0 in a]
-        results = await asyncio.gather(
-            *(
-                inst.api.unregister_client(addr, inst.client_id, producer_group=self.group)
-                for addr in masters
-            ),
-            return_exceptions=True,
-        )
-        for addr, result in zip(masters, results, strict=True):
-            if isinstance(result, PyrmqError):
-                log.debug("unregister from %s failed: %s", addr, result)
-            elif isinstance(result, BaseException):
-                raise result
+        await inst.unregister(producer_group=self.group)
         await inst.release()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.shutdown()
-
-    @property
-    def instance(self) -> ClientInstance:
-        if self._instance is None:
-            raise ClientStateError(f"producer {self.group} is not started")
-        return self._instance
 
     # --- ClientInstance member -----------------------------------------------------------
 

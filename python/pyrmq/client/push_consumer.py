@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Literal, Self
 
 from pyrmq import _core
@@ -33,7 +32,7 @@ from pyrmq.client.consume_service import (
     ConsumeStatus,
     Listener,
 )
-from pyrmq.client.instance import ClientConfig, ClientInstance
+from pyrmq.client.instance import ClientConfig, ClientInstance, ClientLifecycle
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
 from pyrmq.client.offset_store import (
     LocalFileOffsetStore,
@@ -110,13 +109,15 @@ def _timestamp_ms(value: int | str | None) -> int:
     return int(datetime.strptime(value, "%Y%m%d%H%M%S").timestamp() * 1000)
 
 
-class PushConsumer:
+class PushConsumer(ClientLifecycle):
     """Delivers the messages of subscribed topics to listeners, or to ``async for``.
 
     Clustering (default): the group's consumers share the queues and its progress lives on
     the brokers. Broadcasting: every consumer gets every message and keeps its progress in a
     local file.
     """
+
+    _KIND = "consumer"
 
     def __init__(
         self,
@@ -275,34 +276,13 @@ class PushConsumer:
             await self.offset_store.persist(list(self._pqs))
         self._pull_tasks.clear()
         self._pqs.clear()
-        for addrs in list(inst.broker_addrs.values()):
-            for addr in addrs.values():
-                try:
-                    await inst.api.unregister_client(
-                        addr, inst.client_id, consumer_group=self.group
-                    )
-                except PyrmqError as e:
-                    log.debug("unregister from %s failed: %s", addr, e)
+        await inst.unregister(consumer_group=self.group)
         await inst.release()
 
     async def __aenter__(self) -> Self:
         if self.subscriptions:
             await self.start()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.shutdown()
-
-    @property
-    def instance(self) -> ClientInstance:
-        if self._instance is None:
-            raise ClientStateError(f"consumer {self.group} is not started")
-        return self._instance
 
     # --- async iteration -----------------------------------------------------------------
 

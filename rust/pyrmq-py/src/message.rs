@@ -2,8 +2,8 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
-use std::net::SocketAddr;
 use pyrmq_store::message::{self, Record};
+use std::net::SocketAddr;
 
 /// A message as stored: every field of the record, decoded.
 ///

@@ -1125,6 +1125,14 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+_listener_option = click.option(
+    "--listener", type=_LISTENERS, default="thread", show_default=True, help=_LISTENER_HELP
+)
+_profile_option = click.option(
+    "--profile", type=click.Path(dir_okay=False), help="cProfile the run (-p 1) here."
+)
+
+
 @click.group("bench")
 def bench() -> None:
     """Load generators in the spirit of RocketMQ's producer.sh and consumer.sh."""
@@ -1157,7 +1165,7 @@ def bench() -> None:
 @click.option(
     "-g", "--group", help=f"Producer group [{PRODUCER_GROUP}; with -b: {BATCH_PRODUCER_GROUP}]."
 )
-@click.option("--profile", type=click.Path(dir_okay=False), help="cProfile the run (-p 1) here.")
+@_profile_option
 def producer_cmd(
     namesrv: str,
     duration: float | None,
@@ -1253,9 +1261,7 @@ def producer_cmd(
     show_default=True,
     help="pull_batch_size: messages per pull.",
 )
-@click.option(
-    "--listener", type=_LISTENERS, default="thread", show_default=True, help=_LISTENER_HELP
-)
+@_listener_option
 @click.option(
     "--from",
     "from_where",
@@ -1265,7 +1271,7 @@ def producer_cmd(
     help="Where the group starts on a queue it has no offset for.",
 )
 @click.option("-q", "--count", type=click.IntRange(min=1), help="Stop after this many messages.")
-@click.option("--profile", type=click.Path(dir_okay=False), help="cProfile the run (-p 1) here.")
+@_profile_option
 def consumer_cmd(
     namesrv: str,
     duration: float | None,
@@ -1367,9 +1373,7 @@ def consumer_cmd(
     show_default=True,
     help="Seconds of sends left out of the E2E figures (before -d).",
 )
-@click.option(
-    "--listener", type=_LISTENERS, default="thread", show_default=True, help=_LISTENER_HELP
-)
+@_listener_option
 @click.option("--consume-batch", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--consumer-threads", type=click.IntRange(min=1), default=20, show_default=True)
 def latency_cmd(

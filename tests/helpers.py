@@ -1,0 +1,50 @@
+"""Helpers shared by the client tests in ``integration/`` and ``compat/``: run a scenario with a
+deadline, poll for a condition, and client intervals short enough for tests.
+
+Test modules import it as ``tests.helpers`` (pytest's importlib mode makes ``tests`` importable
+from the root of the checkout, as it does ``tests.compat.servers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pyrmq.client.instance import ClientConfig
+
+__all__ = ["eventually", "fast_config", "run"]
+
+
+def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 60.0) -> None:
+    """Runs the coroutine function ``scenario`` in a new event loop; fails after ``timeout_s``."""
+    asyncio.run(asyncio.wait_for(scenario(), timeout_s))
+
+
+async def eventually(
+    predicate: Callable[[], object],
+    timeout_s: float = 5.0,
+    what: str = "condition",
+    *,
+    interval_s: float = 0.01,
+) -> None:
+    """Polls ``predicate`` every ``interval_s`` until it holds; fails after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not met within {timeout_s} s")
+        await asyncio.sleep(interval_s)
+
+
+def fast_config(namesrv: str, **overrides: Any) -> ClientConfig:
+    """Client intervals short enough for tests: rebalance, heartbeat and route refresh every
+    second, offsets persisted twice a second."""
+    settings: dict[str, Any] = {
+        "namesrv_addr": namesrv,
+        "rebalance_interval_s": 1.0,
+        "heartbeat_broker_interval_s": 1.0,
+        "persist_consumer_offset_interval_s": 0.5,
+        "poll_name_server_interval_s": 1.0,
+    }
+    return ClientConfig(**{**settings, **overrides})
