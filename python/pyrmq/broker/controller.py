@@ -62,6 +62,7 @@ class BrokerController:
         self._hold: PullHoldService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
+        self._offsets_write: asyncio.Future[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pyrmq-put")
         for processor in (
             SendProcessor(self),
@@ -123,6 +124,9 @@ class BrokerController:
             await self._hold.stop()
         await self.server.stop()
         await self.namesrv.close()
+        if self._offsets_write is not None:
+            with contextlib.suppress(Exception):
+                await self._offsets_write
         self.offsets.persist(force=True)
         if self._store is not None:
             store = self._store
@@ -130,12 +134,32 @@ class BrokerController:
         self._executor.shutdown(wait=True)
         log.info("broker stopped name=%s address=%s", self.config.broker_name, self.address)
 
+    @property
+    def puts_wait_for_disk(self) -> bool:
+        """Under SYNC_FLUSH an append waits for an fsync: run it with :meth:`put`, not
+        :meth:`put_now`."""
+        return self.config.store.flush_disk_type == "SYNC_FLUSH"
+
+    def put_now(self, fn: Callable[[], T]) -> T:
+        """Runs a page-cache store append in the loop, then answers the held pulls it woke
+        (before the caller answers the send)."""
+        result = fn()
+        if self._hold is not None:
+            self._hold.answer_ready()
+        return result
+
     async def put(self, fn: Callable[[], T]) -> T:
-        """Runs a store append. Under SYNC_FLUSH it waits for an fsync, so it runs on a worker
-        thread; a page-cache append is a few microseconds and runs inline."""
+        """Runs a store append, then answers the held pulls it woke, before the caller answers
+        the send. Under SYNC_FLUSH the append waits for an fsync, so it runs on a worker thread
+        (its wakeups reach the loop through the hold service's eventfd meanwhile); a page-cache
+        append is a few microseconds and runs inline."""
         if self.config.store.flush_disk_type == "SYNC_FLUSH":
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-        return fn()
+            result = await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        else:
+            result = fn()
+        if self._hold is not None:
+            self._hold.answer_ready()
+        return result
 
     def request_registration(self) -> None:
         """Registers with the name servers soon (a topic was created or changed)."""
@@ -222,11 +246,19 @@ class BrokerController:
                 log.exception("name server registration failed")
 
     async def _persist_offsets_loop(self) -> None:
+        # Encoded here, written on a thread: encoding on the thread would hold the GIL for as
+        # long as it takes, and the loop would wait for it (up to the 5 ms switch interval at
+        # a time) with messages in hand. The write is shielded so that stop() can wait for it
+        # before writing the file one last time.
         period = self.config.flush_consumer_offset_interval_ms / 1000
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
             try:
-                await asyncio.get_running_loop().run_in_executor(None, self.offsets.persist)
+                data = self.offsets.encode()
+                if data is not None:
+                    self._offsets_write = loop.run_in_executor(None, self.offsets.write, data)
+                    await asyncio.shield(self._offsets_write)
             except Exception:
                 log.exception("persisting consumer offsets failed")
 

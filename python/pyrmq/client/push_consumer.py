@@ -572,7 +572,8 @@ class PushConsumer(ClientLifecycle):
             offset = result.next_begin_offset
             if msgs:
                 pq.put(msgs)
-                self._dispatch(msgs, pq, mq)
+                # After the next pull is written: a message that lands meanwhile finds it held.
+                asyncio.get_running_loop().call_soon(self._dispatch, msgs, pq, mq)
             elif pq.msg_count == 0:
                 self.offset_store.update(mq, offset)
         elif result.status is PullStatus.OFFSET_ILLEGAL:

@@ -32,6 +32,7 @@ class _Channel(asyncio.Protocol):
         self.address = address
         self._decoder = FrameDecoder(MAX_FRAME_BYTES)
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop
         self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self.closed = asyncio.Event()
         # Cleared while the transport's buffer is above its high-water mark.
@@ -41,6 +42,8 @@ class _Channel(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport).
         self.transport = cast(asyncio.Transport, transport)
+        # Kept: on 3.11 each asyncio.get_running_loop() is a getpid() system call.
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -158,7 +161,7 @@ class RemotingClient:
         """Sends ``request`` and returns its answer."""
         channel = await self._channel(address)
         assert channel.transport is not None
-        loop = asyncio.get_running_loop()
+        loop = channel.loop
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         channel.pending[request.opaque] = fut
         channel.transport.write(encode(request))

@@ -1,9 +1,12 @@
 """Asyncio remoting server: frames in, one task per request, answers out of order.
 
 Each request runs as its own task, so a pull parked for long polling never delays a heartbeat or a
-lock on the same connection. Answers carry the request's opaque and serialize type. The server
-can also send requests to a connected client (NOTIFY_CONSUMER_IDS_CHANGED,
-GET_CONSUMER_RUNNING_INFO) and match their answers by opaque.
+lock on the same connection. Handlers registered with :meth:`RemotingServer.register_inline`
+(sends and pulls, the hot path) run at once in ``data_received`` instead: no task, no trip
+through the loop's ready queue; one that must wait returns an awaitable, and only that gets a
+task. Answers carry the request's opaque and serialize type. The server can also send requests
+to a connected client (NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_RUNNING_INFO) and match their
+answers by opaque.
 
 Failures stay with their connection: a malformed frame closes that connection only, an unknown
 code gets REQUEST_CODE_NOT_SUPPORTED, a handler that raises gets SYSTEM_ERROR. Nothing else is
@@ -14,15 +17,15 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Protocol, cast
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol, cast
 
 from pyrmq.errors import FrameDecodeError, HeaderError, RemotingError
 from pyrmq.remoting.codec import FrameDecoder, encode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import MAX_FRAME_BYTES, ResponseCode
 
-__all__ = ["Connection", "Handler", "RemotingServer"]
+__all__ = ["Connection", "Handler", "InlineHandler", "RemotingServer"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,15 @@ class Handler(Protocol):
     ) -> Awaitable[RemotingCommand | None]: ...
 
 
+class InlineHandler(Protocol):
+    """Answers one request at once (a command, or None for no answer), or returns an awaitable
+    of that answer when it has to wait (a send under SYNC_FLUSH, say). Must not block."""
+
+    def __call__(
+        self, conn: "Connection", request: RemotingCommand
+    ) -> "RemotingCommand | Awaitable[RemotingCommand | None] | None": ...
+
+
 class Connection(asyncio.Protocol):
     """One client connection: frame decoding, request dispatch, outbound requests."""
 
@@ -44,18 +56,19 @@ class Connection(asyncio.Protocol):
         self._server = server
         self._decoder = FrameDecoder(server.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
+        # Looked up once: on 3.11 every asyncio.get_running_loop() is a getpid() system call.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self.peer: tuple[str, int] = ("0.0.0.0", 0)
+        self.peer_address = "0.0.0.0:0"
+        """``host:port`` of the peer (every stored message names its sender's)."""
         self.closed = asyncio.Event()
-
-    @property
-    def peer_address(self) -> str:
-        return f"{self.peer[0]}:{self.peer[1]}"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport).
         self._transport = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         if peer:
             host = peer[0]
@@ -63,6 +76,7 @@ class Connection(asyncio.Protocol):
             if host.startswith("::ffff:"):
                 host = host[7:]
             self.peer = (host, int(peer[1]))
+            self.peer_address = f"{host}:{self.peer[1]}"
         self._server.connections.add(self)
         log.debug("connection opened peer=%s", self.peer_address)
 
@@ -73,15 +87,25 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection peer=%s: %s", self.peer_address, e)
             self.close()
             return
+        inline = self._server.inline_handlers
         for cmd in commands:
             if cmd.is_response:
                 fut = self._pending.pop(cmd.opaque, None)
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
                 continue
-            task = asyncio.get_running_loop().create_task(self._serve(cmd))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            handler = inline.get(cmd.code)
+            if handler is not None:
+                self._serve_inline(handler, cmd)
+            else:
+                self._spawn(self._serve(cmd))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        loop = self._loop
+        assert loop is not None
+        task = loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -108,21 +132,48 @@ class Connection(asyncio.Protocol):
                 )
             else:
                 response = await handler(self, request)
-        except HeaderError as e:
-            response = RemotingCommand.response_to(
-                request, ResponseCode.SYSTEM_ERROR, remark=str(e)
-            )
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.exception(
-                "request failed code=%s opaque=%s peer=%s", request.code, request.opaque, self.peer
-            )
-            response = RemotingCommand.response_to(
-                request, ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}"
-            )
+            response = self._failed(request, e)
         if response is not None and not request.is_oneway:
             self.send(response)
+
+    def _serve_inline(self, handler: InlineHandler, request: RemotingCommand) -> None:
+        try:
+            result = handler(self, request)
+        except Exception as e:
+            response: RemotingCommand | None = self._failed(request, e)
+        else:
+            if result is not None and not isinstance(result, RemotingCommand):
+                self._spawn(self._finish(request, result))
+                return
+            response = result
+        if response is not None and not request.is_oneway:
+            self.send(response)
+
+    async def _finish(
+        self, request: RemotingCommand, pending: Awaitable[RemotingCommand | None]
+    ) -> None:
+        try:
+            response = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            response = self._failed(request, e)
+        if response is not None and not request.is_oneway:
+            self.send(response)
+
+    def _failed(self, request: RemotingCommand, e: Exception) -> RemotingCommand:
+        """SYSTEM_ERROR for a handler that raised (logged, unless the request was malformed)."""
+        if isinstance(e, HeaderError):
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
+        log.exception(
+            "request failed code=%s opaque=%s peer=%s", request.code, request.opaque, self.peer
+        )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}"
+        )
 
     def send(self, cmd: RemotingCommand) -> None:
         """Writes one frame; dropped silently if the connection is gone."""
@@ -155,12 +206,20 @@ class RemotingServer:
         self.port = port
         self.max_frame_bytes = max_frame_bytes
         self.handlers: dict[int, Handler] = {}
+        self.inline_handlers: dict[int, InlineHandler] = {}
         self.connections: set[Connection] = set()
         self.on_disconnect: list[Callable[[Connection], None]] = []
         self._server: asyncio.Server | None = None
 
     def register(self, code: int, handler: Handler) -> None:
+        self.inline_handlers.pop(int(code), None)
         self.handlers[int(code)] = handler
+
+    def register_inline(self, code: int, handler: InlineHandler) -> None:
+        """Like :meth:`register`, for a handler run at once in the event loop's I/O callback
+        (see :class:`InlineHandler`): for the requests whose latency matters."""
+        self.handlers.pop(int(code), None)
+        self.inline_handlers[int(code)] = handler
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

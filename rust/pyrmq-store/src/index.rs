@@ -242,9 +242,11 @@ impl IndexService {
     }
 
     pub fn flush(&self) -> StoreResult<()> {
-        let files = self.files.lock();
-        if let Some(last) = files.last() {
-            last.file.flush_range(0, last.file.file_size())?;
+        // msync outside the lock: over a whole index file it takes milliseconds, and `put`
+        // (every append) needs the lock meanwhile.
+        let last = self.files.lock().last().map(|f| Arc::clone(&f.file));
+        if let Some(file) = last {
+            file.flush_range(0, file.file_size())?;
         }
         Ok(())
     }

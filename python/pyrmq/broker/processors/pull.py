@@ -20,9 +20,12 @@ __all__ = ["PullProcessor"]
 
 log = logging.getLogger(__name__)
 
-FLAG_COMMIT_OFFSET = PullSysFlag.COMMIT_OFFSET
-FLAG_SUSPEND = PullSysFlag.SUSPEND
-FLAG_SUBSCRIPTION = PullSysFlag.SUBSCRIPTION
+# Plain ints: ``int & IntFlag`` runs enum.Flag.__and__, in Python, on every pull.
+FLAG_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
+FLAG_SUSPEND = int(PullSysFlag.SUSPEND)
+FLAG_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
+# Parsed subscriptions by (topic, expression): a consumer sends its expression with every pull.
+_SUBSCRIPTIONS_CACHED = 4096
 
 # GetMessageStatus -> the pull answer's code, as RocketMQ's PullMessageProcessor maps it.
 _NOT_FOUND = {
@@ -37,17 +40,36 @@ _EMPTY = {GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_I
 class PullProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
+        self._subscriptions: dict[tuple[str, str], Subscription] = {}
 
     def install(self, server: RemotingServer) -> None:
-        server.register(RequestCode.PULL_MESSAGE, self.pull)
+        # Never waits: run at once when the request arrives (no task per pull).
+        server.register_inline(RequestCode.PULL_MESSAGE, self.pull)
 
-    async def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
-        return await self._pull(conn, request, allow_suspend=True)
+    def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        return self._pull(conn, request, allow_suspend=True)
 
-    async def _pull(
-        self, conn: Connection, request: RemotingCommand, *, allow_suspend: bool
+    def _subscription(self, topic: str, expression: str) -> Subscription:
+        key = (topic, expression)
+        found = self._subscriptions.get(key)
+        if found is None:
+            if len(self._subscriptions) >= _SUBSCRIPTIONS_CACHED:
+                self._subscriptions.clear()
+            found = self._subscriptions[key] = Subscription.parse(topic, expression)
+        return found
+
+    def _pull(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        *,
+        allow_suspend: bool,
+        header: PullMessageRequestHeader | None = None,
     ) -> RemotingCommand | None:
-        header = PullMessageRequestHeader.from_ext(request.ext_fields)
+        """Answers a pull; never waits, so a woken held pull is answered inline (with the
+        header parsed on its first pass: the rest is checked again)."""
+        if header is None:
+            header = PullMessageRequestHeader.from_ext(request.ext_fields)
         broker = self.broker
         config = broker.topics.get(header.topic)
         if config is None:
@@ -71,7 +93,7 @@ class PullProcessor:
                 f"consumer:[{conn.peer_address}]",
             )
         if header.sys_flag & FLAG_SUBSCRIPTION:
-            subscription = Subscription.parse(header.topic, header.subscription or "*")
+            subscription = self._subscription(header.topic, header.subscription or "*")
         else:
             found = broker.clients.subscription(header.consumer_group, header.topic)
             if found is None:
@@ -151,8 +173,8 @@ class PullProcessor:
         subscription: Subscription,
         timeout_ms: int,
     ) -> None:
-        async def answer() -> None:
-            response = await self._pull(conn, request, allow_suspend=False)
+        def answer() -> None:
+            response = self._pull(conn, request, allow_suspend=False, header=header)
             if response is not None:
                 conn.send(response)
 

@@ -3,6 +3,7 @@
 import logging
 import random
 import zlib
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
@@ -13,7 +14,7 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
-from pyrmq.store import PutStatus
+from pyrmq.store import PutResult, PutStatus
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
@@ -33,9 +34,10 @@ class SendProcessor:
         self.broker = broker
 
     def install(self, server: RemotingServer) -> None:
-        server.register(RequestCode.SEND_MESSAGE, self.send)
-        server.register(RequestCode.SEND_MESSAGE_V2, self.send)
-        server.register(RequestCode.SEND_BATCH_MESSAGE, self.send)
+        # Answered at once when the request arrives (no task per send), see send().
+        server.register_inline(RequestCode.SEND_MESSAGE, self.send)
+        server.register_inline(RequestCode.SEND_MESSAGE_V2, self.send)
+        server.register_inline(RequestCode.SEND_BATCH_MESSAGE, self.send)
         server.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_back)
 
     def _header(self, request: RemotingCommand) -> SendMessageRequestHeader:
@@ -48,7 +50,11 @@ class SendProcessor:
     def _error(self, request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
         return RemotingCommand.response_to(request, code, remark=remark)
 
-    async def send(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def send(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Stores a message (or a batch) and answers at once; under SYNC_FLUSH the store waits
+        for the disk, and this returns an awaitable answer instead (see ``register_inline``)."""
         header = self._header(request)
         batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
         topic = header.topic
@@ -57,7 +63,7 @@ class SendProcessor:
             _core.validate_topic(topic)
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
-        config = await self._topic_for_send(header)
+        config = self._topic_for_send(header)
         if config is None:
             return self._error(
                 request,
@@ -79,7 +85,6 @@ class SendProcessor:
                 f"request queueId[{queue_id}] is illegal, {config} Producer: {conn.peer_address}",
             )
         properties = header.properties
-        props = parse_properties(properties)
         reconsume_times = header.reconsume_times
         if topic.startswith(RETRY_PREFIX) and not batch:
             group = topic[len(RETRY_PREFIX) :]
@@ -93,60 +98,88 @@ class SendProcessor:
                 topic = DLQ_PREFIX + group
                 broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
                 queue_id = 0
+                props = parse_properties(properties)
                 props.pop("DELAY", None)
                 properties = encode_properties(props)
                 broker.request_registration()
         born_host = conn.peer_address
         body = request.body
         sys_flag = header.sys_flag
-        try:
-            if batch:
-                if sys_flag & SYSFLAG_COMPRESSED:
-                    # C++ 1.2.3 compresses whole batches: inflate, then store each uncompressed.
+        store = broker.store
+        put: Callable[[], PutResult]
+        if batch:
+            if sys_flag & SYSFLAG_COMPRESSED:
+                # C++ 1.2.3 compresses whole batches: inflate, then store each uncompressed.
+                try:
                     body = zlib.decompress(body)
-                    sys_flag &= ~SYSFLAG_COMPRESSED
-                if "DELAY" in props:
+                except zlib.error as e:
                     return self._error(
-                        request,
-                        ResponseCode.MESSAGE_ILLEGAL,
-                        "a batch must not carry a delay level",
+                        request, ResponseCode.MESSAGE_ILLEGAL, f"compressed batch: {e}"
                     )
-                result = await broker.put(
-                    lambda: broker.store.put_encoded_batch(
-                        topic,
-                        body,
-                        queue_id=queue_id,
-                        sys_flag=sys_flag,
-                        born_timestamp_ms=header.born_timestamp,
-                        born_host=born_host,
-                        reconsume_times=reconsume_times,
-                        internal=True,
-                    )
+                sys_flag &= ~SYSFLAG_COMPRESSED
+            if "DELAY" in parse_properties(properties):
+                return self._error(
+                    request,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "a batch must not carry a delay level",
                 )
-            else:
-                result = await broker.put(
-                    lambda: broker.store.put(
-                        topic,
-                        body,
-                        queue_id=queue_id,
-                        properties=properties,
-                        flag=header.flag,
-                        sys_flag=sys_flag,
-                        born_timestamp_ms=header.born_timestamp,
-                        born_host=born_host,
-                        reconsume_times=reconsume_times,
-                        internal=topic.startswith((RETRY_PREFIX, DLQ_PREFIX)),
-                    )
+
+            def put() -> PutResult:
+                return store.put_encoded_batch(
+                    topic,
+                    body,
+                    queue_id=queue_id,
+                    sys_flag=sys_flag,
+                    born_timestamp_ms=header.born_timestamp,
+                    born_host=born_host,
+                    reconsume_times=reconsume_times,
+                    internal=True,
                 )
-        except zlib.error as e:
-            return self._error(request, ResponseCode.MESSAGE_ILLEGAL, f"compressed batch: {e}")
-        except MessageIllegalError as e:
+
+        else:
+
+            def put() -> PutResult:
+                return store.put(
+                    topic,
+                    body,
+                    queue_id=queue_id,
+                    properties=properties,
+                    flag=header.flag,
+                    sys_flag=sys_flag,
+                    born_timestamp_ms=header.born_timestamp,
+                    born_host=born_host,
+                    reconsume_times=reconsume_times,
+                    internal=topic.startswith((RETRY_PREFIX, DLQ_PREFIX)),
+                )
+
+        if broker.puts_wait_for_disk:
+            return self._put_later(request, put, topic, queue_id)
+        try:
+            result = broker.put_now(put)
+        except (MessageIllegalError, StoreError) as e:
+            return self._put_failed(request, e, topic, queue_id)
+        return self._stored(request, result)
+
+    async def _put_later(
+        self, request: RemotingCommand, put: Callable[[], PutResult], topic: str, queue_id: int
+    ) -> RemotingCommand:
+        try:
+            result = await self.broker.put(put)
+        except (MessageIllegalError, StoreError) as e:
+            return self._put_failed(request, e, topic, queue_id)
+        return self._stored(request, result)
+
+    def _put_failed(
+        self, request: RemotingCommand, e: Exception, topic: str, queue_id: int
+    ) -> RemotingCommand:
+        if isinstance(e, MessageIllegalError):
             return self._error(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
-        except (DiskFullError, StoreClosedError) as e:
+        if isinstance(e, (DiskFullError, StoreClosedError)):
             return self._error(request, ResponseCode.SERVICE_NOT_AVAILABLE, str(e))
-        except StoreError as e:
-            log.error("store failed a send topic=%s queue_id=%s: %s", topic, queue_id, e)
-            return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        log.error("store failed a send topic=%s queue_id=%s: %s", topic, queue_id, e)
+        return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
+
+    def _stored(self, request: RemotingCommand, result: PutResult) -> RemotingCommand:
         code = ResponseCode.SUCCESS
         if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
             code = ResponseCode.FLUSH_DISK_TIMEOUT
@@ -162,7 +195,7 @@ class SendProcessor:
             },
         )
 
-    async def _topic_for_send(self, header: SendMessageRequestHeader) -> TopicConfig | None:
+    def _topic_for_send(self, header: SendMessageRequestHeader) -> TopicConfig | None:
         broker = self.broker
         config = broker.topics.get(header.topic)
         if config is not None:

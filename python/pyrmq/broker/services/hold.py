@@ -4,8 +4,14 @@ The waiting itself is in the store (Rust, ``pyrmq_store::hold``): a held pull is
 its queue, offset and tag codes, and dispatch, under the lock that publishes new messages, moves
 the pulls a message matches to a ready list and makes an eventfd readable. This service watches
 that fd with ``loop.add_reader``, takes every ready pull in one call, and answers each by
-running it again. A timer answers a pull whose suspend time ran out, and a periodic check
-(5 s; 1 s in short-polling mode) asks the store to wake any pull whose queue moved past it.
+running it again, inline (a pull answer never waits). A timer answers a pull whose suspend time
+ran out, and a periodic check (5 s; 1 s in short-polling mode) asks the store to wake any pull
+whose queue moved past it.
+
+The broker also calls :meth:`PullHoldService.answer_ready` right after each append in the event
+loop, so the pulls a send woke are answered before that send's own response is written, without
+a round through the eventfd and the loop's poll. On a busy host this matters: writing the send
+response wakes the producer, which may take the CPU from the broker before it gets to the pull.
 
 A message stored while a pull is being parked still wakes it (apache/rocketmq#7358): the store
 reads the queue's max offset under its table lock after registering the pull.
@@ -15,8 +21,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 from pyrmq.store import MessageStore
 
@@ -35,8 +40,8 @@ class HeldPull:
     # The subscription expression ("*" or "TagA || TagB").
     expression: str
     deadline: float
-    # Runs the pull again (never suspending) and sends its answer.
-    answer: Callable[[], Coroutine[Any, Any, None]]
+    # Runs the pull again (never suspending) and sends its answer; called in the event loop.
+    answer: Callable[[], None]
     timer: asyncio.TimerHandle | None = None
 
 
@@ -48,7 +53,6 @@ class PullHoldService:
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._checker: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self.woken_by_arrival = 0
         self.woken_by_check = 0
         self.timed_out = 0
@@ -79,6 +83,11 @@ class PullHoldService:
     def held_count(self) -> int:
         return len(self._pulls)
 
+    def answer_ready(self) -> None:
+        """Answers every pull the store has marked ready (after an append in this loop)."""
+        if self._pulls:
+            self._on_ready()
+
     def _on_ready(self) -> None:
         for pull_id, reason in self.store.drain_ready_pulls():
             pull = self._pulls.pop(pull_id, None)
@@ -93,10 +102,10 @@ class PullHoldService:
     def _answer(self, pull: HeldPull) -> None:
         if pull.timer is not None:
             pull.timer.cancel()
-        assert self._loop is not None
-        task = self._loop.create_task(pull.answer())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        try:
+            pull.answer()
+        except Exception:
+            log.exception("answering a held pull of %s:%d failed", pull.topic, pull.queue_id)
 
     def _expire(self, pull_id: int) -> None:
         # Only a pull still held in the store times out; a woken one is answered by _on_ready.

@@ -6,16 +6,22 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_json", "store_json"]
+__all__ = ["load_json", "store_json", "write_atomic"]
 
 log = logging.getLogger(__name__)
 
 
 def store_json(path: Path, value: object) -> None:
     """Replaces ``path`` atomically; the previous version is kept as ``path.bak``."""
+    write_atomic(path, json.dumps(value, indent=2, sort_keys=True).encode())
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replaces ``path`` with ``data`` atomically (write, fsync, rename); the previous version
+    is kept as ``path.bak``. Nothing but system calls: run on a worker thread, it hardly holds
+    the GIL, so the event loop does not wait for it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    data = json.dumps(value, indent=2, sort_keys=True).encode()
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()

@@ -713,22 +713,48 @@ async def run_producer(plan: ProducerPlan, worker: int, emit: Emit, stop: StopFl
             slots.release()
 
     async def pacer() -> None:
-        """Open loop: message i is due at start + i / rate, whatever the answers do."""
-        start = time.monotonic_ns()
+        """Open loop: message i is due at start + i / rate, whatever the answers do.
+
+        A thread keeps the time: under uvloop an ``asyncio.sleep`` below a millisecond returns
+        at once, so an in-loop pacer would spin and steal the CPU it is measuring.
+        """
+        loop = asyncio.get_running_loop()
+        due = asyncio.Event()
         due_count = 0
-        while not finished:
-            now = time.monotonic_ns()
-            due = (now - start) // interval_ns + 1
-            while due_count < due and not finished:
-                if not take():
-                    return
-                await slots.acquire()
-                task = asyncio.get_running_loop().create_task(paced_send())
-                paced.add(task)
-                task.add_done_callback(paced.discard)
-                due_count += 1
-            next_at = start + due_count * interval_ns
-            await asyncio.sleep(max(0.0, (next_at - time.monotonic_ns()) / 1e9))
+        issued = 0
+        stopped = threading.Event()
+
+        def tick() -> None:
+            nonlocal due_count
+            due_count += 1
+            due.set()
+
+        def clock() -> None:
+            start = time.monotonic_ns()
+            i = 0
+            while not stopped.is_set():
+                i += 1
+                wait_ns = start + i * interval_ns - time.monotonic_ns()
+                if wait_ns > 0:
+                    time.sleep(wait_ns / 1e9)
+                loop.call_soon_threadsafe(tick)
+
+        thread = threading.Thread(target=clock, name="bench-pacer", daemon=True)
+        thread.start()
+        try:
+            while not finished:
+                await due.wait()
+                due.clear()
+                while issued < due_count and not finished:
+                    if not take():
+                        return
+                    await slots.acquire()
+                    task = loop.create_task(paced_send())
+                    paced.add(task)
+                    task.add_done_callback(paced.discard)
+                    issued += 1
+        finally:
+            stopped.set()
 
     try:
         await _warm_up(producer, topic, body)
