@@ -17,14 +17,12 @@ offsets on the brokers, broadcasting in a local file per client id
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pyrmq import _core
 from pyrmq.client.allocate import AllocateStrategy, allocate_averagely
 from pyrmq.client.api import PullResult, PullStatus
 from pyrmq.client.instance import ClientConfig, ClientInstance, ClientLifecycle
@@ -37,6 +35,7 @@ from pyrmq.client.offset_store import (
 )
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.client.route import TopicRoute
+from pyrmq.client.subscription import Subscription
 from pyrmq.errors import ClientError, ClientStateError, ConfigError, NoRouteError, PyrmqError
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
@@ -59,41 +58,6 @@ QUICK_EMPTY_PULL_S: Final = 0.1
 """An empty answer faster than this was not held by the broker: wait this long before the
 next pull of the queue."""
 _PULL_FLAGS: Final = int(PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Subscription:
-    """A topic's tag expression: ``*`` or tags joined by ``||``."""
-
-    topic: str
-    expression: str
-    tags: tuple[str, ...]
-    """Empty for ``*``."""
-    sub_version: int
-
-    @classmethod
-    def parse(cls, topic: str, expression: str) -> "_Subscription":
-        tags = tuple(dict.fromkeys(t.strip() for t in expression.split("||") if t.strip()))
-        version = time.time_ns() // 1_000_000
-        if not tags or "*" in tags:
-            return cls(topic, "*", (), version)
-        return cls(topic, " || ".join(tags), tags, version)
-
-    def matches(self, msg: MessageExt) -> bool:
-        # The broker filters by tag hash; equal hashes of different tags end here.
-        return not self.tags or msg.tags in self.tags
-
-    def to_json(self) -> dict[str, Any]:
-        """Java's SubscriptionData, as heartbeats carry it."""
-        return {
-            "classFilterMode": False,
-            "topic": self.topic,
-            "subString": self.expression,
-            "tagsSet": list(self.tags),
-            "codeSet": [_core.java_string_hash(t) for t in self.tags],
-            "subVersion": self.sub_version,
-            "expressionType": "TAG",
-        }
 
 
 class _QueueState:
@@ -226,7 +190,7 @@ class LitePullConsumer(ClientLifecycle):
         self.offsets_dir = Path(offsets_dir) if offsets_dir is not None else None
 
         self._mode: str | None = None  # "subscribe" or "assign"
-        self._subscriptions: dict[str, _Subscription] = {}
+        self._subscriptions: dict[str, Subscription] = {}
         self._assign_wanted: set[MessageQueue] = set()
         self._assigned: dict[MessageQueue, _QueueState] = {}
         self._paused: set[MessageQueue] = set()
@@ -340,7 +304,7 @@ class LitePullConsumer(ClientLifecycle):
         if not topic:
             raise ClientError("the topic must not be empty")
         self._set_mode("subscribe")
-        self._subscriptions[topic] = _Subscription.parse(topic, expression)
+        self._subscriptions[topic] = Subscription.parse(topic, expression)
         inst = self._instance
         if inst is not None:
             self._spawn(self._after_subscription_change(inst))
@@ -557,9 +521,9 @@ class LitePullConsumer(ClientLifecycle):
                 # for now): pause briefly instead of asking again at once, in a tight loop.
                 await asyncio.sleep(QUICK_EMPTY_PULL_S)
 
-    def _subscription(self, topic: str) -> _Subscription:
+    def _subscription(self, topic: str) -> Subscription:
         sub = self._subscriptions.get(topic)
-        return sub if sub is not None else _Subscription(topic, "*", (), 0)
+        return sub if sub is not None else Subscription.everything(topic)
 
     async def _pull_once(self, state: _QueueState, offset: int) -> PullResult:
         inst = self.instance

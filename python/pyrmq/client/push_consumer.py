@@ -14,7 +14,6 @@ rebalancing across the group's consumers.
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import random
 import time
@@ -41,6 +40,7 @@ from pyrmq.client.offset_store import (
 )
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.client.route import TopicRoute
+from pyrmq.client.subscription import Subscription
 from pyrmq.errors import BrokerError, ClientStateError, PyrmqError
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
@@ -66,37 +66,6 @@ PULL_DELAY_ON_FLOW_CONTROL_S: Final = 0.05
 SUSPEND_TIMEOUT_S: Final = 15.0
 # A held pull is answered within the suspend timeout; allow it that plus a margin.
 PULL_TIMEOUT_MARGIN_S: Final = 15.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Subscription:
-    """A topic and its tag expression (``*``, or ``tagA || tagB``)."""
-
-    topic: str
-    expression: str
-    tags: frozenset[str] | None
-    version: int
-
-    @classmethod
-    def parse(cls, topic: str, expression: str | None) -> "Subscription":
-        expr = (expression or "").strip()
-        tags = [t.strip() for t in expr.split("||") if t.strip()]
-        version = time.time_ns() // 1_000_000
-        if not tags or "*" in tags:
-            return cls(topic, "*", None, version)
-        return cls(topic, " || ".join(tags), frozenset(tags), version)
-
-    def to_json(self) -> dict[str, Any]:
-        tags = sorted(self.tags or ())
-        return {
-            "classFilterMode": False,
-            "topic": self.topic,
-            "subString": self.expression,
-            "tagsSet": tags,
-            "codeSet": [_core.java_string_hash(t) for t in tags],
-            "subVersion": self.version,
-            "expressionType": "TAG",
-        }
 
 
 def _timestamp_ms(value: int | str | None) -> int:
@@ -567,8 +536,8 @@ class PushConsumer(ClientLifecycle):
         broker_id = result.suggest_which_broker_id
         if result.status is PullStatus.FOUND:
             msgs = result.messages
-            if sub.tags is not None:
-                msgs = [m for m in msgs if m.tags in sub.tags]
+            if sub.tags:
+                msgs = [m for m in msgs if sub.matches(m)]
             offset = result.next_begin_offset
             if msgs:
                 pq.put(msgs)
