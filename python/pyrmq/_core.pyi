@@ -24,6 +24,7 @@ __all__ = [
     "decode_messages",
     "encode_batch",
     "encode_command",
+    "encode_message",
     "java_string_hash",
     "validate_topic",
 ]
@@ -361,6 +362,11 @@ class _BatchMessage(Protocol):
     body: bytes
     flag: int
     properties: dict[str, str]
+
+def encode_message(message: _BatchMessage, topic: str, max_size: int) -> str:
+    """The properties of ``message`` encoded for SEND_MESSAGE, after the client-side checks
+    (a non-empty body within ``max_size``, clean property names and values, properties within
+    32767 bytes)."""
 
 def encode_batch(messages: Iterable[_BatchMessage], topic: str, max_size: int) -> bytes:
     """A SEND_BATCH_MESSAGE body for ``messages``, after the client-side checks (non-empty

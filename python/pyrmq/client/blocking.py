@@ -49,6 +49,7 @@ from pyrmq.client.producer import Producer as AsyncProducer
 from pyrmq.client.producer import select_by_hash
 from pyrmq.client.push_consumer import PushConsumer as AsyncPushConsumer
 from pyrmq.client.route import TopicRoute
+from pyrmq.client.subscription import consumer_data
 from pyrmq.errors import BrokerError, ClientError, PyrmqError, SendError
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
@@ -758,14 +759,9 @@ class _PullMember:
         pass
 
     def heartbeat_data(self) -> dict[str, Any]:
-        return {
-            "groupName": self.group,
-            "consumeType": "CONSUME_ACTIVELY",
-            "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "subscriptionDataSet": [],
-            "unitMode": False,
-        }
+        return consumer_data(
+            self.group, "CONSUME_ACTIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", ()
+        )
 
     async def rebalance(self) -> None:
         pass

@@ -35,7 +35,7 @@ from pyrmq.client.offset_store import (
 )
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.client.route import TopicRoute
-from pyrmq.client.subscription import Subscription
+from pyrmq.client.subscription import Subscription, consumer_data
 from pyrmq.errors import ClientError, ClientStateError, ConfigError, NoRouteError, PyrmqError
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
@@ -356,14 +356,13 @@ class LitePullConsumer(ClientLifecycle):
         pass
 
     def heartbeat_data(self) -> dict[str, Any]:
-        return {
-            "groupName": self.group,
-            "consumeType": "CONSUME_ACTIVELY",
-            "messageModel": self.message_model,
-            "consumeFromWhere": self.consume_from_where,
-            "subscriptionDataSet": [s.to_json() for _, s in sorted(self._subscriptions.items())],
-            "unitMode": False,
-        }
+        return consumer_data(
+            self.group,
+            "CONSUME_ACTIVELY",
+            self.message_model,
+            self.consume_from_where,
+            self._subscriptions,
+        )
 
     async def rebalance(self) -> None:
         """Recomputes this consumer's share of each subscribed topic's queues."""

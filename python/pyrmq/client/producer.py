@@ -36,13 +36,11 @@ from pyrmq.client.route import PERM_WRITE, TopicRoute
 from pyrmq.errors import (
     BrokerError,
     MessageIllegalError,
-    MessageTooLargeError,
     NoRouteError,
-    PropertiesTooLargeError,
     PyrmqError,
     SendError,
 )
-from pyrmq.properties import UNIQ_KEY, encode_properties
+from pyrmq.properties import UNIQ_KEY
 from pyrmq.remoting.protocol import ResponseCode
 
 __all__ = ["MessageQueueSelector", "Producer", "select_by_hash"]
@@ -52,8 +50,6 @@ log = logging.getLogger(__name__)
 SYSFLAG_COMPRESSED: Final = 0x1
 MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
 # PROPERTIESLEN is a signed 2-byte field of the stored record.
-MAX_PROPERTIES_BYTES: Final = 32767
-_SEPARATORS: Final = ("\x01", "\x02")
 _BATCH_ITEM = struct.Struct(">iiiii")
 _BATCH_PROPS_LEN = struct.Struct(">h")
 
@@ -267,37 +263,12 @@ class Producer(ClientLifecycle):
 
     # --- encoding ------------------------------------------------------------------------
 
-    def _check(self, msg: Message) -> None:
-        """Client-side checks (RocketMQ's Validators.checkMessage), before any I/O."""
-        _core.validate_topic(msg.topic)
-        if not msg.body:
-            raise MessageIllegalError(f"the body of a message to {msg.topic} is empty")
-        if len(msg.body) > self.max_message_size:
-            raise MessageTooLargeError(
-                f"the body of a message to {msg.topic} is {len(msg.body)} bytes, above the "
-                f"limit of {self.max_message_size}"
-            )
-        for name, value in msg.properties.items():
-            if not name or any(s in name or s in value for s in _SEPARATORS):
-                raise MessageIllegalError(
-                    f"property {name!r} of a message to {msg.topic}: names must be non-empty "
-                    "and names and values must not contain \\x01 or \\x02"
-                )
-
-    @staticmethod
-    def _check_properties_size(props: str, topic: str) -> None:
-        # One UTF-8 character is at most 4 bytes: most properties skip the encode.
-        if len(props) * 4 > MAX_PROPERTIES_BYTES and len(props.encode()) > MAX_PROPERTIES_BYTES:
-            raise PropertiesTooLargeError(
-                f"the properties of a message to {topic} are {len(props.encode())} bytes "
-                f"encoded, above {MAX_PROPERTIES_BYTES}"
-            )
-
     def _encode(self, msg: Message) -> _Outgoing:
-        self._check(msg)
+        """Checks (RocketMQ's Validators.checkMessage, before any I/O) and encodes one message."""
+        _core.validate_topic(msg.topic)
         uniq = set_unique_id(msg)
-        props = encode_properties(msg.properties)
-        self._check_properties_size(props, msg.topic)
+        # Rust checks body and properties as it does for each message of a batch.
+        props = _core.encode_message(msg, msg.topic, self.max_message_size)
         body, sys_flag = msg.body, 0
         if len(body) >= self.compress_over:
             packed = zlib.compress(body, self.compress_level)

@@ -40,7 +40,7 @@ from pyrmq.client.offset_store import (
 )
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.client.route import TopicRoute
-from pyrmq.client.subscription import Subscription
+from pyrmq.client.subscription import Subscription, consumer_data
 from pyrmq.errors import BrokerError, ClientStateError, PyrmqError
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
@@ -295,14 +295,13 @@ class PushConsumer(ClientLifecycle):
         self._queues[topic] = route.subscribe_queues()
 
     def heartbeat_data(self) -> dict[str, Any]:
-        return {
-            "groupName": self.group,
-            "consumeType": "CONSUME_PASSIVELY",
-            "messageModel": self.message_model,
-            "consumeFromWhere": self.consume_from_where,
-            "subscriptionDataSet": [s.to_json() for _, s in sorted(self.subscriptions.items())],
-            "unitMode": False,
-        }
+        return consumer_data(
+            self.group,
+            "CONSUME_PASSIVELY",
+            self.message_model,
+            self.consume_from_where,
+            self.subscriptions,
+        )
 
     async def persist_offsets(self) -> None:
         await self.offset_store.persist(list(self._pqs))

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from pyrmq.eventloop import new_event_loop
+
 __all__ = ["loop", "run", "submit"]
 
 T = TypeVar("T")
@@ -31,7 +33,7 @@ def loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread
     with _lock:
         if _loop is None or _thread is None or not _thread.is_alive():
-            new_loop = asyncio.new_event_loop()
+            new_loop = new_event_loop()
             ready = threading.Event()
 
             def main() -> None:

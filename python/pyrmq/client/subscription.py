@@ -9,11 +9,12 @@
 
 import dataclasses
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from pyrmq import _core
 
-__all__ = ["Subscription"]
+__all__ = ["Subscription", "consumer_data"]
 
 
 class _Tagged(Protocol):
@@ -59,3 +60,23 @@ class Subscription:
             "subVersion": self.version,
             "expressionType": "TAG",
         }
+
+
+def consumer_data(
+    group: str,
+    consume_type: str,
+    message_model: str,
+    consume_from_where: str,
+    subscriptions: "Mapping[str, Subscription] | Iterable[Subscription]",
+) -> dict[str, Any]:
+    """Java's ConsumerData for a heartbeat: the group, enum names, and its subscriptions in
+    topic order."""
+    subs = subscriptions.values() if isinstance(subscriptions, Mapping) else subscriptions
+    return {
+        "groupName": group,
+        "consumeType": consume_type,
+        "messageModel": message_model,
+        "consumeFromWhere": consume_from_where,
+        "subscriptionDataSet": [s.to_json() for s in sorted(subs, key=lambda s: s.topic)],
+        "unitMode": False,
+    }

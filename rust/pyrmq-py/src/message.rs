@@ -236,11 +236,88 @@ pub fn validate_topic(topic: &str, internal: bool) -> PyResult<()> {
     Ok(())
 }
 
+/// One message checked the way RocketMQ's client checks it before sending (a non-empty body
+/// of at most `max_size` bytes; property names non-empty; names and values free of the two
+/// separators; encoded properties within their 2-byte length; in a batch, no delay level):
+/// its body, its flag and its encoded properties.
+fn checked_message<'py>(
+    item: &Bound<'py, PyAny>,
+    topic: &str,
+    max_size: usize,
+    in_batch: bool,
+) -> PyResult<(Bound<'py, PyBytes>, i32, Vec<u8>)> {
+    use crate::errors::{MessageTooLargeError, PropertiesTooLargeError};
+    let py = item.py();
+    let body = item
+        .getattr(pyo3::intern!(py, "body"))?
+        .cast_into::<PyBytes>()?;
+    let body_len = body.as_bytes().len();
+    if body_len == 0 {
+        return Err(crate::errors::illegal(format!(
+            "the body of a message to {topic} is empty"
+        )));
+    }
+    if body_len > max_size {
+        return Err(MessageTooLargeError::new_err(format!(
+            "the body of a message to {topic} is {body_len} bytes, above the limit of \
+             {max_size}"
+        )));
+    }
+    let flag: i32 = item.getattr(pyo3::intern!(py, "flag"))?.extract()?;
+    let mut props = Vec::new();
+    let dict = item.getattr(pyo3::intern!(py, "properties"))?;
+    for (k, v) in dict.cast::<PyDict>()?.iter() {
+        let name = k.cast::<PyString>()?.to_str()?;
+        let value = v.cast::<PyString>()?.to_str()?;
+        let bad = |s: &str| s.bytes().any(|b| b == 1 || b == 2);
+        if name.is_empty() || bad(name) || bad(value) {
+            return Err(crate::errors::illegal(format!(
+                "property {name:?} of a message to {topic}: names must be non-empty and \
+                 names and values must not contain \\x01 or \\x02"
+            )));
+        }
+        if in_batch && name == message::PROPERTY_DELAY {
+            return Err(crate::errors::illegal(format!(
+                "a batch to {topic} must not carry a delay level"
+            )));
+        }
+        if !props.is_empty() {
+            props.push(message::PROPERTY_SEPARATOR);
+        }
+        props.extend_from_slice(name.as_bytes());
+        props.push(message::NAME_VALUE_SEPARATOR);
+        props.extend_from_slice(value.as_bytes());
+    }
+    if props.len() > i16::MAX as usize {
+        return Err(PropertiesTooLargeError::new_err(format!(
+            "the properties of a message to {topic} are {} bytes encoded, above {}",
+            props.len(),
+            i16::MAX
+        )));
+    }
+    Ok((body, flag, props))
+}
+
+/// Checks one message object (`body` bytes, `flag` int, `properties` dict of str) as
+/// [`encode_batch`] checks each of its messages, delay level allowed, and returns its
+/// properties encoded (`name\x01value`, joined by `\x02`).
+#[pyfunction]
+pub fn encode_message(
+    py: Python<'_>,
+    message: &Bound<'_, PyAny>,
+    topic: &str,
+    max_size: usize,
+) -> PyResult<Py<PyString>> {
+    let (_, _, props) = checked_message(message, topic, max_size, false)?;
+    // Built from str keys and values and ASCII separators, so always UTF-8.
+    let text = std::str::from_utf8(&props)
+        .map_err(|e| crate::errors::illegal(format!("properties of a message to {topic}: {e}")))?;
+    Ok(PyString::new(py, text).unbind())
+}
+
 /// Encodes a batch body (SEND_BATCH_MESSAGE) from message objects with `body` (bytes),
-/// `flag` (int) and `properties` (dict of str), applying the client-side checks on the way:
-/// a body is non-empty and at most `max_size` bytes, a property name is non-empty, names and
-/// values hold no separator, encoded properties fit their 2-byte length, no message carries
-/// a delay level, and the whole body is at most `max_size` bytes.
+/// `flag` (int) and `properties` (dict of str), each checked as [`encode_message`] checks
+/// one, plus no delay level, and the whole body at most `max_size` bytes.
 #[pyfunction]
 pub fn encode_batch(
     py: Python<'_>,
@@ -248,63 +325,14 @@ pub fn encode_batch(
     topic: &str,
     max_size: usize,
 ) -> PyResult<Py<PyBytes>> {
-    use crate::errors::{MessageTooLargeError, PropertiesTooLargeError};
-    // (body object, flag, encoded properties): bodies are borrowed, not copied, until the
-    // one final encode.
-    let mut parts: Vec<(Bound<'_, PyBytes>, i32, Vec<u8>)> = Vec::new();
+    // Bodies are borrowed, not copied, until the one final encode.
+    let mut parts = Vec::new();
     let mut total = 0usize;
     for item in messages.try_iter()? {
-        let item = item?;
-        let body = item
-            .getattr(pyo3::intern!(py, "body"))?
-            .cast_into::<PyBytes>()?;
-        let body_len = body.as_bytes().len();
-        let flag: i32 = item.getattr(pyo3::intern!(py, "flag"))?.extract()?;
-        if body_len == 0 {
-            return Err(crate::errors::illegal(format!(
-                "the body of a message to {topic} is empty"
-            )));
-        }
-        if body_len > max_size {
-            return Err(MessageTooLargeError::new_err(format!(
-                "the body of a message to {topic} is {body_len} bytes, above the limit of \
-                 {max_size}"
-            )));
-        }
-        let mut props = Vec::new();
-        let dict = item.getattr(pyo3::intern!(py, "properties"))?;
-        for (k, v) in dict.cast::<PyDict>()?.iter() {
-            let name = k.cast::<PyString>()?.to_str()?;
-            let value = v.cast::<PyString>()?.to_str()?;
-            let bad = |s: &str| s.bytes().any(|b| b == 1 || b == 2);
-            if name.is_empty() || bad(name) || bad(value) {
-                return Err(crate::errors::illegal(format!(
-                    "property {name:?} of a message to {topic}: names must be non-empty and \
-                     names and values must not contain \\x01 or \\x02"
-                )));
-            }
-            if name == message::PROPERTY_DELAY {
-                return Err(crate::errors::illegal(format!(
-                    "a batch to {topic} must not carry a delay level"
-                )));
-            }
-            if !props.is_empty() {
-                props.push(message::PROPERTY_SEPARATOR);
-            }
-            props.extend_from_slice(name.as_bytes());
-            props.push(message::NAME_VALUE_SEPARATOR);
-            props.extend_from_slice(value.as_bytes());
-        }
-        if props.len() > i16::MAX as usize {
-            return Err(PropertiesTooLargeError::new_err(format!(
-                "the properties of a message to {topic} are {} bytes encoded, above {}",
-                props.len(),
-                i16::MAX
-            )));
-        }
-        total += 20 + body_len + 2 + props.len();
+        let (body, flag, props) = checked_message(&item?, topic, max_size, true)?;
+        total += 20 + body.as_bytes().len() + 2 + props.len();
         if total > max_size {
-            return Err(MessageTooLargeError::new_err(format!(
+            return Err(crate::errors::MessageTooLargeError::new_err(format!(
                 "the batch to {topic} is {total} bytes or more, above the limit of {max_size}"
             )));
         }
@@ -318,6 +346,5 @@ pub fn encode_batch(
             properties: props,
         })
         .collect();
-    let out = message::encode_client_batch(&items);
-    Ok(PyBytes::new(py, &out).unbind())
+    Ok(PyBytes::new(py, &message::encode_client_batch(&items)).unbind())
 }

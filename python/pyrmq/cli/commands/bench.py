@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import cProfile
 import dataclasses
-import importlib
 import json
 import logging
 import math
@@ -54,6 +53,8 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import click
+
+from pyrmq.eventloop import loop_factory
 
 if TYPE_CHECKING:
     from pyrmq.client.aio import MessageExt, Producer, PushConsumer
@@ -935,24 +936,13 @@ async def _run_worker(spec: WorkerSpec, emit: Emit, stop: StopFlag) -> None:
     await task
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """The loop pyrmq's own processes run on (``pyrmq.eventloop``: uvloop when installed, unless
-    ``PYRMQ_LOOP=asyncio``), so the bench measures the client as ``pyrmq serve`` runs."""
-    try:
-        module = importlib.import_module("pyrmq.eventloop")
-    except ImportError:
-        return asyncio.new_event_loop
-    factory: Callable[[], asyncio.AbstractEventLoop] = module.loop_factory()
-    return factory
-
-
 def loop_name() -> str:
     """``uvloop`` or ``asyncio``: the loop the workers run on."""
-    return "uvloop" if "uvloop" in getattr(_loop_factory(), "__module__", "") else "asyncio"
+    return "uvloop" if "uvloop" in getattr(loop_factory(), "__module__", "") else "asyncio"
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(main)
 
 
