@@ -11,10 +11,12 @@ from typing import Any, Literal, Protocol, Self, TypedDict, final
 
 from typing_extensions import Buffer, disjoint_base
 
+from pyrmq.client.message import MessageQueue
 from pyrmq.store.status import GetMessageStatus, PutStatus
 
 __all__ = [
     "GetResult",
+    "MessageExt",
     "MessageStore",
     "PutResult",
     "StoredMessage",
@@ -22,6 +24,7 @@ __all__ = [
     "build_profile",
     "decode_frames",
     "decode_messages",
+    "decode_received",
     "encode_batch",
     "encode_command",
     "encode_message",
@@ -357,6 +360,83 @@ class MessageStore:
 
 def decode_messages(buffer: Buffer) -> list[StoredMessage]:
     """Decodes records laid end to end (a PULL body, or ``GetResult.buffer``)."""
+
+def decode_received(buffer: Buffer, broker_name: str) -> list[MessageExt]:
+    """Decodes a PULL body from ``broker_name`` into received messages."""
+
+@final
+class MessageExt:
+    """A received message: every stored field, the producer's id, and the broker it came from.
+
+    A message redelivered from the group's retry topic shows its original topic; ``stored``
+    gives the record as stored.
+    """
+
+    @classmethod
+    def from_stored(cls, stored: StoredMessage, broker_name: str) -> MessageExt:
+        """Wraps a stored message received from ``broker_name``."""
+    @classmethod
+    def from_batch(cls, stored: list[StoredMessage], broker_name: str) -> list[MessageExt]:
+        """Wraps the messages of one pull."""
+    @property
+    def broker_name(self) -> str: ...
+    @property
+    def topic(self) -> str:
+        """The topic it was sent to (the original one for a retry)."""
+    @property
+    def stored(self) -> StoredMessage:
+        """The record as stored (its ``topic`` is a retry topic for a retry)."""
+    @property
+    def body(self) -> bytes:
+        """The body, inflated if the producer compressed it."""
+    @property
+    def tags(self) -> str | None: ...
+    @property
+    def keys(self) -> str:
+        """The keys, separated by spaces ("" if none), as the official client gives them."""
+    @property
+    def id(self) -> str:
+        """The producer's message id (``UNIQ_KEY``), or the offset id when there is none."""
+    @property
+    def msg_id(self) -> str:
+        """Same as ``id``, under the official client's name."""
+    @property
+    def offset_msg_id(self) -> str:
+        """Store host and CommitLog offset, in hex."""
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def queue_offset(self) -> int: ...
+    @property
+    def message_queue(self) -> MessageQueue:
+        """The queue it was pulled from: (stored topic, broker, queue id)."""
+    @property
+    def reconsume_times(self) -> int: ...
+    @property
+    def store_size(self) -> int: ...
+    @property
+    def born_timestamp(self) -> int: ...
+    @property
+    def store_timestamp(self) -> int: ...
+    @property
+    def born_host(self) -> str: ...
+    @property
+    def store_host(self) -> str: ...
+    @property
+    def commit_log_offset(self) -> int: ...
+    @property
+    def prepared_transaction_offset(self) -> int: ...
+    @property
+    def flag(self) -> int: ...
+    @property
+    def delay_time_level(self) -> int: ...
+    @property
+    def properties(self) -> dict[str, str]:
+        """Every property, as a new dict on each access."""
+    def get_property(self, prop: str | bytes) -> str | None:
+        """One property (a ``str`` or ``bytes`` name), or None."""
+    def __getitem__(self, key: str | bytes, /) -> str | None: ...
+    def __bytes__(self) -> bytes: ...
 
 class _BatchMessage(Protocol):
     body: bytes

@@ -190,7 +190,7 @@ class ClientAPI:
         ext = response.ext_fields
         messages = []
         if status is PullStatus.FOUND:
-            messages = MessageExt.from_batch(_core.decode_messages(response.body), broker_name)
+            messages = _core.decode_received(response.body, broker_name)
         return PullResult(
             status=status,
             next_begin_offset=int(ext.get("nextBeginOffset", header.queue_offset)),

@@ -10,7 +10,6 @@ import socket
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
@@ -19,7 +18,6 @@ from pyrmq.properties import (
     DELAY,
     KEY_SEPARATOR,
     KEYS,
-    RETRY_TOPIC,
     TAGS,
     UNIQ_KEY,
     WAIT,
@@ -35,7 +33,6 @@ __all__ = [
 ]
 
 RETRY_PREFIX: Final = "%RETRY%"
-SYSFLAG_COMPRESSED: Final = 0x1
 
 
 def _text(value: str | bytes) -> str:
@@ -137,147 +134,11 @@ class MessageQueue:
         return f"{self.topic}@{self.broker_name}:{self.queue_id}"
 
 
-class MessageExt:
-    """A received message: every stored field, the producer's id, and the broker it came from.
-
-    A message redelivered from the group's retry topic shows its original topic.
-    """
-
-    __slots__ = ("_body", "_m", "broker_name", "topic")
-
-    def __init__(self, stored: _core.StoredMessage, broker_name: str, topic: str) -> None:
-        self._m = stored
-        self.broker_name = broker_name
-        self.topic = topic
-        self._body: bytes | None = None
-
-    @classmethod
-    def from_stored(cls, stored: _core.StoredMessage, broker_name: str) -> "MessageExt":
-        topic = stored.topic
-        if topic.startswith(RETRY_PREFIX):
-            topic = stored.property(RETRY_TOPIC) or topic
-        return cls(stored, broker_name, topic)
-
-    @classmethod
-    def from_batch(cls, stored: list[_core.StoredMessage], broker_name: str) -> list["MessageExt"]:
-        """Wraps the messages of one pull (one queue, so one stored topic)."""
-        if not stored:
-            return []
-        topic = stored[0].topic
-        if topic.startswith(RETRY_PREFIX):
-            return [cls.from_stored(m, broker_name) for m in stored]
-        return [cls(m, broker_name, topic) for m in stored]
-
-    @property
-    def stored(self) -> _core.StoredMessage:
-        """The decoded record (its ``topic`` is where it is stored)."""
-        return self._m
-
-    @property
-    def body(self) -> bytes:
-        """The body, inflated if the producer compressed it."""
-        body = self._body
-        if body is None:
-            body = self._m.body
-            if self._m.sys_flag & SYSFLAG_COMPRESSED:
-                body = zlib.decompress(body)
-            self._body = body
-        return body
-
-    @property
-    def tags(self) -> str | None:
-        return self._m.tags
-
-    @property
-    def keys(self) -> str:
-        """The keys, separated by spaces ("" if none), as the official client gives them."""
-        return KEY_SEPARATOR.join(self._m.keys)
-
-    @property
-    def id(self) -> str:
-        """The producer's message id (``UNIQ_KEY``), or the offset id when there is none."""
-        return self._m.uniq_key or self._m.msg_id
-
-    msg_id = id
-
-    @property
-    def offset_msg_id(self) -> str:
-        return self._m.msg_id
-
-    @property
-    def queue_id(self) -> int:
-        return self._m.queue_id
-
-    @property
-    def queue_offset(self) -> int:
-        return self._m.queue_offset
-
-    @property
-    def message_queue(self) -> MessageQueue:
-        return MessageQueue(self._m.topic, self.broker_name, self._m.queue_id)
-
-    @property
-    def reconsume_times(self) -> int:
-        return self._m.reconsume_times
-
-    @property
-    def store_size(self) -> int:
-        return self._m.store_size
-
-    @property
-    def born_timestamp(self) -> int:
-        return self._m.born_timestamp_ms
-
-    @property
-    def store_timestamp(self) -> int:
-        return self._m.store_timestamp_ms
-
-    @property
-    def born_host(self) -> str:
-        return self._m.born_host
-
-    @property
-    def store_host(self) -> str:
-        return self._m.store_host
-
-    @property
-    def commit_log_offset(self) -> int:
-        return self._m.phy_offset
-
-    @property
-    def prepared_transaction_offset(self) -> int:
-        return self._m.prepared_transaction_offset
-
-    @property
-    def flag(self) -> int:
-        return self._m.flag
-
-    @property
-    def delay_time_level(self) -> int:
-        return int(self._m.property(DELAY) or "0")
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return self._m.properties
-
-    def get_property(self, prop: str | bytes) -> str | None:
-        return self._m.property(_text(prop))
-
-    def __getitem__(self, key: str | bytes) -> str | None:
-        return self.get_property(key)
-
-    def __str__(self) -> str:
-        return self.body.decode("utf-8", errors="replace")
-
-    def __bytes__(self) -> bytes:
-        return self.body
-
-    def __repr__(self) -> str:
-        return (
-            f"MessageExt(topic={self.topic!r}, id={self.id!r}, tags={self.tags!r}, "
-            f"queue={self.broker_name}:{self.queue_id}@{self.queue_offset}, "
-            f"body=<{len(self.body)} bytes>)"
-        )
+MessageExt = _core.MessageExt
+"""A received message (built in Rust straight from the pull answer): every stored field under
+the official client's names, the producer's id, the broker it came from, and the body inflated
+when it was compressed. A message redelivered from the group's retry topic shows its original
+topic; ``stored`` is the record as stored."""
 
 
 class SendStatus(enum.IntEnum):

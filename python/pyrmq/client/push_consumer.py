@@ -66,6 +66,9 @@ PULL_DELAY_ON_FLOW_CONTROL_S: Final = 0.05
 SUSPEND_TIMEOUT_S: Final = 15.0
 # A held pull is answered within the suspend timeout; allow it that plus a margin.
 PULL_TIMEOUT_MARGIN_S: Final = 15.0
+# Plain ints: IntFlag arithmetic on every pull shows in profiles.
+_PULL_FLAGS: Final = int(PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION)
+_COMMIT_FLAG: Final = int(PullSysFlag.COMMIT_OFFSET)
 
 
 def _timestamp_ms(value: int | str | None) -> int:
@@ -138,6 +141,8 @@ class PushConsumer(ClientLifecycle):
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._instance: ClientInstance | None = None
         self._service: ConcurrentConsumeService | None = None
+        # Kept: on 3.11 each asyncio.get_running_loop() is a getpid() system call.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore
         self._rebalance_lock = asyncio.Lock()
         # None is the end-of-stream mark that shutdown() puts there.
@@ -203,7 +208,8 @@ class PushConsumer(ClientLifecycle):
             t for t in self.subscriptions if not t.startswith(RETRY_PREFIX)
         }:
             self._inbox = asyncio.Queue()
-        self._service = ConcurrentConsumeService(self, asyncio.get_running_loop())
+        self._loop = asyncio.get_running_loop()
+        self._service = ConcurrentConsumeService(self, self._loop)
         inst.consumers[self.group] = self
         self._instance = inst
         self._started_ms = time.time_ns() // 1_000_000
@@ -505,17 +511,17 @@ class PushConsumer(ClientLifecycle):
         if sub is None or addr is None:
             await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
             return pq, offset, broker_id
-        sys_flag = PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION
+        sys_flag = _PULL_FLAGS
         commit = self.offset_store.read(mq) if self.clustering else None
         if commit is not None and broker_id == 0:
-            sys_flag |= PullSysFlag.COMMIT_OFFSET
+            sys_flag |= _COMMIT_FLAG
         header = PullMessageRequestHeader(
             consumer_group=self.group,
             topic=mq.topic,
             queue_id=mq.queue_id,
             queue_offset=offset,
             max_msg_nums=self.pull_batch_size,
-            sys_flag=int(sys_flag),
+            sys_flag=sys_flag,
             commit_offset=commit or 0,
             suspend_timeout_millis=int(self.suspend_timeout_s * 1000),
             sub_version=sub.version,
@@ -541,7 +547,8 @@ class PushConsumer(ClientLifecycle):
             if msgs:
                 pq.put(msgs)
                 # After the next pull is written: a message that lands meanwhile finds it held.
-                asyncio.get_running_loop().call_soon(self._dispatch, msgs, pq, mq)
+                assert self._loop is not None  # set at start, before any pull
+                self._loop.call_soon(self._dispatch, msgs, pq, mq)
             elif pq.msg_count == 0:
                 self.offset_store.update(mq, offset)
         elif result.status is PullStatus.OFFSET_ILLEGAL:

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 mod errors;
 mod gil;
 mod message;
+mod received;
 mod remoting;
 mod store;
 
@@ -33,7 +34,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyPutResult>()?;
     m.add_class::<store::PyGetResult>()?;
     m.add_class::<message::PyStoredMessage>()?;
+    m.add_class::<received::PyMessageExt>()?;
     m.add_function(wrap_pyfunction!(message::decode_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(received::decode_received, m)?)?;
     m.add_function(wrap_pyfunction!(message::encode_batch, m)?)?;
     m.add_function(wrap_pyfunction!(message::encode_message, m)?)?;
     m.add_function(wrap_pyfunction!(message::java_string_hash, m)?)?;

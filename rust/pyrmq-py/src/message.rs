@@ -13,41 +13,41 @@ use std::net::SocketAddr;
 #[pyclass(name = "StoredMessage", module = "pyrmq._core", frozen)]
 pub struct PyStoredMessage {
     /// The buffer holding the record (a whole pull batch, shared by its messages).
-    buf: Py<PyBytes>,
-    props_start: usize,
-    props_len: usize,
+    pub(crate) buf: Py<PyBytes>,
+    pub(crate) props_start: usize,
+    pub(crate) props_len: usize,
     #[pyo3(get)]
-    topic: Py<PyString>,
+    pub(crate) topic: Py<PyString>,
     #[pyo3(get)]
-    queue_id: i32,
+    pub(crate) queue_id: i32,
     #[pyo3(get)]
-    queue_offset: i64,
+    pub(crate) queue_offset: i64,
     #[pyo3(get)]
-    phy_offset: i64,
+    pub(crate) phy_offset: i64,
     #[pyo3(get)]
-    body: Py<PyBytes>,
+    pub(crate) body: Py<PyBytes>,
     #[pyo3(get)]
-    flag: i32,
+    pub(crate) flag: i32,
     #[pyo3(get)]
-    sys_flag: i32,
+    pub(crate) sys_flag: i32,
     #[pyo3(get)]
-    born_timestamp_ms: i64,
-    born_host: SocketAddr,
+    pub(crate) born_timestamp_ms: i64,
+    pub(crate) born_host: SocketAddr,
     #[pyo3(get)]
-    store_timestamp_ms: i64,
-    store_host: SocketAddr,
+    pub(crate) store_timestamp_ms: i64,
+    pub(crate) store_host: SocketAddr,
     #[pyo3(get)]
-    reconsume_times: i32,
+    pub(crate) reconsume_times: i32,
     #[pyo3(get)]
-    prepared_transaction_offset: i64,
+    pub(crate) prepared_transaction_offset: i64,
     #[pyo3(get)]
-    body_crc: u32,
+    pub(crate) body_crc: u32,
     #[pyo3(get)]
-    store_size: u32,
+    pub(crate) store_size: u32,
 }
 
 impl PyStoredMessage {
-    fn from_record(
+    pub(crate) fn from_record(
         py: Python<'_>,
         buf: &Bound<'_, PyBytes>,
         rec: &Record<'_>,
@@ -85,11 +85,21 @@ impl PyStoredMessage {
         Ok(Self::from_record(py, &buf, &rec, topic))
     }
 
+    /// A second handle on the same record.
+    pub(crate) fn clone_ref(&self, py: Python<'_>) -> Self {
+        Self {
+            buf: self.buf.clone_ref(py),
+            topic: self.topic.clone_ref(py),
+            body: self.body.clone_ref(py),
+            ..*self
+        }
+    }
+
     fn raw_properties<'a>(&self, buf: &'a Bound<'_, PyBytes>) -> &'a [u8] {
         &buf.as_bytes()[self.props_start..self.props_start + self.props_len]
     }
 
-    fn prop(&self, py: Python<'_>, name: &str) -> Option<String> {
+    pub(crate) fn prop(&self, py: Python<'_>, name: &str) -> Option<String> {
         let buf = self.buf.bind(py);
         // The last occurrence wins, as when Java parses the property string into a map.
         message::iter_properties(self.raw_properties(buf))
@@ -103,7 +113,7 @@ impl PyStoredMessage {
 impl PyStoredMessage {
     /// The message properties, as a new dict on each access.
     #[getter]
-    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    pub(crate) fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         let buf = self.buf.bind(py);
         for (k, v) in message::iter_properties(self.raw_properties(buf)) {
@@ -114,31 +124,31 @@ impl PyStoredMessage {
 
     /// `ip:port` of the producer.
     #[getter]
-    fn born_host(&self) -> String {
+    pub(crate) fn born_host(&self) -> String {
         self.born_host.to_string()
     }
 
     /// `ip:port` of the broker that stored the message.
     #[getter]
-    fn store_host(&self) -> String {
+    pub(crate) fn store_host(&self) -> String {
         self.store_host.to_string()
     }
 
     /// Offset message id: store host and CommitLog offset, in hex.
     #[getter]
-    fn msg_id(&self) -> String {
+    pub(crate) fn msg_id(&self) -> String {
         message::offset_msg_id(&self.store_host, self.phy_offset)
     }
 
     /// The `TAGS` property.
     #[getter]
-    fn tags(&self, py: Python<'_>) -> Option<String> {
+    pub(crate) fn tags(&self, py: Python<'_>) -> Option<String> {
         self.prop(py, message::PROPERTY_TAGS)
     }
 
     /// The `KEYS` property split on spaces.
     #[getter]
-    fn keys(&self, py: Python<'_>) -> Vec<String> {
+    pub(crate) fn keys(&self, py: Python<'_>) -> Vec<String> {
         self.prop(py, message::PROPERTY_KEYS)
             .map(|k| {
                 k.split(' ')
@@ -151,7 +161,7 @@ impl PyStoredMessage {
 
     /// The producer's message id (`UNIQ_KEY`).
     #[getter]
-    fn uniq_key(&self, py: Python<'_>) -> Option<String> {
+    pub(crate) fn uniq_key(&self, py: Python<'_>) -> Option<String> {
         self.prop(py, message::PROPERTY_UNIQ_KEY_SHORT)
     }
 

@@ -91,11 +91,26 @@ impl CheckpointFile {
     }
 
     pub fn store(&self, cp: &Checkpoint) -> StoreResult<()> {
+        match self.replace(cp) {
+            Err(StoreError::DiskFull(_)) if self.path.exists() => self.overwrite(cp),
+            other => other,
+        }
+    }
+
+    /// Write, fsync, rename: the old checkpoint stays whole until the new one is.
+    fn replace(&self, cp: &Checkpoint) -> StoreResult<()> {
         let tmp = self.path.with_extension("tmp");
         let io = |ctx, e| StoreError::io(ctx, &tmp, e);
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", e))?;
-        f.write_all(&cp.encode()).map_err(|e| io("writing", e))?;
-        f.sync_data().map_err(|e| io("syncing", e))?;
+        let written = std::fs::File::create(&tmp)
+            .map_err(|e| io("creating", e))
+            .and_then(|mut f| {
+                f.write_all(&cp.encode()).map_err(|e| io("writing", e))?;
+                f.sync_data().map_err(|e| io("syncing", e))
+            });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         std::fs::rename(&tmp, &self.path).map_err(|e| StoreError::io("renaming", &self.path, e))?;
         if let Some(dir) = self.path.parent() {
             if let Ok(d) = std::fs::File::open(dir) {
@@ -103,5 +118,20 @@ impl CheckpointFile {
             }
         }
         Ok(())
+    }
+
+    /// On a full file system a new file gets no space, but the existing one's block is
+    /// already allocated. A torn overwrite fails its CRC, which only makes recovery start
+    /// from the first segment.
+    fn overwrite(&self, cp: &Checkpoint) -> StoreResult<()> {
+        use std::os::unix::fs::FileExt;
+        let io = |ctx, e| StoreError::io(ctx, &self.path, e);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| io("opening", e))?;
+        f.write_all_at(&cp.encode(), 0)
+            .map_err(|e| io("writing", e))?;
+        f.sync_data().map_err(|e| io("syncing", e))
     }
 }

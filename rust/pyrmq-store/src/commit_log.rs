@@ -38,6 +38,7 @@ use crate::error::StoreResult;
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::{self, BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE};
+use crate::populate::Populator;
 
 pub const FENCE_MAGIC_CODE: u32 = 0x5EA1_F3C7;
 pub const FENCE_LEN: usize = 20;
@@ -75,6 +76,7 @@ pub struct CommitLog {
     /// that many to queue again, at most that long, so one fsync covers the whole group.
     last_cover: AtomicUsize,
     last_flush_us: AtomicU64,
+    populator: Populator,
 }
 
 /// What the recovery scan found.
@@ -109,11 +111,16 @@ impl CommitLog {
             arrivals: AtomicUsize::new(0),
             last_cover: AtomicUsize::new(0),
             last_flush_us: AtomicU64::new(0),
+            populator: Populator::default(),
         }
     }
 
     pub fn files(&self) -> &MappedFileQueue {
         &self.files
+    }
+
+    pub fn populator(&self) -> &Populator {
+        &self.populator
     }
 
     pub fn segment_size(&self) -> u64 {
@@ -155,6 +162,7 @@ impl CommitLog {
         match current {
             Some(file) if rel + len + END_FILE_MIN_BLANK_LENGTH <= size => {
                 file.ensure_writable(rel, rel + len)?;
+                self.populator.after_write(&file, rel + len);
                 Ok(Reservation {
                     file,
                     rel,
@@ -167,6 +175,7 @@ impl CommitLog {
                 let next_start = file.file_from_offset() + size;
                 let next = self.files.get_or_create(next_start)?;
                 next.ensure_writable(0, len)?;
+                self.populator.after_write(&next, len);
                 file.ensure_writable(rel, rel + 8)?;
                 let blank_len = size - rel;
                 let mut blank = [0u8; 8];
@@ -186,6 +195,7 @@ impl CommitLog {
                 let start = wrote - rel;
                 let file = self.files.get_or_create(start)?;
                 file.ensure_writable(rel, rel + len)?;
+                self.populator.after_write(&file, rel + len);
                 Ok(Reservation {
                     file,
                     rel,

@@ -108,14 +108,31 @@ impl ConsumeQueue {
         size: u32,
         tags_code: i64,
     ) -> StoreResult<()> {
-        let byte = queue_offset * CQ_UNIT_SIZE;
-        let file = self.files.get_or_create(byte)?;
-        let mut unit = [0u8; CQ_UNIT_SIZE as usize];
-        unit[..8].copy_from_slice(&phy.to_be_bytes());
-        unit[8..12].copy_from_slice(&size.to_be_bytes());
-        unit[12..].copy_from_slice(&tags_code.to_be_bytes());
-        // SAFETY: single writer under the put lock; the unit is unpublished until `publish`.
-        unsafe { file.write_at(byte - file.file_from_offset(), &unit) };
+        self.write_units(queue_offset, &[(phy, size, tags_code)])
+    }
+
+    /// Writes `(phy, size, tags_code)` units at consecutive offsets from `first`, looking up
+    /// each file once. Only the put-lock holder (or recovery) calls this.
+    pub fn write_units(&self, first: u64, units: &[(u64, u32, i64)]) -> StoreResult<()> {
+        let mut done = 0;
+        while done < units.len() {
+            let byte = (first + done as u64) * CQ_UNIT_SIZE;
+            let file = self.files.get_or_create(byte)?;
+            let rel = byte - file.file_from_offset();
+            let fit = ((file.file_size() - rel) / CQ_UNIT_SIZE) as usize;
+            let run = &units[done..units.len().min(done + fit)];
+            // SAFETY: single writer under the put lock; units are unpublished until `publish`,
+            // and the run ends inside this file.
+            let out = unsafe { file.slice_mut(rel, run.len() * CQ_UNIT_SIZE as usize) };
+            for (unit, &(phy, size, tags_code)) in
+                out.chunks_exact_mut(CQ_UNIT_SIZE as usize).zip(run)
+            {
+                unit[..8].copy_from_slice(&phy.to_be_bytes());
+                unit[8..12].copy_from_slice(&size.to_be_bytes());
+                unit[12..].copy_from_slice(&tags_code.to_be_bytes());
+            }
+            done += run.len();
+        }
         Ok(())
     }
 

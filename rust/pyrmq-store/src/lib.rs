@@ -17,6 +17,7 @@ pub mod index;
 pub mod mapped_file;
 pub mod mapped_file_queue;
 pub mod message;
+pub mod populate;
 pub mod queue_map;
 mod services;
 pub mod store;

@@ -5,10 +5,12 @@
 //! two ways ([`Allocation`]):
 //! * `Reserve`: the whole file is allocated at creation (`fallocate`). Simple; used for the small
 //!   ConsumeQueue and index files.
-//! * `OnDemand`: the file is sparse and the writer populates pages ahead of itself in 4 MiB
-//!   chunks (`MADV_POPULATE_WRITE`, which reserves space and returns ENOSPC as an error instead
-//!   of a signal). First writes into fallocated-but-unwritten extents cost about ten times more
-//!   than into populated pages, which matters on the CommitLog append path.
+//! * `OnDemand`: the file is sparse and its pages are populated before they are written
+//!   (`MADV_POPULATE_WRITE`, which reserves space and returns ENOSPC as an error instead of a
+//!   signal): ahead of the writer by [`crate::populate::Populator`], and by the writer itself
+//!   in small chunks when it gets there first. First writes into fallocated-but-unwritten
+//!   extents cost about ten times more than into populated pages, which matters on the
+//!   CommitLog append path.
 //!
 //! Concurrency: exactly one writer (the holder of the owner's put lock) writes bytes past the
 //! published position; readers only read below it. The owner publishes with Release after
@@ -31,8 +33,9 @@ pub enum Allocation {
     OnDemand,
 }
 
-/// Pages populated ahead of the writer in one step.
-const POPULATE_CHUNK: u64 = 4 * 1024 * 1024;
+/// Pages the writer populates for itself in one step when the populator is behind.
+const WRITER_CHUNK: u64 = 64 * 1024;
+const PAGE: u64 = 4096;
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 pub struct MappedFile {
@@ -44,6 +47,8 @@ pub struct MappedFile {
     file: File,
     /// Bytes from the start whose pages have their space reserved.
     writable_to: AtomicU64,
+    /// How far the populator has been asked to go.
+    populate_requested: AtomicU64,
 }
 
 impl MappedFile {
@@ -110,6 +115,7 @@ impl MappedFile {
             map,
             file,
             writable_to: AtomicU64::new(0),
+            populate_requested: AtomicU64::new(0),
         })
     }
 
@@ -160,8 +166,31 @@ impl MappedFile {
         if to <= ready {
             return Ok(());
         }
-        let start = from.max(ready) / 4096 * 4096;
-        let end = (to.div_ceil(POPULATE_CHUNK) * POPULATE_CHUNK).min(self.file_size);
+        self.populate(from.max(ready), to.div_ceil(WRITER_CHUNK) * WRITER_CHUNK)
+    }
+
+    /// Bytes from the start whose pages are reserved.
+    pub fn writable_to(&self) -> u64 {
+        self.writable_to.load(Ordering::Acquire)
+    }
+
+    pub fn populate_requested(&self) -> u64 {
+        self.populate_requested.load(Ordering::Acquire)
+    }
+
+    pub fn set_populate_requested(&self, to: u64) {
+        self.populate_requested.fetch_max(to, Ordering::AcqRel);
+    }
+
+    /// Reserves the pages of `from..to` (clamped to the file) and advances `writable_to` to its
+    /// end. `from` must be at most `writable_to()` or the write position (bytes below it are never
+    /// written again), so that everything from the write position up to `to` is then reserved.
+    pub fn populate(&self, from: u64, to: u64) -> StoreResult<()> {
+        let start = from / PAGE * PAGE;
+        let end = to.div_ceil(PAGE).saturating_mul(PAGE).min(self.file_size);
+        if end <= start {
+            return Ok(());
+        }
         let len = (end - start) as usize;
         // SAFETY: the range lies inside the mapping; MADV_POPULATE_WRITE faults pages in without
         // changing their contents, so it may overlap data written concurrently.
@@ -278,7 +307,6 @@ impl MappedFile {
     /// Zeroes the written tail from `from` on: up to the first page that is entirely zero
     /// (preallocated space never written). Returns the number of non-zero bytes cleared.
     pub fn zero_from(&self, from: u64) -> StoreResult<u64> {
-        const PAGE: u64 = 4096;
         let mut cleared = 0u64;
         let mut pos = from;
         let data_end = self.data_end_from(from);

@@ -1,5 +1,6 @@
 //! Background services: CommitLog flush (periodic, or group commit under SYNC_FLUSH), the
-//! ConsumeQueue/index flush that advances the checkpoint, and retention with the disk check.
+//! ConsumeQueue/index flush that advances the checkpoint, CommitLog pages populated ahead of
+//! the writer, and retention with the disk check.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -102,6 +103,11 @@ impl Services {
             }
         }));
 
+        let i = inner.clone();
+        threads.push(spawn("pyrmq-populate", move || {
+            i.commit_log.populator().run();
+        }));
+
         let (s, i) = (stop.clone(), inner.clone());
         threads.push(spawn("pyrmq-clean", move || {
             while !s.sleep(Duration::from_millis(i.config.clean_resource_interval_ms)) {
@@ -126,6 +132,7 @@ impl Services {
             self.stop.cv.notify_all();
         }
         self.inner.commit_log.wake_flusher();
+        self.inner.commit_log.populator().stop();
         for t in self.threads {
             if t.join().is_err() {
                 log::error!("a store service thread panicked");

@@ -523,11 +523,9 @@ struct Rewrite {
 
 /// Whether and how dispatch writes a record's ConsumeQueue unit.
 #[derive(Clone, Copy)]
-enum Unit<'a> {
-    /// Not dispatched (transaction half or rollback).
+enum Unit {
+    /// No unit: a put writes its units in bulk, and transaction halves and rollbacks get none.
     None,
-    /// A put: write into this queue, which the caller publishes.
-    Write(&'a ConsumeQueue),
     /// Recovery: find or create the queue, write and publish.
     Rebuild,
 }
@@ -689,8 +687,9 @@ impl Inner {
             prev = Some(m);
         }
         let mut rewrites: Vec<Option<Rewrite>> = Vec::with_capacity(msgs.len());
+        let mut delayed = SameProperties::default();
         for m in msgs {
-            let rw = if has_property(m.properties, PROPERTY_DELAY) {
+            let rw = if delayed.get(m.properties, |p| has_property(p, PROPERTY_DELAY)) {
                 self.delay_rewrite(m)?
             } else {
                 None
@@ -754,9 +753,18 @@ impl Inner {
                 slot_of.push(usize::MAX);
                 continue;
             }
-            let found = queues
-                .iter()
-                .position(|(q, _)| q.topic() == p.input.topic && q.queue_id() == p.input.queue_id);
+            let same_as_last = slot_of.last().is_some_and(|&s| {
+                s != usize::MAX
+                    && queues[s].0.queue_id() == p.input.queue_id
+                    && queues[s].0.topic() == p.input.topic
+            });
+            let found = if same_as_last {
+                slot_of.last().copied()
+            } else {
+                queues.iter().position(|(q, _)| {
+                    q.queue_id() == p.input.queue_id && q.topic() == p.input.topic
+                })
+            };
             let slot = if let Some(i) = found {
                 i
             } else {
@@ -808,7 +816,9 @@ impl Inner {
 
         // Dispatch: index entries and queue units, then publish each queue.
         let mut tags_by_slot: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
+        let mut units_by_slot: Vec<Vec<(u64, u32, i64)>> = vec![Vec::new(); queues.len()];
         let mut last_tags: Option<(&[u8], &str, i64)> = None;
+        let mut keyed = SameProperties::default();
         for ((p, e), &slot) in prepared.iter().zip(&entries).zip(&slot_of) {
             let tags_code = match last_tags {
                 Some((props, topic, code))
@@ -827,27 +837,33 @@ impl Inner {
                     code
                 }
             };
-            self.dispatch(
-                &Dispatch {
-                    topic: p.input.topic,
-                    queue_id: p.input.queue_id,
-                    queue_offset: e.queue_offset as u64,
-                    phy: e.phy_offset as u64,
-                    size: e.size,
-                    tags_code,
-                    store_ts,
-                    properties: p.input.properties,
-                    sys_flag: p.input.sys_flag,
-                },
-                if slot == usize::MAX {
-                    Unit::None
-                } else {
-                    Unit::Write(&queues[slot].0)
-                },
-            );
-            if slot != usize::MAX && !tags_by_slot[slot].contains(&tags_code) {
-                tags_by_slot[slot].push(tags_code);
+            if self.index.is_some() && keyed.get(p.input.properties, may_have_keys) {
+                self.dispatch(
+                    &Dispatch {
+                        topic: p.input.topic,
+                        queue_id: p.input.queue_id,
+                        queue_offset: e.queue_offset as u64,
+                        phy: e.phy_offset as u64,
+                        size: e.size,
+                        tags_code,
+                        store_ts,
+                        properties: p.input.properties,
+                        sys_flag: p.input.sys_flag,
+                    },
+                    Unit::None,
+                );
             }
+            if slot != usize::MAX {
+                units_by_slot[slot].push((e.phy_offset as u64, e.size, tags_code));
+                if !tags_by_slot[slot].contains(&tags_code) {
+                    tags_by_slot[slot].push(tags_code);
+                }
+            }
+        }
+        for ((q, _), units) in queues.iter().zip(&units_by_slot) {
+            let first = q.max_offset();
+            q.write_units(first, units)
+                .expect("unit capacity ensured before the append");
         }
         for ((q, _), (next, tags)) in queues.iter().zip(next_offsets.iter().zip(&tags_by_slot)) {
             q.publish(*next);
@@ -880,9 +896,9 @@ impl Inner {
         })
     }
 
-    /// Writes the index entries and (with `unit`) the queue unit of one record. During a put
-    /// the caller publishes the queue; during recovery this publishes it.
-    fn dispatch(&self, d: &Dispatch<'_>, unit: Unit<'_>) {
+    /// Writes the index entries of one record and, in recovery (`Unit::Rebuild`), its queue unit,
+    /// publishing it. A put writes and publishes its units itself.
+    fn dispatch(&self, d: &Dispatch<'_>, unit: Unit) {
         let recovering = matches!(unit, Unit::Rebuild);
         if let Some(index) = self.index.as_ref().filter(|_| may_have_keys(d.properties)) {
             let tx = d.sys_flag & SYSFLAG_TRANSACTION_MASK;
@@ -933,9 +949,6 @@ impl Inner {
                     d.queue_id
                 ),
             }
-        } else if let Unit::Write(q) = unit {
-            q.write_unit(d.queue_offset, d.phy, d.size, d.tags_code)
-                .expect("unit capacity ensured before the append");
         }
     }
 
@@ -1270,6 +1283,26 @@ fn has_property(props: &[u8], name: &str) -> bool {
 }
 
 /// Whether the properties may name index keys (a cheap pre-check before parsing).
+/// Remembers a predicate's answer for the properties it last saw: a batch usually shares one
+/// properties buffer, so each distinct buffer is scanned once.
+#[derive(Default)]
+struct SameProperties {
+    last: Option<(*const u8, usize, bool)>,
+}
+
+impl SameProperties {
+    fn get(&mut self, props: &[u8], f: impl FnOnce(&[u8]) -> bool) -> bool {
+        match self.last {
+            Some((ptr, len, v)) if ptr == props.as_ptr() && len == props.len() => v,
+            _ => {
+                let v = f(props);
+                self.last = Some((props.as_ptr(), props.len(), v));
+                v
+            }
+        }
+    }
+}
+
 fn may_have_keys(props: &[u8]) -> bool {
     has_property(props, PROPERTY_KEYS) || has_property(props, PROPERTY_UNIQ_KEY_SHORT)
 }

@@ -211,9 +211,8 @@ class ConsumeStats:
         now_ns = time.time_ns()
         now_us = now_ns // 1000
         mono = time.monotonic_ns()
-        stored = [m.stored for m in msgs]
-        borns = Counter([s.born_timestamp_ms for s in stored])
-        stores = Counter([s.store_timestamp_ms for s in stored])
+        borns = Counter([m.born_timestamp for m in msgs])
+        stores = Counter([m.store_timestamp for m in msgs])
         size = sum([len(m.body) for m in msgs])
         e2e: list[int] = []
         stamped = 0

@@ -1,0 +1,269 @@
+//! `MessageExt`: a message as a consumer receives it, built straight from a PULL body.
+//!
+//! A consumer touches a handful of fields of every message; wrapping each `StoredMessage` in
+//! a Python object cost more than decoding it. This class carries the record, the broker it
+//! came from and the topic to show, and answers the client API's field names itself.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyString, PyType};
+use pyrmq_store::message;
+
+use crate::message::PyStoredMessage;
+
+const RETRY_PREFIX: &str = "%RETRY%";
+/// Where a retried message keeps the topic it was first sent to.
+const PROPERTY_RETRY_TOPIC: &str = "RETRY_TOPIC";
+const SYSFLAG_COMPRESSED: i32 = 0x1;
+
+/// A received message: every stored field, the producer's id, and the broker it came from.
+///
+/// A message redelivered from the group's retry topic shows its original topic; `stored`
+/// gives the record as stored.
+#[pyclass(name = "MessageExt", module = "pyrmq._core", frozen)]
+pub struct PyMessageExt {
+    m: PyStoredMessage,
+    #[pyo3(get)]
+    broker_name: Py<PyString>,
+    #[pyo3(get)]
+    topic: Py<PyString>,
+    inflated: PyOnceLock<Py<PyBytes>>,
+}
+
+impl PyMessageExt {
+    fn new(py: Python<'_>, m: PyStoredMessage, broker_name: Py<PyString>) -> Self {
+        let stored = m.topic.bind(py);
+        let topic = match stored.to_str() {
+            Ok(t) if t.starts_with(RETRY_PREFIX) => m
+                .prop(py, PROPERTY_RETRY_TOPIC)
+                .map_or_else(|| m.topic.clone_ref(py), |t| PyString::new(py, &t).unbind()),
+            _ => m.topic.clone_ref(py),
+        };
+        Self {
+            m,
+            broker_name,
+            topic,
+            inflated: PyOnceLock::new(),
+        }
+    }
+}
+
+#[pymethods]
+impl PyMessageExt {
+    /// Wraps a stored message received from `broker_name`.
+    #[classmethod]
+    fn from_stored(
+        _cls: &Bound<'_, PyType>,
+        stored: &Bound<'_, PyStoredMessage>,
+        broker_name: &Bound<'_, PyString>,
+    ) -> Self {
+        let py = stored.py();
+        Self::new(py, stored.get().clone_ref(py), broker_name.clone().unbind())
+    }
+
+    /// Wraps the messages of one pull.
+    #[classmethod]
+    fn from_batch(
+        _cls: &Bound<'_, PyType>,
+        stored: &Bound<'_, PyAny>,
+        broker_name: &Bound<'_, PyString>,
+    ) -> PyResult<Vec<Self>> {
+        let py = stored.py();
+        stored
+            .try_iter()?
+            .map(|m| {
+                let m = m?;
+                let m = m.cast::<PyStoredMessage>()?;
+                Ok(Self::new(
+                    py,
+                    m.get().clone_ref(py),
+                    broker_name.clone().unbind(),
+                ))
+            })
+            .collect()
+    }
+
+    /// The record as stored (its `topic` is where it is stored: a retry topic for a retry).
+    #[getter]
+    fn stored(&self, py: Python<'_>) -> PyStoredMessage {
+        self.m.clone_ref(py)
+    }
+
+    /// The body, inflated if the producer compressed it.
+    #[getter]
+    fn body(&self, py: Python<'_>) -> PyResult<Py<PyBytes>> {
+        if self.m.sys_flag & SYSFLAG_COMPRESSED == 0 {
+            return Ok(self.m.body.clone_ref(py));
+        }
+        self.inflated
+            .get_or_try_init(py, || {
+                let zlib = py.import("zlib")?;
+                let out = zlib.call_method1("decompress", (self.m.body.bind(py),))?;
+                Ok::<_, PyErr>(out.cast_into::<PyBytes>()?.unbind())
+            })
+            .map(|b| b.clone_ref(py))
+    }
+
+    #[getter]
+    fn tags(&self, py: Python<'_>) -> Option<String> {
+        self.m.tags(py)
+    }
+
+    /// The keys, separated by spaces ("" if none), as the official client gives them.
+    #[getter]
+    fn keys(&self, py: Python<'_>) -> String {
+        self.m.keys(py).join(" ")
+    }
+
+    /// The producer's message id (`UNIQ_KEY`), or the offset id when there is none.
+    #[getter]
+    fn id(&self, py: Python<'_>) -> String {
+        self.m.uniq_key(py).unwrap_or_else(|| self.m.msg_id())
+    }
+
+    /// Same as `id`, under the official client's name.
+    #[getter]
+    fn msg_id(&self, py: Python<'_>) -> String {
+        self.id(py)
+    }
+
+    /// Store host and CommitLog offset, in hex.
+    #[getter]
+    fn offset_msg_id(&self) -> String {
+        self.m.msg_id()
+    }
+
+    #[getter]
+    fn queue_id(&self) -> i32 {
+        self.m.queue_id
+    }
+
+    #[getter]
+    fn queue_offset(&self) -> i64 {
+        self.m.queue_offset
+    }
+
+    /// The queue it was pulled from: (stored topic, broker, queue id).
+    #[getter]
+    fn message_queue<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("pyrmq.client.message")?
+            .getattr("MessageQueue")?
+            .call1((
+                self.m.topic.bind(py),
+                self.broker_name.bind(py),
+                self.m.queue_id,
+            ))
+    }
+
+    #[getter]
+    fn reconsume_times(&self) -> i32 {
+        self.m.reconsume_times
+    }
+
+    #[getter]
+    fn store_size(&self) -> u32 {
+        self.m.store_size
+    }
+
+    #[getter]
+    fn born_timestamp(&self) -> i64 {
+        self.m.born_timestamp_ms
+    }
+
+    #[getter]
+    fn store_timestamp(&self) -> i64 {
+        self.m.store_timestamp_ms
+    }
+
+    #[getter]
+    fn born_host(&self) -> String {
+        self.m.born_host()
+    }
+
+    #[getter]
+    fn store_host(&self) -> String {
+        self.m.store_host()
+    }
+
+    #[getter]
+    fn commit_log_offset(&self) -> i64 {
+        self.m.phy_offset
+    }
+
+    #[getter]
+    fn prepared_transaction_offset(&self) -> i64 {
+        self.m.prepared_transaction_offset
+    }
+
+    #[getter]
+    fn flag(&self) -> i32 {
+        self.m.flag
+    }
+
+    #[getter]
+    fn delay_time_level(&self, py: Python<'_>) -> i64 {
+        self.m
+            .prop(py, message::PROPERTY_DELAY)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Every property, as a new dict on each access.
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.m.properties(py)
+    }
+
+    /// One property (a `str` or `bytes` name), or None.
+    fn get_property(&self, py: Python<'_>, prop: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let name = match prop.cast::<PyBytes>() {
+            Ok(b) => String::from_utf8_lossy(b.as_bytes()).into_owned(),
+            Err(_) => prop.extract::<String>()?,
+        };
+        Ok(self.m.prop(py, &name))
+    }
+
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        self.get_property(py, key)
+    }
+
+    fn __str__(&self, py: Python<'_>) -> PyResult<String> {
+        let body = self.body(py)?;
+        Ok(String::from_utf8_lossy(body.bind(py).as_bytes()).into_owned())
+    }
+
+    fn __bytes__(&self, py: Python<'_>) -> PyResult<Py<PyBytes>> {
+        self.body(py)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let body = self.body(py)?;
+        Ok(format!(
+            "MessageExt(topic={}, id={}, tags={}, queue={}:{}@{}, body=<{} bytes>)",
+            self.topic.bind(py).repr()?,
+            PyString::new(py, &self.id(py)).repr()?,
+            self.tags(py).map_or_else(
+                || Ok("None".to_owned()),
+                |t| PyString::new(py, &t).repr().map(|r| r.to_string())
+            )?,
+            self.broker_name.bind(py),
+            self.m.queue_id,
+            self.m.queue_offset,
+            body.bind(py).as_bytes().len()
+        ))
+    }
+}
+
+/// Decodes a PULL body from `broker_name` into received messages.
+#[pyfunction]
+pub fn decode_received(
+    py: Python<'_>,
+    buffer: &Bound<'_, PyAny>,
+    broker_name: &Bound<'_, PyString>,
+) -> PyResult<Vec<PyMessageExt>> {
+    let stored = crate::message::decode_messages(py, buffer)?;
+    Ok(stored
+        .into_iter()
+        .map(|m| PyMessageExt::new(py, m, broker_name.clone().unbind()))
+        .collect())
+}
