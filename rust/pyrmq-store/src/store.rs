@@ -1282,7 +1282,6 @@ fn has_property(props: &[u8], name: &str) -> bool {
     memchr::memmem::find(props, name.as_bytes()).is_some()
 }
 
-/// Whether the properties may name index keys (a cheap pre-check before parsing).
 /// Remembers a predicate's answer for the properties it last saw: a batch usually shares one
 /// properties buffer, so each distinct buffer is scanned once.
 #[derive(Default)]
@@ -1303,6 +1302,7 @@ impl SameProperties {
     }
 }
 
+/// Whether the properties may name index keys (a cheap pre-check before parsing).
 fn may_have_keys(props: &[u8]) -> bool {
     has_property(props, PROPERTY_KEYS) || has_property(props, PROPERTY_UNIQ_KEY_SHORT)
 }
