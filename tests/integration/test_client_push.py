@@ -692,14 +692,16 @@ async def max_offset_of(broker: str, mq: MessageQueue) -> int:
 # --- 7. failures, redelivery and the committed offset -------------------------------------
 
 
+@pytest.mark.parametrize("listener_kind", ["thread", "coroutine"])
 def test_failed_messages_come_back_and_the_commit_waits_for_a_slow_one(
-    addrs: tuple[str, str],
+    addrs: tuple[str, str], listener_kind: str
 ) -> None:
     """RECONSUME_LATER and a raising listener: redelivered from %RETRY% with reconsume_times
     1 under the original topic. A slow message holds the committed offset at its own offset
-    while later ones finish."""
+    while later ones finish. The coroutine listener returns and raises without waiting (run
+    at once, no task) and waits only on the slow message (a task)."""
     namesrv, broker = addrs
-    topic, group = "TopicRedeliver", "CG_REDELIVER"
+    topic, group = f"TopicRedeliver_{listener_kind}", f"CG_REDELIVER_{listener_kind}"
     create_topic(broker, topic, 1)
     mq = MessageQueue(topic, "broker-a", 0)
     release = threading.Event()
@@ -715,11 +717,17 @@ def test_failed_messages_come_back_and_the_commit_waits_for_a_slow_one(
 
     async def scenario() -> None:
         rec = Recorder(behaviour)
+
+        async def coroutine_listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+            if any(m.keys == "k3" for m in msgs):
+                await asyncio.to_thread(release.wait, 30)
+            return rec(msgs, ctx)
+
         c = consumer(
             namesrv,
             group,
             topic,
-            rec,
+            rec if listener_kind == "thread" else coroutine_listener,
             consume_from_where="CONSUME_FROM_FIRST_OFFSET",
             consume_thread_max=4,
         )
@@ -771,6 +779,54 @@ def test_failed_messages_come_back_and_the_commit_waits_for_a_slow_one(
                 assert again.body == f"m{i}".encode()
                 assert delivered_from.topic == RETRY_PREFIX + group
                 assert again.stored.topic == RETRY_PREFIX + group
+
+    run(scenario)
+
+
+def test_coroutine_listeners_wait_at_most_consume_thread_max_at_a_time(
+    addrs: tuple[str, str],
+) -> None:
+    """Coroutine listeners that wait hold a slot each: with consume_thread_max 3, at most 3
+    are between their start and their end at any moment, and every message is still
+    consumed once."""
+    namesrv, broker = addrs
+    topic, group, count = "TopicAsyncSlots", "CG_ASYNC_SLOTS", 60
+    create_topic(broker, topic, 4)
+
+    async def scenario() -> None:
+        active = 0
+        most = 0
+        seen: list[bytes] = []
+
+        async def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+            nonlocal active, most
+            active += 1
+            most = max(most, active)
+            try:
+                await asyncio.sleep(0.02)
+                seen.extend(m.body for m in msgs)
+            finally:
+                active -= 1
+
+        c = consumer(
+            namesrv,
+            group,
+            topic,
+            listener,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            consume_thread_max=3,
+        )
+        async with Producer("PG_ASYNC_SLOTS", client_config=fast_config(namesrv)) as producer:
+            await asyncio.gather(
+                *(producer.send(Message(topic, f"s{i}".encode())) for i in range(count))
+            )
+        await c.start()
+        try:
+            await eventually(lambda: len(seen) >= count, what=f"{count} consumed")
+        finally:
+            await c.shutdown()
+        assert sorted(seen) == sorted(f"s{i}".encode() for i in range(count))
+        assert most == 3
 
     run(scenario)
 

@@ -181,23 +181,29 @@ class ClientAPI:
         header: PullMessageRequestHeader,
         timeout_s: float,
     ) -> PullResult:
-        response = await self._call(
-            addr, RequestCode.PULL_MESSAGE, header.to_ext(), timeout_s=timeout_s
-        )
+        ext = header.to_ext()
+        return await self.pull_ext(addr, broker_name, ext, header.queue_offset, timeout_s)
+
+    async def pull_ext(
+        self, addr: str, broker_name: str, ext: dict[str, str], queue_offset: int, timeout_s: float
+    ) -> PullResult:
+        """:meth:`pull` with the request header already in wire form (the push consumer keeps
+        one per queue and changes only the offsets and flags)."""
+        response = await self._call(addr, RequestCode.PULL_MESSAGE, ext, timeout_s=timeout_s)
         status = _PULL_STATUS.get(response.code)  # type: ignore[call-overload]
         if status is None:
             raise BrokerError(response.code, response.remark, addr)
-        ext = response.ext_fields
+        fields = response.ext_fields
         messages = []
         if status is PullStatus.FOUND:
             messages = _core.decode_received(response.body, broker_name)
         return PullResult(
             status=status,
-            next_begin_offset=int(ext.get("nextBeginOffset", header.queue_offset)),
-            min_offset=int(ext.get("minOffset", 0)),
-            max_offset=int(ext.get("maxOffset", 0)),
+            next_begin_offset=int(fields.get("nextBeginOffset", queue_offset)),
+            min_offset=int(fields.get("minOffset", 0)),
+            max_offset=int(fields.get("maxOffset", 0)),
             messages=messages,
-            suggest_which_broker_id=int(ext.get("suggestWhichBrokerId", 0)),
+            suggest_which_broker_id=int(fields.get("suggestWhichBrokerId", 0)),
         )
 
     async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue) -> int | None:

@@ -1,6 +1,7 @@
 """Concurrent consumption: pulled messages go to the listener in batches of
-``consume_message_batch_max_size`` on a thread pool (or as tasks, for a coroutine listener);
-each finished batch leaves its ProcessQueue and moves the queue's offset.
+``consume_message_batch_max_size`` on a thread pool, or, for a coroutine listener, in the event
+loop (started at once; a task only for one that waits, at most ``consume_thread_max`` of those
+at a time); each finished batch leaves its ProcessQueue and moves the queue's offset.
 
 A failed batch (RECONSUME_LATER, or the listener raised) is sent back to the broker, which
 redelivers it through ``%RETRY%<group>``; messages whose send-back failed are consumed again
@@ -9,19 +10,22 @@ logged, as in RocketMQ.
 """
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
 import enum
 import inspect
 import logging
+import queue
 import threading
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Final, cast
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.errors import PyrmqError
+from pyrmq.eventloop import Started, start_eagerly
 
 if TYPE_CHECKING:
     from pyrmq.client.push_consumer import PushConsumer
@@ -57,6 +61,64 @@ Listener = SyncListener | AsyncListener
 raising as RECONSUME_LATER."""
 
 
+class _ConsumeThreads:
+    """Up to ``size`` threads running calls from one queue; a new thread only when none is
+    waiting, so a light load keeps to one or two warm threads.
+
+    Leaner than a ThreadPoolExecutor for a call per pulled batch: no future, no work item,
+    and no Python-level lock or semaphore per call.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = max(1, size)
+        self._name = name
+        self._calls: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
+        # One token per thread that finished a call and waits for the next (a thread is
+        # started only when no token is there, as ThreadPoolExecutor does).
+        self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        """Queues ``fn(*args)`` (from the event loop's thread); raises RuntimeError after
+        :meth:`shutdown`."""
+        if self._closed:
+            raise RuntimeError("consume threads are shut down")
+        self._calls.put((fn, args))
+        # Only the loop thread takes tokens, so one seen here is still there.
+        if not self._idle.empty():
+            self._idle.get_nowait()  # a waiting thread takes this call
+        elif len(self._threads) < self._size:
+            t = threading.Thread(
+                target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
+            )
+            self._threads.append(t)
+            t.start()
+
+    def _work(self) -> None:
+        get, idle = self._calls.get, self._idle.put
+        while (call := get()) is not None:
+            fn, args = call
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("consume call %r failed", fn)
+            idle(None)
+
+    def shutdown(self) -> None:
+        """Drops the calls not started, lets the running ones finish, joins every thread."""
+        self._closed = True
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._calls.get_nowait()
+        for _ in self._threads:
+            self._calls.put(None)
+        for t in self._threads:
+            t.join()
+
+
 class ConcurrentConsumeService:
     """Runs listeners for one push consumer."""
 
@@ -64,11 +126,14 @@ class ConcurrentConsumeService:
         self._consumer = consumer
         self._loop = loop
         self._batch = max(1, consumer.consume_message_batch_max_size)
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            consumer.consume_thread_max, thread_name_prefix=f"pyrmq-consume-{consumer.group}"
-        )
-        self._async_slots = asyncio.Semaphore(consumer.consume_thread_max)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._pool = _ConsumeThreads(consumer.consume_thread_max, f"pyrmq-consume-{consumer.group}")
+        # Coroutine listeners: at most consume_thread_max waiting at once; more batches queue.
+        self._async_max = max(1, consumer.consume_thread_max)
+        self._async_running = 0
+        self._async_queued: collections.deque[
+            tuple[AsyncListener, list[MessageExt], ProcessQueue, MessageQueue]
+        ] = collections.deque()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = threading.Event()
 
@@ -99,9 +164,10 @@ class ConcurrentConsumeService:
     ) -> None:
         assert listener is not None, "messages without a listener go to the inbox"
         if inspect.iscoroutinefunction(listener):
-            task = self._loop.create_task(self._consume_async(listener, chunk, pq, mq))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            if self._async_running < self._async_max:
+                self._consume_async(cast(AsyncListener, listener), chunk, pq, mq)
+            else:
+                self._async_queued.append((cast(AsyncListener, listener), chunk, pq, mq))
         else:
             with contextlib.suppress(RuntimeError):  # pool shut down: left uncommitted
                 self._pool.submit(self._consume_sync, cast(SyncListener, listener), chunk, pq, mq)
@@ -136,26 +202,76 @@ class ConcurrentConsumeService:
         with contextlib.suppress(concurrent.futures.CancelledError):
             future.result()
 
-    async def _consume_async(
+    def _consume_async(
         self,
         listener: AsyncListener,
         msgs: list[MessageExt],
         pq: ProcessQueue,
         mq: MessageQueue,
     ) -> None:
-        async with self._async_slots:
-            if pq.dropped or self._closed.is_set():
-                return
-            ctx = ConsumeContext(mq)
-            try:
-                status = await listener(msgs, ctx)
-            except Exception:
-                log.exception("listener of %s failed on %d message(s)", self._group, len(msgs))
-                status = ConsumeStatus.RECONSUME_LATER
-            if status is None or status == ConsumeStatus.CONSUME_SUCCESS:
-                self._done(msgs, pq, mq)
-            else:
-                await self._handle_failure(msgs, ctx, pq, mq)
+        """Runs a coroutine listener at once, in the loop; only one that waits gets a task
+        (and holds a slot until it returns)."""
+        if pq.dropped or self._closed.is_set():
+            return
+        ctx = ConsumeContext(mq)
+        try:
+            coro = cast(Coroutine[Any, Any, ConsumeStatus | None], listener(msgs, ctx))
+            started = start_eagerly(self._loop, coro)
+        except Exception as e:  # the listener is not a coroutine function after all
+            started = Started()
+            started.error = e
+        task = started.task
+        if task is None:
+            self._async_done(started, msgs, ctx, pq, mq)
+            return
+        self._async_running += 1
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._async_waited(t, msgs, ctx, pq, mq))
+
+    def _async_waited(
+        self,
+        task: "asyncio.Task[Any]",
+        msgs: list[MessageExt],
+        ctx: ConsumeContext,
+        pq: ProcessQueue,
+        mq: MessageQueue,
+    ) -> None:
+        self._tasks.discard(task)
+        self._async_running -= 1
+        started = Started()
+        if task.cancelled():
+            started.error = asyncio.CancelledError()
+        elif (error := task.exception()) is not None:
+            started.error = error
+        else:
+            started.result = task.result()
+        self._async_done(started, msgs, ctx, pq, mq)
+        while self._async_queued and self._async_running < self._async_max:
+            self._consume_async(*self._async_queued.popleft())
+
+    def _async_done(
+        self,
+        started: Started,
+        msgs: list[MessageExt],
+        ctx: ConsumeContext,
+        pq: ProcessQueue,
+        mq: MessageQueue,
+    ) -> None:
+        status = started.result
+        if started.error is not None:
+            log.error(
+                "listener of %s failed on %d message(s)",
+                self._group,
+                len(msgs),
+                exc_info=started.error,
+            )
+            status = ConsumeStatus.RECONSUME_LATER
+        if status is None or status == ConsumeStatus.CONSUME_SUCCESS:
+            self._done(msgs, pq, mq)
+        elif not self._closed.is_set():
+            task = self._loop.create_task(self._handle_failure(msgs, ctx, pq, mq))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     @property
     def _group(self) -> str:
@@ -208,6 +324,7 @@ class ConcurrentConsumeService:
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
-        await asyncio.to_thread(self._pool.shutdown, wait=True, cancel_futures=True)
-        # Coroutine batches waiting for a slot see the closed flag and return.
+        await asyncio.to_thread(self._pool.shutdown)
+        # Coroutine batches not started are left uncommitted; those running finish.
+        self._async_queued.clear()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -139,6 +139,8 @@ class PushConsumer(ClientLifecycle):
         self._queues: dict[str, list[MessageQueue]] = {}
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        # Per queue: the subscription a pull header was made for, and its unchanging fields.
+        self._pull_headers: dict[MessageQueue, tuple[Subscription, dict[str, str]]] = {}
         self._instance: ClientInstance | None = None
         self._service: ConcurrentConsumeService | None = None
         # Kept: on 3.11 each asyncio.get_running_loop() is a getpid() system call.
@@ -432,6 +434,7 @@ class PushConsumer(ClientLifecycle):
         pq = self._pqs.pop(mq, None)
         if pq is not None:
             pq.dropped = True
+        self._pull_headers.pop(mq, None)
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
             task.cancel()
@@ -515,22 +518,15 @@ class PushConsumer(ClientLifecycle):
         commit = self.offset_store.read(mq) if self.clustering else None
         if commit is not None and broker_id == 0:
             sys_flag |= _COMMIT_FLAG
-        header = PullMessageRequestHeader(
-            consumer_group=self.group,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            queue_offset=offset,
-            max_msg_nums=self.pull_batch_size,
-            sys_flag=sys_flag,
-            commit_offset=commit or 0,
-            suspend_timeout_millis=int(self.suspend_timeout_s * 1000),
-            sub_version=sub.version,
-            subscription=sub.expression,
-            expression_type="TAG",
-        )
+        ext = {
+            **self._pull_header_base(mq, sub),
+            "queueOffset": str(offset),
+            "sysFlag": str(sys_flag),
+            "commitOffset": str(commit or 0),
+        }
         timeout_s = self.suspend_timeout_s + PULL_TIMEOUT_MARGIN_S
         try:
-            result = await inst.api.pull(addr, mq.broker_name, header, timeout_s)
+            result = await inst.api.pull_ext(addr, mq.broker_name, ext, offset, timeout_s)
         except BrokerError as e:
             log.warning("pull of %s from %s refused: %s", mq, addr, e)
             await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
@@ -566,6 +562,26 @@ class PushConsumer(ClientLifecycle):
             if pq.msg_count == 0:
                 self.offset_store.update(mq, offset)
         return pq, offset, broker_id
+
+    def _pull_header_base(self, mq: MessageQueue, sub: Subscription) -> dict[str, str]:
+        """The PULL_MESSAGE header fields of ``mq`` that stay the same from pull to pull."""
+        cached = self._pull_headers.get(mq)
+        if cached is None or cached[0] is not sub:
+            header = PullMessageRequestHeader(
+                consumer_group=self.group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=0,
+                max_msg_nums=self.pull_batch_size,
+                sys_flag=0,
+                commit_offset=0,
+                suspend_timeout_millis=int(self.suspend_timeout_s * 1000),
+                sub_version=sub.version,
+                subscription=sub.expression,
+                expression_type="TAG",
+            )
+            cached = self._pull_headers[mq] = (sub, header.to_ext())
+        return cached[1]
 
     def _dispatch(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         if not mq.topic.startswith(RETRY_PREFIX) and self.listener_for(mq.topic) is not None:

@@ -3,6 +3,12 @@
 Many requests may be in flight on one connection; each waits for its own answer with its own
 timeout. Requests the server sends to the client (NOTIFY_CONSUMER_IDS_CHANGED and the like) go to
 handlers registered by request code.
+
+Writes are corked for one loop turn after a read that answered two requests or more: the tasks
+those answers wake run in that turn and often send at once (each pull loop's next pull, each
+sender's next send), so their requests leave in one system call instead of one each. A read
+that answered one request leaves writes alone, so a lone request-answer-request chain pays no
+extra wait.
 """
 
 import asyncio
@@ -38,6 +44,8 @@ class _Channel(asyncio.Protocol):
         # Cleared while the transport's buffer is above its high-water mark.
         self.writable = asyncio.Event()
         self.writable.set()
+        # Frames held back while corked; None when writes go straight to the transport.
+        self._corked: list[bytes] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport).
@@ -52,13 +60,33 @@ class _Channel(asyncio.Protocol):
             log.warning("closing connection to %s: %s", self.address, e)
             self.close()
             return
+        woken = 0
         for cmd in commands:
             if cmd.is_response:
                 fut = self.pending.pop(cmd.opaque, None)
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
+                    woken += 1
             else:
-                asyncio.get_running_loop().create_task(self._serve(cmd))
+                self.loop.create_task(self._serve(cmd))
+        if woken > 1 and self._corked is None:
+            # Scheduled after the wake-ups set_result just queued, so it runs once they have.
+            self._corked = []
+            self.loop.call_soon(self._uncork)
+
+    def write(self, frame: bytes) -> None:
+        """Writes one frame now, or at the end of this loop turn while corked."""
+        corked = self._corked
+        if corked is not None:
+            corked.append(frame)
+        else:
+            assert self.transport is not None
+            self.transport.write(frame)
+
+    def _uncork(self) -> None:
+        frames, self._corked = self._corked, None
+        if frames and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(frames)
 
     async def _serve(self, request: RemotingCommand) -> None:
         handler = self._client.server_request_handlers.get(request.code)
@@ -71,7 +99,7 @@ class _Channel(asyncio.Protocol):
             log.exception("server request code=%s from %s failed", request.code, self.address)
             return
         if response is not None and not request.is_oneway and self.transport is not None:
-            self.transport.write(encode(response))
+            self.write(encode(response))
 
     def pause_writing(self) -> None:
         self.writable.clear()
@@ -164,7 +192,7 @@ class RemotingClient:
         loop = channel.loop
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         channel.pending[request.opaque] = fut
-        channel.transport.write(encode(request))
+        channel.write(encode(request))
         # A bare timer: asyncio.wait_for costs an extra task per request.
         timer = loop.call_later(timeout_s, _expire, fut, address, request, timeout_s)
         try:
@@ -179,7 +207,7 @@ class RemotingClient:
         a fast sender cannot queue without bound."""
         channel = await self._channel(address)
         assert channel.transport is not None
-        channel.transport.write(encode(request))
+        channel.write(encode(request))
         if not channel.writable.is_set():
             await channel.writable.wait()
 
