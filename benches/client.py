@@ -37,6 +37,7 @@ or message to the last). The exit code is 1 when a row could not run, not when a
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -210,6 +211,9 @@ def failed_row(name: str, target: str | None, why: str, *, skipped: bool = False
 # ---------------------------------------------------------------------------------------------
 
 
+_CONSUMER_ROWS = itertools.count(1)
+
+
 def _common(namesrv: str, topic: str) -> list[str]:
     return ["-n", namesrv, "-t", topic]
 
@@ -252,7 +256,13 @@ def consumer_row(
     target: int | None,
     note: str,
 ) -> dict[str, Any]:
-    args = ["consumer", *_common(namesrv, BATCH_TOPIC), "--from", "first", *extra_args]
+    # A group of its own: the command's default suffix (ms % 100) may repeat an earlier
+    # row's, whose committed offsets would leave nothing to drain.
+    group = f"benchmark_consumer_row{next(_CONSUMER_ROWS)}"
+    args = [
+        "consumer", *_common(namesrv, BATCH_TOPIC), "--from", "first", *extra_args,
+        "-g", group, "--no-suffix",
+    ]  # fmt: skip
     run = run_bench(args, plan.row_timeout_s + plan.consume_max_s, pid)
     res = run["result"]
     return make_row(

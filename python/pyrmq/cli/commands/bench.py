@@ -105,9 +105,23 @@ class StopFlag(Protocol):
 
 # --- statistics ------------------------------------------------------------------------------
 # Latencies go into histograms of whole microseconds ({µs: count}): cheap to update, exact to
-# 1 µs, and small enough to send from worker processes to the parent every interval.
+# 1 µs below 10 ms and to four significant digits above, so that the seconds-old messages of a
+# long drain do not make a key per batch; small enough to send from worker processes to the
+# parent every interval.
 
 Hist = dict[int, int]
+
+
+def bucket_us(us: int) -> int:
+    """The histogram key of ``us``: itself below 10 ms, else cut to four significant digits.
+
+    >>> bucket_us(9_999), bucket_us(41_894_571), bucket_us(-3)
+    (9999, 41890000, -3)
+    """
+    if us < 10_000:
+        return us
+    step = int(10 ** (len(str(us)) - 4))
+    return us - us % step
 
 
 def merge_hist(into: Hist, other: Hist) -> None:
@@ -222,14 +236,14 @@ class ConsumeStats:
                     _, sent_ns, warmup = _STAMP.unpack_from(body)
                     stamped += 1
                     if not warmup:
-                        e2e.append((now_ns - sent_ns) // 1000)
+                        e2e.append(bucket_us((now_ns - sent_ns) // 1000))
         with self._lock:
             b2c, s2c = self.b2c, self.s2c
             for ms in set(borns):
-                k = now_us - ms * 1000
+                k = bucket_us(now_us - ms * 1000)
                 b2c[k] = b2c.get(k, 0) + borns.count(ms)
             for ms in set(stores):
-                k = now_us - ms * 1000
+                k = bucket_us(now_us - ms * 1000)
                 s2c[k] = s2c.get(k, 0) + stores.count(ms)
             if e2e:
                 hist = self.e2e
