@@ -831,6 +831,51 @@ def test_coroutine_listeners_wait_at_most_consume_thread_max_at_a_time(
     run(scenario)
 
 
+def test_thread_listeners_that_wait_run_side_by_side(addrs: tuple[str, str]) -> None:
+    """One message per call, one queue: the calls of a pull start on one consume thread, and
+    once a call is seen to wait (a listener blocked on I/O), the rest of the pull is shared
+    among the free threads, so several calls wait at the same time."""
+    namesrv, broker = addrs
+    topic, group, count = "TopicSlowThreads", "CG_SLOW_THREADS", 32
+    create_topic(broker, topic, 1)
+    lock = threading.Lock()
+    active = 0
+    most = 0
+    done: list[bytes] = []
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        nonlocal active, most
+        with lock:
+            active += 1
+            most = max(most, active)
+        time.sleep(0.05)
+        with lock:
+            active -= 1
+            done.extend(m.body for m in msgs)
+
+    async def scenario() -> None:
+        async with Producer("PG_SLOW_THREADS", client_config=fast_config(namesrv)) as producer:
+            for i in range(count):
+                await producer.send(Message(topic, f"w{i}".encode()))
+        c = consumer(
+            namesrv,
+            group,
+            topic,
+            listener,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            consume_thread_max=8,
+        )
+        await c.start()
+        try:
+            await eventually(lambda: len(done) >= count, what=f"{count} consumed")
+        finally:
+            await c.shutdown()
+        assert sorted(done) == sorted(f"w{i}".encode() for i in range(count))
+        assert most >= 4, most
+
+    run(scenario)
+
+
 # --- 8. flow control ----------------------------------------------------------------------
 
 

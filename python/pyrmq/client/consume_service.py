@@ -19,6 +19,7 @@ import inspect
 import logging
 import queue
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -35,6 +36,8 @@ __all__ = ["ConcurrentConsumeService", "ConsumeContext", "ConsumeStatus", "Liste
 log = logging.getLogger(__name__)
 
 LOCAL_RETRY_DELAY_S: Final = 5.0
+SLOW_CALL_S: Final = 0.001
+"""A listener call this long hands the rest of its pull's calls to other consume threads."""
 
 
 class ConsumeStatus(enum.IntEnum):
@@ -144,8 +147,13 @@ class ConcurrentConsumeService:
             # One topic, so one listener: slice instead of routing each message.
             only = listener_for(mq.topic)
             step = self._batch
-            for i in range(0, len(msgs), step):
-                self._run(only, list(msgs[i : i + step]), pq, mq)
+            chunks = [list(msgs[i : i + step]) for i in range(0, len(msgs), step)]
+            if len(chunks) > 1 and only is not None and not inspect.iscoroutinefunction(only):
+                with contextlib.suppress(RuntimeError):  # pool shut down: left uncommitted
+                    self._pool.submit(self._consume_sync_run, only, chunks, pq, mq)
+                return
+            for part in chunks:
+                self._run(only, part, pq, mq)
             return
         chunk: list[MessageExt] = []
         listener: Listener | None = None
@@ -171,6 +179,27 @@ class ConcurrentConsumeService:
         else:
             with contextlib.suppress(RuntimeError):  # pool shut down: left uncommitted
                 self._pool.submit(self._consume_sync, cast(SyncListener, listener), chunk, pq, mq)
+
+    def _consume_sync_run(
+        self,
+        listener: SyncListener,
+        chunks: list[list[MessageExt]],
+        pq: ProcessQueue,
+        mq: MessageQueue,
+    ) -> None:
+        """The listener calls of one pull, one after another on this thread while they are
+        quick: one hand-over to a consume thread for the lot, instead of one per call, each
+        waking a thread that then waits for the interpreter lock. After a call that took
+        ``SLOW_CALL_S`` or more (a listener that waits on I/O), the calls left go back to
+        the queue, to run on as many threads as are free."""
+        for i, chunk in enumerate(chunks):
+            started = time.monotonic()
+            self._consume_sync(listener, chunk, pq, mq)
+            if i + 1 < len(chunks) and time.monotonic() - started >= SLOW_CALL_S:
+                with contextlib.suppress(RuntimeError):
+                    for rest in chunks[i + 1 :]:
+                        self._pool.submit(self._consume_sync, listener, rest, pq, mq)
+                return
 
     def _consume_sync(
         self,
