@@ -513,7 +513,11 @@ struct Prepared<'a> {
     crc: u32,
     len: usize,
     dispatch: bool,
+    /// Index of its queue among the put's queues; `NO_SLOT` when it is not dispatched.
+    slot: usize,
 }
+
+const NO_SLOT: usize = usize::MAX;
 
 struct Rewrite {
     topic: &'static str,
@@ -686,22 +690,23 @@ impl Inner {
             }
             prev = Some(m);
         }
-        let mut rewrites: Vec<Option<Rewrite>> = Vec::with_capacity(msgs.len());
+        // Empty (no allocation) unless some message asks for a delay.
+        let mut rewrites: Vec<Option<Rewrite>> = Vec::new();
         let mut delayed = SameProperties::default();
-        for m in msgs {
-            let rw = if delayed.get(m.properties, |p| has_property(p, PROPERTY_DELAY)) {
-                self.delay_rewrite(m)?
-            } else {
-                None
-            };
-            rewrites.push(rw);
+        for (i, m) in msgs.iter().enumerate() {
+            if delayed.get(m.properties, |p| has_property(p, PROPERTY_DELAY)) {
+                if let Some(rw) = self.delay_rewrite(m)? {
+                    rewrites.resize_with(msgs.len(), || None);
+                    rewrites[i] = Some(rw);
+                }
+            }
         }
-        let prepared: Vec<Prepared<'_>> = msgs
+        let mut prepared: Vec<Prepared<'_>> = msgs
             .iter()
-            .zip(&rewrites)
-            .map(|(m, rw)| {
+            .enumerate()
+            .map(|(i, m)| {
                 let mut input = m.clone();
-                if let Some(rw) = rw {
+                if let Some(Some(rw)) = rewrites.get(i) {
                     input.topic = rw.topic;
                     input.queue_id = rw.queue_id;
                     input.properties = &rw.properties;
@@ -722,6 +727,7 @@ impl Inner {
                     input,
                     dispatch: tx != SYSFLAG_TRANSACTION_PREPARED
                         && tx != SYSFLAG_TRANSACTION_ROLLBACK,
+                    slot: NO_SLOT,
                 }
             })
             .collect();
@@ -745,54 +751,49 @@ impl Inner {
         let store_host = SocketAddr::V4(self.config.store_host);
         let mut st = self.commit_log.lock();
         self.check_open()?;
-        // Resolve every queue and make room for its units before writing a byte.
-        let mut queues: Vec<(Arc<ConsumeQueue>, u64)> = Vec::new();
-        let mut slot_of: Vec<usize> = Vec::with_capacity(prepared.len());
-        for p in &prepared {
+        // Resolve every queue and make room for its units before writing a byte. A slot is
+        // (queue, its max offset now, its max offset after this put).
+        let mut queues: Vec<(Arc<ConsumeQueue>, u64, u64)> = Vec::new();
+        let mut last = NO_SLOT;
+        for p in &mut prepared {
             if !p.dispatch {
-                slot_of.push(usize::MAX);
                 continue;
             }
-            let same_as_last = slot_of.last().is_some_and(|&s| {
-                s != usize::MAX
-                    && queues[s].0.queue_id() == p.input.queue_id
-                    && queues[s].0.topic() == p.input.topic
-            });
-            let found = if same_as_last {
-                slot_of.last().copied()
-            } else {
-                queues.iter().position(|(q, _)| {
+            let same_as_last = last != NO_SLOT
+                && queues[last].0.queue_id() == p.input.queue_id
+                && queues[last].0.topic() == p.input.topic;
+            if !same_as_last {
+                let found = queues.iter().position(|(q, _, _)| {
                     q.queue_id() == p.input.queue_id && q.topic() == p.input.topic
-                })
-            };
-            let slot = if let Some(i) = found {
-                i
-            } else {
-                let q = self.queue_or_create(p.input.topic, p.input.queue_id)?;
-                let next = q.max_offset();
-                queues.push((q, next));
-                queues.len() - 1
-            };
-            queues[slot].1 += 1;
-            slot_of.push(slot);
+                });
+                last = if let Some(i) = found {
+                    i
+                } else {
+                    let q = self.queue_or_create(p.input.topic, p.input.queue_id)?;
+                    let now = q.max_offset();
+                    queues.push((q, now, now));
+                    queues.len() - 1
+                };
+            }
+            queues[last].2 += 1;
+            p.slot = last;
         }
-        for (q, end) in &queues {
+        for (q, _, end) in &queues {
             q.ensure_capacity(*end)?;
         }
         let res = self.commit_log.reserve(&mut st, group_len)?;
 
         let store_ts = now_ms.max(st.last_store_timestamp_ms);
         st.last_store_timestamp_ms = store_ts;
-        let mut next_offsets: Vec<u64> = queues.iter().map(|(q, _)| q.max_offset()).collect();
         let mut entries = Vec::with_capacity(prepared.len());
         let mut rel = res.rel;
-        for (p, &slot) in prepared.iter().zip(&slot_of) {
-            let queue_offset = if slot == usize::MAX {
+        for p in &prepared {
+            let queue_offset = if p.slot == NO_SLOT {
                 0
             } else {
-                let o = next_offsets[slot];
-                next_offsets[slot] += 1;
-                o
+                let next = &mut queues[p.slot].1;
+                *next += 1;
+                *next - 1
             };
             let phy = res.file.file_from_offset() + rel;
             let at = Assigned {
@@ -816,10 +817,15 @@ impl Inner {
 
         // Dispatch: index entries and queue units, then publish each queue.
         let mut tags_by_slot: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
-        let mut units_by_slot: Vec<Vec<(u64, u32, i64)>> = vec![Vec::new(); queues.len()];
+        let mut units_by_slot: Vec<Vec<(u64, u32, i64)>> = if queues.len() == 1 {
+            vec![Vec::with_capacity(prepared.len())]
+        } else {
+            vec![Vec::new(); queues.len()]
+        };
         let mut last_tags: Option<(&[u8], &str, i64)> = None;
         let mut keyed = SameProperties::default();
-        for ((p, e), &slot) in prepared.iter().zip(&entries).zip(&slot_of) {
+        for (p, e) in prepared.iter().zip(&entries) {
+            let slot = p.slot;
             let tags_code = match last_tags {
                 Some((props, topic, code))
                     if std::ptr::eq(props, p.input.properties) && topic == p.input.topic =>
@@ -853,19 +859,19 @@ impl Inner {
                     Unit::None,
                 );
             }
-            if slot != usize::MAX {
+            if slot != NO_SLOT {
                 units_by_slot[slot].push((e.phy_offset as u64, e.size, tags_code));
                 if !tags_by_slot[slot].contains(&tags_code) {
                     tags_by_slot[slot].push(tags_code);
                 }
             }
         }
-        for ((q, _), units) in queues.iter().zip(&units_by_slot) {
+        for ((q, _, _), units) in queues.iter().zip(&units_by_slot) {
             let first = q.max_offset();
             q.write_units(first, units)
                 .expect("unit capacity ensured before the append");
         }
-        for ((q, _), (next, tags)) in queues.iter().zip(next_offsets.iter().zip(&tags_by_slot)) {
+        for ((q, next, _), tags) in queues.iter().zip(&tags_by_slot) {
             q.publish(*next);
             self.arrivals.notify(q.topic(), q.queue_id(), *next, tags);
             self.hold
