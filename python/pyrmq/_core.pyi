@@ -152,6 +152,9 @@ class PutResult:
     def msg_ids(self) -> list[str]:
         """Offset message ids (store host + CommitLog offset), one per message."""
     @property
+    def msg_ids_joined(self) -> str:
+        """The offset message ids joined by commas, as the answer to a batch send carries them."""
+    @property
     def msg_id(self) -> str:
         """Offset message id of the first message."""
 

@@ -145,6 +145,8 @@ def test_put_batch_is_contiguous_in_queue_and_log(open_store, record_decoder):
     assert sent.wrote_bytes == sum(got.sizes) + 20
     assert store.max_phy_offset == sent.phy_offset + sent.wrote_bytes
     assert sent.msg_ids == [offset_msg_id(STORE_HOST, p) for p in sent.phy_offsets]
+    assert sent.msg_ids_joined == ",".join(sent.msg_ids)
+    assert sent.msg_id == sent.msg_ids[0]
 
     views = got.views()
     assert len(views) == 7

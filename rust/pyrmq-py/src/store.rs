@@ -244,8 +244,7 @@ pub struct PyPutResult {
     store_timestamp_ms: i64,
     #[pyo3(get)]
     wrote_bytes: u64,
-    #[pyo3(get)]
-    store_host: String,
+    host: SocketAddr,
 }
 
 #[pymethods]
@@ -271,22 +270,33 @@ impl PyPutResult {
     fn queue_id(&self) -> i32 {
         self.queue_ids[0]
     }
+    #[getter]
+    fn store_host(&self) -> String {
+        self.host.to_string()
+    }
     /// Offset message ids (store host + CommitLog offset), one per message.
     #[getter]
-    fn msg_ids(&self) -> PyResult<Vec<String>> {
-        let host: SocketAddr = self
-            .store_host
-            .parse()
-            .map_err(|_| PyValueError::new_err("store host"))?;
-        Ok(self
-            .phy_offsets
+    fn msg_ids(&self) -> Vec<String> {
+        self.phy_offsets
             .iter()
-            .map(|p| message::offset_msg_id(&host, *p))
-            .collect())
+            .map(|p| message::offset_msg_id(&self.host, *p))
+            .collect()
+    }
+    /// The offset message ids joined by commas, as the answer to a batch send carries them.
+    #[getter]
+    fn msg_ids_joined(&self) -> String {
+        let mut out = String::with_capacity(self.phy_offsets.len() * 57);
+        for (i, p) in self.phy_offsets.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            message::push_offset_msg_id(&mut out, &self.host, *p);
+        }
+        out
     }
     #[getter]
-    fn msg_id(&self) -> PyResult<String> {
-        Ok(self.msg_ids()?.swap_remove(0))
+    fn msg_id(&self) -> String {
+        message::offset_msg_id(&self.host, self.phy_offsets[0])
     }
     fn __repr__(&self) -> String {
         format!(
@@ -315,7 +325,7 @@ impl From<PutOutcome> for PyPutResult {
             queue_ids: o.entries.iter().map(|e| e.queue_id).collect(),
             store_timestamp_ms: o.store_timestamp_ms,
             wrote_bytes: o.wrote_bytes,
-            store_host: o.store_host.to_string(),
+            host: o.store_host,
         }
     }
 }

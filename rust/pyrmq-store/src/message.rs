@@ -393,22 +393,34 @@ pub fn encode_properties<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>
 
 /// Uppercase hex of store ip ‖ port (i32) ‖ commit-log offset (i64).
 pub fn offset_msg_id(store_host: &SocketAddr, phy_offset: i64) -> String {
-    use std::fmt::Write;
-    let mut raw = Vec::with_capacity(28);
-    match store_host.ip() {
-        IpAddr::V4(ip) => raw.extend_from_slice(&ip.octets()),
-        IpAddr::V6(ip) => raw.extend_from_slice(&ip.octets()),
-    }
-    raw.extend_from_slice(&i32::from(store_host.port()).to_be_bytes());
-    raw.extend_from_slice(&phy_offset.to_be_bytes());
-    let mut s = String::with_capacity(raw.len() * 2);
-    for b in raw {
-        write!(s, "{b:02X}").expect("writing to a String cannot fail");
-    }
+    let mut s = String::with_capacity(56);
+    push_offset_msg_id(&mut s, store_host, phy_offset);
     s
 }
 
-/// Decodes an offset message id into (store host, commit-log offset).
+/// Appends the offset message id of `phy_offset` to `out` (a batch answer joins many).
+pub fn push_offset_msg_id(out: &mut String, store_host: &SocketAddr, phy_offset: i64) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut raw = [0u8; 28];
+    let n = match store_host.ip() {
+        IpAddr::V4(ip) => {
+            raw[..4].copy_from_slice(&ip.octets());
+            4
+        }
+        IpAddr::V6(ip) => {
+            raw[..16].copy_from_slice(&ip.octets());
+            16
+        }
+    };
+    raw[n..n + 4].copy_from_slice(&i32::from(store_host.port()).to_be_bytes());
+    raw[n + 4..n + 12].copy_from_slice(&phy_offset.to_be_bytes());
+    out.reserve((n + 12) * 2);
+    for b in &raw[..n + 12] {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xF)]));
+    }
+}
+
 pub fn decode_offset_msg_id(id: &str) -> Option<(SocketAddr, i64)> {
     let hex = id.trim();
     if !(hex.len() == 32 || hex.len() == 56) || !hex.is_ascii() {
@@ -552,6 +564,12 @@ mod tests {
         let id = offset_msg_id(&host, 0x87);
         assert_eq!(decode_offset_msg_id(&id), Some((host, 0x87)));
         assert_eq!(decode_offset_msg_id("zz"), None);
+        let v6: SocketAddr = "[2001:db8::ff]:10911".parse().unwrap();
+        let id = offset_msg_id(&v6, -2);
+        assert_eq!(id.len(), 56);
+        assert_eq!(&id[..32], "20010DB80000000000000000000000FF");
+        assert_eq!(&id[32..40], "00002A9F");
+        assert_eq!(&id[40..], "FFFFFFFFFFFFFFFE");
     }
 
     #[test]

@@ -187,7 +187,7 @@ class SendProcessor:
             request,
             code,
             ext_fields={
-                "msgId": ",".join(result.msg_ids),
+                "msgId": result.msg_ids_joined,
                 "queueId": str(result.queue_id),
                 "queueOffset": str(result.queue_offset),
                 "MSG_REGION": "DefaultRegion",
