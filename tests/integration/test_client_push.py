@@ -88,6 +88,38 @@ def consumer(
     return c
 
 
+async def send_bodies(namesrv: str, topic: str, bodies: list[bytes]) -> None:
+    async with Producer(f"PG_{topic}", client_config=fast_config(namesrv)) as producer:
+        for r in await asyncio.gather(*(producer.send(Message(topic, b)) for b in bodies)):
+            assert r.status is SendStatus.OK
+
+
+async def drain_from_first(
+    namesrv: str,
+    group: str,
+    topic: str,
+    listener: Any,
+    *,
+    threads: int,
+    finished: Callable[[], bool],
+) -> None:
+    """Runs a consumer of ``topic`` from its first offset, with ``threads`` consume threads
+    (or coroutine slots), until ``finished()``."""
+    c = consumer(
+        namesrv,
+        group,
+        topic,
+        listener,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        consume_thread_max=threads,
+    )
+    await c.start()
+    try:
+        await eventually(finished, what=f"{topic} consumed")
+    finally:
+        await c.shutdown()
+
+
 def topic_queues(c: PushConsumer, topic: str) -> list[MessageQueue]:
     return [q for q in c.assigned_queues() if q.topic == topic]
 
@@ -808,23 +840,11 @@ def test_coroutine_listeners_wait_at_most_consume_thread_max_at_a_time(
             finally:
                 active -= 1
 
-        c = consumer(
-            namesrv,
-            group,
-            topic,
-            listener,
-            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-            consume_thread_max=3,
+        bodies = [f"s{i}".encode() for i in range(count)]
+        await send_bodies(namesrv, topic, bodies)
+        await drain_from_first(
+            namesrv, group, topic, listener, threads=3, finished=lambda: len(seen) >= count
         )
-        async with Producer("PG_ASYNC_SLOTS", client_config=fast_config(namesrv)) as producer:
-            await asyncio.gather(
-                *(producer.send(Message(topic, f"s{i}".encode())) for i in range(count))
-            )
-        await c.start()
-        try:
-            await eventually(lambda: len(seen) >= count, what=f"{count} consumed")
-        finally:
-            await c.shutdown()
         assert sorted(seen) == sorted(f"s{i}".encode() for i in range(count))
         assert most == 3
 
@@ -854,22 +874,10 @@ def test_thread_listeners_that_wait_run_side_by_side(addrs: tuple[str, str]) -> 
             done.extend(m.body for m in msgs)
 
     async def scenario() -> None:
-        async with Producer("PG_SLOW_THREADS", client_config=fast_config(namesrv)) as producer:
-            for i in range(count):
-                await producer.send(Message(topic, f"w{i}".encode()))
-        c = consumer(
-            namesrv,
-            group,
-            topic,
-            listener,
-            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-            consume_thread_max=8,
+        await send_bodies(namesrv, topic, [f"w{i}".encode() for i in range(count)])
+        await drain_from_first(
+            namesrv, group, topic, listener, threads=8, finished=lambda: len(done) >= count
         )
-        await c.start()
-        try:
-            await eventually(lambda: len(done) >= count, what=f"{count} consumed")
-        finally:
-            await c.shutdown()
         assert sorted(done) == sorted(f"w{i}".encode() for i in range(count))
         assert most >= 4, most
 
