@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.errors import PyrmqError
-from pyrmq.eventloop import Started, start_eagerly
+from pyrmq.eventloop import start_eagerly
 
 if TYPE_CHECKING:
     from pyrmq.client.push_consumer import PushConsumer
@@ -245,13 +245,13 @@ class ConcurrentConsumeService:
         ctx = ConsumeContext(mq)
         try:
             coro = cast(Coroutine[Any, Any, ConsumeStatus | None], listener(msgs, ctx))
-            started = start_eagerly(self._loop, coro)
-        except Exception as e:  # the listener is not a coroutine function after all
-            started = Started()
-            started.error = e
+        except Exception as e:  # a listener that cannot be called with (msgs, ctx)
+            self._async_done(None, e, msgs, ctx, pq, mq)
+            return
+        started = start_eagerly(self._loop, coro)
         task = started.task
         if task is None:
-            self._async_done(started, msgs, ctx, pq, mq)
+            self._async_done(started.result, started.error, msgs, ctx, pq, mq)
             return
         self._async_running += 1
         self._tasks.add(task)
@@ -267,32 +267,26 @@ class ConcurrentConsumeService:
     ) -> None:
         self._tasks.discard(task)
         self._async_running -= 1
-        started = Started()
         if task.cancelled():
-            started.error = asyncio.CancelledError()
-        elif (error := task.exception()) is not None:
-            started.error = error
+            self._async_done(None, asyncio.CancelledError(), msgs, ctx, pq, mq)
         else:
-            started.result = task.result()
-        self._async_done(started, msgs, ctx, pq, mq)
+            error = task.exception()
+            self._async_done(None if error else task.result(), error, msgs, ctx, pq, mq)
         while self._async_queued and self._async_running < self._async_max:
             self._consume_async(*self._async_queued.popleft())
 
     def _async_done(
         self,
-        started: Started,
+        status: ConsumeStatus | None,
+        error: BaseException | None,
         msgs: list[MessageExt],
         ctx: ConsumeContext,
         pq: ProcessQueue,
         mq: MessageQueue,
     ) -> None:
-        status = started.result
-        if started.error is not None:
+        if error is not None:
             log.error(
-                "listener of %s failed on %d message(s)",
-                self._group,
-                len(msgs),
-                exc_info=started.error,
+                "listener of %s failed on %d message(s)", self._group, len(msgs), exc_info=error
             )
             status = ConsumeStatus.RECONSUME_LATER
         if status is None or status == ConsumeStatus.CONSUME_SUCCESS:

@@ -752,7 +752,7 @@ impl Inner {
         let mut st = self.commit_log.lock();
         self.check_open()?;
         // Resolve every queue and make room for its units before writing a byte. A slot is
-        // (queue, its max offset now, its max offset after this put).
+        // (queue, the next queue offset to assign, its max offset after this put).
         let mut queues: Vec<(Arc<ConsumeQueue>, u64, u64)> = Vec::new();
         let mut last = NO_SLOT;
         for p in &mut prepared {
