@@ -884,6 +884,61 @@ def test_thread_listeners_that_wait_run_side_by_side(addrs: tuple[str, str]) -> 
     run(scenario)
 
 
+def test_a_coroutine_listener_runs_before_a_caught_up_queue_is_pulled_again(
+    addrs: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a backlog, the next pull goes out before the listener runs (the broker answers it
+    meanwhile). Once the queue is caught up, the next pull would only wait at the broker, so
+    a coroutine listener runs first and its messages wait for no write."""
+    namesrv, broker = addrs
+    topic, group, backlog, single = "TopicPullOrder", "CG_PULL_ORDER", 96, 5
+    create_topic(broker, topic, 1)
+    in_flight = 0
+    original = ClientAPI.pull_ext
+
+    async def counted(self: ClientAPI, addr: str, name: str, ext: dict[str, str], *a: Any) -> Any:
+        nonlocal in_flight
+        mine = ext["topic"] == topic  # not the pulls of the group's retry topic
+        in_flight += mine
+        try:
+            return await original(self, addr, name, ext, *a)
+        finally:
+            in_flight -= mine
+
+    monkeypatch.setattr(ClientAPI, "pull_ext", counted)
+    calls: list[tuple[int, int]] = []  # (last queue offset of the call, its pulls in flight)
+
+    async def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        calls.append((msgs[-1].queue_offset, in_flight))
+
+    async def scenario() -> None:
+        await send_bodies(namesrv, topic, [b"b%d" % i for i in range(backlog)])
+        c = consumer(
+            namesrv,
+            group,
+            topic,
+            listener,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            consume_message_batch_max_size=32,
+        )
+        await c.start()
+        try:
+            await eventually(lambda: calls and calls[-1][0] == backlog - 1, what="backlog")
+            drained = len(calls)
+            # Caught up: one message at a time, each sent once the previous one is consumed.
+            async with Producer(f"PG_{topic}", client_config=fast_config(namesrv)) as producer:
+                for i in range(single):
+                    await producer.send(Message(topic, b"s%d" % i))
+                    await eventually(lambda i=i: len(calls) == drained + i + 1, what="single")
+        finally:
+            await c.shutdown()
+        assert drained >= 3, calls  # pulls of at most 32
+        assert all(n == 1 for _, n in calls[: drained - 1]), calls
+        assert [n for _, n in calls[drained - 1 :]] == [0] * (single + 1), calls
+
+    run(scenario)
+
+
 # --- 8. flow control ----------------------------------------------------------------------
 
 

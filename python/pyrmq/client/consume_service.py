@@ -140,6 +140,10 @@ class ConcurrentConsumeService:
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = threading.Event()
 
+    def runs_in_loop(self, topic: str) -> bool:
+        """Whether the listener of ``topic`` is a coroutine listener (runs in the loop)."""
+        return inspect.iscoroutinefunction(self._consumer.listener_for(topic))
+
     def submit(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """Hands pulled messages (already in ``pq``) to the listeners; called in the loop."""
         listener_for = self._consumer.listener_for
