@@ -29,6 +29,7 @@ __all__ = [
     "encode_command",
     "encode_message",
     "java_string_hash",
+    "message_ids",
     "validate_topic",
 ]
 
@@ -462,6 +463,10 @@ def validate_topic(topic: str, internal: bool = False) -> None:
 
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode`` of ``s``: RocketMQ's tag code and index key hash."""
+
+def message_ids(head: bytes, count: int) -> list[str]:
+    """``count`` producer message ids: ``head`` (the id's bytes before its counter) in
+    upper-case hex, each followed by the next value of the process's 16-bit counter."""
 
 def decode_frames(
     buffer: Buffer, max_frame_bytes: int = 16777216

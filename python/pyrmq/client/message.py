@@ -3,7 +3,6 @@
 
 import dataclasses
 import enum
-import itertools
 import os
 import random
 import socket
@@ -66,16 +65,21 @@ class Message:
         delay_time_level: int = 0,
         flag: int = 0,
     ) -> None:
-        self.topic: str = _text(topic)
-        self.body: bytes = body.encode() if isinstance(body, str) else bytes(body)
+        # The common case (str topic, bytes body, nothing else) takes no call: producers
+        # build a message per send, or 32 per batch.
+        self.topic: str = topic if type(topic) is str else _text(topic)
+        if type(body) is not bytes:
+            body = body.encode() if isinstance(body, str) else bytes(body)
+        self.body: bytes = body
         self.flag = flag
         self.properties: dict[str, str] = dict(properties) if properties else {}
-        if tags is not None:
-            self.set_tags(tags)
-        if keys is not None:
-            self.set_keys(keys)
-        if delay_time_level:
-            self.set_delay_time_level(delay_time_level)
+        if tags is not None or keys is not None or delay_time_level:
+            if tags is not None:
+                self.set_tags(tags)
+            if keys is not None:
+                self.set_keys(keys)
+            if delay_time_level:
+                self.set_delay_time_level(delay_time_level)
 
     @property
     def tags(self) -> str | None:
@@ -199,7 +203,6 @@ class SendResult(_SendResultFields):
 
 _MONTH: tuple[int, int] = (0, 0)
 """(start, end) of the current month in epoch ms: ids count ms from its start."""
-_COUNTER = itertools.count(random.randrange(1 << 16))
 _ID_LOCK = threading.Lock()
 
 
@@ -213,8 +216,20 @@ def _local_ip() -> bytes:
         return socket.inet_aton("127.0.0.1")
 
 
-_ID_PREFIX = _local_ip() + struct.pack(">H", os.getpid() & 0xFFFF) + random.randbytes(4)
-_COUNTER_BYTES = struct.Struct(">H")
+def _id_prefix() -> bytes:
+    return _local_ip() + struct.pack(">H", os.getpid() & 0xFFFF) + random.randbytes(4)
+
+
+_ID_PREFIX = _id_prefix()
+
+
+def _renew_id_prefix() -> None:
+    # A forked child would otherwise make its parent's ids, counter included.
+    global _ID_PREFIX
+    _ID_PREFIX = _id_prefix()
+
+
+os.register_at_fork(after_in_child=_renew_id_prefix)
 
 
 def _month_bounds(now_ms: int) -> tuple[int, int]:
@@ -250,9 +265,7 @@ def new_message_ids(count: int) -> list[str]:
         with _ID_LOCK:
             _MONTH = _month_bounds(now_ms)
             start = _MONTH[0]
-    head = _ID_PREFIX + struct.pack(">I", (now_ms - start) & 0xFFFFFFFF)
-    pack = _COUNTER_BYTES.pack
-    return [(head + pack(next(_COUNTER) & 0xFFFF)).hex().upper() for _ in range(count)]
+    return _core.message_ids(_ID_PREFIX + struct.pack(">I", (now_ms - start) & 0xFFFFFFFF), count)
 
 
 def set_unique_id(message: Message) -> str:

@@ -289,13 +289,11 @@ class Producer(ClientLifecycle):
                     f"every message of a batch must have one topic: {m.topic} is not {topic}"
                 )
         _core.validate_topic(topic)
-        fresh = iter(new_message_ids(sum(UNIQ_KEY not in m.properties for m in msgs)))
-        ids = []
-        for m in msgs:
-            uniq = m.properties.get(UNIQ_KEY)
-            if uniq is None:
-                uniq = m.properties[UNIQ_KEY] = next(fresh)
-            ids.append(uniq)
+        props = [m.properties for m in msgs]
+        fresh = [p for p in props if UNIQ_KEY not in p]
+        for p, uniq in zip(fresh, new_message_ids(len(fresh)), strict=True):
+            p[UNIQ_KEY] = uniq
+        ids = [p[UNIQ_KEY] for p in props]
         # Rust checks and encodes each message (body, properties, delay level, sizes).
         body = _core.encode_batch(msgs, topic, self.max_message_size)
         return _Outgoing(topic, body, "", 0, 0, True, ",".join(ids))

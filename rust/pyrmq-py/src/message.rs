@@ -1,9 +1,13 @@
 //! `StoredMessage`: a decoded record, and the helpers that build Python values from records.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyrmq_store::message::{self, Record};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::OnceLock;
 
 /// A message as stored: every field of the record, decoded.
 ///
@@ -357,4 +361,36 @@ pub fn encode_batch(
         })
         .collect();
     Ok(PyBytes::new(py, &message::encode_client_batch(&items)).unbind())
+}
+
+/// The 16-bit counter that ends every producer message id of this process. It starts at a
+/// random value (RandomState's keys are random per process), as RocketMQ's clients do not
+/// all start at zero, so two processes that share the rest of an id rarely collide.
+fn id_counter() -> &'static AtomicU16 {
+    static COUNTER: OnceLock<AtomicU16> = OnceLock::new();
+    COUNTER.get_or_init(|| AtomicU16::new(RandomState::new().build_hasher().finish() as u16))
+}
+
+/// `count` producer message ids (`UNIQ_KEY`): `head` (the id's bytes before the counter) in
+/// uppercase hex, then the next `count` values of the process-wide counter, which wraps.
+#[pyfunction]
+pub fn message_ids<'py>(
+    py: Python<'py>,
+    head: &[u8],
+    count: usize,
+) -> PyResult<Bound<'py, PyList>> {
+    // Reserves the counter values at once; a batch above 65,536 wraps as the counter does.
+    let first = id_counter().fetch_add(count as u16, Ordering::Relaxed);
+    let mut prefix = String::with_capacity(head.len() * 2);
+    message::push_hex_upper(&mut prefix, head);
+    let mut id = String::with_capacity(prefix.len() + 4);
+    PyList::new(
+        py,
+        (0..count).map(|i| {
+            id.clear();
+            id.push_str(&prefix);
+            message::push_hex_upper(&mut id, &first.wrapping_add(i as u16).to_be_bytes());
+            PyString::new(py, &id)
+        }),
+    )
 }

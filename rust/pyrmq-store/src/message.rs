@@ -398,9 +398,18 @@ pub fn offset_msg_id(store_host: &SocketAddr, phy_offset: i64) -> String {
     s
 }
 
+/// Appends `bytes` to `out` as uppercase hex, the spelling of RocketMQ's message ids.
+pub fn push_hex_upper(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.reserve(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xF)]));
+    }
+}
+
 /// Appends the offset message id of `phy_offset` to `out` (a batch answer joins many).
 pub fn push_offset_msg_id(out: &mut String, store_host: &SocketAddr, phy_offset: i64) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut raw = [0u8; 28];
     let n = match store_host.ip() {
         IpAddr::V4(ip) => {
@@ -414,11 +423,7 @@ pub fn push_offset_msg_id(out: &mut String, store_host: &SocketAddr, phy_offset:
     };
     raw[n..n + 4].copy_from_slice(&i32::from(store_host.port()).to_be_bytes());
     raw[n + 4..n + 12].copy_from_slice(&phy_offset.to_be_bytes());
-    out.reserve((n + 12) * 2);
-    for b in &raw[..n + 12] {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xF)]));
-    }
+    push_hex_upper(out, &raw[..n + 12]);
 }
 
 pub fn decode_offset_msg_id(id: &str) -> Option<(SocketAddr, i64)> {
