@@ -364,8 +364,8 @@ pub fn encode_batch(
 }
 
 /// The 16-bit counter that ends every producer message id of this process. It starts at a
-/// random value (RandomState's keys are random per process), as RocketMQ's clients do not
-/// all start at zero, so two processes that share the rest of an id rarely collide.
+/// random value (RandomState's keys are random per process), so that even two processes whose
+/// ids share everything else do not begin with the same ids.
 fn id_counter() -> &'static AtomicU16 {
     static COUNTER: OnceLock<AtomicU16> = OnceLock::new();
     COUNTER.get_or_init(|| AtomicU16::new(RandomState::new().build_hasher().finish() as u16))
