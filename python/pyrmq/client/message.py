@@ -65,21 +65,20 @@ class Message:
         delay_time_level: int = 0,
         flag: int = 0,
     ) -> None:
-        # The common case (str topic, bytes body, nothing else) takes no call: producers
-        # build a message per send, or 32 per batch.
+        # A str topic and a bytes body (the common case) take no call: producers build a
+        # message per send, or 32 per batch.
         self.topic: str = topic if type(topic) is str else _text(topic)
         if type(body) is not bytes:
             body = body.encode() if isinstance(body, str) else bytes(body)
         self.body: bytes = body
         self.flag = flag
         self.properties: dict[str, str] = dict(properties) if properties else {}
-        if tags is not None or keys is not None or delay_time_level:
-            if tags is not None:
-                self.set_tags(tags)
-            if keys is not None:
-                self.set_keys(keys)
-            if delay_time_level:
-                self.set_delay_time_level(delay_time_level)
+        if tags is not None:
+            self.set_tags(tags)
+        if keys is not None:
+            self.set_keys(keys)
+        if delay_time_level:
+            self.set_delay_time_level(delay_time_level)
 
     @property
     def tags(self) -> str | None:
