@@ -1013,6 +1013,75 @@ def test_flow_control_stops_pulling_at_the_process_queue_threshold(
     run(scenario)
 
 
+@pytest.mark.parametrize("listener_kind", ["thread", "coroutine", "async_for"])
+def test_a_flow_controlled_queue_pulls_again_once_its_listener_made_room(
+    addrs: tuple[str, str], monkeypatch: pytest.MonkeyPatch, listener_kind: str
+) -> None:
+    """A queue over its threshold waits for room, not for a fixed pause: with the pause
+    raised to a minute, a backlog 20 times the threshold still drains in seconds, each
+    finished batch waking the pull loop it stopped."""
+    namesrv, broker = addrs
+    topic, group = f"TopicRoom_{listener_kind}", f"CG_ROOM_{listener_kind}"
+    count, threshold = 400, 20
+    create_topic(broker, topic, 1)
+    monkeypatch.setattr("pyrmq.client.push_consumer.PULL_DELAY_ON_FLOW_CONTROL_S", 60.0)
+    waits = 0
+    wait_for_room = PushConsumer._wait_for_room
+
+    async def counted(self: PushConsumer, pq: Any) -> None:
+        nonlocal waits
+        waits += 1
+        await wait_for_room(self, pq)
+
+    monkeypatch.setattr(PushConsumer, "_wait_for_room", counted)
+    done: list[bytes] = []
+
+    def on_thread(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        time.sleep(0.002)  # slower than the pulls, so the queue fills
+        done.extend(m.body for m in msgs)
+
+    async def on_loop(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        await asyncio.sleep(0.002)
+        done.extend(m.body for m in msgs)
+
+    async def scenario() -> None:
+        await send_bodies(namesrv, topic, [f"r{i}".encode() for i in range(count)])
+        c = PushConsumer(
+            group,
+            client_config=fast_config(namesrv),
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            consume_thread_max=2,
+            pull_batch_size=10,
+            pull_threshold_for_queue=threshold,
+        )
+        if listener_kind == "thread":
+            c.subscribe(topic, "*", on_thread)
+        elif listener_kind == "coroutine":
+            c.subscribe(topic, "*", on_loop)
+        else:
+            c.subscribe(topic)
+        await c.start()
+        task = None
+        if listener_kind == "async_for":
+
+            async def iterate() -> None:
+                async for m in c:
+                    await asyncio.sleep(0.002)
+                    done.append(m.body)
+
+            task = asyncio.get_running_loop().create_task(iterate())
+        try:
+            await eventually(lambda: len(done) >= count, what=f"{count} messages consumed")
+        finally:
+            await c.shutdown()
+            if task is not None:
+                await asyncio.wait_for(task, 5)
+        assert sorted(done) == sorted(f"r{i}".encode() for i in range(count))
+        assert waits >= 5, waits  # the queue was held back, again and again
+
+    run(scenario)
+
+
 # --- 9. a broker crash under a running producer and consumer ------------------------------
 
 

@@ -305,9 +305,7 @@ class ConcurrentConsumeService:
         return self._consumer.group
 
     def _done(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        offset = pq.remove(msgs)
-        if offset >= 0 and not pq.dropped:
-            self._consumer.offset_store.update(mq, offset)
+        self._consumer.finish(msgs, pq, mq)
 
     async def _handle_failure(
         self, msgs: list[MessageExt], ctx: ConsumeContext, pq: ProcessQueue, mq: MessageQueue

@@ -9,6 +9,7 @@ insertion, and finishing a message is a bisect and a flag. The commit offset is 
 unfinished message of the oldest batch.
 """
 
+import asyncio
 import bisect
 import threading
 import time
@@ -67,6 +68,7 @@ class ProcessQueue:
         "last_pull_ms",
         "max_offset_seen",
         "msg_size",
+        "room_waiter",
     )
 
     def __init__(self) -> None:
@@ -80,6 +82,9 @@ class ProcessQueue:
         self.max_offset_seen = -1
         self.dropped = False
         self.last_pull_ms = self.last_consume_ms = _now_ms()
+        self.room_waiter: asyncio.Future[None] | None = None
+        """Set while the queue's pull loop waits out flow control; whoever finishes
+        messages resolves it once the queue has room again."""
 
     def is_dropped(self) -> bool:
         """``dropped``, read through a call: it changes under awaits and in other threads."""

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal, Self
@@ -69,6 +69,11 @@ PULL_TIMEOUT_MARGIN_S: Final = 15.0
 # Plain ints: IntFlag arithmetic on every pull shows in profiles.
 _PULL_FLAGS: Final = int(PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION)
 _COMMIT_FLAG: Final = int(PullSysFlag.COMMIT_OFFSET)
+
+
+def _wake(waiter: "asyncio.Future[None]") -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _timestamp_ms(value: int | str | None) -> int:
@@ -290,9 +295,18 @@ class PushConsumer(ClientLifecycle):
             yield msg
 
     def _ack(self, msg: MessageExt, pq: ProcessQueue) -> None:
-        offset = pq.remove([msg])
+        self.finish([msg], pq, msg.message_queue)
+
+    def finish(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """Marks ``msgs`` consumed (from any thread): moves the queue's offset, and wakes its
+        pull loop if that waits for room under flow control."""
+        offset = pq.remove(msgs)
         if offset >= 0 and not pq.dropped:
-            self.offset_store.update(msg.message_queue, offset)
+            self.offset_store.update(mq, offset)
+        waiter = pq.room_waiter
+        if waiter is not None and not self._flow_controlled(pq):
+            pq.room_waiter = None
+            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
     # --- ClientInstance member -----------------------------------------------------------
 
@@ -483,6 +497,22 @@ class PushConsumer(ClientLifecycle):
             or pq.span() > self.consume_concurrently_max_span
         )
 
+    async def _wait_for_room(self, pq: ProcessQueue) -> None:
+        """Waits until finished messages bring ``pq`` under the flow-control thresholds, or
+        ``PULL_DELAY_ON_FLOW_CONTROL_S`` (RocketMQ's fixed pause, here only an upper bound:
+        a queue that sleeps it out while its listener catches up idles the consumer)."""
+        assert self._loop is not None
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        pq.room_waiter = waiter
+        try:
+            # Messages finished before the waiter was published would not have woken it.
+            if self._flow_controlled(pq):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(PULL_DELAY_ON_FLOW_CONTROL_S):
+                        await waiter
+        finally:
+            pq.room_waiter = None
+
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         broker_id = 0
         while not pq.is_dropped():
@@ -506,7 +536,7 @@ class PushConsumer(ClientLifecycle):
         """One pull of ``mq`` from ``offset``; returns the queue's ProcessQueue (a new one
         after OFFSET_ILLEGAL), the next offset and the broker id to pull from next."""
         if self._flow_controlled(pq):
-            await asyncio.sleep(PULL_DELAY_ON_FLOW_CONTROL_S)
+            await self._wait_for_room(pq)
             return pq, offset, broker_id
         inst = self.instance
         sub = self.subscriptions.get(mq.topic)
@@ -618,9 +648,7 @@ class PushConsumer(ClientLifecycle):
                 mq,
                 orphans[0].topic,
             )
-            offset = pq.remove(orphans)
-            if offset >= 0 and not pq.is_dropped():
-                self.offset_store.update(mq, offset)
+            self.finish(orphans, pq, mq)
         if rest:
             assert self._service is not None
             self._service.submit(rest, pq, mq)
