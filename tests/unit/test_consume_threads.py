@@ -1,5 +1,6 @@
 """The push consumer's consume threads: started only when no thread waits, never more than
-the limit, surviving a failing call, and shutting down without running what was not started."""
+the limit, the warmest woken first, blocking calls fanned out, surviving a failing call, and
+shutting down without running what was not started."""
 
 import threading
 import time
@@ -21,9 +22,63 @@ def test_calls_one_after_another_keep_to_one_thread() -> None:
             pool.submit(done.set)
             wait_for(done, f"call {i}")
             deadline = time.monotonic() + 10
-            while pool._idle.empty() and time.monotonic() < deadline:
+            while not pool._idle and time.monotonic() < deadline:
                 time.sleep(0.001)  # until the thread is back to waiting
         assert len(pool._threads) == 1
+    finally:
+        pool.shutdown()
+
+
+def test_the_thread_that_slept_last_takes_the_next_call() -> None:
+    pool = _ConsumeThreads(3, "t")
+    barrier = threading.Barrier(3, timeout=10)
+    finished: list[str] = []
+    order_lock = threading.Lock()
+
+    def meet(pause_s: float) -> None:
+        barrier.wait()
+        time.sleep(pause_s)
+        with order_lock:
+            finished.append(threading.current_thread().name)
+
+    try:
+        # Three calls that can only finish together start all three threads; they then go
+        # back to sleep one after another.
+        for pause in (0.0, 0.05, 0.1):
+            pool.submit(meet, pause)
+        deadline = time.monotonic() + 10
+        while len(pool._idle) < 3 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert len(finished) == 3
+        names: list[str] = []
+        for i in range(20):
+            done = threading.Event()
+            pool.submit(lambda: (names.append(threading.current_thread().name), done.set()))
+            wait_for(done, f"call {i}")
+            while len(pool._idle) < 3 and time.monotonic() < deadline:
+                time.sleep(0.001)
+        assert set(names) == {finished[-1]}
+    finally:
+        pool.shutdown()
+
+
+def test_a_burst_of_blocking_calls_runs_on_as_many_threads_at_once() -> None:
+    pool = _ConsumeThreads(8, "t")
+    barrier = threading.Barrier(8, timeout=10)
+    met: list[int] = []
+
+    def meet(i: int) -> None:
+        barrier.wait()  # breaks (and fails the test) unless all 8 run at the same time
+        met.append(i)
+
+    try:
+        for i in range(8):
+            pool.submit(meet, i)
+        deadline = time.monotonic() + 15
+        while len(met) < 8 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert sorted(met) == list(range(8))
+        assert not barrier.broken
     finally:
         pool.shutdown()
 
