@@ -51,9 +51,14 @@ def test_the_thread_that_slept_last_takes_the_next_call() -> None:
             time.sleep(0.001)
         assert len(finished) == 3
         names: list[str] = []
+
+        def note(done: threading.Event) -> None:
+            names.append(threading.current_thread().name)
+            done.set()
+
         for i in range(20):
             done = threading.Event()
-            pool.submit(lambda: (names.append(threading.current_thread().name), done.set()))
+            pool.submit(note, done)
             wait_for(done, f"call {i}")
             while len(pool._idle) < 3 and time.monotonic() < deadline:
                 time.sleep(0.001)
