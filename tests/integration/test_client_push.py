@@ -27,8 +27,8 @@ from tests.compat.servers import ServerProcess, create_topic, serving
 from tests.helpers import fast_config
 from tests.integration.consumer_child import ConsumerChild
 
-from pyrmq.client.api import ClientAPI
-from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
+from pyrmq.client.api import ClientAPI, PullStatus
+from pyrmq.client.consume_service import ConcurrentConsumeService, ConsumeContext, ConsumeStatus
 from pyrmq.client.message import RETRY_PREFIX, Message, MessageExt, MessageQueue, SendStatus
 from pyrmq.client.offset_store import LocalFileOffsetStore
 from pyrmq.client.producer import Producer
@@ -853,8 +853,8 @@ def test_coroutine_listeners_wait_at_most_consume_thread_max_at_a_time(
 
 def test_thread_listeners_that_wait_run_side_by_side(addrs: tuple[str, str]) -> None:
     """One message per call, one queue: the calls of a pull start on one consume thread, and
-    once a call is seen to wait (a listener blocked on I/O), the rest of the pull is shared
-    among the free threads, so several calls wait at the same time."""
+    while a call waits (a listener blocked on I/O) a helper thread takes the next ones, and
+    so on, so several calls wait at the same time."""
     namesrv, broker = addrs
     topic, group, count = "TopicSlowThreads", "CG_SLOW_THREADS", 32
     create_topic(broker, topic, 1)
@@ -935,6 +935,80 @@ def test_a_coroutine_listener_runs_before_a_caught_up_queue_is_pulled_again(
         assert drained >= 3, calls  # pulls of at most 32
         assert all(n == 1 for _, n in calls[: drained - 1]), calls
         assert [n for _, n in calls[drained - 1 :]] == [0] * (single + 1), calls
+
+    run(scenario)
+
+
+def test_a_caught_up_queue_is_pulled_again_once_a_consume_thread_has_begun_its_batch(
+    addrs: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For a function listener, a caught-up queue's next pull is written only once a consume
+    thread has begun on the batch (a thread woken while the loop writes would wait for the
+    interpreter lock); with a backlog the next pull still goes out first."""
+    namesrv, broker = addrs
+    topic, group, backlog, single = "TopicPullOrderThreads", "CG_PULL_ORDER_THREADS", 96, 5
+    create_topic(broker, topic, 1)
+    begun: set[int] = set()  # the first queue offset of each batch a consume thread began
+    run_original = ConcurrentConsumeService._consume_sync_run
+
+    def run_counted(self: Any, listener: Any, chunks: Any, pq: Any, mq: Any, *rest: Any) -> None:
+        if mq.topic == topic:
+            begun.add(chunks[0][0].queue_offset)
+        run_original(self, listener, chunks, pq, mq, *rest)
+
+    # One entry per pull written after a FOUND answer: (that answer was caught up, a consume
+    # thread had begun on its batch).
+    pulls: list[tuple[bool, bool]] = []
+    answer: list[tuple[int, bool]] = []
+    pull_original = ClientAPI.pull_ext
+
+    async def pull_noted(
+        self: ClientAPI, addr: str, name: str, ext: dict[str, str], *a: Any
+    ) -> Any:
+        if ext["topic"] != topic:  # the pulls of the group's retry topic
+            return await pull_original(self, addr, name, ext, *a)
+        if answer:
+            first, caught_up = answer.pop()
+            pulls.append((caught_up, first in begun))
+        result = await pull_original(self, addr, name, ext, *a)
+        if result.status is PullStatus.FOUND and result.messages:
+            caught_up = result.next_begin_offset >= result.max_offset
+            answer.append((result.messages[0].queue_offset, caught_up))
+        return result
+
+    monkeypatch.setattr(ConcurrentConsumeService, "_consume_sync_run", run_counted)
+    monkeypatch.setattr(ClientAPI, "pull_ext", pull_noted)
+    done: list[MessageExt] = []
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        done.extend(msgs)
+
+    async def scenario() -> None:
+        await send_bodies(namesrv, topic, [b"b%d" % i for i in range(backlog)])
+        c = consumer(
+            namesrv,
+            group,
+            topic,
+            listener,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            consume_message_batch_max_size=32,
+        )
+        await c.start()
+        try:
+            await eventually(lambda: len(done) == backlog, what="backlog")
+            async with Producer(f"PG_{topic}", client_config=fast_config(namesrv)) as producer:
+                for i in range(single):
+                    await producer.send(Message(topic, b"s%d" % i))
+                    await eventually(lambda i=i: len(done) == backlog + i + 1, what="single")
+                    await eventually(lambda: not answer, what="the next pull")
+        finally:
+            await c.shutdown()
+        behind = [was_begun for caught_up, was_begun in pulls if not caught_up]
+        level = [was_begun for caught_up, was_begun in pulls if caught_up]
+        assert len(behind) >= 2, pulls  # pulls of at most 32
+        assert not any(behind), pulls
+        assert len(level) >= single + 1, pulls
+        assert all(level), pulls
 
     run(scenario)
 

@@ -18,7 +18,6 @@ import enum
 import inspect
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -35,8 +34,12 @@ __all__ = ["ConcurrentConsumeService", "ConsumeContext", "ConsumeStatus", "Liste
 log = logging.getLogger(__name__)
 
 LOCAL_RETRY_DELAY_S: Final = 5.0
-SLOW_CALL_S: Final = 0.001
-"""A listener call this long hands the rest of its pull's calls to other consume threads."""
+
+
+def wake(waiter: "asyncio.Future[None] | None") -> None:
+    """Resolves ``waiter`` unless it is None or done (a waiter its owner gave up on)."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 class ConsumeStatus(enum.IntEnum):
@@ -152,6 +155,25 @@ class _ConsumeThreads:
             t.join()
 
 
+class _Run:
+    """The listener calls of one pull still to start, shared by the threads that take them."""
+
+    __slots__ = ("chunks", "helper_queued", "listener", "mq", "pq")
+
+    def __init__(
+        self,
+        listener: SyncListener,
+        chunks: list[list[MessageExt]],
+        pq: ProcessQueue,
+        mq: MessageQueue,
+    ) -> None:
+        self.listener = listener
+        self.chunks = collections.deque(chunks)
+        self.pq = pq
+        self.mq = mq
+        self.helper_queued = False
+
+
 class ConcurrentConsumeService:
     """Runs listeners for one push consumer."""
 
@@ -174,21 +196,39 @@ class ConcurrentConsumeService:
         """Whether the listener of ``topic`` is a coroutine listener (runs in the loop)."""
         return inspect.iscoroutinefunction(self._consumer.listener_for(topic))
 
-    def submit(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        """Hands pulled messages (already in ``pq``) to the listeners; called in the loop."""
+    def runs_on_threads(self, topic: str) -> bool:
+        """Whether the listener of ``topic`` is a function (runs on the consume threads)."""
+        listener = self._consumer.listener_for(topic)
+        return listener is not None and not inspect.iscoroutinefunction(listener)
+
+    def submit(
+        self,
+        msgs: Sequence[MessageExt],
+        pq: ProcessQueue,
+        mq: MessageQueue,
+        begun: "asyncio.Future[None] | None" = None,
+    ) -> None:
+        """Hands pulled messages (already in ``pq``) to the listeners; called in the loop.
+
+        ``begun`` is resolved once a consume thread has begun on them (at once if they do
+        not go to the threads, or cannot)."""
         listener_for = self._consumer.listener_for
         if not mq.topic.startswith(RETRY_PREFIX):
             # One topic, so one listener: slice instead of routing each message.
             only = listener_for(mq.topic)
             step = self._batch
             chunks = [list(msgs[i : i + step]) for i in range(0, len(msgs), step)]
-            if len(chunks) > 1 and only is not None and not inspect.iscoroutinefunction(only):
-                with contextlib.suppress(RuntimeError):  # pool shut down: left uncommitted
-                    self._pool.submit(self._consume_sync_run, only, chunks, pq, mq)
+            if only is not None and not inspect.iscoroutinefunction(only):
+                try:
+                    self._pool.submit(self._consume_sync_run, only, chunks, pq, mq, begun)
+                except RuntimeError:  # pool shut down: left uncommitted
+                    wake(begun)
                 return
+            wake(begun)
             for part in chunks:
                 self._run(only, part, pq, mq)
             return
+        wake(begun)
         chunk: list[MessageExt] = []
         listener: Listener | None = None
         for m in msgs:
@@ -220,20 +260,37 @@ class ConcurrentConsumeService:
         chunks: list[list[MessageExt]],
         pq: ProcessQueue,
         mq: MessageQueue,
+        begun: "asyncio.Future[None] | None",
     ) -> None:
-        """The listener calls of one pull, one after another on this thread while they are
-        quick: one hand-over to a consume thread for the lot, instead of one per call, each
-        waking a thread that then waits for the interpreter lock. After a call that took
-        ``SLOW_CALL_S`` or more (a listener that waits on I/O), the calls left go back to
-        the queue, to run on as many threads as are free."""
-        for i, chunk in enumerate(chunks):
-            started = time.monotonic()
-            self._consume_sync(listener, chunk, pq, mq)
-            if i + 1 < len(chunks) and time.monotonic() - started >= SLOW_CALL_S:
-                with contextlib.suppress(RuntimeError):
-                    for rest in chunks[i + 1 :]:
-                        self._pool.submit(self._consume_sync, listener, rest, pq, mq)
+        """The listener calls of one pull, in order, on this thread and on at most one helper
+        at a time: one hand-over to a consume thread for the lot when the calls are quick,
+        instead of one per call (each waking a thread that then waits for the interpreter
+        lock), while calls that block still spread over the free threads."""
+        if begun is not None:
+            self._loop.call_soon_threadsafe(wake, begun)
+        self._drain(_Run(listener, chunks, pq, mq))
+
+    def _help(self, run: "_Run") -> None:
+        run.helper_queued = False
+        self._drain(run)
+
+    def _drain(self, run: "_Run") -> None:
+        # Runs every call it takes, even once shutting down: a call of this pull left out
+        # while a later one finished would hold back the queue's offset, and the consumer
+        # taking the queue over would get the later one again.
+        chunks = run.chunks
+        while True:
+            try:
+                chunk = chunks.popleft()
+            except IndexError:  # also when another thread took the last one
                 return
+            if chunks and not run.helper_queued:
+                # In case this call blocks: a helper takes the next calls meanwhile, and
+                # queues a helper of its own before it blocks in turn.
+                run.helper_queued = True
+                with contextlib.suppress(RuntimeError):  # shutting down: this thread goes on
+                    self._pool.submit(self._help, run)
+            self._consume_sync(run.listener, chunk, run.pq, run.mq)
 
     def _consume_sync(
         self,
@@ -242,7 +299,7 @@ class ConcurrentConsumeService:
         pq: ProcessQueue,
         mq: MessageQueue,
     ) -> None:
-        if pq.dropped or self._closed.is_set():
+        if pq.dropped:
             return
         ctx = ConsumeContext(mq)
         try:

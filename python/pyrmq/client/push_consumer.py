@@ -30,6 +30,7 @@ from pyrmq.client.consume_service import (
     ConsumeContext,
     ConsumeStatus,
     Listener,
+    wake,
 )
 from pyrmq.client.instance import ClientConfig, ClientInstance, ClientLifecycle
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
@@ -69,11 +70,6 @@ PULL_TIMEOUT_MARGIN_S: Final = 15.0
 # Plain ints: IntFlag arithmetic on every pull shows in profiles.
 _PULL_FLAGS: Final = int(PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION)
 _COMMIT_FLAG: Final = int(PullSysFlag.COMMIT_OFFSET)
-
-
-def _wake(waiter: "asyncio.Future[None]") -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def _timestamp_ms(value: int | str | None) -> int:
@@ -306,7 +302,7 @@ class PushConsumer(ClientLifecycle):
         waiter = pq.room_waiter
         if waiter is not None and not self._flow_controlled(pq):
             pq.room_waiter = None
-            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+            waiter.get_loop().call_soon_threadsafe(wake, waiter)
 
     # --- ClientInstance member -----------------------------------------------------------
 
@@ -575,11 +571,19 @@ class PushConsumer(ClientLifecycle):
                 # Both set at start, before any pull.
                 assert self._service is not None
                 assert self._loop is not None
-                if offset >= result.max_offset and self._service.runs_in_loop(mq.topic):
+                caught_up = offset >= result.max_offset
+                if caught_up and self._service.runs_in_loop(mq.topic):
                     # Caught up, so the next pull will wait at the broker: writing it first
                     # would only delay these (the broker, woken to park it, often takes this
                     # CPU for about 100 µs).
                     self._dispatch(msgs, pq, mq)
+                elif caught_up and self._service.runs_on_threads(mq.topic):
+                    # Likewise, and a consume thread woken while the loop writes the pull
+                    # would wait for the interpreter lock: the pull waits until the thread
+                    # has begun instead.
+                    begun = self._loop.create_future()
+                    self._service.submit(msgs, pq, mq, begun)
+                    await begun
                 else:
                     # The next pull goes out first: with a backlog the broker answers it while
                     # the listener runs, and a consume thread woken now would wait for the
