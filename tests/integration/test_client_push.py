@@ -884,6 +884,24 @@ def test_thread_listeners_that_wait_run_side_by_side(addrs: tuple[str, str]) -> 
     run(scenario)
 
 
+async def start_after_backlog(
+    namesrv: str, group: str, topic: str, listener: Any, backlog: int
+) -> PushConsumer:
+    """Stores ``backlog`` messages, then starts a consumer from the first offset that takes
+    up to 32 per call."""
+    await send_bodies(namesrv, topic, [b"b%d" % i for i in range(backlog)])
+    c = consumer(
+        namesrv,
+        group,
+        topic,
+        listener,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        consume_message_batch_max_size=32,
+    )
+    await c.start()
+    return c
+
+
 def test_a_coroutine_listener_runs_before_a_caught_up_queue_is_pulled_again(
     addrs: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -912,16 +930,7 @@ def test_a_coroutine_listener_runs_before_a_caught_up_queue_is_pulled_again(
         calls.append((msgs[-1].queue_offset, in_flight))
 
     async def scenario() -> None:
-        await send_bodies(namesrv, topic, [b"b%d" % i for i in range(backlog)])
-        c = consumer(
-            namesrv,
-            group,
-            topic,
-            listener,
-            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-            consume_message_batch_max_size=32,
-        )
-        await c.start()
+        c = await start_after_backlog(namesrv, group, topic, listener, backlog)
         try:
             await eventually(lambda: calls and calls[-1][0] == backlog - 1, what="backlog")
             drained = len(calls)
@@ -984,16 +993,7 @@ def test_a_caught_up_queue_is_pulled_again_once_a_consume_thread_has_begun_its_b
         done.extend(msgs)
 
     async def scenario() -> None:
-        await send_bodies(namesrv, topic, [b"b%d" % i for i in range(backlog)])
-        c = consumer(
-            namesrv,
-            group,
-            topic,
-            listener,
-            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-            consume_message_batch_max_size=32,
-        )
-        await c.start()
+        c = await start_after_backlog(namesrv, group, topic, listener, backlog)
         try:
             await eventually(lambda: len(done) == backlog, what="backlog")
             async with Producer(f"PG_{topic}", client_config=fast_config(namesrv)) as producer:

@@ -4,6 +4,7 @@ shutting down without running what was not started."""
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -14,16 +15,26 @@ def wait_for(cond: "threading.Event", what: str) -> None:
     assert cond.wait(10), what
 
 
+def call_and_settle(pool: _ConsumeThreads, threads: int, fn: Callable[[], object]) -> None:
+    """Runs ``fn`` on the pool, then waits until its ``threads`` threads all sleep again."""
+    done = threading.Event()
+
+    def call() -> None:
+        fn()
+        done.set()
+
+    pool.submit(call)
+    wait_for(done, "the call")
+    deadline = time.monotonic() + 10
+    while len(pool._idle) < threads and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def test_calls_one_after_another_keep_to_one_thread() -> None:
     pool = _ConsumeThreads(20, "t")
     try:
-        for i in range(50):
-            done = threading.Event()
-            pool.submit(done.set)
-            wait_for(done, f"call {i}")
-            deadline = time.monotonic() + 10
-            while not pool._idle and time.monotonic() < deadline:
-                time.sleep(0.001)  # until the thread is back to waiting
+        for _ in range(50):
+            call_and_settle(pool, 1, lambda: None)
         assert len(pool._threads) == 1
     finally:
         pool.shutdown()
@@ -51,17 +62,8 @@ def test_the_thread_that_slept_last_takes_the_next_call() -> None:
             time.sleep(0.001)
         assert len(finished) == 3
         names: list[str] = []
-
-        def note(done: threading.Event) -> None:
-            names.append(threading.current_thread().name)
-            done.set()
-
-        for i in range(20):
-            done = threading.Event()
-            pool.submit(note, done)
-            wait_for(done, f"call {i}")
-            while len(pool._idle) < 3 and time.monotonic() < deadline:
-                time.sleep(0.001)
+        for _ in range(20):
+            call_and_settle(pool, 3, lambda: names.append(threading.current_thread().name))
         assert set(names) == {finished[-1]}
     finally:
         pool.shutdown()
