@@ -270,11 +270,11 @@ class ConcurrentConsumeService:
             self._loop.call_soon_threadsafe(wake, begun)
         self._drain(_Run(listener, chunks, pq, mq))
 
-    def _help(self, run: "_Run") -> None:
+    def _help(self, run: _Run) -> None:
         run.helper_queued = False
         self._drain(run)
 
-    def _drain(self, run: "_Run") -> None:
+    def _drain(self, run: _Run) -> None:
         # Runs every call it takes, even once shutting down: a call of this pull left out
         # while a later one finished would hold back the queue's offset, and the consumer
         # taking the queue over would get the later one again.
