@@ -19,7 +19,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
 from pyrmq.client.process_queue import ProcessQueue
@@ -192,14 +192,13 @@ class ConcurrentConsumeService:
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = threading.Event()
 
-    def runs_in_loop(self, topic: str) -> bool:
-        """Whether the listener of ``topic`` is a coroutine listener (runs in the loop)."""
-        return inspect.iscoroutinefunction(self._consumer.listener_for(topic))
-
-    def runs_on_threads(self, topic: str) -> bool:
-        """Whether the listener of ``topic`` is a function (runs on the consume threads)."""
+    def runs_where(self, topic: str) -> Literal["loop", "threads"] | None:
+        """Where the listener of ``topic`` runs: in the loop (a coroutine function), on the
+        consume threads (a function), or nowhere (no listener: ``async for``)."""
         listener = self._consumer.listener_for(topic)
-        return listener is not None and not inspect.iscoroutinefunction(listener)
+        if listener is None:
+            return None
+        return "loop" if inspect.iscoroutinefunction(listener) else "threads"
 
     def submit(
         self,

@@ -571,18 +571,18 @@ class PushConsumer(ClientLifecycle):
                 # Both set at start, before any pull.
                 assert self._service is not None
                 assert self._loop is not None
-                caught_up = offset >= result.max_offset
-                if caught_up and self._service.runs_in_loop(mq.topic):
+                runs = self._service.runs_where(mq.topic) if offset >= result.max_offset else None
+                if runs == "loop":
                     # Caught up, so the next pull will wait at the broker: writing it first
                     # would only delay these (the broker, woken to park it, often takes this
                     # CPU for about 100 µs).
                     self._dispatch(msgs, pq, mq)
-                elif caught_up and self._service.runs_on_threads(mq.topic):
+                elif runs == "threads":
                     # Likewise, and a consume thread woken while the loop writes the pull
                     # would wait for the interpreter lock: the pull waits until the thread
                     # has begun instead.
                     begun = self._loop.create_future()
-                    self._service.submit(msgs, pq, mq, begun)
+                    self._dispatch(msgs, pq, mq, begun)
                     await begun
                 else:
                     # The next pull goes out first: with a backlog the broker answers it while
@@ -627,11 +627,19 @@ class PushConsumer(ClientLifecycle):
             cached = self._pull_headers[mq] = (sub, header.to_ext())
         return cached[1]
 
-    def _dispatch(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+    def _dispatch(
+        self,
+        msgs: list[MessageExt],
+        pq: ProcessQueue,
+        mq: MessageQueue,
+        begun: "asyncio.Future[None] | None" = None,
+    ) -> None:
+        """Hands pulled messages to their listeners or to ``async for``; ``begun`` is
+        resolved as :meth:`ConcurrentConsumeService.submit` says, or at once."""
         if not mq.topic.startswith(RETRY_PREFIX) and self.listener_for(mq.topic) is not None:
             # The common case: one topic, one listener, no per-message routing.
             assert self._service is not None
-            self._service.submit(msgs, pq, mq)
+            self._service.submit(msgs, pq, mq, begun)
             return
         inbox = self._inbox
         rest = []
@@ -655,7 +663,9 @@ class PushConsumer(ClientLifecycle):
             self.finish(orphans, pq, mq)
         if rest:
             assert self._service is not None
-            self._service.submit(rest, pq, mq)
+            self._service.submit(rest, pq, mq, begun)
+        else:
+            wake(begun)
 
     async def send_back(self, msg: MessageExt, delay_level: int) -> None:
         """CONSUMER_SEND_MSG_BACK to the master of the message's broker."""
