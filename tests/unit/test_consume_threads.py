@@ -1,14 +1,51 @@
-"""The push consumer's consume threads: started only when no thread waits, never more than
-the limit, the warmest woken first, blocking calls fanned out, surviving a failing call, and
-shutting down without running what was not started."""
+"""The push consumer's consume threads: started only when no thread is awake, never more than
+the limit, the warmest woken first, quick calls kept to one thread, blocked calls fanned out
+while the process idles and surplus threads sent back to sleep while it computes, surviving a
+failing call, and shutting down without running what was not started."""
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from pyrmq.client.consume_service import _ConsumeThreads
+from pyrmq.client.consume_service import FANOUT_AFTER_S, _ConsumeThreads
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop running in a thread of its own, as the consumer's is."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    runner.join(10)
+    loop.close()
+
+
+class FakeCpu:
+    """A process CPU clock that counts a whole core (busy) or stands still (idle)."""
+
+    def __init__(self, busy: bool) -> None:
+        self.busy = busy
+        self._at = time.monotonic()
+        self._cpu = 0.0
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if self.busy:
+            self._cpu += now - self._at
+        self._at = now
+        return self._cpu
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
 
 
 def wait_for(cond: "threading.Event", what: str) -> None:
@@ -30,8 +67,8 @@ def call_and_settle(pool: _ConsumeThreads, threads: int, fn: Callable[[], object
         time.sleep(0.001)
 
 
-def test_calls_one_after_another_keep_to_one_thread() -> None:
-    pool = _ConsumeThreads(20, "t")
+def test_calls_one_after_another_keep_to_one_thread(loop: asyncio.AbstractEventLoop) -> None:
+    pool = _ConsumeThreads(20, "t", loop)
     try:
         for _ in range(50):
             call_and_settle(pool, 1, lambda: None)
@@ -40,8 +77,8 @@ def test_calls_one_after_another_keep_to_one_thread() -> None:
         pool.shutdown()
 
 
-def test_the_thread_that_slept_last_takes_the_next_call() -> None:
-    pool = _ConsumeThreads(3, "t")
+def test_the_thread_that_slept_last_takes_the_next_call(loop: asyncio.AbstractEventLoop) -> None:
+    pool = _ConsumeThreads(3, "t", loop)
     barrier = threading.Barrier(3, timeout=10)
     finished: list[str] = []
     order_lock = threading.Lock()
@@ -69,8 +106,10 @@ def test_the_thread_that_slept_last_takes_the_next_call() -> None:
         pool.shutdown()
 
 
-def test_a_burst_of_blocking_calls_runs_on_as_many_threads_at_once() -> None:
-    pool = _ConsumeThreads(8, "t")
+def test_a_burst_of_blocking_calls_runs_on_as_many_threads_at_once(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    pool = _ConsumeThreads(8, "t", loop)
     barrier = threading.Barrier(8, timeout=10)
     met: list[int] = []
 
@@ -90,8 +129,10 @@ def test_a_burst_of_blocking_calls_runs_on_as_many_threads_at_once() -> None:
         pool.shutdown()
 
 
-def test_blocked_calls_grow_the_threads_up_to_the_limit_and_the_rest_wait() -> None:
-    pool = _ConsumeThreads(3, "t")
+def test_blocked_calls_grow_the_threads_up_to_the_limit_and_the_rest_wait(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    pool = _ConsumeThreads(3, "t", loop)
     release = threading.Event()
     started: list[int] = []
     lock = threading.Lock()
@@ -120,8 +161,10 @@ def test_blocked_calls_grow_the_threads_up_to_the_limit_and_the_rest_wait() -> N
         pool.shutdown()
 
 
-def test_a_failing_call_is_logged_and_its_thread_goes_on(caplog: pytest.LogCaptureFixture) -> None:
-    pool = _ConsumeThreads(1, "t")
+def test_a_failing_call_is_logged_and_its_thread_goes_on(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = _ConsumeThreads(1, "t", loop)
     done = threading.Event()
 
     def boom() -> None:
@@ -136,8 +179,10 @@ def test_a_failing_call_is_logged_and_its_thread_goes_on(caplog: pytest.LogCaptu
     assert "on purpose" in caplog.text
 
 
-def test_shutdown_finishes_running_calls_drops_queued_ones_and_refuses_new_ones() -> None:
-    pool = _ConsumeThreads(1, "t")
+def test_shutdown_finishes_running_calls_drops_queued_ones_and_refuses_new_ones(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    pool = _ConsumeThreads(1, "t", loop)
     running = threading.Event()
     release = threading.Event()
     ran: list[str] = []
@@ -161,3 +206,62 @@ def test_shutdown_finishes_running_calls_drops_queued_ones_and_refuses_new_ones(
     assert not any(t.is_alive() for t in pool._threads)
     with pytest.raises(RuntimeError):
         pool.submit(ran.append, "late")
+
+
+def test_calls_queued_behind_a_quick_one_keep_to_its_thread(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    pool = _ConsumeThreads(20, "t", loop, cpu_clock=FakeCpu(busy=False))
+    names: list[str] = []
+    try:
+        for _ in range(20):
+            for _ in range(10):  # submitted while the first of them runs
+                pool.submit(lambda: names.append(threading.current_thread().name))
+            wait_until(lambda: len(pool._idle) == len(pool._threads), "the calls")
+        assert len(names) == 200
+        assert len(pool._threads) == 1
+    finally:
+        pool.shutdown()
+
+
+def test_while_the_process_computes_a_blocked_call_gets_no_helper(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    cpu = FakeCpu(busy=True)
+    pool = _ConsumeThreads(4, "t", loop, cpu_clock=cpu)
+    release = threading.Event()
+    ran: list[str] = []
+    try:
+        pool.submit(release.wait, 10)
+        pool.submit(ran.append, "queued")
+        time.sleep(50 * FANOUT_AFTER_S)
+        assert ran == []  # computing on a core: another thread could not run meanwhile
+        assert len(pool._threads) == 1
+        cpu.busy = False
+        wait_until(lambda: ran == ["queued"], "the queued call once the process idles")
+        assert len(pool._threads) == 2
+    finally:
+        release.set()
+        pool.shutdown()
+
+
+def test_while_the_process_computes_surplus_threads_go_back_to_sleep(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    cpu = FakeCpu(busy=False)
+    pool = _ConsumeThreads(4, "t", loop, cpu_clock=cpu)
+    release = threading.Event()
+    names: list[str] = []
+    try:
+        for _ in range(4):
+            pool.submit(release.wait, 10)
+        wait_until(lambda: len(pool._threads) == 4, "a thread per blocked call")
+        cpu.busy = True
+        for _ in range(30):
+            pool.submit(lambda: (time.sleep(0.005), names.append(threading.current_thread().name)))
+        release.set()
+        wait_until(lambda: len(names) == 30, "the queued calls", timeout_s=20)
+        assert len(set(names[-10:])) == 1
+    finally:
+        release.set()
+        pool.shutdown()

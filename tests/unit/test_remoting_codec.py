@@ -4,6 +4,10 @@ import doctest
 import importlib
 import json
 import random
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +311,50 @@ def test_decode_frames_reports_what_it_consumed() -> None:
 
     assert consumed == len(one) + len(two)
     assert [(c[0], c[3], c[7]) for c in commands] == [(1, 1, b"abc"), (2, 2, b"")]
+
+
+def _waiting_thread_got_in(call: Callable[[], object], *, repeat: int, for_s: float = 0) -> bool:
+    """Whether a thread waiting for the interpreter lock got it while ``call`` ran ``repeat``
+    times, or for ``for_s`` seconds. With the switch interval far off, only ``call`` releasing
+    the lock lets it in (and then only if the thread gets there before ``call`` takes it back)."""
+    ready, go = threading.Event(), threading.Event()
+    got_in: list[bool] = []
+
+    def waiter() -> None:
+        ready.set()
+        go.wait()  # returns only once this thread holds the interpreter lock again
+        got_in.append(True)
+
+    thread = threading.Thread(target=waiter)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(100.0)
+    try:
+        thread.start()
+        ready.wait()
+        go.set()
+        deadline = time.monotonic() + for_s
+        done = 0
+        while not got_in and (done < repeat or time.monotonic() < deadline):
+            call()
+            done += 1
+        return bool(got_in)
+    finally:
+        sys.setswitchinterval(interval)
+        thread.join()
+
+
+def test_decoding_small_buffers_keeps_the_interpreter_lock() -> None:
+    # Releasing it for a few microseconds of work would hand the event loop's thread over to
+    # any consume thread waiting for the lock, stalling the loop until that one blocks.
+    frames = encode(RemotingCommand(code=11, opaque=1, body=b"m" * 4096)) * 32
+
+    assert not _waiting_thread_got_in(lambda: _core.decode_frames(frames), repeat=2000)
+
+
+def test_decoding_a_large_buffer_lets_other_threads_run() -> None:
+    frames = encode(RemotingCommand(code=11, opaque=1, body=b"m" * (2 << 20)))
+
+    assert _waiting_thread_got_in(lambda: _core.decode_frames(frames), repeat=0, for_s=10)
 
 
 # --- malformed input ------------------------------------------------------------------------

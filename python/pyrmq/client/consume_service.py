@@ -17,7 +17,9 @@ import dataclasses
 import enum
 import inspect
 import logging
+import resource
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
@@ -34,6 +36,9 @@ __all__ = ["ConcurrentConsumeService", "ConsumeContext", "ConsumeStatus", "Liste
 log = logging.getLogger(__name__)
 
 LOCAL_RETRY_DELAY_S: Final = 5.0
+FANOUT_AFTER_S: Final = 0.002
+FANOUT_BELOW_CPU: Final = 0.75
+RETIRE_FROM_CPU: Final = 0.9
 
 
 def wake(waiter: "asyncio.Future[None] | None") -> None:
@@ -66,76 +71,129 @@ Listener = SyncListener | AsyncListener
 raising as RECONSUME_LATER."""
 
 
-class _ConsumeThreads:
-    """Up to ``size`` threads running queued calls. A call wakes a sleeping thread only when
-    none is woken already, and the thread that slept least (its memory still in cache);
-    a thread that takes a call while more wait wakes the next, so calls that block fan out
-    over the threads, while quick ones are run by one or two warm threads.
+def _user_cpu_s() -> float:
+    """The process's user CPU time: Python runs there, under the interpreter lock, while
+    system time (context switches, sockets) does not need it."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_utime
 
-    A ThreadPoolExecutor wakes, and soon starts, a thread per call: each call then pays an
-    interpreter-lock hand-over on a cold thread, about a fifth of a quick listener's
-    throughput.
+
+class _ConsumeThreads:
+    """Up to ``size`` threads running queued calls.
+
+    A call wakes a thread only when no thread is awake; the one that slept last (its memory
+    still in cache). Calls queued behind a busy thread wait for it, unless the oldest has
+    waited ``FANOUT_AFTER_S`` while the process ran Python (user CPU) on less than
+    ``FANOUT_BELOW_CPU`` of a core: then the busy threads are blocked (I/O, sleep, a lock)
+    rather than computing, and a check in the event loop wakes one more thread. Threads that
+    only share the interpreter lock cannot run at once, so adding them to quick calls just
+    makes them hand it back and forth (with RocketMQ's one message per call, a third of the
+    throughput); from ``RETIRE_FROM_CPU`` of a core, the check sends threads beyond one back
+    to sleep after their call.
     """
 
-    def __init__(self, size: int, name: str) -> None:
+    def __init__(
+        self,
+        size: int,
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+        cpu_clock: Callable[[], float] = _user_cpu_s,
+    ) -> None:
         self._size = max(1, size)
         self._name = name
+        self._loop = loop
+        self._cpu_clock = cpu_clock
         self._lock = threading.Lock()
-        self._calls: collections.deque[tuple[Callable[..., None], tuple[Any, ...]]] = (
+        self._calls: collections.deque[tuple[Callable[..., None], tuple[Any, ...], float]] = (
             collections.deque()
         )
         self._threads: list[threading.Thread] = []
         self._idle: list[threading.Lock] = []
         """The wake locks of sleeping threads, the latest to sleep last."""
-        self._woken = 0
-        """Threads woken (or started) that have not taken a call yet."""
+        self._awake = 0
+        """Threads woken (or started) and not asleep again: running calls or about to."""
+        self._retire = 0
+        """Threads asked to sleep after their current call although calls wait."""
+        self._checking = False
+        """A check of waiting calls is scheduled in the loop."""
+        self._last_check = (0.0, 0.0)
+        """(monotonic time, ``cpu_clock()``) at the last check or its scheduling."""
+        self._loop_thread: int | None = None
         self._closed = False
 
     def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        """Queues ``fn(*args)``; raises RuntimeError after :meth:`shutdown`."""
+        """Queues ``fn(*args)`` (from any thread); raises RuntimeError after :meth:`shutdown`."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("consume threads are shut down")
-            self._calls.append((fn, args))
-            if not self._woken:
+            self._calls.append((fn, args, time.monotonic()))
+            if not self._awake:
                 self._wake_one()
+                return
+            if self._checking:
+                return
+            self._checking = True
+        if threading.get_ident() == self._loop_thread:
+            self._schedule_check()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: only shutdown is left
+            self._loop.call_soon_threadsafe(self._schedule_check)
+
+    def _schedule_check(self) -> None:
+        self._loop_thread = threading.get_ident()
+        self._last_check = (time.monotonic(), self._cpu_clock())
+        self._loop.call_later(FANOUT_AFTER_S, self._check)
+
+    def _check(self) -> None:
+        """In the loop, every ``FANOUT_AFTER_S`` while calls wait."""
+        now, cpu = time.monotonic(), self._cpu_clock()
+        then, cpu_then = self._last_check
+        load = (cpu - cpu_then) / max(now - then, 1e-6)
+        self._last_check = (now, cpu)
+        with self._lock:
+            calls = self._calls
+            if not calls or self._closed:
+                self._checking = False
+                return
+            if load >= RETIRE_FROM_CPU:
+                self._retire = max(0, self._awake - 1)
+            elif load < FANOUT_BELOW_CPU and now - calls[0][2] >= FANOUT_AFTER_S:
+                self._retire = 0
+                self._wake_one()
+        self._loop.call_later(FANOUT_AFTER_S, self._check)
 
     def _wake_one(self) -> None:
-        """Wakes a sleeping thread, or starts one; holding ``_lock``. With every thread busy
+        """Wakes a sleeping thread, or starts one; holding ``_lock``. With every thread awake
         the calls wait for the first to finish."""
         if self._idle:
-            self._woken += 1
+            self._awake += 1
             self._idle.pop().release()
         elif len(self._threads) < self._size:
             t = threading.Thread(
                 target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
             )
             t.start()
-            self._woken += 1
+            self._awake += 1
             self._threads.append(t)
 
     def _work(self) -> None:
         wake = threading.Lock()
         wake.acquire()
-        woken = True
         lock, calls = self._lock, self._calls
         while True:
             with lock:
-                if woken:
-                    self._woken -= 1
-                    woken = False
-                if calls:
-                    fn, args = calls.popleft()
-                    if calls and not self._woken:
-                        self._wake_one()  # in case this call blocks
+                if calls and not self._retire:
+                    fn, args, _ = calls.popleft()
                 elif self._closed:
+                    self._awake -= 1
                     return
                 else:
+                    if self._retire:
+                        self._retire -= 1
+                    self._awake -= 1
                     self._idle.append(wake)
                     fn = None
             if fn is None:
                 wake.acquire()
-                woken = True
                 continue
             try:
                 fn(*args)
@@ -148,7 +206,7 @@ class _ConsumeThreads:
             self._closed = True
             self._calls.clear()
             while self._idle:
-                self._woken += 1
+                self._awake += 1
                 self._idle.pop().release()
             threads = list(self._threads)
         for t in threads:
@@ -181,7 +239,9 @@ class ConcurrentConsumeService:
         self._consumer = consumer
         self._loop = loop
         self._batch = max(1, consumer.consume_message_batch_max_size)
-        self._pool = _ConsumeThreads(consumer.consume_thread_max, f"pyrmq-consume-{consumer.group}")
+        self._pool = _ConsumeThreads(
+            consumer.consume_thread_max, f"pyrmq-consume-{consumer.group}", loop
+        )
         # Coroutine listeners: at most consume_thread_max waiting at once; more batches queue.
         self._async_max = max(1, consumer.consume_thread_max)
         self._async_running = 0

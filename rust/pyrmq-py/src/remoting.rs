@@ -15,6 +15,11 @@ use crate::{errors, gil};
 // The text signature above spells the default out for stubs and help().
 const _: () = assert!(DEFAULT_MAX_FRAME_BYTES == 16 * 1024 * 1024);
 
+/// Below this, decoding takes a few microseconds: releasing the GIL for it would hand the
+/// interpreter to any thread waiting for it (a consume thread, say) and stall the event loop
+/// until that thread gives it back.
+const DETACH_FROM_BYTES: usize = 1 << 20;
+
 /// Input bytes: a `bytes` object is read in place; any other buffer is copied once.
 enum Input<'py> {
     Bytes(Bound<'py, PyBytes>),
@@ -62,11 +67,15 @@ pub fn decode_frames<'py>(
 ) -> PyResult<(Vec<Bound<'py, PyTuple>>, usize)> {
     let input = Input::extract(buffer, "buffer")?;
     let bytes = input.as_slice();
-    let (frames, consumed) = gil::detach(
-        py,
-        || remoting::decode_frames(bytes, max_frame_bytes),
-        errors::frame_decode_to_py,
-    )?;
+    let (frames, consumed) = if bytes.len() >= DETACH_FROM_BYTES {
+        gil::detach(
+            py,
+            || remoting::decode_frames(bytes, max_frame_bytes),
+            errors::frame_decode_to_py,
+        )?
+    } else {
+        remoting::decode_frames(bytes, max_frame_bytes).map_err(errors::frame_decode_to_py)?
+    };
     let mut out = Vec::with_capacity(frames.len());
     for frame in frames {
         let Header {
