@@ -67,14 +67,11 @@ pub fn decode_frames<'py>(
 ) -> PyResult<(Vec<Bound<'py, PyTuple>>, usize)> {
     let input = Input::extract(buffer, "buffer")?;
     let bytes = input.as_slice();
+    let decode = || remoting::decode_frames(bytes, max_frame_bytes);
     let (frames, consumed) = if bytes.len() >= DETACH_FROM_BYTES {
-        gil::detach(
-            py,
-            || remoting::decode_frames(bytes, max_frame_bytes),
-            errors::frame_decode_to_py,
-        )?
+        gil::detach(py, decode, errors::frame_decode_to_py)?
     } else {
-        remoting::decode_frames(bytes, max_frame_bytes).map_err(errors::frame_decode_to_py)?
+        decode().map_err(errors::frame_decode_to_py)?
     };
     let mut out = Vec::with_capacity(frames.len());
     for frame in frames {
