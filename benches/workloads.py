@@ -216,6 +216,74 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+_ECHO = """
+import os, sys
+r, w, n = map(int, sys.argv[1:])
+for _ in range(n):
+    os.read(r, 1)
+    os.write(w, b"x")
+"""
+
+
+def wake_round_trip_us(cpus: tuple[int, int] | None, rounds: int = 5000) -> float:
+    """Microseconds per one-byte round trip between this process and a child over two pipes,
+    the two pinned to ``cpus`` (``None``: wherever the scheduler puts them).
+
+    Each trip wakes a sleeping process twice. On a VM that halts an idle vCPU at once, a wake
+    across cores costs several times one on the same core, and the client's consume threads
+    and event loop pay it at every hand-over."""
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    child = subprocess.Popen(
+        [sys.executable, "-c", _ECHO, str(to_child_r), str(from_child_w), str(rounds + 1)],
+        pass_fds=(to_child_r, from_child_w),
+    )
+    os.close(to_child_r)
+    os.close(from_child_w)
+    mine = os.sched_getaffinity(0)
+    try:
+        if cpus is not None:
+            os.sched_setaffinity(0, {cpus[0]})
+            os.sched_setaffinity(child.pid, {cpus[1]})
+        os.write(to_child_w, b"x")  # the first trip waits for the child to start
+        os.read(from_child_r, 1)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            os.write(to_child_w, b"x")
+            os.read(from_child_r, 1)
+        return (time.perf_counter() - start) / rounds * 1e6
+    finally:
+        os.sched_setaffinity(0, mine)
+        os.close(to_child_w)
+        os.close(from_child_r)
+        child.wait(timeout=10)
+
+
+def wake_costs() -> dict[str, float] | None:
+    """Round trips across two cores and on one (see :func:`wake_round_trip_us`); ``None`` with
+    fewer than two cores to run on or no affinity calls."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    return {
+        "across_cores_us": wake_round_trip_us((cores[0], cores[1])),
+        "one_core_us": wake_round_trip_us((cores[1], cores[1])),
+    }
+
+
+def wake_line(machine: dict[str, Any]) -> str:
+    """The machine line's note on wake-up costs, or nothing when they were not measured."""
+    wake = machine.get("wake")
+    if not wake:
+        return ""
+    return (
+        f"; pipe round trip between processes {wake['across_cores_us']:.1f} µs across cores, "
+        f"{wake['one_core_us']:.1f} µs on one"
+    )
+
+
 class Store(Protocol):
     impl: str
 
@@ -427,10 +495,10 @@ def run_report(
     args = parser.parse_args(argv)
     mode = "smoke" if args.quick else bench_mode()
     plan = plan_of(mode)
-    machine = {**machine_info(), "mode": mode}
     if not pyrmq_available():
         sys.stdout.write("pyrmq._core is not built: nothing to measure.\n")
         return 0
+    machine = {**machine_info(), "mode": mode, "wake": wake_costs()}
     started = time.perf_counter()
     with scratch_dir(label) as scratch:
         rows, failures, server = run_all(plan, scratch)
