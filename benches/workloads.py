@@ -225,9 +225,9 @@ for _ in range(n):
 """
 
 
-def wake_round_trip_us(cpus: tuple[int, int] | None, rounds: int = 5000) -> float:
+def wake_round_trip_us(cpus: tuple[int, int], rounds: int = 5000) -> float:
     """Microseconds per one-byte round trip between this process and a child over two pipes,
-    the two pinned to ``cpus`` (``None``: wherever the scheduler puts them).
+    this process pinned to ``cpus[0]`` and the child to ``cpus[1]``.
 
     Each trip wakes a sleeping process twice. On a VM that halts an idle vCPU at once, a wake
     across cores costs several times one on the same core, and the client's consume threads
@@ -242,9 +242,8 @@ def wake_round_trip_us(cpus: tuple[int, int] | None, rounds: int = 5000) -> floa
     os.close(from_child_w)
     mine = os.sched_getaffinity(0)
     try:
-        if cpus is not None:
-            os.sched_setaffinity(0, {cpus[0]})
-            os.sched_setaffinity(child.pid, {cpus[1]})
+        os.sched_setaffinity(0, {cpus[0]})
+        os.sched_setaffinity(child.pid, {cpus[1]})
         os.write(to_child_w, b"x")  # the first trip waits for the child to start
         os.read(from_child_r, 1)
         start = time.perf_counter()
