@@ -9,7 +9,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyrmq_store::config::parse_delay_levels;
 use pyrmq_store::message::{self, BatchItem, MessageInput};
-use pyrmq_store::store::{normalize_host, PutOutcome, PutStatus};
+use pyrmq_store::store::{normalize_host, PutEntry, PutOutcome, PutStatus};
 use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig};
 
 use crate::errors::{self, ConfigError};
@@ -234,12 +234,8 @@ impl Body<'_> {
 #[pyclass(name = "PutResult", module = "pyrmq._core", frozen)]
 pub struct PyPutResult {
     status: u8,
-    #[pyo3(get)]
-    phy_offsets: Vec<i64>,
-    #[pyo3(get)]
-    queue_offsets: Vec<i64>,
-    #[pyo3(get)]
-    queue_ids: Vec<i32>,
+    /// As the store returned them: split into lists only when asked.
+    entries: Vec<PutEntry>,
     #[pyo3(get)]
     store_timestamp_ms: i64,
     #[pyo3(get)]
@@ -256,19 +252,31 @@ impl PyPutResult {
     }
     #[getter]
     fn count(&self) -> usize {
-        self.phy_offsets.len()
+        self.entries.len()
+    }
+    #[getter]
+    fn phy_offsets(&self) -> Vec<i64> {
+        self.entries.iter().map(|e| e.phy_offset).collect()
+    }
+    #[getter]
+    fn queue_offsets(&self) -> Vec<i64> {
+        self.entries.iter().map(|e| e.queue_offset).collect()
+    }
+    #[getter]
+    fn queue_ids(&self) -> Vec<i32> {
+        self.entries.iter().map(|e| e.queue_id).collect()
     }
     #[getter]
     fn phy_offset(&self) -> i64 {
-        self.phy_offsets[0]
+        self.entries[0].phy_offset
     }
     #[getter]
     fn queue_offset(&self) -> i64 {
-        self.queue_offsets[0]
+        self.entries[0].queue_offset
     }
     #[getter]
     fn queue_id(&self) -> i32 {
-        self.queue_ids[0]
+        self.entries[0].queue_id
     }
     #[getter]
     fn store_host(&self) -> String {
@@ -277,26 +285,26 @@ impl PyPutResult {
     /// Offset message ids (store host + CommitLog offset), one per message.
     #[getter]
     fn msg_ids(&self) -> Vec<String> {
-        self.phy_offsets
+        self.entries
             .iter()
-            .map(|p| message::offset_msg_id(&self.host, *p))
+            .map(|e| message::offset_msg_id(&self.host, e.phy_offset))
             .collect()
     }
     /// The offset message ids joined by commas, as the answer to a batch send carries them.
     #[getter]
     fn msg_ids_joined(&self) -> String {
-        let mut out = String::with_capacity(self.phy_offsets.len() * 57);
-        for (i, p) in self.phy_offsets.iter().enumerate() {
+        let mut out = String::with_capacity(self.entries.len() * 57);
+        for (i, e) in self.entries.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            message::push_offset_msg_id(&mut out, &self.host, *p);
+            message::push_offset_msg_id(&mut out, &self.host, e.phy_offset);
         }
         out
     }
     #[getter]
     fn msg_id(&self) -> String {
-        message::offset_msg_id(&self.host, self.phy_offsets[0])
+        message::offset_msg_id(&self.host, self.entries[0].phy_offset)
     }
     fn __repr__(&self) -> String {
         format!(
@@ -306,9 +314,9 @@ impl PyPutResult {
             } else {
                 "FLUSH_DISK_TIMEOUT"
             },
-            self.phy_offsets.len(),
-            self.phy_offsets[0],
-            self.queue_offsets[0]
+            self.entries.len(),
+            self.entries[0].phy_offset,
+            self.entries[0].queue_offset
         )
     }
 }
@@ -320,9 +328,7 @@ impl From<PutOutcome> for PyPutResult {
                 PutStatus::PutOk => 0,
                 PutStatus::FlushDiskTimeout => 1,
             },
-            phy_offsets: o.entries.iter().map(|e| e.phy_offset).collect(),
-            queue_offsets: o.entries.iter().map(|e| e.queue_offset).collect(),
-            queue_ids: o.entries.iter().map(|e| e.queue_id).collect(),
+            entries: o.entries,
             store_timestamp_ms: o.store_timestamp_ms,
             wrote_bytes: o.wrote_bytes,
             host: o.store_host,

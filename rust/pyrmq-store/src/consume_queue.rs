@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::error::StoreResult;
 use crate::mapped_file::Allocation;
 use crate::mapped_file_queue::MappedFileQueue;
+use crate::populate::Populator;
 
 pub const CQ_UNIT_SIZE: u64 = 20;
 
@@ -108,12 +109,18 @@ impl ConsumeQueue {
         size: u32,
         tags_code: i64,
     ) -> StoreResult<()> {
-        self.write_units(queue_offset, &[(phy, size, tags_code)])
+        self.write_units(queue_offset, &[(phy, size, tags_code)], None)
     }
 
     /// Writes `(phy, size, tags_code)` units at consecutive offsets from `first`, looking up
-    /// each file once. Only the put-lock holder (or recovery) calls this.
-    pub fn write_units(&self, first: u64, units: &[(u64, u32, i64)]) -> StoreResult<()> {
+    /// each file once, and asks `populator` for the pages past them. Only the put-lock holder
+    /// (or recovery) calls this.
+    pub fn write_units(
+        &self,
+        first: u64,
+        units: &[(u64, u32, i64)],
+        populator: Option<&Populator>,
+    ) -> StoreResult<()> {
         let mut done = 0;
         while done < units.len() {
             let byte = (first + done as u64) * CQ_UNIT_SIZE;
@@ -132,6 +139,10 @@ impl ConsumeQueue {
                 unit[12..].copy_from_slice(&tags_code.to_be_bytes());
             }
             done += run.len();
+            if let Some(p) = populator {
+                let end = rel + (run.len() as u64) * CQ_UNIT_SIZE;
+                p.after_queue_write(std::ptr::from_ref(self) as usize, &file, end);
+            }
         }
         Ok(())
     }

@@ -4,7 +4,8 @@
 //! process with SIGBUS. So no byte is written to a page before its space is reserved, in one of
 //! two ways ([`Allocation`]):
 //! * `Reserve`: the whole file is allocated at creation (`fallocate`). Simple; used for the small
-//!   ConsumeQueue and index files.
+//!   ConsumeQueue and index files. Their pages still fault on first write, so the populator
+//!   keeps a small window of each ConsumeQueue populated too.
 //! * `OnDemand`: the file is sparse and its pages are populated before they are written
 //!   (`MADV_POPULATE_WRITE`, which reserves space and returns ENOSPC as an error instead of a
 //!   signal): ahead of the writer by [`crate::populate::Populator`], and by the writer itself
@@ -47,6 +48,9 @@ pub struct MappedFile {
     file: File,
     /// Bytes from the start whose pages have their space reserved.
     writable_to: AtomicU64,
+    /// Bytes from the start whose pages were populated (a `Reserve` file has its space from
+    /// the start, but its pages still fault on first write).
+    populated_to: AtomicU64,
     /// How far the populator has been asked to go.
     populate_requested: AtomicU64,
 }
@@ -115,6 +119,7 @@ impl MappedFile {
             map,
             file,
             writable_to: AtomicU64::new(0),
+            populated_to: AtomicU64::new(0),
             populate_requested: AtomicU64::new(0),
         })
     }
@@ -172,6 +177,11 @@ impl MappedFile {
     /// Bytes from the start whose pages are reserved.
     pub fn writable_to(&self) -> u64 {
         self.writable_to.load(Ordering::Acquire)
+    }
+
+    /// Bytes from the start whose pages were populated.
+    pub fn populated_to(&self) -> u64 {
+        self.populated_to.load(Ordering::Acquire)
     }
 
     pub fn populate_requested(&self) -> u64 {
@@ -234,6 +244,7 @@ impl MappedFile {
             }
         }
         self.writable_to.fetch_max(end, Ordering::AcqRel);
+        self.populated_to.fetch_max(end, Ordering::AcqRel);
         Ok(())
     }
 

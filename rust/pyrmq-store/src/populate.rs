@@ -1,11 +1,14 @@
-//! Pages of the CommitLog populated ahead of the writer, on a background thread.
+//! Pages of mapped files populated ahead of their writer, on a background thread.
 //!
-//! A segment's first write to each page costs a fault, a zeroed page and a block reservation.
-//! Paid by the writer under the put lock, that was most of a small append's cost. The populator
-//! keeps [`AHEAD`] bytes reserved past the write position, so the writer finds its pages ready
-//! and only populates for itself when it outruns the populator (after a segment roll, or with
-//! no services running). Populating never changes a byte, so it may overlap the writer; a full
-//! disk still reaches the append, through the writer's own reservation.
+//! A file's first write to each page costs a fault, a zeroed page and a block reservation; into
+//! a fallocated ConsumeQueue file it costs a read of the unwritten extent as well. Paid by the
+//! writer under the put lock, that was most of a small append's cost. The populator keeps a
+//! window of pages ready past each writer's position: [`AHEAD`] bytes for the CommitLog,
+//! [`CQ_AHEAD`] for each ConsumeQueue that has written as much into its current file (small,
+//! and only for busy queues, since a broker may write to thousands of them).
+//! A writer that outruns it still faults, or for the CommitLog populates for itself. Populating
+//! never changes a byte, so it may overlap the writer; a full disk still reaches the append,
+//! through the writer's own reservation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,72 +17,194 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::mapped_file::MappedFile;
 
-/// Bytes kept populated past the write position.
+/// CommitLog bytes kept populated past the write position.
 pub const AHEAD: u64 = 32 * 1024 * 1024;
-/// The writer asks again when fewer than this many requested bytes remain ahead of it.
+/// The CommitLog writer asks again when fewer requested bytes than this remain ahead of it.
 pub const LOW_WATER: u64 = 16 * 1024 * 1024;
+/// ConsumeQueue bytes kept populated past the write position (6,553 units).
+pub const CQ_AHEAD: u64 = 128 * 1024;
+/// A ConsumeQueue writer asks again below this many requested bytes ahead.
+pub const CQ_LOW_WATER: u64 = 64 * 1024;
 /// Pages populated per step, so the writer benefits before a whole request is done.
-const STEP: u64 = 1024 * 1024;
+const STEP: u64 = 64 * 1024;
+
+/// Whose writer a request serves: a newer request of the same lane replaces the older one (a
+/// CommitLog segment roll moves the window to the next file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    CommitLog,
+    /// A ConsumeQueue, by the address of its shared state.
+    Queue(usize),
+}
+
+struct Job {
+    lane: Lane,
+    file: Arc<MappedFile>,
+    /// Where its writer was: pages below are written (or the writer faulted them in already).
+    from: u64,
+    to: u64,
+}
 
 #[derive(Default)]
 pub struct Populator {
-    want: Mutex<Option<(Arc<MappedFile>, u64)>>,
+    jobs: Mutex<Vec<Job>>,
     wake: Condvar,
     stopped: AtomicBool,
 }
 
 impl Populator {
-    /// Called by the writer after reserving `..end` of `file`: asks for pages up to
-    /// `end + AHEAD` once the requested headroom drops under [`LOW_WATER`]. Cheap otherwise.
+    /// Called by the CommitLog writer after reserving `..end` of `file`.
     pub fn after_write(&self, file: &Arc<MappedFile>, end: u64) {
-        if file.populate_requested() >= (end + LOW_WATER).min(file.file_size()) {
+        self.request(Lane::CommitLog, file, end, AHEAD, LOW_WATER);
+    }
+
+    /// Called by a ConsumeQueue writer after writing units up to byte `end` of `file`. Only a
+    /// queue that has written a window's worth into the file gets one populated, so a broker's
+    /// many quiet queues cost no memory ahead of their data.
+    pub fn after_queue_write(&self, lane: usize, file: &Arc<MappedFile>, end: u64) {
+        if end >= CQ_AHEAD {
+            self.request(Lane::Queue(lane), file, end, CQ_AHEAD, CQ_LOW_WATER);
+        }
+    }
+
+    /// Asks for the pages of `file` up to `end + ahead` once the requested headroom drops
+    /// under `low_water`. Cheap otherwise: one atomic load.
+    fn request(&self, lane: Lane, file: &Arc<MappedFile>, end: u64, ahead: u64, low_water: u64) {
+        let size = file.file_size();
+        if file.populate_requested() >= (end + low_water).min(size) {
             return;
         }
-        let to = (end + AHEAD).min(file.file_size());
+        let to = (end + ahead).min(size);
         file.set_populate_requested(to);
-        *self.want.lock() = Some((file.clone(), to));
+        let job = Job {
+            lane,
+            file: file.clone(),
+            from: end,
+            to,
+        };
+        let mut jobs = self.jobs.lock();
+        match jobs.iter_mut().find(|j| j.lane == lane) {
+            Some(j) => *j = job,
+            None => jobs.push(job),
+        }
+        drop(jobs);
         self.wake.notify_one();
     }
 
-    /// The thread body: populates requested ranges until [`Self::stop`].
+    /// The thread body: populates requested ranges a step at a time until [`Self::stop`].
+    /// ConsumeQueue windows go first: each is a step or two, and their writer, unlike the
+    /// CommitLog's, pays a fault for every page it finds unpopulated.
     pub fn run(&self) {
         loop {
-            let (file, to) = {
-                let mut want = self.want.lock();
+            let (lane, file, from, to) = {
+                let mut jobs = self.jobs.lock();
                 loop {
                     if self.stopped.load(Ordering::Acquire) {
                         return;
                     }
-                    if let Some(w) = want.take() {
-                        break w;
+                    if !jobs.is_empty() {
+                        let i = jobs
+                            .iter()
+                            .position(|j| j.lane != Lane::CommitLog)
+                            .unwrap_or(0);
+                        let j = &jobs[i];
+                        break (j.lane, j.file.clone(), j.from, j.to);
                     }
-                    self.wake.wait(&mut want);
+                    self.wake.wait(&mut jobs);
                 }
             };
-            let mut at = file.writable_to();
-            while at < to && !self.stopped.load(Ordering::Acquire) {
-                let step_end = (at + STEP).min(to);
-                // An error (a full disk) is left for the writer's own reservation to report.
-                if file.populate(at, step_end).is_err() {
-                    break;
-                }
-                // A newer request for another file (a segment roll) takes over.
-                if self
-                    .want
-                    .lock()
-                    .as_ref()
-                    .is_some_and(|(f, _)| !Arc::ptr_eq(f, &file))
+            let at = file.populated_to().max(from);
+            let step_end = (at + STEP).min(to);
+            // An error (a full disk) is left for the writer's own reservation to report.
+            let finished = at >= to || file.populate(at, step_end).is_err() || step_end >= to;
+            if finished {
+                let mut jobs = self.jobs.lock();
+                // Unless a newer request replaced it meanwhile.
+                if let Some(i) = jobs
+                    .iter()
+                    .position(|j| j.lane == lane && Arc::ptr_eq(&j.file, &file) && j.to == to)
                 {
-                    break;
+                    jobs.swap_remove(i);
                 }
-                at = file.writable_to().max(step_end);
             }
         }
     }
 
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
-        let _g = self.want.lock();
+        let _g = self.jobs.lock();
         self.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::mapped_file::Allocation;
+
+    fn file(
+        dir: &std::path::Path,
+        name: &str,
+        size: u64,
+        allocation: Allocation,
+    ) -> Arc<MappedFile> {
+        Arc::new(MappedFile::create(&dir.join(name), 0, size, allocation).unwrap())
+    }
+
+    fn wait_for(what: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !what() {
+            assert!(Instant::now() < deadline, "populator made no progress");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn keeps_a_window_ahead_of_each_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = file(dir.path(), "log", 64 << 20, Allocation::OnDemand);
+        let cq = file(dir.path(), "cq", 1 << 20, Allocation::Reserve);
+        let p = Arc::new(Populator::default());
+        let runner = {
+            let p = p.clone();
+            std::thread::spawn(move || p.run())
+        };
+        p.after_write(&log, 4096);
+        // A queue with less than a window in this file asks for nothing.
+        p.after_queue_write(1, &cq, CQ_AHEAD - 20);
+        assert_eq!(cq.populate_requested(), 0);
+        let at = CQ_AHEAD + 200;
+        p.after_queue_write(1, &cq, at);
+        wait_for(|| cq.populated_to() >= at + CQ_AHEAD && log.populated_to() >= 4096 + AHEAD);
+        // Until the headroom falls under the low-water mark, a write asks for nothing more.
+        p.after_queue_write(1, &cq, at + CQ_AHEAD - CQ_LOW_WATER);
+        assert_eq!(cq.populate_requested(), at + CQ_AHEAD);
+        p.after_queue_write(1, &cq, at + CQ_AHEAD - CQ_LOW_WATER + 20);
+        let want = at + 2 * CQ_AHEAD - CQ_LOW_WATER + 20;
+        assert_eq!(cq.populate_requested(), want);
+        wait_for(|| cq.populated_to() >= want);
+        // Never past the end of the file.
+        p.after_queue_write(1, &cq, (1 << 20) - 20);
+        wait_for(|| cq.populated_to() == 1 << 20);
+        p.stop();
+        runner.join().unwrap();
+    }
+
+    #[test]
+    fn a_newer_request_of_a_lane_replaces_the_older() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = file(dir.path(), "a", 1 << 20, Allocation::Reserve);
+        let b = file(dir.path(), "b", 1 << 20, Allocation::Reserve);
+        let other = file(dir.path(), "c", 1 << 20, Allocation::Reserve);
+        let p = Populator::default();
+        p.after_queue_write(7, &a, CQ_AHEAD);
+        p.after_queue_write(7, &b, CQ_AHEAD);
+        p.after_queue_write(8, &other, CQ_AHEAD);
+        let jobs = p.jobs.lock();
+        assert_eq!(jobs.len(), 2);
+        assert!(Arc::ptr_eq(&jobs[0].file, &b));
+        assert!(Arc::ptr_eq(&jobs[1].file, &other));
     }
 }

@@ -1,6 +1,6 @@
 //! Background services: CommitLog flush (periodic, or group commit under SYNC_FLUSH), the
-//! ConsumeQueue/index flush that advances the checkpoint, CommitLog pages populated ahead of
-//! the writer, and retention with the disk check.
+//! ConsumeQueue/index flush that advances the checkpoint, CommitLog and ConsumeQueue pages
+//! populated ahead of their writers, and retention with the disk check.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

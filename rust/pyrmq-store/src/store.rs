@@ -679,7 +679,7 @@ impl Inner {
         for m in msgs {
             // A batch shares its topic and often its properties: check each distinct value once.
             let same = prev.is_some_and(|p| {
-                p.topic == m.topic
+                same_str(p.topic, m.topic)
                     && std::ptr::eq(p.properties, m.properties)
                     && p.queue_id == m.queue_id
             });
@@ -755,14 +755,17 @@ impl Inner {
         // (queue, the next queue offset to assign, its max offset after this put).
         let mut queues: Vec<(Arc<ConsumeQueue>, u64, u64)> = Vec::new();
         let mut last = NO_SLOT;
+        // The topic and queue id that resolved to `last`, as the messages spell them.
+        let mut last_key: (&str, i32) = ("", -1);
         for p in &mut prepared {
             if !p.dispatch {
                 continue;
             }
             let same_as_last = last != NO_SLOT
-                && queues[last].0.queue_id() == p.input.queue_id
-                && queues[last].0.topic() == p.input.topic;
+                && last_key.1 == p.input.queue_id
+                && same_str(last_key.0, p.input.topic);
             if !same_as_last {
+                last_key = (p.input.topic, p.input.queue_id);
                 let found = queues.iter().position(|(q, _, _)| {
                     q.queue_id() == p.input.queue_id && q.topic() == p.input.topic
                 });
@@ -828,7 +831,8 @@ impl Inner {
             let slot = p.slot;
             let tags_code = match last_tags {
                 Some((props, topic, code))
-                    if std::ptr::eq(props, p.input.properties) && topic == p.input.topic =>
+                    if std::ptr::eq(props, p.input.properties)
+                        && same_str(topic, p.input.topic) =>
                 {
                     code
                 }
@@ -868,7 +872,7 @@ impl Inner {
         }
         for ((q, _, _), units) in queues.iter().zip(&units_by_slot) {
             let first = q.max_offset();
-            q.write_units(first, units)
+            q.write_units(first, units, Some(self.commit_log.populator()))
                 .expect("unit capacity ensured before the append");
         }
         for ((q, next, _), tags) in queues.iter().zip(&tags_by_slot) {
@@ -1349,4 +1353,11 @@ pub fn normalize_host(addr: SocketAddr) -> SocketAddr {
         },
         IpAddr::V4(_) => addr,
     }
+}
+
+/// String equality that skips the byte compare when both point at the same bytes, as the
+/// messages of one batch share their topic.
+#[inline]
+fn same_str(a: &str, b: &str) -> bool {
+    (std::ptr::eq(a.as_ptr(), b.as_ptr()) && a.len() == b.len()) || a == b
 }
