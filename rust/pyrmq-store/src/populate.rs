@@ -130,9 +130,10 @@ impl Populator {
         }
     }
 
+    /// Ends [`Self::run`] and lets go of the files still requested.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
-        let _g = self.jobs.lock();
+        self.jobs.lock().clear();
         self.wake.notify_all();
     }
 }
