@@ -186,3 +186,47 @@ def test_an_unreachable_name_server_is_an_error_not_a_traceback() -> None:
     assert "RESULT" not in done.stdout
     assert "Error: " in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("e2e", [False, True])
+def test_consume_stats_of_single_messages_equal_those_of_a_batch(
+    open_store: Any, monkeypatch: pytest.MonkeyPatch, e2e: bool
+) -> None:
+    """RocketMQ's default hands the listener one message per call, which takes a path of its
+    own: it must count exactly what the batch path counts."""
+    from pyrmq import _core
+    from pyrmq.cli.commands import bench as module
+
+    now_ns = 1_700_000_100_000_000_000
+    monkeypatch.setattr(module.time, "time_ns", lambda: now_ns)
+    store = open_store()
+    born = now_ns // 1_000_000
+    sent = [
+        # Not stamped, stamped, a warm-up stamp, stamped with the B2C past 10 ms.
+        (b"plain body", born - 3),
+        (module._STAMP.pack(module.STAMP_MAGIC, now_ns - 2_500_000, 0) + b"x", born - 7),
+        (module._STAMP.pack(module.STAMP_MAGIC, now_ns - 900_000, 1), born - 7),
+        (module._STAMP.pack(module.STAMP_MAGIC, now_ns - 41_894_571_000, 0), born - 41_894),
+    ]
+    for body, born_ms in sent:
+        store.put("BenchStats", body, born_timestamp_ms=born_ms)
+    msgs = _core.decode_received(store.get("BenchStats", 0, 0).buffer, "broker-a")
+    assert len(msgs) == len(sent)
+
+    batch, singles = module.ConsumeStats(e2e=e2e), module.ConsumeStats(e2e=e2e)
+    batch.record(msgs)
+    for m in msgs:
+        singles.record([m])
+    got, want = singles.snapshot(), batch.snapshot()
+    for snap in (got, want):
+        snap.pop("first_ns"), snap.pop("last_ns")
+    assert got == want
+    assert want["counts"] == {
+        "msgs": 4,
+        "bytes": sum(len(b) for b, _ in sent),
+        "stamped": 3 if e2e else 0,
+    }
+    assert sum(want["hists"]["b2c"].values()) == 4
+    assert {3000, 7000, 41_890_000} <= set(want["hists"]["b2c"])
+    assert want["hists"]["e2e"] == ({2500: 1, 41_890_000: 1} if e2e else {})
+    assert singles.total_msgs == 4
