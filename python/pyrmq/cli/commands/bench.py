@@ -195,6 +195,21 @@ class SendStats:
         return snap
 
 
+def e2e_bucket(body: bytes, now_ns: int) -> tuple[bool, int | None]:
+    """Whether ``body`` carries a send stamp, and the histogram key of its end-to-end latency
+    (None without a stamp or for a warm-up message).
+
+    >>> e2e_bucket(_STAMP.pack(STAMP_MAGIC, 1_000_000, 0), 3_500_000)
+    (True, 2500)
+    >>> e2e_bucket(_STAMP.pack(STAMP_MAGIC, 1_000_000, 1), 3_500_000), e2e_bucket(b"x", 0)
+    ((True, None), (False, None))
+    """
+    if body[:8] != STAMP_MAGIC:
+        return False, None
+    _, sent_ns, warmup = _STAMP.unpack_from(body)
+    return True, None if warmup else bucket_us((now_ns - sent_ns) // 1000)
+
+
 class ConsumeStats:
     """What the listeners of one process saw since the last snapshot; thread-safe."""
 
@@ -234,12 +249,10 @@ class ConsumeStats:
         stamped = 0
         if self._e2e:
             for m in msgs:
-                body = m.body
-                if body[:8] == STAMP_MAGIC:
-                    _, sent_ns, warmup = _STAMP.unpack_from(body)
-                    stamped += 1
-                    if not warmup:
-                        e2e.append(bucket_us((now_ns - sent_ns) // 1000))
+                is_stamped, key = e2e_bucket(m.body, now_ns)
+                stamped += is_stamped
+                if key is not None:
+                    e2e.append(key)
         with self._lock:
             b2c, s2c = self.b2c, self.s2c
             for ms in set(borns):
@@ -252,13 +265,7 @@ class ConsumeStats:
                 hist = self.e2e
                 for k in e2e:
                     hist[k] = hist.get(k, 0) + 1
-            self.stamped += stamped
-            self.msgs += len(msgs)
-            self.total_msgs += len(msgs)
-            self.bytes += size
-            if self.first_ns is None:
-                self.first_ns = mono
-            self.last_ns = mono
+            self._count(len(msgs), size, stamped, mono)
 
     def _record_one(self, m: MessageExt) -> None:
         """:meth:`record` of one message (RocketMQ's default batch), without the lists and sets
@@ -269,26 +276,24 @@ class ConsumeStats:
         body = m.body
         b2c_key = bucket_us(now_us - m.born_timestamp * 1000)
         s2c_key = bucket_us(now_us - m.store_timestamp * 1000)
-        e2e_key = None
-        stamped = 0
-        if self._e2e and body[:8] == STAMP_MAGIC:
-            _, sent_ns, warmup = _STAMP.unpack_from(body)
-            stamped = 1
-            if not warmup:
-                e2e_key = bucket_us((now_ns - sent_ns) // 1000)
+        stamped, e2e_key = e2e_bucket(body, now_ns) if self._e2e else (False, None)
         with self._lock:
             b2c, s2c = self.b2c, self.s2c
             b2c[b2c_key] = b2c.get(b2c_key, 0) + 1
             s2c[s2c_key] = s2c.get(s2c_key, 0) + 1
             if e2e_key is not None:
                 self.e2e[e2e_key] = self.e2e.get(e2e_key, 0) + 1
-            self.stamped += stamped
-            self.msgs += 1
-            self.total_msgs += 1
-            self.bytes += len(body)
-            if self.first_ns is None:
-                self.first_ns = mono
-            self.last_ns = mono
+            self._count(1, len(body), stamped, mono)
+
+    def _count(self, msgs: int, size: int, stamped: int, mono: int) -> None:
+        """Adds what one call recorded to the counters; holding ``_lock``."""
+        self.stamped += stamped
+        self.msgs += msgs
+        self.total_msgs += msgs
+        self.bytes += size
+        if self.first_ns is None:
+            self.first_ns = mono
+        self.last_ns = mono
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
