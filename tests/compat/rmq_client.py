@@ -68,6 +68,11 @@ What the 0.4.4 API cannot show, so the events carry ``null`` or partial values:
 * The wrapper's ``PullConsumer.pull`` loops forever on BROKER_TIMEOUT. This script calls ``Pull``
   itself, with bounded retries.
 
+* A send can fail in the client alone: while one of its threads opens a connection, the others
+  give up on the connection table at once (rocketmq-client-cpp issue 455), and all attempts of
+  a send fail within a millisecond as "No route info". The producer reads its own log and sends
+  again, after a pause, only when every attempt failed that way, and reports each ``resend``.
+
 The C++ library logs to ``$HOME/logs/rocketmq-cpp/<pid>_rocketmq-cpp.log.N`` and keeps
 BROADCASTING offsets in ``$HOME/.rocketmq_offsets/``, so the helpers below give each child a
 private ``HOME`` and attach the end of that log to their errors. ``PYRMQ_COMPAT_PYTHON`` selects
@@ -342,6 +347,52 @@ def _send_result(result: Any) -> dict[str, Any]:
     }
 
 
+class _OwnLog:
+    """The end of this process's own rocketmq-cpp log, read since a mark.
+
+    The library writes each line as it logs it, so a child can tell after a failed send why
+    each of its attempts failed.
+    """
+
+    def __init__(self) -> None:
+        self._dir = Path.home() / "logs" / "rocketmq-cpp"
+        self._prefix = f"{os.getpid()}_rocketmq-cpp.log"
+        self._mark = (None, 0)
+
+    def _newest(self) -> Path | None:
+        logs = sorted(self._dir.glob(self._prefix + "*"), key=lambda p: p.stat().st_mtime)
+        return logs[-1] if logs else None
+
+    def mark(self) -> None:
+        newest = self._newest()
+        self._mark = (newest, newest.stat().st_size if newest else 0)
+
+    def since_mark(self) -> str:
+        newest = self._newest()
+        if newest is None:
+            return ""
+        start = self._mark[1] if newest == self._mark[0] else 0
+        with newest.open("rb") as f:
+            f.seek(start)
+            return f.read().decode("utf-8", errors="replace")
+
+
+def _never_left_the_client(log: str) -> bool:
+    """Whether every attempt of a failed send found the client's connection table locked.
+
+    The C++ client gives up on a send attempt at once when another of its threads is opening
+    a connection (rocketmq-client-cpp issue 455); its five attempts then fail within a
+    millisecond and it reports "No route info". No request was written, so sending again
+    cannot duplicate a message.
+    """
+    attempts = log.count("send failed of times:")
+    return attempts > 0 and log.count("get timed_mutex timeout") >= attempts
+
+
+_LOCKED_TABLE_RESENDS = 3
+_LOCKED_TABLE_PAUSE_S = 0.2
+
+
 def _produce(cmd: Mapping[str, Any], out: _Out, watchdog: _Watchdog) -> int:
     from rocketmq.client import Producer
     from rocketmq.exceptions import ffi_check
@@ -395,43 +446,59 @@ def _produce(cmd: Mapping[str, Any], out: _Out, watchdog: _Watchdog) -> int:
                 **_send_result(result),
             )
     else:
+        own_log = _OwnLog()
         for index, (spec, msg) in enumerate(zip(messages, built, strict=True)):
             select = _Selector(int(spec.get("sharding", cmd.get("sharding", 0))))
-            try:
-                if mode == "sync":
-                    fields = {**_send_result(producer.send_sync(msg)), "queue_id": None}
-                elif mode == "orderly":
-                    result = producer.send_orderly(
-                        msg, 0, retry_times=int(cmd.get("retry_times", 3)), queue_selector=select
-                    )
-                    fields = {**_send_result(result), "queue_id": select.chosen}
-                elif mode == "oneway":
-                    producer.send_oneway(msg)
-                    fields = {
-                        "status": None,
-                        "msg_id": None,
-                        "offset_msg_id": None,
-                        "queue_id": None,
-                        "queue_offset": None,
-                    }
-                else:
-                    producer.send_oneway_orderly(msg, 0, queue_selector=select)
-                    fields = {
-                        "status": None,
-                        "msg_id": None,
-                        "offset_msg_id": None,
-                        "queue_id": select.chosen,
-                        "queue_offset": None,
-                    }
-            except Exception as exc:
-                out.emit("error", stage="send", index=index, **_error_fields(exc), **context)
-                code = EXIT_CLIENT_ERROR
+            resends = 0
+            own_log.mark()
+            while True:
+                try:
+                    fields = _send_one(producer, mode, msg, select, cmd)
+                except Exception as exc:
+                    if resends < _LOCKED_TABLE_RESENDS and _never_left_the_client(
+                        own_log.since_mark()
+                    ):
+                        resends += 1
+                        out.emit("resend", index=index, attempt=resends, **_error_fields(exc))
+                        time.sleep(_LOCKED_TABLE_PAUSE_S)
+                        own_log.mark()
+                        continue
+                    out.emit("error", stage="send", index=index, **_error_fields(exc), **context)
+                    code = EXIT_CLIENT_ERROR
+                break
+            if code != EXIT_OK:
                 break
             out.emit("sent", index=index, mode=mode, **fields)
 
     watchdog.arm(SHUTDOWN_GRACE_S, "producer shutdown")
     producer.shutdown()
     return code
+
+
+def _send_one(
+    producer: Any, mode: str, msg: Any, select: _Selector, cmd: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One send in ``mode``; the fields of its ``sent`` event."""
+    if mode == "sync":
+        return {**_send_result(producer.send_sync(msg)), "queue_id": None}
+    if mode == "orderly":
+        result = producer.send_orderly(
+            msg, 0, retry_times=int(cmd.get("retry_times", 3)), queue_selector=select
+        )
+        return {**_send_result(result), "queue_id": select.chosen}
+    if mode == "oneway":
+        producer.send_oneway(msg)
+        queue_id = None
+    else:
+        producer.send_oneway_orderly(msg, 0, queue_selector=select)
+        queue_id = select.chosen
+    return {
+        "status": None,
+        "msg_id": None,
+        "offset_msg_id": None,
+        "queue_id": queue_id,
+        "queue_offset": None,
+    }
 
 
 def _push_consume(cmd: Mapping[str, Any], out: _Out, watchdog: _Watchdog) -> int:

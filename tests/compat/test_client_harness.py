@@ -1,7 +1,9 @@
 """The official-client harness fails fast and says why when there is no server to talk to."""
 
+import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tests.compat.rmq_client import (
@@ -10,6 +12,8 @@ from tests.compat.rmq_client import (
     EXIT_TIMEOUT,
     EXIT_USAGE,
     ClientError,
+    _never_left_the_client,
+    _OwnLog,
     check,
     client_supported_platform,
     producer_command,
@@ -54,6 +58,7 @@ def test_producer_reports_a_send_failure_naming_the_name_server(closed_addr: str
     assert error["stage"] == "send"
     assert error["namesrv"] == closed_addr
     assert "No route info of this topic: TopicTest" in error["error"]
+    assert not run.of("resend"), "a topic without a route is not worth a second send"
     assert run.of("done") == [run.events[-1]]
     assert run.elapsed_s < 20
     with pytest.raises(ClientError, match=closed_addr):
@@ -100,3 +105,45 @@ def test_unknown_command_keys_are_rejected(closed_addr: str) -> None:
 
     assert run.returncode == EXIT_USAGE
     assert "unknown produce keys: delay" in run.errors[0]["error"]
+
+
+_LOCKED = "(error):GetTransport of:127.0.0.1:45805 get timed_mutex timeout[CreateTransport:297]"
+_FAILED = "(error):send failed of times:{n},brokerName:broker-a[sendDefaultImpl:369]"
+_NO_ANSWER = "(error):wait response timeout or get NULL response of code:10[invokeSync:208]"
+
+
+@pytest.mark.parametrize(
+    ("causes", "resend"),
+    [
+        ([_LOCKED] * 5, True),
+        ([_LOCKED] * 4 + [_NO_ANSWER], False),
+        ([_NO_ANSWER], False),
+        ([], False),
+    ],
+    ids=["all-locked", "one-unanswered", "unanswered", "no-attempt"],
+)
+def test_a_send_is_repeated_only_when_no_attempt_left_the_client(
+    causes: list[str], resend: bool
+) -> None:
+    log = "".join(f"{cause}\n{_FAILED.format(n=n)}\n" for n, cause in enumerate(causes, start=1))
+    log += "(warning):Retry many times, still failed[sendDefaultImpl:376]\n"
+    assert _never_left_the_client(log) is resend
+
+
+def test_the_own_log_is_read_from_the_mark_and_from_the_start_of_a_new_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    logs = tmp_path / "logs" / "rocketmq-cpp"
+    logs.mkdir(parents=True)
+    first = logs / f"{os.getpid()}_rocketmq-cpp.log.0"
+    first.write_text("before\n")
+    (logs / "1_rocketmq-cpp.log.0").write_text("another process\n")
+    own = _OwnLog()
+    own.mark()
+    with first.open("a") as f:
+        f.write("after\n")
+    assert own.since_mark() == "after\n"
+    os.utime(first, (1, 1))
+    (logs / f"{os.getpid()}_rocketmq-cpp.log.1").write_text("rolled\n")
+    assert own.since_mark() == "rolled\n"
