@@ -30,6 +30,7 @@ __all__ = [
     "encode_message",
     "java_string_hash",
     "message_ids",
+    "received_extent",
     "validate_topic",
 ]
 
@@ -367,6 +368,10 @@ def decode_messages(buffer: Buffer) -> list[StoredMessage]:
 
 def decode_received(buffer: Buffer, broker_name: str) -> list[MessageExt]:
     """Decodes a PULL body from ``broker_name`` into received messages."""
+
+def received_extent(msgs: list[Any]) -> tuple[int, int, bool, int] | None:
+    """``(first queue offset, last queue offset, consecutive, total store size)`` of a pulled
+    batch in one pass; None if it is empty or holds anything but :class:`MessageExt`."""
 
 @final
 class MessageExt:

@@ -1,10 +1,17 @@
 """ProcessQueue against a model: a dict of the messages in flight."""
 
 import random
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from pyrmq import _core
 from pyrmq.client.process_queue import ProcessQueue
+
+POOL = 2_400
+"""Queue offsets a model run can reach: 300 steps, at most 35% pulls of up to 6 messages
+3 offsets apart."""
 
 
 class Msg:
@@ -15,20 +22,41 @@ class Msg:
         self.store_size = size
 
 
+def received_pool(open_store: Callable[..., Any]) -> list[Any]:
+    """Messages at queue offsets 0..POOL-1 as a pull decodes them, of assorted sizes."""
+    store = open_store()
+    rng = random.Random(0)
+    for _ in range(POOL // 32):
+        store.put_batch("TopicPQ", [b"x" * rng.randint(1, 200) for _ in range(32)])
+    pool: list[Any] = []
+    while len(pool) < POOL:
+        got = store.get("TopicPQ", 0, len(pool), max_count=32)
+        pool += _core.decode_received(got.buffer, "broker-a")
+    return pool
+
+
+@pytest.mark.parametrize("kind", ["plain", "received"])
 @pytest.mark.parametrize("seed", range(40))
-def test_commit_offset_is_the_oldest_message_in_flight(seed: int) -> None:
+def test_commit_offset_is_the_oldest_message_in_flight(
+    seed: int, kind: str, open_store: Callable[..., Any]
+) -> None:
+    # "received" messages are the client's own, whose batches the queue reads in one pass
+    # (consecutive offsets become a range); "plain" ones go through their attributes.
     rng = random.Random(seed)
+    pool = received_pool(open_store) if kind == "received" else None
     pq = ProcessQueue()
-    in_flight: dict[int, Msg] = {}
-    batches: list[list[Msg]] = []
+    in_flight: dict[int, Any] = {}
+    batches: list[list[Any]] = []
     offset = seen = -1
     for _ in range(300):
         roll = rng.random()
-        if roll < 0.35:  # a pull: ascending offsets with gaps, as a tag filter leaves them
+        if roll < 0.35:  # a pull: ascending offsets, gapless or with the gaps of a tag filter
             batch = []
+            gaps = rng.random() < 0.5
             for _ in range(rng.randint(1, 6)):
-                offset += rng.randint(1, 3)
-                batch.append(Msg(offset, rng.randint(1, 200)))
+                offset += rng.randint(1, 3) if gaps else 1
+                size = rng.randint(1, 200)
+                batch.append(Msg(offset, size) if pool is None else pool[offset])
             pq.put(batch)
             batches.append(batch)
             in_flight.update((m.queue_offset, m) for m in batch)

@@ -17,18 +17,27 @@ from collections.abc import Iterable, Sequence
 
 from sortedcontainers import SortedDict
 
+from pyrmq._core import received_extent
 from pyrmq.client.message import MessageExt
 
 __all__ = ["ProcessQueue"]
 
 
 class _Batch:
-    __slots__ = ("done", "left", "low", "msgs", "offsets", "sizes")
+    __slots__ = ("done", "left", "low", "msgs", "offsets", "size")
 
     def __init__(self, msgs: Sequence[MessageExt]) -> None:
-        self.msgs = msgs if isinstance(msgs, list) else list(msgs)
-        self.offsets = [m.queue_offset for m in msgs]
-        self.sizes = [m.store_size for m in msgs]
+        self.msgs = msgs = msgs if isinstance(msgs, list) else list(msgs)
+        extent = received_extent(msgs)
+        self.offsets: Sequence[int]
+        if extent is not None and extent[2]:
+            # A pull without a tag filter: consecutive offsets, which a range holds (and
+            # bisects) without a list.
+            self.offsets = range(extent[0], extent[1] + 1)
+        else:
+            self.offsets = [m.queue_offset for m in msgs]
+        self.size = extent[3] if extent is not None else sum(m.store_size for m in msgs)
+        """Store size of the whole batch."""
         self.done = bytearray(len(msgs))
         self.left = len(msgs)
         self.low = 0
@@ -104,7 +113,7 @@ class ProcessQueue:
             batch = _Batch(msgs)
             self._batches[batch.offsets[0]] = batch
             self._count += len(msgs)
-            self.msg_size += sum(batch.sizes)
+            self.msg_size += batch.size
             self.max_offset_seen = batch.offsets[-1]
 
     def remove(self, msgs: Iterable[MessageExt]) -> int:
@@ -159,7 +168,8 @@ class ProcessQueue:
         batch.done[i:j] = b"\x01" * (j - i)
         batch.left -= j - i
         self._count -= j - i
-        self.msg_size -= sum(batch.sizes[i:j])
+        whole = j - i == len(batch.msgs)
+        self.msg_size -= batch.size if whole else sum(m.store_size for m in msgs)
         if batch.left == 0:
             del self._batches[key]
         elif i == batch.low:

@@ -6,7 +6,7 @@
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyString, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
 use pyrmq_store::message;
 
 use crate::message::PyStoredMessage;
@@ -266,4 +266,31 @@ pub fn decode_received(
         .into_iter()
         .map(|m| PyMessageExt::new(py, m, broker_name.clone().unbind()))
         .collect())
+}
+
+/// What a ProcessQueue needs of a pulled batch, in one pass instead of a property read per
+/// message: `(first queue offset, last queue offset, whether each offset follows the one
+/// before, total store size)`. None for an empty list or one holding anything but
+/// `MessageExt`.
+#[pyfunction]
+pub fn received_extent(msgs: &Bound<'_, PyList>) -> Option<(i64, i64, bool, u64)> {
+    let mut extent: Option<(i64, i64, bool, u64)> = None;
+    for item in msgs.iter() {
+        let m = &item.cast::<PyMessageExt>().ok()?.get().m;
+        extent = Some(match extent {
+            None => (
+                m.queue_offset,
+                m.queue_offset,
+                true,
+                u64::from(m.store_size),
+            ),
+            Some((first, last, consecutive, size)) => (
+                first,
+                m.queue_offset,
+                consecutive && last.checked_add(1) == Some(m.queue_offset),
+                size + u64::from(m.store_size),
+            ),
+        });
+    }
+    extent
 }
