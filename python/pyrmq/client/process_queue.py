@@ -5,7 +5,8 @@ offset a consumer may commit is the smallest offset still in flight, so a crash 
 only what was unfinished (and perhaps a little after it), never skips anything.
 
 Pulled batches, not messages, are the entries of the sorted map: a batch of 32 costs one
-insertion, and finishing a message is a bisect and a flag. The commit offset is the first
+insertion, and finishing a message is a flag found by subtraction (a batch of consecutive
+offsets, as a pull without a tag filter brings) or by bisection. The commit offset is the first
 unfinished message of the oldest batch.
 """
 
@@ -24,18 +25,21 @@ __all__ = ["ProcessQueue"]
 
 
 class _Batch:
-    __slots__ = ("done", "left", "low", "msgs", "offsets", "size")
+    __slots__ = ("dense", "done", "last", "left", "low", "msgs", "offsets", "size")
 
     def __init__(self, msgs: Sequence[MessageExt]) -> None:
         self.msgs = msgs = msgs if isinstance(msgs, list) else list(msgs)
         extent = received_extent(msgs)
         self.offsets: Sequence[int]
-        if extent is not None and extent[2]:
-            # A pull without a tag filter: consecutive offsets, which a range holds (and
-            # bisects) without a list.
+        self.dense = extent is not None and extent[2]
+        """Consecutive offsets (a pull without a tag filter): a message's index is its
+        offset minus the first."""
+        if self.dense:
+            assert extent is not None
             self.offsets = range(extent[0], extent[1] + 1)
         else:
             self.offsets = [m.queue_offset for m in msgs]
+        self.last = self.offsets[-1]
         self.size = extent[3] if extent is not None else sum(m.store_size for m in msgs)
         """Store size of the whole batch."""
         self.done = bytearray(len(msgs))
@@ -69,6 +73,7 @@ class ProcessQueue:
     __slots__ = (
         "_batches",
         "_count",
+        "_first",
         "_hint",
         "_hint_key",
         "_lock",
@@ -85,6 +90,8 @@ class ProcessQueue:
         self._batches: SortedDict = SortedDict()
         self._count = 0
         self._hint: _Batch | None = None
+        self._first: _Batch | None = None
+        """The oldest batch, which holds the commit offset."""
         self._hint_key = 0
         self.msg_size = 0
         """Bytes of the records in flight."""
@@ -112,6 +119,8 @@ class ProcessQueue:
                 return
             batch = _Batch(msgs)
             self._batches[batch.offsets[0]] = batch
+            if self._first is None:  # batches come in offset order: only the first is first
+                self._first = batch
             self._count += len(msgs)
             self.msg_size += batch.size
             self.max_offset_seen = batch.offsets[-1]
@@ -127,22 +136,28 @@ class ProcessQueue:
             for m in msgs:
                 offset = m.queue_offset
                 # Messages finish roughly in pull order: try the batch of the last one first.
-                if batch is None or not key <= offset <= batch.offsets[-1] or not batch.left:
+                if batch is None or not key <= offset <= batch.last or not batch.left:
                     at = batches.bisect_right(offset) - 1
                     if at < 0:
                         batch = None
                         continue
                     key, batch = batches.peekitem(at)
-                assert batch is not None
-                i = bisect.bisect_left(batch.offsets, offset)
-                if i == len(batch.offsets) or batch.offsets[i] != offset or batch.done[i]:
+                    if offset > batch.last:
+                        continue
+                if batch.dense:
+                    i = offset - key
+                else:
+                    i = bisect.bisect_left(batch.offsets, offset)
+                    if batch.offsets[i] != offset:
+                        continue
+                if batch.done[i]:
                     continue
                 batch.done[i] = 1
                 batch.left -= 1
                 self._count -= 1
                 self.msg_size -= m.store_size
                 if batch.left == 0:
-                    del batches[key]
+                    self._drop(key, batch)
                     batch = None
                 elif i == batch.low:
                     low = i + 1
@@ -171,7 +186,7 @@ class ProcessQueue:
         whole = j - i == len(batch.msgs)
         self.msg_size -= batch.size if whole else sum(m.store_size for m in msgs)
         if batch.left == 0:
-            del self._batches[key]
+            self._drop(key, batch)
         elif i == batch.low:
             low = j
             while batch.done[low]:
@@ -179,9 +194,15 @@ class ProcessQueue:
             batch.low = low
         return True
 
+    def _drop(self, key: int, batch: _Batch) -> None:
+        """Forgets a batch whose messages have all finished."""
+        del self._batches[key]
+        if batch is self._first:
+            self._first = self._batches.peekitem(0)[1] if self._batches else None
+
     def _commit_offset(self) -> int:
-        if self._batches:
-            first: _Batch = self._batches.peekitem(0)[1]
+        first = self._first
+        if first is not None:
             return first.offsets[first.low]
         return self.max_offset_seen + 1 if self.max_offset_seen >= 0 else -1
 
@@ -199,6 +220,7 @@ class ProcessQueue:
         """Forgets every message (the queue's offset was moved)."""
         with self._lock:
             self._batches.clear()
+            self._first = None
             self._hint = None
             self._count = 0
             self.msg_size = 0
