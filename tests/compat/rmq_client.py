@@ -86,6 +86,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import stat
 import subprocess
@@ -385,10 +386,12 @@ def _never_left_the_client(log: str) -> bool:
     millisecond and it reports "No route info". No request was written, so sending again
     cannot duplicate a message.
     """
-    attempts = log.count("send failed of times:")
-    return attempts > 0 and log.count("get timed_mutex timeout") >= attempts
+    # The log before each attempt's failure line, back to the previous one.
+    attempts = log.split("send failed of times:")[:-1]
+    return bool(attempts) and all(_TABLE_LOCKED.search(a) for a in attempts)
 
 
+_TABLE_LOCKED = re.compile(r"GetTransport of:\S+ get timed_mutex timeout")
 _LOCKED_TABLE_RESENDS = 3
 _LOCKED_TABLE_PAUSE_S = 0.2
 

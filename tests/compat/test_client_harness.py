@@ -110,6 +110,9 @@ def test_unknown_command_keys_are_rejected(closed_addr: str) -> None:
 _LOCKED = "(error):GetTransport of:127.0.0.1:45805 get timed_mutex timeout[CreateTransport:297]"
 _FAILED = "(error):send failed of times:{n},brokerName:broker-a[sendDefaultImpl:369]"
 _NO_ANSWER = "(error):wait response timeout or get NULL response of code:10[invokeSync:208]"
+_NAMESRV_LOCKED = (
+    "(error):CreateNameserverTransport get timed_mutex timeout[CreateNameServerTransport:371]"
+)
 
 
 @pytest.mark.parametrize(
@@ -118,9 +121,10 @@ _NO_ANSWER = "(error):wait response timeout or get NULL response of code:10[invo
         ([_LOCKED] * 5, True),
         ([_LOCKED] * 4 + [_NO_ANSWER], False),
         ([_NO_ANSWER], False),
+        ([f"{_NAMESRV_LOCKED}\n{_NO_ANSWER}"], False),
         ([], False),
     ],
-    ids=["all-locked", "one-unanswered", "unanswered", "no-attempt"],
+    ids=["all-locked", "one-unanswered", "unanswered", "name-server-locked", "no-attempt"],
 )
 def test_a_send_is_repeated_only_when_no_attempt_left_the_client(
     causes: list[str], resend: bool
