@@ -4,10 +4,6 @@ Many requests may be in flight on one connection; each waits for its own answer 
 timeout. Requests the server sends to the client (NOTIFY_CONSUMER_IDS_CHANGED and the like) go to
 handlers registered by request code.
 
-Timeouts are kept per connection, with one timer set for the earliest deadline (as RocketMQ
-scans its response table rather than arming a timer per request): a timer per request cost more
-than the rest of sending it.
-
 Writes are corked for one loop turn after a read that answered two requests or more: the tasks
 those answers wake run in that turn and often send at once (each pull loop's next pull, each
 sender's next send), so their requests leave in one system call instead of one each. A read
@@ -17,7 +13,6 @@ extra wait.
 
 import asyncio
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -29,8 +24,6 @@ from pyrmq.remoting.protocol import MAX_FRAME_BYTES
 __all__ = ["RemotingClient", "RemotingTimeoutError"]
 
 log = logging.getLogger(__name__)
-
-_CLOCK_SLACK_S = 0.001
 
 ServerRequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
 
@@ -47,10 +40,6 @@ class _Channel(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.loop: asyncio.AbstractEventLoop
         self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        # (deadline on the loop's clock, request, timeout) of each request in ``pending``.
-        self._deadlines: dict[int, tuple[float, RemotingCommand, float]] = {}
-        self._sweep: asyncio.TimerHandle | None = None
-        self._sweep_at = math.inf
         self.closed = asyncio.Event()
         # Cleared while the transport's buffer is above its high-water mark.
         self.writable = asyncio.Event()
@@ -94,50 +83,6 @@ class _Channel(asyncio.Protocol):
             assert self.transport is not None
             self.transport.write(frame)
 
-    def expect(
-        self, request: RemotingCommand, fut: "asyncio.Future[RemotingCommand]", timeout_s: float
-    ) -> None:
-        """Registers ``fut`` for the answer to ``request``; it fails with
-        :class:`RemotingTimeoutError` if none comes within ``timeout_s``."""
-        opaque = request.opaque
-        deadline = self.loop.time() + timeout_s
-        self.pending[opaque] = fut
-        self._deadlines[opaque] = (deadline, request, timeout_s)
-        if deadline < self._sweep_at:
-            self._arm(deadline)
-
-    def forget(self, opaque: int) -> None:
-        """Drops a request answered, failed or given up on."""
-        self.pending.pop(opaque, None)
-        self._deadlines.pop(opaque, None)
-
-    def _arm(self, deadline: float) -> None:
-        if self._sweep is not None:
-            self._sweep.cancel()
-        self._sweep_at = deadline
-        self._sweep = self.loop.call_at(deadline, self._expire_overdue)
-
-    def _expire_overdue(self) -> None:
-        self._sweep, self._sweep_at = None, math.inf
-        # A timer may fire up to a clock tick early; such a request is due all the same.
-        now = self.loop.time() + _CLOCK_SLACK_S
-        following = math.inf
-        for opaque, (deadline, request, timeout_s) in list(self._deadlines.items()):
-            if deadline > now:
-                following = min(following, deadline)
-                continue
-            del self._deadlines[opaque]
-            fut = self.pending.pop(opaque, None)
-            if fut is not None and not fut.done():
-                fut.set_exception(
-                    RemotingTimeoutError(
-                        f"no answer from {self.address} to code={request.code} "
-                        f"opaque={opaque} within {timeout_s} s"
-                    )
-                )
-        if following < math.inf:
-            self._arm(following)
-
     def _uncork(self) -> None:
         frames, self._corked = self._corked, None
         if frames and self.transport is not None and not self.transport.is_closing():
@@ -168,16 +113,24 @@ class _Channel(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(RemotingError(f"connection to {self.address} closed"))
         self.pending.clear()
-        self._deadlines.clear()
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep, self._sweep_at = None, math.inf
         self.closed.set()
         self._client._forget(self)
 
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+
+def _expire(
+    fut: "asyncio.Future[RemotingCommand]", address: str, request: RemotingCommand, timeout_s: float
+) -> None:
+    if not fut.done():
+        fut.set_exception(
+            RemotingTimeoutError(
+                f"no answer from {address} to code={request.code} opaque={request.opaque} "
+                f"within {timeout_s} s"
+            )
+        )
 
 
 class RemotingClient:
@@ -189,13 +142,20 @@ class RemotingClient:
         self._channels: dict[str, _Channel] = {}
         self._connecting: dict[str, asyncio.Future[_Channel]] = {}
 
-    async def _channel(self, address: str) -> _Channel:
+    def _connected(self, address: str) -> _Channel | None:
+        """The open connection to ``address``, if there is one."""
         channel = self._channels.get(address)
         if (
             channel is not None
             and channel.transport is not None
             and not channel.transport.is_closing()
         ):
+            return channel
+        return None
+
+    async def _channel(self, address: str) -> _Channel:
+        channel = self._connected(address)
+        if channel is not None:
             return channel
         pending = self._connecting.get(address)
         if pending is not None:
@@ -234,16 +194,20 @@ class RemotingClient:
         self, address: str, request: RemotingCommand, timeout_s: float = 3.0
     ) -> RemotingCommand:
         """Sends ``request`` and returns its answer."""
-        channel = await self._channel(address)
+        # Connected already, as nearly always: no coroutine to open one.
+        channel = self._connected(address) or await self._channel(address)
         assert channel.transport is not None
         loop = channel.loop
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        channel.expect(request, fut, timeout_s)
+        channel.pending[request.opaque] = fut
+        # A bare timer: asyncio.wait_for costs an extra task per request.
+        timer = loop.call_later(timeout_s, _expire, fut, address, request, timeout_s)
         try:
             channel.write(encode(request))
             return await fut
         finally:
-            channel.forget(request.opaque)
+            timer.cancel()
+            channel.pending.pop(request.opaque, None)
 
     async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
         """Sends ``request`` (which should carry the oneway flag) without waiting for an
