@@ -358,7 +358,7 @@ class _OwnLog:
     def __init__(self) -> None:
         self._dir = Path.home() / "logs" / "rocketmq-cpp"
         self._prefix = f"{os.getpid()}_rocketmq-cpp.log"
-        self._mark = (None, 0)
+        self._mark: tuple[Path | None, int] = (None, 0)
 
     def _newest(self) -> Path | None:
         logs = sorted(self._dir.glob(self._prefix + "*"), key=lambda p: p.stat().st_mtime)
@@ -378,6 +378,11 @@ class _OwnLog:
             return f.read().decode("utf-8", errors="replace")
 
 
+_TABLE_LOCKED = re.compile(r"GetTransport of:\S+ get timed_mutex timeout")
+_LOCKED_TABLE_RESENDS = 3
+_LOCKED_TABLE_PAUSE_S = 0.2
+
+
 def _never_left_the_client(log: str) -> bool:
     """Whether every attempt of a failed send found the client's connection table locked.
 
@@ -389,11 +394,6 @@ def _never_left_the_client(log: str) -> bool:
     # The log before each attempt's failure line, back to the previous one.
     attempts = log.split("send failed of times:")[:-1]
     return bool(attempts) and all(_TABLE_LOCKED.search(a) for a in attempts)
-
-
-_TABLE_LOCKED = re.compile(r"GetTransport of:\S+ get timed_mutex timeout")
-_LOCKED_TABLE_RESENDS = 3
-_LOCKED_TABLE_PAUSE_S = 0.2
 
 
 def _produce(cmd: Mapping[str, Any], out: _Out, watchdog: _Watchdog) -> int:
