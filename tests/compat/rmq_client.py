@@ -348,6 +348,13 @@ def _send_result(result: Any) -> dict[str, Any]:
     }
 
 
+def _newest_cpp_log(home: Path, pid: int | None = None) -> Path | None:
+    """The rocketmq-cpp log under ``home`` written last (of process ``pid`` if given)."""
+    pattern = f"{pid if pid is not None else '*'}_rocketmq-cpp.log*"
+    logs = sorted((home / "logs" / "rocketmq-cpp").glob(pattern), key=lambda p: p.stat().st_mtime)
+    return logs[-1] if logs else None
+
+
 class _OwnLog:
     """The end of this process's own rocketmq-cpp log, read since a mark.
 
@@ -356,13 +363,10 @@ class _OwnLog:
     """
 
     def __init__(self) -> None:
-        self._dir = Path.home() / "logs" / "rocketmq-cpp"
-        self._prefix = f"{os.getpid()}_rocketmq-cpp.log"
         self._mark: tuple[Path | None, int] = (None, 0)
 
     def _newest(self) -> Path | None:
-        logs = sorted(self._dir.glob(self._prefix + "*"), key=lambda p: p.stat().st_mtime)
-        return logs[-1] if logs else None
+        return _newest_cpp_log(Path.home(), os.getpid())
 
     def mark(self) -> None:
         newest = self._newest()
@@ -862,12 +866,10 @@ def _decode_events(lines: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def _log_tail(home: Path, lines: int = 40) -> str:
-    logs = sorted(
-        (home / "logs" / "rocketmq-cpp").glob("*rocketmq-cpp.log*"), key=lambda p: p.stat().st_mtime
-    )
-    if not logs:
+    newest = _newest_cpp_log(home)
+    if newest is None:
         return ""
-    text = logs[-1].read_text(encoding="utf-8", errors="replace")
+    text = newest.read_text(encoding="utf-8", errors="replace")
     return "\n".join(text.splitlines()[-lines:])
 
 
