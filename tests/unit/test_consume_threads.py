@@ -1,7 +1,8 @@
 """The push consumer's consume threads: started only when no thread is awake, never more than
 the limit, the warmest woken first, quick calls kept to one thread, blocked calls fanned out
-while the process idles and surplus threads sent back to sleep while it computes, surviving a
-failing call, and shutting down without running what was not started."""
+while the process idles and surplus threads sent back to sleep while it computes, backlog calls
+handed over together, surviving a failing call, and shutting down without running what was not
+started."""
 
 import asyncio
 import threading
@@ -10,7 +11,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pyrmq.client.consume_service import FANOUT_AFTER_S, _ConsumeThreads
+from pyrmq.client.consume_service import (
+    FANOUT_AFTER_S,
+    HAND_OVER_AFTER_S,
+    HAND_OVER_CALLS,
+    _ConsumeThreads,
+)
 
 
 @pytest.fixture
@@ -50,6 +56,20 @@ def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 10) -> No
 
 def wait_for(cond: "threading.Event", what: str) -> None:
     assert cond.wait(10), what
+
+
+def in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:
+    """Runs ``fn`` in one callback of ``loop`` and waits for it."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            done.set()
+
+    loop.call_soon_threadsafe(run)
+    wait_for(done, "the loop callback")
 
 
 def call_and_settle(pool: _ConsumeThreads, threads: int, fn: Callable[[], object]) -> None:
@@ -265,3 +285,111 @@ def test_while_the_process_computes_surplus_threads_go_back_to_sleep(
     finally:
         release.set()
         pool.shutdown()
+
+
+class Calls:
+    """Calls that record when and on which thread they ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[int, str, float]] = []
+        self.lock = threading.Lock()
+
+    def call(self, i: int) -> None:
+        with self.lock:
+            self.ran.append((i, threading.current_thread().name, time.monotonic()))
+
+
+def test_backlog_calls_gathered_up_to_the_hand_over_count_go_to_one_thread_at_once(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    pool = _ConsumeThreads(20, "t", loop)
+    calls = Calls()
+    awake_after: list[int] = []
+
+    def submit_all() -> None:
+        for i in range(HAND_OVER_CALLS):
+            assert not pool._awake, "woken before the last call"
+            pool.submit_batched(calls.call, i)
+        # The last call handed them over: the thread has begun before the loop goes on.
+        awake_after.append(pool._awake)
+
+    try:
+        in_loop(loop, submit_all)
+        assert awake_after == [1]
+        wait_until(lambda: len(calls.ran) == HAND_OVER_CALLS, "the calls")
+        assert [i for i, _, _ in calls.ran] == list(range(HAND_OVER_CALLS))
+        assert len({name for _, name, _ in calls.ran}) == 1
+        assert len(pool._threads) == 1
+    finally:
+        pool.shutdown()
+
+
+def test_fewer_backlog_calls_wait_the_hand_over_time_then_run_together(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    pool = _ConsumeThreads(20, "t", loop)
+    calls = Calls()
+    submitted: list[float] = []
+
+    def submit_some() -> None:
+        submitted.append(time.monotonic())
+        for i in range(3):
+            pool.submit_batched(calls.call, i)
+
+    try:
+        in_loop(loop, submit_some)
+        wait_until(lambda: len(calls.ran) == 3, "the calls after the hand-over time")
+        assert [i for i, _, _ in calls.ran] == [0, 1, 2]
+        assert len({name for _, name, _ in calls.ran}) == 1
+        assert calls.ran[0][2] - submitted[0] >= HAND_OVER_AFTER_S
+    finally:
+        pool.shutdown()
+
+
+def test_a_call_that_wakes_a_thread_takes_the_gathered_backlog_calls_along(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    pool = _ConsumeThreads(20, "t", loop)
+    calls = Calls()
+    ran_before_timer: list[int] = []
+
+    def submit_mixed() -> None:
+        pool.submit_batched(calls.call, 0)
+        pool.submit_batched(calls.call, 1)
+        pool.submit(calls.call, 2)  # a caught-up queue's call: no waiting
+        # The hand-over timer cannot fire while this callback holds the loop.
+        wait_until(lambda: len(calls.ran) == 3, "the calls, woken by the plain one")
+        ran_before_timer.append(len(calls.ran))
+
+    try:
+        in_loop(loop, submit_mixed)
+        assert ran_before_timer == [3]
+        assert [i for i, _, _ in calls.ran] == [0, 1, 2]
+        assert len({name for _, name, _ in calls.ran}) == 1
+        time.sleep(5 * HAND_OVER_AFTER_S)  # the timer, when it fires, finds nothing to do
+        assert len(calls.ran) == 3
+        assert len(pool._threads) == 1
+    finally:
+        pool.shutdown()
+
+
+def test_backlog_calls_gathered_at_shutdown_are_dropped_and_later_ones_refused(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    pool = _ConsumeThreads(4, "t", loop)
+    calls = Calls()
+    in_loop(loop, lambda: pool.submit_batched(calls.call, 0))
+    pool.shutdown()
+    time.sleep(5 * HAND_OVER_AFTER_S)
+    assert calls.ran == []
+    assert pool._threads == []
+    refused: list[bool] = []
+
+    def submit_late() -> None:
+        try:
+            pool.submit_batched(calls.call, 1)
+        except RuntimeError:
+            refused.append(True)
+
+    in_loop(loop, submit_late)
+    assert refused == [True]

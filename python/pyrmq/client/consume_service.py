@@ -39,6 +39,9 @@ LOCAL_RETRY_DELAY_S: Final = 5.0
 FANOUT_AFTER_S: Final = 0.002
 FANOUT_BELOW_CPU: Final = 0.75
 RETIRE_FROM_CPU: Final = 0.9
+HAND_OVER_CALLS: Final = 16
+HAND_OVER_AFTER_S: Final = 0.002
+HAND_OVER_WAIT_S: Final = 0.001
 
 
 def wake(waiter: "asyncio.Future[None] | None") -> None:
@@ -89,6 +92,14 @@ class _ConsumeThreads:
     makes them hand it back and forth (with RocketMQ's one message per call, a third of the
     throughput); from ``RETIRE_FROM_CPU`` of a core, the check sends threads beyond one back
     to sleep after their call.
+
+    Calls of a queue with a backlog (:meth:`submit_batched`) do not wake a thread one by one:
+    while every thread sleeps they gather until ``HAND_OVER_CALLS`` wait, the oldest has
+    waited ``HAND_OVER_AFTER_S`` or the loop has nothing else to do (:meth:`hand_over`). The
+    loop then wakes a thread and waits, without the interpreter lock, until that thread has
+    begun (at most ``HAND_OVER_WAIT_S``). A thread woken while the loop keeps running would
+    wait for the lock, woken in vain each time the loop lets go of it between callbacks;
+    handed over, it runs the gathered calls in one stretch while the loop waits once.
     """
 
     def __init__(
@@ -118,6 +129,9 @@ class _ConsumeThreads:
         self._last_check = (0.0, 0.0)
         """(monotonic time, ``cpu_clock()``) at the last check or its scheduling."""
         self._loop_thread: int | None = None
+        self._begun = threading.Event()
+        """Set by a thread each time it wakes (or starts)."""
+        self._hand_over_timer: asyncio.TimerHandle | None = None
         self._closed = False
 
     def submit(self, fn: Callable[..., None], *args: Any) -> None:
@@ -137,6 +151,39 @@ class _ConsumeThreads:
             return
         with contextlib.suppress(RuntimeError):  # the loop is closed: only shutdown is left
             self._loop.call_soon_threadsafe(self._schedule_check)
+
+    def submit_batched(self, fn: Callable[..., None], *args: Any) -> None:
+        """:meth:`submit` from the loop, for a queue with a backlog: with every thread asleep,
+        the call waits to be handed over with others."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("consume threads are shut down")
+            gathered = not self._awake
+            if gathered:
+                self._calls.append((fn, args, time.monotonic()))
+                if len(self._calls) < HAND_OVER_CALLS:
+                    if self._hand_over_timer is None:
+                        self._hand_over_timer = self._loop.call_later(
+                            HAND_OVER_AFTER_S, self.hand_over
+                        )
+                    return
+        if gathered:
+            self.hand_over()
+        else:
+            self.submit(fn, *args)
+
+    def hand_over(self) -> None:
+        """In the loop: wakes a thread for the calls gathered, if every thread sleeps, and
+        lets it begin."""
+        if self._hand_over_timer is not None:
+            self._hand_over_timer.cancel()
+            self._hand_over_timer = None
+        with self._lock:
+            if self._awake or not self._calls or self._closed:
+                return
+            self._begun.clear()
+            self._wake_one()
+        self._begun.wait(HAND_OVER_WAIT_S)
 
     def _schedule_check(self) -> None:
         self._loop_thread = threading.get_ident()
@@ -179,6 +226,7 @@ class _ConsumeThreads:
         wake = threading.Lock()
         wake.acquire()
         lock, calls = self._lock, self._calls
+        self._begun.set()
         while True:
             with lock:
                 if calls and not self._retire:
@@ -194,6 +242,7 @@ class _ConsumeThreads:
                     fn = None
             if fn is None:
                 wake.acquire()
+                self._begun.set()
                 continue
             try:
                 fn(*args)
@@ -252,6 +301,11 @@ class ConcurrentConsumeService:
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = threading.Event()
 
+    def hand_over(self) -> None:
+        """Hands the backlog calls gathered to a consume thread now; called in the loop when
+        it has nothing else to do (a queue waits for room)."""
+        self._pool.hand_over()
+
     def runs_where(self, topic: str) -> Literal["loop", "threads"] | None:
         """Where the listener of ``topic`` runs: in the loop (a coroutine function), on the
         consume threads (a function), or nowhere (no listener: ``async for``)."""
@@ -266,11 +320,14 @@ class ConcurrentConsumeService:
         pq: ProcessQueue,
         mq: MessageQueue,
         begun: "asyncio.Future[None] | None" = None,
+        *,
+        backlog: bool = False,
     ) -> None:
         """Hands pulled messages (already in ``pq``) to the listeners; called in the loop.
 
         ``begun`` is resolved once a consume thread has begun on them (at once if they do
-        not go to the threads, or cannot)."""
+        not go to the threads, or cannot). With ``backlog`` (more messages wait at the broker)
+        they may wait to be handed to the threads together with other pulls'."""
         listener_for = self._consumer.listener_for
         if not mq.topic.startswith(RETRY_PREFIX):
             # One topic, so one listener: slice instead of routing each message.
@@ -278,8 +335,9 @@ class ConcurrentConsumeService:
             step = self._batch
             chunks = [list(msgs[i : i + step]) for i in range(0, len(msgs), step)]
             if only is not None and not inspect.iscoroutinefunction(only):
+                submit = self._pool.submit_batched if backlog else self._pool.submit
                 try:
-                    self._pool.submit(self._consume_sync_run, only, chunks, pq, mq, begun)
+                    submit(self._consume_sync_run, only, chunks, pq, mq, begun)
                 except RuntimeError:  # pool shut down: left uncommitted
                     wake(begun)
                 return

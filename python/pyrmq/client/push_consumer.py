@@ -498,6 +498,9 @@ class PushConsumer(ClientLifecycle):
         ``PULL_DELAY_ON_FLOW_CONTROL_S`` (RocketMQ's fixed pause, here only an upper bound:
         a queue that sleeps it out while its listener catches up idles the consumer)."""
         assert self._loop is not None
+        if self._service is not None:
+            # Only finished messages make room: the threads need not wait to be handed them.
+            self._service.hand_over()
         waiter: asyncio.Future[None] = self._loop.create_future()
         pq.room_waiter = waiter
         try:
@@ -588,7 +591,7 @@ class PushConsumer(ClientLifecycle):
                     # The next pull goes out first: with a backlog the broker answers it while
                     # the listener runs, and a consume thread woken now would wait for the
                     # interpreter lock until the loop is done writing it.
-                    self._loop.call_soon(self._dispatch, msgs, pq, mq)
+                    self._loop.call_soon(self._dispatch_backlog, msgs, pq, mq)
             elif pq.msg_count == 0:
                 self.offset_store.update(mq, offset)
         elif result.status is PullStatus.OFFSET_ILLEGAL:
@@ -627,19 +630,24 @@ class PushConsumer(ClientLifecycle):
             cached = self._pull_headers[mq] = (sub, header.to_ext())
         return cached[1]
 
+    def _dispatch_backlog(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        self._dispatch(msgs, pq, mq, backlog=True)
+
     def _dispatch(
         self,
         msgs: list[MessageExt],
         pq: ProcessQueue,
         mq: MessageQueue,
         begun: "asyncio.Future[None] | None" = None,
+        *,
+        backlog: bool = False,
     ) -> None:
-        """Hands pulled messages to their listeners or to ``async for``; ``begun`` is
-        resolved as :meth:`ConcurrentConsumeService.submit` says, or at once."""
+        """Hands pulled messages to their listeners or to ``async for``; ``begun`` and
+        ``backlog`` as :meth:`ConcurrentConsumeService.submit` takes them."""
         if not mq.topic.startswith(RETRY_PREFIX) and self.listener_for(mq.topic) is not None:
             # The common case: one topic, one listener, no per-message routing.
             assert self._service is not None
-            self._service.submit(msgs, pq, mq, begun)
+            self._service.submit(msgs, pq, mq, begun, backlog=backlog)
             return
         inbox = self._inbox
         rest = []
