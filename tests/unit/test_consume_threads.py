@@ -298,6 +298,10 @@ class Calls:
         with self.lock:
             self.ran.append((i, threading.current_thread().name, time.monotonic()))
 
+    def assert_in_order_on_one_thread(self, n: int) -> None:
+        assert [i for i, _, _ in self.ran] == list(range(n))
+        assert len({name for _, name, _ in self.ran}) == 1
+
 
 def test_backlog_calls_gathered_up_to_the_hand_over_count_go_to_one_thread_at_once(
     loop: asyncio.AbstractEventLoop,
@@ -317,8 +321,7 @@ def test_backlog_calls_gathered_up_to_the_hand_over_count_go_to_one_thread_at_on
         in_loop(loop, submit_all)
         assert awake_after == [1]
         wait_until(lambda: len(calls.ran) == HAND_OVER_CALLS, "the calls")
-        assert [i for i, _, _ in calls.ran] == list(range(HAND_OVER_CALLS))
-        assert len({name for _, name, _ in calls.ran}) == 1
+        calls.assert_in_order_on_one_thread(HAND_OVER_CALLS)
         assert len(pool._threads) == 1
     finally:
         pool.shutdown()
@@ -339,8 +342,7 @@ def test_fewer_backlog_calls_wait_the_hand_over_time_then_run_together(
     try:
         in_loop(loop, submit_some)
         wait_until(lambda: len(calls.ran) == 3, "the calls after the hand-over time")
-        assert [i for i, _, _ in calls.ran] == [0, 1, 2]
-        assert len({name for _, name, _ in calls.ran}) == 1
+        calls.assert_in_order_on_one_thread(3)
         assert calls.ran[0][2] - submitted[0] >= HAND_OVER_AFTER_S
     finally:
         pool.shutdown()
@@ -364,8 +366,7 @@ def test_a_call_that_wakes_a_thread_takes_the_gathered_backlog_calls_along(
     try:
         in_loop(loop, submit_mixed)
         assert ran_before_timer == [3]
-        assert [i for i, _, _ in calls.ran] == [0, 1, 2]
-        assert len({name for _, name, _ in calls.ran}) == 1
+        calls.assert_in_order_on_one_thread(3)
         time.sleep(5 * HAND_OVER_AFTER_S)  # the timer, when it fires, finds nothing to do
         assert len(calls.ran) == 3
         assert len(pool._threads) == 1
