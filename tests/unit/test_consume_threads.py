@@ -287,6 +287,14 @@ def test_while_the_process_computes_surplus_threads_go_back_to_sleep(
         pool.shutdown()
 
 
+@pytest.fixture
+def pool(loop: asyncio.AbstractEventLoop) -> Iterator[_ConsumeThreads]:
+    """Consume threads as a push consumer has them by default (20), shut down afterwards."""
+    threads = _ConsumeThreads(20, "t", loop)
+    yield threads
+    threads.shutdown()
+
+
 class Calls:
     """Calls that record when and on which thread they ran."""
 
@@ -304,9 +312,8 @@ class Calls:
 
 
 def test_backlog_calls_gathered_up_to_the_hand_over_count_go_to_one_thread_at_once(
-    loop: asyncio.AbstractEventLoop,
+    loop: asyncio.AbstractEventLoop, pool: _ConsumeThreads
 ) -> None:
-    pool = _ConsumeThreads(20, "t", loop)
     calls = Calls()
     awake_after: list[int] = []
 
@@ -317,20 +324,16 @@ def test_backlog_calls_gathered_up_to_the_hand_over_count_go_to_one_thread_at_on
         # The last call handed them over: the thread has begun before the loop goes on.
         awake_after.append(pool._awake)
 
-    try:
-        in_loop(loop, submit_all)
-        assert awake_after == [1]
-        wait_until(lambda: len(calls.ran) == HAND_OVER_CALLS, "the calls")
-        calls.assert_in_order_on_one_thread(HAND_OVER_CALLS)
-        assert len(pool._threads) == 1
-    finally:
-        pool.shutdown()
+    in_loop(loop, submit_all)
+    assert awake_after == [1]
+    wait_until(lambda: len(calls.ran) == HAND_OVER_CALLS, "the calls")
+    calls.assert_in_order_on_one_thread(HAND_OVER_CALLS)
+    assert len(pool._threads) == 1
 
 
 def test_fewer_backlog_calls_wait_the_hand_over_time_then_run_together(
-    loop: asyncio.AbstractEventLoop,
+    loop: asyncio.AbstractEventLoop, pool: _ConsumeThreads
 ) -> None:
-    pool = _ConsumeThreads(20, "t", loop)
     calls = Calls()
     submitted: list[float] = []
 
@@ -339,19 +342,15 @@ def test_fewer_backlog_calls_wait_the_hand_over_time_then_run_together(
         for i in range(3):
             pool.submit_batched(calls.call, i)
 
-    try:
-        in_loop(loop, submit_some)
-        wait_until(lambda: len(calls.ran) == 3, "the calls after the hand-over time")
-        calls.assert_in_order_on_one_thread(3)
-        assert calls.ran[0][2] - submitted[0] >= HAND_OVER_AFTER_S
-    finally:
-        pool.shutdown()
+    in_loop(loop, submit_some)
+    wait_until(lambda: len(calls.ran) == 3, "the calls after the hand-over time")
+    calls.assert_in_order_on_one_thread(3)
+    assert calls.ran[0][2] - submitted[0] >= HAND_OVER_AFTER_S
 
 
 def test_a_call_that_wakes_a_thread_takes_the_gathered_backlog_calls_along(
-    loop: asyncio.AbstractEventLoop,
+    loop: asyncio.AbstractEventLoop, pool: _ConsumeThreads
 ) -> None:
-    pool = _ConsumeThreads(20, "t", loop)
     calls = Calls()
     ran_before_timer: list[int] = []
 
@@ -363,15 +362,12 @@ def test_a_call_that_wakes_a_thread_takes_the_gathered_backlog_calls_along(
         wait_until(lambda: len(calls.ran) == 3, "the calls, woken by the plain one")
         ran_before_timer.append(len(calls.ran))
 
-    try:
-        in_loop(loop, submit_mixed)
-        assert ran_before_timer == [3]
-        calls.assert_in_order_on_one_thread(3)
-        time.sleep(5 * HAND_OVER_AFTER_S)  # the timer, when it fires, finds nothing to do
-        assert len(calls.ran) == 3
-        assert len(pool._threads) == 1
-    finally:
-        pool.shutdown()
+    in_loop(loop, submit_mixed)
+    assert ran_before_timer == [3]
+    calls.assert_in_order_on_one_thread(3)
+    time.sleep(5 * HAND_OVER_AFTER_S)  # the timer, when it fires, finds nothing to do
+    assert len(calls.ran) == 3
+    assert len(pool._threads) == 1
 
 
 def test_backlog_calls_gathered_at_shutdown_are_dropped_and_later_ones_refused(
