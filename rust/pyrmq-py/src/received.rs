@@ -254,18 +254,27 @@ impl PyMessageExt {
     }
 }
 
-/// Decodes a PULL body from `broker_name` into received messages.
+/// Decodes a PULL body from `broker_name` into a list of received messages.
+///
+/// The messages are kept out of the cycle collector: they refer only to strings and bytes,
+/// so no cycle can pass through one, and a consumer with a backlog holds thousands in flight
+/// that every collection would otherwise traverse (and promote, until full collections).
 #[pyfunction]
-pub fn decode_received(
-    py: Python<'_>,
-    buffer: &Bound<'_, PyAny>,
-    broker_name: &Bound<'_, PyString>,
-) -> PyResult<Vec<PyMessageExt>> {
+pub fn decode_received<'py>(
+    py: Python<'py>,
+    buffer: &Bound<'py, PyAny>,
+    broker_name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyList>> {
     let stored = crate::message::decode_messages(py, buffer)?;
-    Ok(stored
-        .into_iter()
-        .map(|m| PyMessageExt::new(py, m, broker_name.clone().unbind()))
-        .collect())
+    let mut received = Vec::with_capacity(stored.len());
+    for m in stored {
+        let msg = Bound::new(py, PyMessageExt::new(py, m, broker_name.clone().unbind()))?;
+        // SAFETY: `msg` is a live object of a GC type, tracked since its allocation;
+        // untracking only takes it off the collector's lists (its dealloc copes with that).
+        unsafe { pyo3::ffi::PyObject_GC_UnTrack(msg.as_ptr().cast()) };
+        received.push(msg);
+    }
+    PyList::new(py, received)
 }
 
 /// What a ProcessQueue needs of a pulled batch, in one pass instead of a property read per
