@@ -143,6 +143,7 @@ def run_bench(args: list[str], timeout_s: float, broker_pid: int) -> dict[str, A
     return {
         "result": results[0],
         "lines": [line for line in done.stdout.splitlines() if not line.startswith("RESULT ")],
+        "stderr": done.stderr,
         "wall_s": wall_s,
         "client_cpu_s": client_cpu,
         "broker_cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
@@ -265,6 +266,12 @@ def consumer_row(
     ]  # fmt: skip
     run = run_bench(args, plan.row_timeout_s + plan.consume_max_s, pid)
     res = run["result"]
+    if not res["msgs"]:
+        # A rate of zero would read as a slow consumer; say what the consumer logged.
+        raise RowFailed(
+            f"`pyrmq bench {' '.join(args)}` received nothing in {run['wall_s']:.1f} s\n"
+            f"stderr (end):\n{run['stderr'][-3000:]}"
+        )
     return make_row(
         name,
         run,
