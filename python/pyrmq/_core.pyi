@@ -367,7 +367,8 @@ def decode_messages(buffer: Buffer) -> list[StoredMessage]:
     """Decodes records laid end to end (a PULL body, or ``GetResult.buffer``)."""
 
 def decode_received(buffer: Buffer, broker_name: str) -> list[MessageExt]:
-    """Decodes a PULL body from ``broker_name`` into received messages."""
+    """Decodes a PULL body from ``broker_name`` into received messages, each kept out of
+    the cycle collector (they refer only to strings and bytes)."""
 
 def received_extent(msgs: list[Any]) -> tuple[int, int, bool, int] | None:
     """``(first queue offset, last queue offset, consecutive, total store size)`` of a pulled
