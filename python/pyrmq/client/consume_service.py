@@ -300,6 +300,16 @@ class ConcurrentConsumeService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = threading.Event()
+        self._last_kind: tuple[object, bool] = (None, False)
+        """The last listener asked about, and whether it is a coroutine function: asked twice
+        per pull, of the same listener but for consumers of several topics."""
+
+    def _is_async(self, listener: Listener) -> bool:
+        last, is_async = self._last_kind
+        if last is not listener:
+            is_async = inspect.iscoroutinefunction(listener)
+            self._last_kind = (listener, is_async)
+        return is_async
 
     def hand_over(self) -> None:
         """Hands the backlog calls gathered to a consume thread now; called in the loop when
@@ -312,7 +322,7 @@ class ConcurrentConsumeService:
         listener = self._consumer.listener_for(topic)
         if listener is None:
             return None
-        return "loop" if inspect.iscoroutinefunction(listener) else "threads"
+        return "loop" if self._is_async(listener) else "threads"
 
     def submit(
         self,
@@ -334,7 +344,7 @@ class ConcurrentConsumeService:
             only = listener_for(mq.topic)
             step = self._batch
             chunks = [list(msgs[i : i + step]) for i in range(0, len(msgs), step)]
-            if only is not None and not inspect.iscoroutinefunction(only):
+            if only is not None and not self._is_async(only):
                 submit = self._pool.submit_batched if backlog else self._pool.submit
                 try:
                     submit(self._consume_sync_run, only, chunks, pq, mq, begun)
@@ -362,7 +372,7 @@ class ConcurrentConsumeService:
         self, listener: Listener | None, chunk: list[MessageExt], pq: ProcessQueue, mq: MessageQueue
     ) -> None:
         assert listener is not None, "messages without a listener go to the inbox"
-        if inspect.iscoroutinefunction(listener):
+        if self._is_async(listener):
             if self._async_running < self._async_max:
                 self._consume_async(cast(AsyncListener, listener), chunk, pq, mq)
             else:

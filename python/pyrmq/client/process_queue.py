@@ -172,11 +172,16 @@ class ProcessQueue:
         """Removes ``msgs`` at once if they are a run of one batch, none finished yet (how
         the consume service hands them out); False, touching nothing, otherwise."""
         first = msgs[0].queue_offset
-        at = self._batches.bisect_right(first) - 1
-        if at < 0:
+        batch = self._first
+        if batch is None:
             return False
-        key, batch = self._batches.peekitem(at)
-        i = bisect.bisect_left(batch.offsets, first)
+        key = batch.offsets[0]
+        if first > batch.last:  # not the oldest batch (usually it is: calls finish in order)
+            at = self._batches.bisect_right(first) - 1
+            key, batch = self._batches.peekitem(at)
+        elif first < key:
+            return False
+        i = first - key if batch.dense else bisect.bisect_left(batch.offsets, first)
         j = i + len(msgs)
         if batch.msgs[i:j] != msgs or batch.done.find(1, i, j) != -1:
             return False
@@ -208,13 +213,13 @@ class ProcessQueue:
 
     def span(self) -> int:
         """From the oldest message in flight to the newest pulled: RocketMQ's span, or a
-        little more when the newest have finished already."""
+        little more when the newest have finished already (until the next pull brings newer
+        ones, when RocketMQ's is the same again)."""
         with self._lock:
-            if not self._batches:
+            first = self._first
+            if first is None:
                 return 0
-            first: _Batch = self._batches.peekitem(0)[1]
-            last: _Batch = self._batches.peekitem(-1)[1]
-            return last.offsets[-1] - first.offsets[first.low]
+            return self.max_offset_seen - first.offsets[first.low]
 
     def clear(self) -> None:
         """Forgets every message (the queue's offset was moved)."""
