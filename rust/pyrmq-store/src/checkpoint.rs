@@ -72,12 +72,17 @@ impl Checkpoint {
 
 pub struct CheckpointFile {
     path: PathBuf,
+    /// The periodic flush and an explicit one may store at once. Both write `checkpoint.tmp`:
+    /// unserialized, one renames the file the other is still writing into place, and the
+    /// other's rename then fails.
+    writing: parking_lot::Mutex<()>,
 }
 
 impl CheckpointFile {
     pub fn new(root: &Path) -> Self {
         Self {
             path: root.join("checkpoint"),
+            writing: parking_lot::Mutex::new(()),
         }
     }
 
@@ -91,6 +96,7 @@ impl CheckpointFile {
     }
 
     pub fn store(&self, cp: &Checkpoint) -> StoreResult<()> {
+        let _writing = self.writing.lock();
         match self.replace(cp) {
             Err(StoreError::DiskFull(_)) if self.path.exists() => self.overwrite(cp),
             other => other,
@@ -133,5 +139,36 @@ impl CheckpointFile {
         f.write_all_at(&cp.encode(), 0)
             .map_err(|e| io("writing", e))?;
         f.sync_data().map_err(|e| io("syncing", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrent_stores_each_succeed_and_leave_a_whole_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = CheckpointFile::new(dir.path());
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let file = &file;
+                s.spawn(move || {
+                    for i in 0..200u64 {
+                        let cp = Checkpoint {
+                            commit_log_flushed: t * 1_000 + i,
+                            logics_flushed: i,
+                            index_flushed: i,
+                            written_at_ms: i as i64,
+                        };
+                        file.store(&cp).expect("store");
+                        let seen = file.load().expect("a whole checkpoint at every moment");
+                        assert_eq!(seen.commit_log_flushed % 1_000, seen.logics_flushed);
+                    }
+                });
+            }
+        });
+        let last = file.load().unwrap();
+        assert_eq!(last.logics_flushed, 199);
     }
 }
