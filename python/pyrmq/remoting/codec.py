@@ -49,6 +49,8 @@ framing, so the decoder refuses further input: close the connection.
 ([], {'topic': 'T'})
 """
 
+from typing import Final
+
 from pyrmq import _core
 from pyrmq.errors import FrameDecodeError
 from pyrmq.remoting.command import RemotingCommand
@@ -58,6 +60,9 @@ __all__ = ["FrameDecoder", "encode"]
 
 _LENGTH_FIELD_BYTES = 4
 _PREFIX_BYTES = 8
+
+_SERIALIZE: Final = tuple(SerializeType)
+"""Serialize types by their byte (0 = JSON, 1 = ROCKETMQ)."""
 
 
 def encode(cmd: RemotingCommand) -> bytes:
@@ -123,29 +128,13 @@ class FrameDecoder:
         else:
             self._buf += memoryview(data)[consumed:]
         self._need = _bytes_needed(self._buf)
+        # Positional, and the serialize type by index: a third of the keyword-and-enum-call
+        # cost, paid once per frame.
         return [
             RemotingCommand(
-                code=code,
-                language=language,
-                version=version,
-                opaque=opaque,
-                flag=flag,
-                remark=remark,
-                ext_fields=ext_fields,
-                body=body,
-                serialize_type=SerializeType(serialize_type),
+                code, opaque, flag, language, version, remark, ext_fields, body, _SERIALIZE[st]
             )
-            for (
-                code,
-                language,
-                version,
-                opaque,
-                flag,
-                remark,
-                ext_fields,
-                body,
-                serialize_type,
-            ) in tuples
+            for (code, language, version, opaque, flag, remark, ext_fields, body, st) in tuples
         ]
 
 

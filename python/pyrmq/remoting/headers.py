@@ -74,6 +74,27 @@ def parse_bool(text: str) -> bool:
     return text == "1" or text.lower() == "true"
 
 
+def _int_or_raise(text: str, low: int = _I32[0], high: int = _I32[1]) -> int:
+    """``int(text)`` for ``[+-]?[0-9]+`` within ``[low, high]`` (int32 by default), else
+    ValueError.
+
+    The hot headers (send, pull) read their fields with this first, in straight-line code,
+    and only after an error read them again through :class:`_Fields` for its message.
+
+    >>> _int_or_raise("-12"), _int_or_raise("+7"), _int_or_raise("2147483648", *_I64)
+    (-12, 7, 2147483648)
+    >>> _int_or_raise("1_0")
+    Traceback (most recent call last):
+    ...
+    ValueError: 1_0
+    """
+    if text.isascii() and (text.isdigit() or (text[1:].isdigit() and text[0] in "+-")):
+        value = int(text)
+        if low <= value <= high:
+            return value
+    raise ValueError(text)
+
+
 class _Fields:
     """Reads ext fields for one header; errors name the header and the wire field."""
 
@@ -167,6 +188,9 @@ _SEND_V2_LETTERS: Final[Mapping[str, str]] = {
     "batch": "m",
     "brokerName": "n",
 }
+_SEND_NAMES: Final = tuple(_SEND_V2_LETTERS)
+"""The send header's long names, in the order ``SendMessageRequestHeader._read`` takes them."""
+_SEND_LETTERS: Final = tuple(_SEND_V2_LETTERS.values())
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,12 +231,45 @@ class SendMessageRequestHeader:
     @classmethod
     def from_ext(cls, ext: Mapping[str, str]) -> Self:
         """Parses the long field names of SEND_MESSAGE (10)."""
-        return cls._parse(_Fields(cls.__name__, ext))
+        try:
+            return cls._read(ext, _SEND_NAMES, broker_name=False)
+        except (KeyError, ValueError):
+            return cls._parse(_Fields(cls.__name__, ext))
 
     @classmethod
     def from_ext_v2(cls, ext: Mapping[str, str]) -> Self:
         """Parses the one-letter field names of SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE."""
-        return cls._parse(_Fields(cls.__name__, ext, _SEND_V2_LETTERS), broker_name=True)
+        try:
+            return cls._read(ext, _SEND_LETTERS, broker_name=True)
+        except (KeyError, ValueError):
+            return cls._parse(_Fields(cls.__name__, ext, _SEND_V2_LETTERS), broker_name=True)
+
+    @classmethod
+    def _read(cls, ext: Mapping[str, str], keys: tuple[str, ...], *, broker_name: bool) -> Self:
+        """:meth:`_parse` in straight-line code, for a send's hot path: raises KeyError or
+        ValueError where :meth:`_parse` raises HeaderError."""
+        pg, tp, dt, dq, qi, sf, bt, fl, pr, rt, um, mr, ba, bn = keys
+        get = ext.get
+        reconsume = get(rt)
+        unit_mode = get(um)
+        max_reconsume = get(mr)
+        batch = get(ba)
+        return cls(
+            producer_group=ext[pg],
+            topic=ext[tp],
+            default_topic=ext[dt],
+            default_topic_queue_nums=_int_or_raise(ext[dq]),
+            queue_id=_int_or_raise(ext[qi]),
+            sys_flag=_int_or_raise(ext[sf]),
+            born_timestamp=_int_or_raise(ext[bt], *_I64),
+            flag=_int_or_raise(ext[fl]),
+            properties=get(pr) or "",
+            reconsume_times=0 if reconsume is None else _int_or_raise(reconsume),
+            unit_mode=unit_mode is not None and parse_bool(unit_mode),
+            batch=batch is not None and parse_bool(batch),
+            max_reconsume_times=None if max_reconsume is None else _int_or_raise(max_reconsume),
+            broker_name=get(bn) if broker_name else None,
+        )
 
     @classmethod
     def _parse(cls, f: _Fields, broker_name: bool = False) -> Self:
@@ -373,7 +430,34 @@ class PullMessageRequestHeader:
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str]) -> Self:
-        f = _Fields(cls.__name__, ext)
+        try:
+            return cls._read(ext)
+        except (KeyError, ValueError):
+            return cls._parse(_Fields(cls.__name__, ext))
+
+    @classmethod
+    def _read(cls, ext: Mapping[str, str]) -> Self:
+        """:meth:`_parse` in straight-line code, for a pull's hot path: raises KeyError or
+        ValueError where :meth:`_parse` raises HeaderError."""
+        get = ext.get
+        max_bytes = get("maxMsgBytes")
+        return cls(
+            consumer_group=ext["consumerGroup"],
+            topic=ext["topic"],
+            queue_id=_int_or_raise(ext["queueId"]),
+            queue_offset=_int_or_raise(ext["queueOffset"], *_I64),
+            max_msg_nums=_int_or_raise(ext["maxMsgNums"]),
+            sys_flag=_int_or_raise(ext["sysFlag"]),
+            commit_offset=_int_or_raise(ext["commitOffset"], *_I64),
+            suspend_timeout_millis=_int_or_raise(ext["suspendTimeoutMillis"], *_I64),
+            sub_version=_int_or_raise(ext["subVersion"], *_I64),
+            subscription=get("subscription"),
+            expression_type=get("expressionType"),
+            max_msg_bytes=None if max_bytes is None else _int_or_raise(max_bytes),
+        )
+
+    @classmethod
+    def _parse(cls, f: _Fields) -> Self:
         return cls(
             consumer_group=f.text("consumerGroup"),
             topic=f.text("topic"),

@@ -178,6 +178,11 @@ impl HoldTable {
     /// Takes the pulls ready to be answered and clears the fd's readiness.
     pub fn drain_ready(&self) -> Vec<(u64, WakeReason)> {
         let mut ready = self.ready.lock();
+        if ready.is_empty() {
+            // The fd is signalled exactly while the list is non-empty (both change under this
+            // lock), so there is nothing to clear: the broker drains after every append.
+            return Vec::new();
+        }
         self.fd.clear();
         std::mem::take(&mut *ready)
     }
@@ -205,6 +210,37 @@ mod tests {
         t.check(|_, q| if q == 1 { 6 } else { 0 });
         assert_eq!(t.drain_ready(), vec![(4, WakeReason::Check)]);
         assert_eq!(t.held_count(), 0);
+    }
+
+    fn readable(fd: RawFd) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polls one live pollfd without waiting.
+        unsafe { libc::poll(&raw mut p, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn the_fd_is_readable_exactly_while_pulls_are_ready() {
+        let t = HoldTable::new().unwrap();
+        assert!(t.drain_ready().is_empty());
+        assert!(!readable(t.fd()));
+        t.hold(1, "T", 0, 5, None, || 5);
+        t.hold(2, "T", 1, 5, None, || 5);
+        t.on_arrival("T", 0, 6, None);
+        assert!(readable(t.fd()));
+        t.on_arrival("T", 1, 6, None);
+        assert_eq!(t.drain_ready().len(), 2);
+        assert!(!readable(t.fd()));
+        // An empty drain leaves a later signal intact.
+        assert!(t.drain_ready().is_empty());
+        t.hold(3, "T", 0, 6, None, || 6);
+        t.on_arrival("T", 0, 7, None);
+        assert!(readable(t.fd()));
+        assert_eq!(t.drain_ready(), vec![(3, WakeReason::Arrival)]);
+        assert!(!readable(t.fd()));
     }
 
     #[test]
