@@ -28,6 +28,10 @@ __all__ = ["FAILURE_ISOLATION_MS", "LatencyFaults"]
 _LATENCY_MAX_MS: Final = (50, 100, 550, 1000, 2000, 3000, 15000)
 _NOT_AVAILABLE_MS: Final = (0, 0, 30_000, 60_000, 120_000, 180_000, 600_000)
 FAILURE_ISOLATION_MS: Final = 30_000
+_FIRST_PAUSED_MS: Final = min(
+    bound for bound, pause in zip(_LATENCY_MAX_MS, _NOT_AVAILABLE_MS, strict=True) if pause
+)
+"""The shortest latency that earns a pause: below it, an answer only clears one."""
 
 
 def _now_ms() -> int:
@@ -57,6 +61,10 @@ class LatencyFaults:
         self, broker: str, latency_ms: int, *, failed: bool = False, now_ms: int | None = None
     ) -> None:
         """Records a send to ``broker`` that took ``latency_ms`` (``failed``: got no answer)."""
+        if not failed and latency_ms < _FIRST_PAUSED_MS:  # every send that went well
+            if self._items:
+                self._items.pop(broker, None)
+            return
         if failed:
             pause = self.failure_isolation_ms
         else:
