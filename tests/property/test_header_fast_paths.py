@@ -107,16 +107,17 @@ def _same(fast: Callable[[], Any], checked: Callable[[], Any]) -> None:
     assert str(got.value) == refused
 
 
+def _agrees(cls: Any, ext: dict[str, str]) -> None:
+    """``cls.from_ext`` against the checked parse of the same long-named fields."""
+    _same(lambda: cls.from_ext(ext), lambda: cls._parse(h._Fields(cls.__name__, ext)))
+
+
 @given(send_fields())
 @example(SEND_OK)
 @example({**SEND_OK, "batch": "1", "maxReconsumeTimes": "16", "reconsumeTimes": "+2"})
 @example({**SEND_OK, "queueId": "2147483648"})
 def test_send_header_v1(ext: dict[str, str]) -> None:
-    name = h.SendMessageRequestHeader.__name__
-    _same(
-        lambda: h.SendMessageRequestHeader.from_ext(ext),
-        lambda: h.SendMessageRequestHeader._parse(h._Fields(name, ext)),
-    )
+    _agrees(h.SendMessageRequestHeader, ext)
 
 
 @given(send_fields())
@@ -138,11 +139,7 @@ def test_send_header_v2(ext: dict[str, str]) -> None:
 @example({**PULL_OK, "maxMsgBytes": "1_0"})
 @example({**PULL_OK, "queueOffset": "-9223372036854775809"})
 def test_pull_header(ext: dict[str, str]) -> None:
-    name = h.PullMessageRequestHeader.__name__
-    _same(
-        lambda: h.PullMessageRequestHeader.from_ext(ext),
-        lambda: h.PullMessageRequestHeader._parse(h._Fields(name, ext)),
-    )
+    _agrees(h.PullMessageRequestHeader, ext)
 
 
 def test_the_valid_examples_parse() -> None:
