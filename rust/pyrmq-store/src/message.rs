@@ -365,10 +365,34 @@ pub fn iter_properties(props: &[u8]) -> impl Iterator<Item = (&str, &str)> {
         })
 }
 
+/// The value of `pair` if it is named `name` (`name\x01value`); names are compared as bytes.
+fn value_if_named<'a>(pair: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    pair.strip_prefix(name)?
+        .strip_prefix(&[NAME_VALUE_SEPARATOR])
+}
+
+/// Whether a pair is named one of `names` (values unchecked): the cheap test before lookups.
+pub fn has_any_property(props: &[u8], names: &[&str]) -> bool {
+    // A pair's name ends at its first separator, so a name holding one is never there.
+    let names = names
+        .iter()
+        .map(|n| n.as_bytes())
+        .filter(|n| !n.contains(&NAME_VALUE_SEPARATOR));
+    props
+        .split(|b| *b == PROPERTY_SEPARATOR)
+        .any(|pair| names.clone().any(|n| value_if_named(pair, n).is_some()))
+}
+
+/// The value of the first pair named `name` whose value is UTF-8, as [`iter_properties`] would
+/// find it; names are compared as bytes, so only the value found is checked.
 pub fn property<'a>(props: &'a [u8], name: &str) -> Option<&'a str> {
-    iter_properties(props)
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v)
+    let name = name.as_bytes();
+    if name.contains(&NAME_VALUE_SEPARATOR) {
+        return None; // a pair's name ends at its first separator
+    }
+    props
+        .split(|b| *b == PROPERTY_SEPARATOR)
+        .find_map(|pair| std::str::from_utf8(value_if_named(pair, name)?).ok())
 }
 
 pub fn properties_map(props: &[u8]) -> HashMap<String, String> {

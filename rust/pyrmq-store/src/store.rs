@@ -694,7 +694,9 @@ impl Inner {
         let mut rewrites: Vec<Option<Rewrite>> = Vec::new();
         let mut delayed = SameProperties::default();
         for (i, m) in msgs.iter().enumerate() {
-            if delayed.get(m.properties, |p| has_property(p, PROPERTY_DELAY)) {
+            if delayed.get(m.properties, |p| {
+                message::has_any_property(p, &[PROPERTY_DELAY])
+            }) {
                 if let Some(rw) = self.delay_rewrite(m)? {
                     rewrites.resize_with(msgs.len(), || None);
                     rewrites[i] = Some(rw);
@@ -1288,10 +1290,6 @@ impl Inner {
     }
 }
 
-fn has_property(props: &[u8], name: &str) -> bool {
-    memchr::memmem::find(props, name.as_bytes()).is_some()
-}
-
 /// Remembers a predicate's answer for the properties it last saw: a batch usually shares one
 /// properties buffer, so each distinct buffer is scanned once.
 #[derive(Default)]
@@ -1312,9 +1310,9 @@ impl SameProperties {
     }
 }
 
-/// Whether the properties may name index keys (a cheap pre-check before parsing).
+/// Whether the properties name index keys (a cheap pre-check before parsing them).
 fn may_have_keys(props: &[u8]) -> bool {
-    has_property(props, PROPERTY_KEYS) || has_property(props, PROPERTY_UNIQ_KEY_SHORT)
+    message::has_any_property(props, &[PROPERTY_UNIQ_KEY_SHORT, PROPERTY_KEYS])
 }
 
 /// Tag code of a ConsumeQueue unit. As in RocketMQ, a SCHEDULE_TOPIC_XXXX record with a DELAY

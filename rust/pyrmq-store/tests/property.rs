@@ -21,8 +21,41 @@ fn properties() -> impl Strategy<Value = Vec<(String, String)>> {
     prop::collection::vec(("[A-Za-z_]{1,12}", "[ -~]{0,40}"), 0..6)
 }
 
+/// Bytes built mostly from the separators and a few letters, with now and then a byte that is
+/// not UTF-8 on its own: every odd shape of a properties field.
+fn raw_properties() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop_oneof![
+            Just(1u8),
+            Just(2u8),
+            Just(b'A'),
+            Just(b'B'),
+            Just(b'x'),
+            Just(0xC3u8),
+            Just(0xFFu8)
+        ],
+        0..40,
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn property_lookup_finds_what_the_pair_iterator_finds(
+        props in raw_properties(),
+        name in prop_oneof![Just(""), Just("A"), Just("AB"), Just("A\u{1}B"), Just("x\u{2}")],
+    ) {
+        let expected = message::iter_properties(&props).find(|(n, _)| *n == name).map(|(_, v)| v);
+        prop_assert_eq!(message::property(&props, name), expected);
+        let named = |n: &str| {
+            props.split(|b| *b == 2).any(|pair| {
+                pair.iter().position(|b| *b == 1).is_some_and(|sep| &pair[..sep] == n.as_bytes())
+            })
+        };
+        prop_assert_eq!(message::has_any_property(&props, &[name]), named(name));
+        prop_assert_eq!(message::has_any_property(&props, &["B", name]), named("B") || named(name));
+    }
 
     #[test]
     fn record_codec_round_trips(
