@@ -1337,9 +1337,16 @@ fn disk_used_ratio(path: &Path) -> Option<f64> {
     if unsafe { libc::statvfs(c.as_ptr(), &raw mut st) } != 0 {
         return None;
     }
-    let total = st.f_blocks as f64 * st.f_frsize as f64;
-    let avail = st.f_bavail as f64 * st.f_frsize as f64;
-    (total > 0.0).then(|| (total - avail) / total)
+    used_ratio(st.f_blocks as u64, st.f_bfree as u64, st.f_bavail as u64)
+}
+
+/// Used blocks over the blocks a non-root writer could ever hold: used plus still available,
+/// as `df` and RocketMQ's `getDiskPartitionSpaceUsedPercent` count them. Blocks reserved for
+/// root count neither way, so a file system with a large reserve is not taken for full.
+fn used_ratio(blocks: u64, free: u64, avail: u64) -> Option<f64> {
+    let used = blocks.saturating_sub(free);
+    let usable = used + avail.min(free);
+    (usable > 0).then(|| used as f64 / usable as f64)
 }
 
 /// Turns an IPv4-mapped IPv6 address into plain IPv4 (C++ clients read 4-byte hosts only).
@@ -1358,4 +1365,21 @@ pub fn normalize_host(addr: SocketAddr) -> SocketAddr {
 #[inline]
 fn same_str(a: &str, b: &str) -> bool {
     (std::ptr::eq(a.as_ptr(), b.as_ptr()) && a.len() == b.len()) || a == b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::used_ratio;
+
+    #[test]
+    fn disk_use_is_counted_as_df_counts_it() {
+        // 252 blocks, 198 free of which 38 available to non-root writers: df says 59%.
+        let r = used_ratio(252, 198, 38).unwrap();
+        assert!((r - 54.0 / 92.0).abs() < 1e-9, "{r}");
+        // No root reserve: used over total.
+        assert_eq!(used_ratio(100, 25, 25), Some(0.75));
+        // Full for non-root writers although root could still write.
+        assert_eq!(used_ratio(100, 5, 0), Some(1.0));
+        assert_eq!(used_ratio(0, 0, 0), None);
+    }
 }
