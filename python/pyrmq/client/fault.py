@@ -62,8 +62,7 @@ class LatencyFaults:
     ) -> None:
         """Records a send to ``broker`` that took ``latency_ms`` (``failed``: got no answer)."""
         if not failed and latency_ms < _FIRST_PAUSED_MS:  # every send that went well
-            if self._items:
-                self._items.pop(broker, None)
+            self._items.pop(broker, None)
             return
         if failed:
             pause = self.failure_isolation_ms

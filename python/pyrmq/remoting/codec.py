@@ -61,7 +61,7 @@ __all__ = ["FrameDecoder", "encode"]
 _LENGTH_FIELD_BYTES = 4
 _PREFIX_BYTES = 8
 
-_SERIALIZE: Final = tuple(SerializeType)
+_SERIALIZE: Final = {t.value: t for t in SerializeType}
 """Serialize types by their byte (0 = JSON, 1 = ROCKETMQ)."""
 
 
