@@ -31,6 +31,7 @@ __all__ = [
     "java_string_hash",
     "message_ids",
     "received_extent",
+    "received_times",
     "validate_topic",
 ]
 
@@ -373,6 +374,14 @@ def decode_received(buffer: Buffer, broker_name: str) -> list[MessageExt]:
 def received_extent(msgs: list[Any]) -> tuple[int, int, bool, int] | None:
     """``(first queue offset, last queue offset, consecutive, total store size)`` of a pulled
     batch in one pass; None if it is empty or holds anything but :class:`MessageExt`."""
+
+def received_times(
+    msgs: list[Any],
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]], int] | None:
+    """``(born timestamps, store timestamps, body bytes)`` of a received batch in one pass,
+    for latency accounting: each timestamp list holds ``(ms, messages)`` per distinct value,
+    and body bytes are counted inflated. None if the list is empty or holds anything but
+    :class:`MessageExt`."""
 
 @final
 class MessageExt:

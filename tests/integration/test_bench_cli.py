@@ -192,8 +192,11 @@ def test_an_unreachable_name_server_is_an_error_not_a_traceback() -> None:
 def test_consume_stats_of_single_messages_equal_those_of_a_batch(
     open_store: Any, monkeypatch: pytest.MonkeyPatch, e2e: bool
 ) -> None:
-    """RocketMQ's default hands the listener one message per call, which takes a path of its
-    own: it must count exactly what the batch path counts."""
+    """RocketMQ's default hands the listener one message per call, and a batch the consumer
+    delivers (a list of received messages) is summed up in the extension: each path must
+    count exactly what the plain Python one counts."""
+    import zlib
+
     from pyrmq import _core
     from pyrmq.cli.commands import bench as module
 
@@ -210,23 +213,38 @@ def test_consume_stats_of_single_messages_equal_those_of_a_batch(
     ]
     for body, born_ms in sent:
         store.put("BenchStats", body, born_timestamp_ms=born_ms)
+    # Compressed by its producer: counted by the body the listener gets.
+    inflated = b"z" * 5000
+    store.put("BenchStats", zlib.compress(inflated), sys_flag=0x1, born_timestamp_ms=born - 3)
     msgs = _core.decode_received(store.get("BenchStats", 0, 0).buffer, "broker-a")
-    assert len(msgs) == len(sent)
+    assert len(msgs) == len(sent) + 1
 
-    batch, singles = module.ConsumeStats(e2e=e2e), module.ConsumeStats(e2e=e2e)
+    batch, plain, singles = (module.ConsumeStats(e2e=e2e) for _ in range(3))
     batch.record(msgs)
+    plain.record(tuple(msgs))  # not a list: no extension call
     for m in msgs:
         singles.record([m])
-    got, want = singles.snapshot(), batch.snapshot()
-    for snap in (got, want):
+    snaps = [stats.snapshot() for stats in (batch, plain, singles)]
+    for snap in snaps:
         snap.pop("first_ns"), snap.pop("last_ns")
-    assert got == want
+    want = snaps[0]
+    assert snaps[1] == want
+    assert snaps[2] == want
     assert want["counts"] == {
-        "msgs": 4,
-        "bytes": sum(len(b) for b, _ in sent),
+        "msgs": 5,
+        "bytes": sum(len(b) for b, _ in sent) + len(inflated),
         "stamped": 3 if e2e else 0,
     }
-    assert sum(want["hists"]["b2c"].values()) == 4
-    assert {3000, 7000, 41_890_000} <= set(want["hists"]["b2c"])
+    assert want["hists"]["b2c"][3000] == 2
+    assert want["hists"]["b2c"][7000] == 2
+    assert want["hists"]["b2c"][41_890_000] == 1
+    assert sum(want["hists"]["s2c"].values()) == 5
     assert want["hists"]["e2e"] == ({2500: 1, 41_890_000: 1} if e2e else {})
-    assert singles.total_msgs == 4
+    assert singles.total_msgs == 5
+
+
+def test_received_times_sums_up_a_batch_or_declines() -> None:
+    from pyrmq import _core
+
+    assert _core.received_times([]) is None
+    assert _core.received_times(["not a message"]) is None

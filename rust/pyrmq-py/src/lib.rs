@@ -38,6 +38,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(message::decode_messages, m)?)?;
     m.add_function(wrap_pyfunction!(received::decode_received, m)?)?;
     m.add_function(wrap_pyfunction!(received::received_extent, m)?)?;
+    m.add_function(wrap_pyfunction!(received::received_times, m)?)?;
     m.add_function(wrap_pyfunction!(message::encode_batch, m)?)?;
     m.add_function(wrap_pyfunction!(message::encode_message, m)?)?;
     m.add_function(wrap_pyfunction!(message::java_string_hash, m)?)?;

@@ -303,3 +303,43 @@ pub fn received_extent(msgs: &Bound<'_, PyList>) -> Option<(i64, i64, bool, u64)
     }
     extent
 }
+
+/// Adds one occurrence of `value` to `counts`, a short list of distinct values: a batch holds
+/// few distinct millisecond timestamps (often one), so a scan beats hashing.
+fn count_into(counts: &mut Vec<(i64, u32)>, value: i64) {
+    match counts.iter_mut().find(|(v, _)| *v == value) {
+        Some((_, n)) => *n += 1,
+        None => counts.push((value, 1)),
+    }
+}
+
+/// What latency accounting needs of a received batch, in one pass instead of three attribute
+/// reads per message: `(born timestamps, store timestamps, body bytes)`, each timestamp list
+/// holding `(ms, messages)` per distinct value in first-seen order, and body bytes counted
+/// inflated. None for an empty list or one holding anything but `MessageExt`.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn received_times(
+    msgs: &Bound<'_, PyList>,
+) -> PyResult<Option<(Vec<(i64, u32)>, Vec<(i64, u32)>, u64)>> {
+    let py = msgs.py();
+    let mut borns = Vec::new();
+    let mut stores = Vec::new();
+    let mut bytes = 0u64;
+    for item in msgs.iter() {
+        let Ok(ext) = item.cast::<PyMessageExt>() else {
+            return Ok(None);
+        };
+        let ext = ext.get();
+        let m = &ext.m;
+        count_into(&mut borns, m.born_timestamp_ms);
+        count_into(&mut stores, m.store_timestamp_ms);
+        let body_len = if m.sys_flag & SYSFLAG_COMPRESSED == 0 {
+            m.body.bind(py).as_bytes().len()
+        } else {
+            ext.body(py)?.bind(py).as_bytes().len()
+        };
+        bytes += body_len as u64;
+    }
+    Ok((!borns.is_empty()).then_some((borns, stores, bytes)))
+}

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import click
 
+from pyrmq._core import received_times
 from pyrmq.eventloop import loop_factory
 
 if TYPE_CHECKING:
@@ -234,7 +235,8 @@ class ConsumeStats:
         """Counts a batch and its B2C/S2C (and end-to-end) latencies, all at one ``now``.
 
         Born and store timestamps are whole ms and a batch holds few distinct ones, so each
-        distinct value is counted (``list.count``, in C) and turned into a µs bucket once.
+        distinct value is turned into a µs bucket once, with its count; for a batch as the
+        consumer delivers it, one call into the extension gathers them.
         """
         if len(msgs) == 1:
             self._record_one(msgs[0])
@@ -242,9 +244,15 @@ class ConsumeStats:
         now_ns = time.time_ns()
         now_us = now_ns // 1000
         mono = time.monotonic_ns()
-        borns = [m.born_timestamp for m in msgs]
-        stores = [m.store_timestamp for m in msgs]
-        size = sum([len(m.body) for m in msgs])
+        times = received_times(msgs) if isinstance(msgs, list) else None
+        if times is not None:
+            borns, stores, size = times
+        else:
+            born_ms = [m.born_timestamp for m in msgs]
+            store_ms = [m.store_timestamp for m in msgs]
+            borns = [(ms, born_ms.count(ms)) for ms in set(born_ms)]
+            stores = [(ms, store_ms.count(ms)) for ms in set(store_ms)]
+            size = sum([len(m.body) for m in msgs])
         e2e: list[int] = []
         stamped = 0
         if self._e2e:
@@ -255,12 +263,12 @@ class ConsumeStats:
                     e2e.append(key)
         with self._lock:
             b2c, s2c = self.b2c, self.s2c
-            for ms in set(borns):
+            for ms, n in borns:
                 k = bucket_us(now_us - ms * 1000)
-                b2c[k] = b2c.get(k, 0) + borns.count(ms)
-            for ms in set(stores):
+                b2c[k] = b2c.get(k, 0) + n
+            for ms, n in stores:
                 k = bucket_us(now_us - ms * 1000)
-                s2c[k] = s2c.get(k, 0) + stores.count(ms)
+                s2c[k] = s2c.get(k, 0) + n
             if e2e:
                 hist = self.e2e
                 for k in e2e:
