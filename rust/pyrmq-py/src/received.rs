@@ -304,10 +304,13 @@ pub fn received_extent(msgs: &Bound<'_, PyList>) -> Option<(i64, i64, bool, u64)
     extent
 }
 
-/// Adds one occurrence of `value` to `counts`, a short list of distinct values: a batch holds
-/// few distinct millisecond timestamps (often one), so a scan beats hashing.
-fn count_into(counts: &mut Vec<(i64, u32)>, value: i64) {
-    match counts.iter_mut().find(|(v, _)| *v == value) {
+/// Distinct values with how often each occurs, in first-seen order.
+type Counts = Vec<(i64, u32)>;
+
+/// Adds one occurrence of `value` to `counts`. A batch holds few distinct millisecond
+/// timestamps, mostly in order, so a scan from the newest finds one at once.
+fn count_into(counts: &mut Counts, value: i64) {
+    match counts.iter_mut().rev().find(|(v, _)| *v == value) {
         Some((_, n)) => *n += 1,
         None => counts.push((value, 1)),
     }
@@ -318,10 +321,7 @@ fn count_into(counts: &mut Vec<(i64, u32)>, value: i64) {
 /// holding `(ms, messages)` per distinct value in first-seen order, and body bytes counted
 /// inflated. None for an empty list or one holding anything but `MessageExt`.
 #[pyfunction]
-#[allow(clippy::type_complexity)]
-pub fn received_times(
-    msgs: &Bound<'_, PyList>,
-) -> PyResult<Option<(Vec<(i64, u32)>, Vec<(i64, u32)>, u64)>> {
+pub fn received_times(msgs: &Bound<'_, PyList>) -> PyResult<Option<(Counts, Counts, u64)>> {
     let py = msgs.py();
     let mut borns = Vec::new();
     let mut stores = Vec::new();
