@@ -243,8 +243,15 @@ def test_consume_stats_of_single_messages_equal_those_of_a_batch(
     assert singles.total_msgs == 5
 
 
-def test_received_times_sums_up_a_batch_or_declines() -> None:
+def test_received_times_declines_anything_but_received_messages(open_store: Any) -> None:
+    """None sends the bench's listener to its Python path: for an empty list, and for a list
+    that holds anything besides received messages."""
     from pyrmq import _core
 
+    store = open_store()
+    store.put("BenchStats", b"body", born_timestamp_ms=1_000)
+    msgs = _core.decode_received(store.get("BenchStats", 0, 0).buffer, "broker-a")
+    assert _core.received_times(msgs) == ([(1_000, 1)], [(msgs[0].store_timestamp, 1)], 4)
     assert _core.received_times([]) is None
     assert _core.received_times(["not a message"]) is None
+    assert _core.received_times([*msgs, "not a message"]) is None
