@@ -22,6 +22,9 @@ the rows are exactly what a user gets from the command line. Bodies are 128 B.
 - end-to-end latency at 2,000 msgs/s: ``bench latency`` (consumer and producer in separate
   processes; the consumer takes now minus the send time stamped in the body), with a thread
   listener and with a coroutine listener; target p50 <= 0.3 ms and p99 <= 1 ms (each row).
+- the floor under those: ``relay_floor.py``, the same three-process shape at the same rate
+  with no pyrmq in it (a producer, a relay answering each frame, a consumer; uvloop, loopback
+  TCP); reported only, and each end-to-end row's note gives its p50 and p99 over the floor's.
 - one task of sync sends, pyrmq (``bench producer -w 1``) against the official C++ client's
   ``send_sync`` on one thread (``cpp_send_child.py``, as in ``broker.py``), in the same run; the
   note gives pyrmq's msgs/s over the C++ client's.
@@ -56,6 +59,7 @@ if __package__ in (None, ""):
 from tests.compat.servers import ServerProcess, create_topic
 
 from benches import broker as broker_bench
+from benches import relay_floor
 from benches import workloads as w
 
 BODY_BYTES = 128
@@ -323,6 +327,49 @@ def latency_row(namesrv: str, pid: int, plan: Plan, listener: str) -> dict[str, 
     )
 
 
+FLOOR_NAME = f"end to end at {LATENCY_RATE:,} msgs/s, bare uvloop relay (floor)"
+
+
+def floor_row(plan: Plan) -> dict[str, Any]:
+    got = relay_floor.measure(LATENCY_RATE, plan.latency_s, plan.latency_warmup_s)
+    return {
+        "benchmark": FLOOR_NAME,
+        "msgs": got["samples"],
+        "msgs_per_s": got["msgs_per_s"],
+        "latency": "E2E",
+        "avg_ms": got["avg"],
+        "p50_ms": got["p50"],
+        "p99_ms": got["p99"],
+        "p999_ms": got["p999"],
+        "max_ms": got["max"],
+        "target": None,
+        "target_met": None,
+        "note": (
+            "`benches/relay_floor.py`: producer, relay and consumer processes passing stamped "
+            f"128 B frames, paced as `bench latency`; {got['samples']:,} samples"
+            + (
+                ""
+                if got["cpu_us_per_msg"] is None
+                else f"; {got['cpu_us_per_msg']:.0f} us of CPU per message, three processes"
+            )
+        ),
+        "extra": got,
+    }
+
+
+def compare_to_floor(rows: list[dict[str, Any]]) -> None:
+    """Adds each end-to-end row's p50 and p99 over the floor's (measured in the same run)."""
+    floor = next((r for r in rows if r["benchmark"] == FLOOR_NAME and "error" not in r), None)
+    if floor is None:
+        return
+    for r in rows:
+        if r is floor or r.get("latency") != "E2E" or r.get("p50_ms") is None:
+            continue
+        p50, p99 = r["p50_ms"] / floor["p50_ms"], r["p99_ms"] / floor["p99_ms"]
+        r["note"] += f"; p50 {p50:.1f}x and p99 {p99:.1f}x the floor's"
+        r["extra"]["over_floor"] = {"p50": p50, "p99": p99}
+
+
 def one_task_rows(
     namesrv: str, broker: str, pid: int, plan: Plan, scratch: Path
 ) -> list[dict[str, Any]]:
@@ -479,6 +526,8 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
                 None,
                 lambda listener=listener: latency_row(namesrv, pid, plan, listener),
             )
+        attempt(FLOOR_NAME, None, lambda: floor_row(plan))
+        compare_to_floor(rows)
         if plan.run_one_task:
             attempt(
                 "single task sends",
