@@ -331,6 +331,27 @@ def test_backlog_calls_gathered_up_to_the_hand_over_count_go_to_one_thread_at_on
     assert len(pool._threads) == 1
 
 
+def test_only_a_hand_over_has_its_thread_signal_that_it_began(
+    loop: asyncio.AbstractEventLoop, pool: _ConsumeThreads
+) -> None:
+    calls = Calls()
+    in_loop(loop, lambda: pool.submit(calls.call, 0))
+    wait_until(lambda: len(calls.ran) == 1 and not pool._awake, "the call and the thread's sleep")
+    # A call that just wakes a thread leaves the hand-over's event alone (it costs the thread
+    # a few microseconds per wake-up).
+    assert not pool._begun.is_set()
+
+    def hand_over_some() -> None:
+        for i in range(1, 4):
+            pool.submit_batched(calls.call, i)
+        pool.hand_over()
+
+    in_loop(loop, hand_over_some)
+    wait_until(pool._begun.is_set, "the handed-over thread's signal")
+    wait_until(lambda: len(calls.ran) == 4, "the handed-over calls")
+    calls.assert_in_order_on_one_thread(4)
+
+
 def test_fewer_backlog_calls_wait_the_hand_over_time_then_run_together(
     loop: asyncio.AbstractEventLoop, pool: _ConsumeThreads
 ) -> None:
