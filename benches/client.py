@@ -23,8 +23,9 @@ the rows are exactly what a user gets from the command line. Bodies are 128 B.
   processes; the consumer takes now minus the send time stamped in the body), with a thread
   listener and with a coroutine listener; target p50 <= 0.3 ms and p99 <= 1 ms (each row).
 - the floor under those: ``relay_floor.py``, the same three-process shape at the same rate
-  with no pyrmq in it (a producer, a relay answering each frame, a consumer; uvloop, loopback
-  TCP); reported only, and each end-to-end row's note gives its p50 and p99 over the floor's.
+  with no pyrmq in it (a producer, a relay answering each frame, a consumer; the same event
+  loop and pacing, loopback TCP); reported only, and each end-to-end row's note gives its p50
+  and p99 over the floor's.
 - one task of sync sends, pyrmq (``bench producer -w 1``) against the official C++ client's
   ``send_sync`` on one thread (``cpp_send_child.py``, as in ``broker.py``), in the same run; the
   note gives pyrmq's msgs/s over the C++ client's.
@@ -327,7 +328,7 @@ def latency_row(namesrv: str, pid: int, plan: Plan, listener: str) -> dict[str, 
     )
 
 
-FLOOR_NAME = f"end to end at {LATENCY_RATE:,} msgs/s, bare uvloop relay (floor)"
+FLOOR_NAME = f"end to end at {LATENCY_RATE:,} msgs/s, bare relay (floor)"
 
 
 def floor_row(plan: Plan) -> dict[str, Any]:

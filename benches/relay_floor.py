@@ -3,9 +3,10 @@
 A producer process writes frames (a send stamp, a warm-up flag, padding to 128 B) at a fixed
 rate to a relay process, which writes each read on to a consumer process and answers the
 producer with one byte per frame, as a broker answers a send; the consumer takes now minus the
-stamp. Pacing is ``pyrmq bench latency``'s (a clock thread, each frame stamped and written from
-the event loop), all three run uvloop, over loopback TCP. What it measures is what the machine
-charges for three processes waking one another at that rate, before any broker or client work.
+stamp. Pacing is ``pyrmq bench latency``'s own (:func:`pace`: a clock thread, each frame
+stamped and written from the event loop), on the bench workers' event loop, over loopback
+TCP. What it measures is what the machine charges for three processes waking one another at
+that rate, before any broker or client work.
 
     python benches/relay_floor.py [--rate 2000] [-d 10] [--warmup 1]
 """
@@ -18,6 +19,7 @@ import json
 import multiprocessing
 import struct
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benches import broker as broker_bench
+from pyrmq.cli.commands.bench import pace
+from pyrmq.eventloop import loop_factory
 
 FRAME = struct.Struct("<qB")
 """Send stamp (``time.time_ns()``, -1 ends the run) and warm-up flag, then padding."""
@@ -35,9 +39,9 @@ CONNECT_TIMEOUT_S = 15.0
 
 
 def _run(coro: Any) -> Any:
-    import uvloop
-
-    return uvloop.run(coro)
+    """On the loop the bench workers run on (uvloop unless ``PYRMQ_LOOP=asyncio``)."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(coro)
 
 
 def _relay(ports: Any) -> None:
@@ -53,12 +57,16 @@ def _relay(ports: Any) -> None:
         async def on_producer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             out = await consumer
             pending = 0
-            while data := await reader.read(65536):
-                out.write(data)
-                pending += len(data)
-                writer.write(b"k" * (pending // FRAME_BYTES))
-                pending %= FRAME_BYTES
-            done.set()
+            try:
+                while data := await reader.read(65536):
+                    out.write(data)
+                    pending += len(data)
+                    writer.write(b"k" * (pending // FRAME_BYTES))
+                    pending %= FRAME_BYTES
+            except ConnectionResetError:  # the producer hung up with answers left unread
+                pass
+            finally:
+                done.set()
 
         servers = [
             await asyncio.start_server(on_producer, "127.0.0.1", 0),
@@ -107,21 +115,14 @@ def _producer(port: int, rate: float, run_s: float, warmup_s: float) -> None:
             warm = time.monotonic() - started < warmup_s
             writer.write(FRAME.pack(time.time_ns(), warm) + padding)
 
-        def clock() -> None:
-            interval_ns = int(1e9 / rate)
-            start = time.monotonic_ns()
-            for i in range(1, int(rate * run_s) + 1):
-                wait_ns = start + i * interval_ns - time.monotonic_ns()
-                if wait_ns > 0:
-                    time.sleep(wait_ns / 1e9)
-                loop.call_soon_threadsafe(send)
-
         async def drain_answers() -> None:
             while await reader.read(65536):
                 pass
 
         answers = loop.create_task(drain_answers())
-        await asyncio.to_thread(clock)
+        await asyncio.to_thread(
+            pace, loop, send, int(1e9 / rate), threading.Event(), int(rate * run_s)
+        )
         await asyncio.sleep(0.2)  # the last answers
         writer.write(FRAME.pack(END_STAMP, 0) + padding)
         await writer.drain()

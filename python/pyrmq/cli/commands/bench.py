@@ -607,6 +607,26 @@ def _body(size: int) -> bytes:
     return "".join(random.choices(alphabet, k=size)).encode()
 
 
+def pace(
+    loop: asyncio.AbstractEventLoop,
+    tick: Callable[[], object],
+    interval_ns: int,
+    stopped: threading.Event,
+    count: int | None = None,
+) -> None:
+    """On a thread: calls ``tick`` in ``loop`` at ``start + i * interval_ns`` for i = 1, 2, ...
+    (``count`` times, or until ``stopped``), late calls at once, so the schedule stays open
+    loop whatever the loop is doing."""
+    start = time.monotonic_ns()
+    i = 0
+    while not stopped.is_set() and (count is None or i < count):
+        i += 1
+        wait_ns = start + i * interval_ns - time.monotonic_ns()
+        if wait_ns > 0:
+            time.sleep(wait_ns / 1e9)
+        loop.call_soon_threadsafe(tick)
+
+
 def _classify(exc: BaseException) -> str:
     """``response_failed`` for a broker's refusal (also as a SendError's cause), else
     ``send_failed``."""
@@ -788,17 +808,9 @@ async def run_producer(plan: ProducerPlan, worker: int, emit: Emit, stop: StopFl
             due_count += 1
             due.set()
 
-        def clock() -> None:
-            start = time.monotonic_ns()
-            i = 0
-            while not stopped.is_set():
-                i += 1
-                wait_ns = start + i * interval_ns - time.monotonic_ns()
-                if wait_ns > 0:
-                    time.sleep(wait_ns / 1e9)
-                loop.call_soon_threadsafe(tick)
-
-        thread = threading.Thread(target=clock, name="bench-pacer", daemon=True)
+        thread = threading.Thread(
+            target=pace, args=(loop, tick, interval_ns, stopped), name="bench-pacer", daemon=True
+        )
         thread.start()
         try:
             while not finished:
