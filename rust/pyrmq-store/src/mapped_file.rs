@@ -159,6 +159,20 @@ impl MappedFile {
             .map_err(|e| StoreError::io("reading", &self.path, e))
     }
 
+    /// Writes `data` at `pos` through the file rather than the mapping; readers of the mapping
+    /// see it all the same (one page cache). Same contract as [`Self::write_at`].
+    pub fn write_through(&self, pos: u64, data: &[u8]) -> StoreResult<()> {
+        use std::os::unix::fs::FileExt;
+        assert!(
+            pos + data.len() as u64 <= self.file_size,
+            "write past the end of {}",
+            self.path.display()
+        );
+        self.file
+            .write_all_at(data, pos)
+            .map_err(|e| StoreError::io("writing", &self.path, e))
+    }
+
     /// Marks the whole file as reserved (a `Reserve` file reopened).
     pub fn mark_reserved(&self) {
         self.writable_to.store(self.file_size, Ordering::Release);

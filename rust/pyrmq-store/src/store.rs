@@ -518,6 +518,9 @@ struct Prepared<'a> {
 }
 
 const NO_SLOT: usize = usize::MAX;
+/// The staging buffer is kept between `SYNC_FLUSH` appends up to this size; a rare large batch
+/// does not pin its memory.
+const STAGING_KEEP_BYTES: usize = 1 << 20;
 
 struct Rewrite {
     topic: &'static str,
@@ -790,6 +793,12 @@ impl Inner {
 
         let store_ts = now_ms.max(st.last_store_timestamp_ms);
         st.last_store_timestamp_ms = store_ts;
+        let staged = self.config.flush_disk_type == FlushDiskType::Sync;
+        let mut staging = std::mem::take(&mut st.staging);
+        if staged {
+            staging.clear();
+            staging.resize(records_len as usize, 0);
+        }
         let mut entries = Vec::with_capacity(prepared.len());
         let mut rel = res.rel;
         for p in &prepared {
@@ -807,8 +816,13 @@ impl Inner {
                 store_timestamp_ms: store_ts,
                 store_host,
             };
-            // SAFETY: we hold the put lock and `rel..rel + len` lies past the published end.
-            let out = unsafe { res.file.slice_mut(rel, p.len) };
+            let out = if staged {
+                let at = (rel - res.rel) as usize;
+                &mut staging[at..at + p.len]
+            } else {
+                // SAFETY: we hold the put lock and `rel..rel + len` lies past the published end.
+                unsafe { res.file.slice_mut(rel, p.len) }
+            };
             message::encode_into(out, &p.input, p.crc, &at);
             entries.push(PutEntry {
                 queue_id: p.input.queue_id,
@@ -818,7 +832,18 @@ impl Inner {
             });
             rel += p.len as u64;
         }
-        let end = self.commit_log.seal_and_publish(&mut st, &res, records_len);
+        st.staging = staging;
+        let end = if staged {
+            let end = self
+                .commit_log
+                .write_staged_and_publish(&mut st, &res, records_len)?;
+            if st.staging.capacity() > STAGING_KEEP_BYTES {
+                st.staging = Vec::new();
+            }
+            end
+        } else {
+            self.commit_log.seal_and_publish(&mut st, &res, records_len)
+        };
 
         // Dispatch: index entries and queue units, then publish each queue.
         let mut tags_by_slot: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
