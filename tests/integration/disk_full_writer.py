@@ -1,12 +1,17 @@
 """Appends to a store until the disk (or the file size limit) refuses more, then reports.
 
-``python disk_full_writer.py fsize ROOT``: writes a few messages, then limits file sizes
+``python disk_full_writer.py fsize ROOT [FLUSH]``: writes a few messages, then limits file sizes
 (RLIMIT_FSIZE, with SIGXFSZ ignored so the failing call gets EFBIG) below the segment size and
 appends until a new CommitLog segment cannot be created.
 
-``python disk_full_writer.py fill ROOT``: appends until the file system holding ROOT is full.
+``python disk_full_writer.py fill ROOT [FLUSH]``: appends until the file system holding ROOT is
+full.
 
-``python disk_full_writer.py verify ROOT``: opens the store and reports every message in it.
+``python disk_full_writer.py verify ROOT [FLUSH]``: opens the store and reports every message in
+it.
+
+FLUSH is ``ASYNC_FLUSH`` (the default) or ``SYNC_FLUSH``, whose appends are written through the
+file rather than the mapping and wait for the group-commit thread.
 
 Prints one JSON object: the acknowledged messages, the errors raised, what the store reported.
 """
@@ -32,22 +37,32 @@ def body_for(i: int) -> bytes:
     return (f"message-{i}-".encode() * 200)[: 1000 + i % 1000]
 
 
-def open_store(root: str):
+def open_store(root: str, flush: str = "ASYNC_FLUSH"):
     from pyrmq.config import StoreConfig
     from pyrmq.store import MessageStore
 
-    return MessageStore.open(root, StoreConfig(**CONFIG), background_services=False)
+    sync = flush == "SYNC_FLUSH"
+    config = StoreConfig(**CONFIG, flush_disk_type=flush)
+    return MessageStore.open(root, config, background_services=sync)
 
 
-def write(root: str, limit_file_size: bool) -> dict:
+def write(root: str, limit_file_size: bool, flush: str) -> dict:
     from pyrmq import errors
 
-    store = open_store(root)
+    store = open_store(root, flush)
     acked = []
 
     def put(i: int) -> None:
         r = store.put(TOPIC, body_for(i), queue_id=i % QUEUES, keys=f"k{i}")
-        acked.append({"i": i, "q": i % QUEUES, "qo": r.queue_offset, "phy": r.phy_offset})
+        acked.append(
+            {
+                "i": i,
+                "q": i % QUEUES,
+                "qo": r.queue_offset,
+                "phy": r.phy_offset,
+                "status": r.status.name,
+            }
+        )
 
     if limit_file_size:
         for i in range(5):
@@ -95,10 +110,10 @@ def write(root: str, limit_file_size: bool) -> dict:
     return report
 
 
-def verify(root: str) -> dict:
+def verify(root: str, flush: str) -> dict:
     """Every message of the store, read through get()."""
     messages = []
-    with open_store(root) as store:
+    with open_store(root, flush) as store:
         for q in range(QUEUES):
             offset = store.min_offset(TOPIC, q)
             while True:
@@ -116,7 +131,11 @@ def verify(root: str) -> dict:
 
 def main() -> None:
     mode, root = sys.argv[1], sys.argv[2]
-    report = verify(root) if mode == "verify" else write(root, limit_file_size=mode == "fsize")
+    flush = sys.argv[3] if len(sys.argv) > 3 else "ASYNC_FLUSH"
+    if mode == "verify":
+        report = verify(root, flush)
+    else:
+        report = write(root, limit_file_size=mode == "fsize", flush=flush)
     print(json.dumps(report))
 
 

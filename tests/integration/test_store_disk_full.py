@@ -101,6 +101,7 @@ def test_segment_that_cannot_be_created_gives_disk_full(tmp_path):
     assert report["max_phy_offset_at_failure"] == report["max_phy_offset"]
     assert segment - 3000 < report["max_phy_offset"] <= segment
     assert len(acked) > 20
+    assert {a["status"] for a in acked} == {"PUT_OK"}
     assert report["readable"] == len(acked)
     # The segment that could not be preallocated left no file behind.
     assert os.listdir(root / "commitlog") == [f"{0:020d}"]
@@ -126,17 +127,18 @@ def test_segment_that_cannot_be_created_gives_disk_full(tmp_path):
 
 
 @pytest.mark.skipif(not can_mount_tmpfs(), reason="cannot mount a private tmpfs here")
-def test_full_file_system_gives_disk_full_and_the_data_survives(tmp_path):
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_full_file_system_gives_disk_full_and_the_data_survives(tmp_path, flush):
     """A real ENOSPC: a 1 MiB tmpfs filled by appends. The store must refuse with DiskFullError
     (never die of SIGBUS), keep what it acknowledged, and open again on the full file system."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     script = (
         'mount -t tmpfs -o size=1m none "$1" && '
-        '"$2" "$3" fill "$1/store" > "$4" && "$2" "$3" verify "$1/store" > "$5"'
+        '"$2" "$3" fill "$1/store" "$6" > "$4" && "$2" "$3" verify "$1/store" "$6" > "$5"'
     )
     wrote, verified = tmp_path / "write.json", tmp_path / "verify.json"
-    args = [str(mnt), sys.executable, str(WRITER), str(wrote), str(verified)]
+    args = [str(mnt), sys.executable, str(WRITER), str(wrote), str(verified), flush]
     done = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", *args],
         capture_output=True,
@@ -150,6 +152,7 @@ def test_full_file_system_gives_disk_full_and_the_data_survives(tmp_path):
     assert report["max_phy_offset_at_failure"] == report["max_phy_offset"]
     acked = report["acked"]
     assert len(acked) > 100
+    assert {a["status"] for a in acked} == {"PUT_OK"}
     assert report["readable"] == len(acked)
 
     # A second process opens the store on the still full file system and finds exactly the
