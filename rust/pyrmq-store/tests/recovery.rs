@@ -6,8 +6,8 @@ mod common;
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
 
-use common::{body, config, copy_dir, props, put_one, read_all, segment_path};
-use pyrmq_store::message::{self, MessageInput};
+use common::{body, config, copy_dir, plain_inputs, props, put_one, read_all, segment_path};
+use pyrmq_store::message;
 use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, PutStatus, StoreConfig};
 
 /// Writes `n` small single-message groups to one queue and closes the store. Returns each
@@ -103,21 +103,7 @@ fn a_torn_batch_is_dropped_whole() {
     let store = MessageStore::open(config(dir.path())).unwrap();
     put_one(&store, "TopicBatch", 0, b"before", b"");
     let bodies: Vec<Vec<u8>> = (0..5).map(|i| body(i, 40)).collect();
-    let inputs: Vec<MessageInput<'_>> = bodies
-        .iter()
-        .map(|b| MessageInput {
-            topic: "TopicBatch",
-            queue_id: 0,
-            flag: 0,
-            body: b,
-            properties: b"",
-            sys_flag: 0,
-            born_timestamp_ms: 1,
-            born_host: common::born(),
-            reconsume_times: 0,
-            prepared_transaction_offset: 0,
-        })
-        .collect();
+    let inputs = plain_inputs("TopicBatch", &bodies, 1);
     let out = store.put(&inputs, false).unwrap();
     let start = out.entries[0].phy_offset as u64;
     let end = start + out.wrote_bytes;
@@ -296,21 +282,7 @@ fn sync_flush_groups_written_through_the_file_roll_over_read_back_and_verify() {
         // Singles and batches alike, so groups of every size meet the segment ends.
         let n = 1 + i % 5;
         let bodies: Vec<Vec<u8>> = (i..i + n).map(|j| body(j, 700 + j * 13 % 900)).collect();
-        let inputs: Vec<MessageInput<'_>> = bodies
-            .iter()
-            .map(|b| MessageInput {
-                topic: "TopicSync",
-                queue_id: 0,
-                flag: 0,
-                body: b,
-                properties: b"",
-                sys_flag: 0,
-                born_timestamp_ms: 1_700_000_000_000,
-                born_host: common::born(),
-                reconsume_times: 0,
-                prepared_transaction_offset: 0,
-            })
-            .collect();
+        let inputs = plain_inputs("TopicSync", &bodies, 1_700_000_000_000);
         let out = store.put(&inputs, false).unwrap();
         assert_eq!(out.status, PutStatus::PutOk);
         assert!(store.flushed_phy_offset() >= store.max_phy_offset());

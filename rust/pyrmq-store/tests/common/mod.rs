@@ -62,6 +62,29 @@ pub fn put_one(
     )
 }
 
+/// One plain message per body, all to `topic` queue 0, to put as one group.
+pub fn plain_inputs<'a>(
+    topic: &'a str,
+    bodies: &'a [Vec<u8>],
+    born_timestamp_ms: i64,
+) -> Vec<MessageInput<'a>> {
+    bodies
+        .iter()
+        .map(|b| MessageInput {
+            topic,
+            queue_id: 0,
+            flag: 0,
+            body: b,
+            properties: b"",
+            sys_flag: 0,
+            born_timestamp_ms,
+            born_host: born(),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        })
+        .collect()
+}
+
 /// All bodies of a queue, read through the public get path.
 pub fn read_all(store: &MessageStore, topic: &str, queue_id: i32) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
