@@ -42,6 +42,9 @@ use crate::populate::Populator;
 
 pub const FENCE_MAGIC_CODE: u32 = 0x5EA1_F3C7;
 pub const FENCE_LEN: usize = 20;
+/// The staging buffer is kept between `SYNC_FLUSH` appends up to this size, so a rare large
+/// batch does not pin its memory.
+const STAGING_KEEP_BYTES: usize = 1 << 20;
 /// Space a segment must keep free for its closing blank record.
 pub const END_FILE_MIN_BLANK_LENGTH: u64 = 8;
 
@@ -223,7 +226,15 @@ impl CommitLog {
         self.publish(st, res.phy + records_len + FENCE_LEN as u64)
     }
 
-    /// Seals the group encoded in `st.staging` (its first `records_len` bytes), writes it at
+    /// A zeroed buffer of `len` bytes to encode a group's records into, reusing the last one.
+    pub fn staging(&self, st: &mut WriteState, len: usize) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut st.staging);
+        buf.clear();
+        buf.resize(len, 0);
+        buf
+    }
+
+    /// Seals the records encoded in `staged` (from [`Self::staging`]), writes the group at
     /// `res` through the file and publishes it. Under `SYNC_FLUSH` this beats writing through
     /// the mapping: each fsync write-protects the pages it cleans, so the next store into the
     /// same page faults, and the write-back that follows must shoot down the other CPU's TLB.
@@ -232,13 +243,15 @@ impl CommitLog {
         &self,
         st: &mut WriteState,
         res: &Reservation,
-        records_len: u64,
+        mut staged: Vec<u8>,
     ) -> StoreResult<u64> {
-        let records = records_len as usize;
-        let fence = fence(res.phy, &st.staging[..records]);
-        st.staging.truncate(records);
-        st.staging.extend_from_slice(&fence);
-        res.file.write_through(res.rel, &st.staging)?;
+        let records_len = staged.len() as u64;
+        let fence = fence(res.phy, &staged);
+        staged.extend_from_slice(&fence);
+        res.file.write_through(res.rel, &staged)?;
+        if staged.capacity() <= STAGING_KEEP_BYTES {
+            st.staging = staged;
+        }
         Ok(self.publish(st, res.phy + records_len + FENCE_LEN as u64))
     }
 

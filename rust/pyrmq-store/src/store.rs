@@ -518,9 +518,6 @@ struct Prepared<'a> {
 }
 
 const NO_SLOT: usize = usize::MAX;
-/// The staging buffer is kept between `SYNC_FLUSH` appends up to this size; a rare large batch
-/// does not pin its memory.
-const STAGING_KEEP_BYTES: usize = 1 << 20;
 
 struct Rewrite {
     topic: &'static str,
@@ -794,11 +791,11 @@ impl Inner {
         let store_ts = now_ms.max(st.last_store_timestamp_ms);
         st.last_store_timestamp_ms = store_ts;
         let staged = self.config.flush_disk_type == FlushDiskType::Sync;
-        let mut staging = std::mem::take(&mut st.staging);
-        if staged {
-            staging.clear();
-            staging.resize(records_len as usize, 0);
-        }
+        let mut staging = if staged {
+            self.commit_log.staging(&mut st, records_len as usize)
+        } else {
+            Vec::new()
+        };
         let mut entries = Vec::with_capacity(prepared.len());
         let mut rel = res.rel;
         for p in &prepared {
@@ -832,15 +829,9 @@ impl Inner {
             });
             rel += p.len as u64;
         }
-        st.staging = staging;
         let end = if staged {
-            let end = self
-                .commit_log
-                .write_staged_and_publish(&mut st, &res, records_len)?;
-            if st.staging.capacity() > STAGING_KEEP_BYTES {
-                st.staging = Vec::new();
-            }
-            end
+            self.commit_log
+                .write_staged_and_publish(&mut st, &res, staging)?
         } else {
             self.commit_log.seal_and_publish(&mut st, &res, records_len)
         };
