@@ -541,7 +541,66 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
         if code != 0:
             failures.append(f"pyrmq serve exited {code}")
             sys.stderr.write((scratch / "serve.log").read_text(errors="replace")[-3000:] + "\n")
+    sync_flush_rows(plan, scratch, rows, failures)
     return rows, failures, info
+
+
+def sync_flush_rows(
+    plan: Plan, scratch: Path, rows: list[dict[str, Any]], failures: list[str]
+) -> None:
+    """Single sends against a second ``pyrmq serve``, with ``--flush sync``: each answer waits
+    for the group-commit fsync that covers it, so the rate shows how many sends in flight one
+    fsync answers. Each row's note gives its ratio to the ASYNC_FLUSH row of as many tasks."""
+    server = ServerProcess(
+        [
+            "serve",
+            "--store", str(scratch / "store-sync"),
+            "--namesrv-port", "0",
+            "--broker-port", "0",
+            "--flush", "sync",
+            "--log-level", "WARNING",
+        ],
+        scratch / "serve-sync.log",
+        ready_timeout_s=plan.ready_timeout_s,
+    )  # fmt: skip
+    async_single = next(
+        (
+            r
+            for r in rows
+            if r["benchmark"].startswith("produce 128 B, send, ") and "error" not in r
+        ),
+        None,
+    )
+    try:
+        namesrv, broker = server.addresses()[:2]
+        create_topic(broker, SINGLE_TOPIC, QUEUES)
+        for tasks in (
+            (plan.single_concurrency,) if plan.mode == "smoke" else (8, plan.single_concurrency)
+        ):
+            name = f"produce 128 B, send, {tasks} tasks, SYNC_FLUSH"
+            sys.stderr.write(f"  {name} ...\n")
+            note = "one message per request, 1 process; answered once fsynced"
+            try:
+                row = producer_row(
+                    name, namesrv, server.proc.pid, plan,
+                    ["-w", str(tasks), "-d", str(plan.produce_s)], SINGLE_TOPIC, None, note,
+                )  # fmt: skip
+            except Exception as exc:
+                traceback.print_exc()
+                failures.append(f"{name}: {exc}")
+                rows.append(failed_row(name, None, str(exc)))
+                continue
+            if async_single is not None and tasks == plan.single_concurrency:
+                ratio = row["msgs_per_s"] / async_single["msgs_per_s"]
+                row["note"] += f"; {ratio:.2f}x the ASYNC_FLUSH row"
+            rows.append(row)
+    finally:
+        code = server.stop()
+        if code != 0:
+            failures.append(f"pyrmq serve --flush sync exited {code}")
+            sys.stderr.write(
+                (scratch / "serve-sync.log").read_text(errors="replace")[-3000:] + "\n"
+            )
 
 
 def _num(value: float | None, digits: int = 3) -> str:

@@ -137,6 +137,9 @@ class PutResult:
     def wrote_bytes(self) -> int:
         """Bytes appended to the CommitLog."""
     @property
+    def end_offset(self) -> int:
+        """CommitLog offset just past the group: durable once the flushed offset reaches it."""
+    @property
     def store_host(self) -> str:
         """``ip:port`` of the broker that stored the messages."""
     @property
@@ -224,8 +227,16 @@ class MessageStore:
         reconsume_times: int = 0,
         prepared_transaction_offset: int = 0,
         internal: bool = False,
+        wait_for_flush: bool = True,
     ) -> PutResult:
-        """Appends one message; ``properties`` is a dict or an already encoded string."""
+        """Appends one message; ``properties`` is a dict or an already encoded string.
+
+        Under SYNC_FLUSH it returns once the message is on disk. ``wait_for_flush=False``
+        returns once it is stored and visible, with its flush requested: it is durable when
+        :attr:`flushed_phy_offset` reaches the result's ``end_offset``, and each flush that may
+        make it so makes :meth:`flushed_fd` readable (:class:`pyrmq.store.FlushWaiter` awaits
+        that in an event loop).
+        """
     def put_batch(
         self,
         topic: str,
@@ -240,8 +251,10 @@ class MessageStore:
         born_timestamp_ms: int | None = None,
         born_host: str | None = None,
         internal: bool = False,
+        wait_for_flush: bool = True,
     ) -> PutResult:
-        """Appends ``bodies`` to one queue as one group, all sharing tags, keys and properties."""
+        """Appends ``bodies`` to one queue as one group, all sharing tags, keys and properties
+        (``wait_for_flush`` as for :meth:`put`)."""
     def put_encoded_batch(
         self,
         topic: str,
@@ -253,8 +266,10 @@ class MessageStore:
         born_host: str | None = None,
         reconsume_times: int = 0,
         internal: bool = False,
+        wait_for_flush: bool = True,
     ) -> PutResult:
-        """Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue."""
+        """Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue
+        (``wait_for_flush`` as for :meth:`put`)."""
     def get(
         self,
         topic: str,
@@ -304,6 +319,11 @@ class MessageStore:
     @property
     def flushed_phy_offset(self) -> int:
         """The CommitLog offset up to which data is on disk."""
+    def flushed_fd(self) -> int:
+        """A file descriptor that becomes readable after a flush that may have made a
+        ``wait_for_flush=False`` put durable (see :meth:`drain_flushed`)."""
+    def drain_flushed(self) -> int:
+        """Clears :meth:`flushed_fd`, then returns the flushed CommitLog offset."""
     def queue_ids(self) -> list[tuple[str, int]]:
         """Every ``(topic, queue id)`` with a ConsumeQueue."""
     def scan_consume_queue(

@@ -34,11 +34,13 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_and_kill(root: Path, flush_disk_type: str, seed: int, wait_until) -> list[dict]:
+def run_and_kill(
+    root: Path, flush_disk_type: str, seed: int, wait_until, *, mode: str = "serial"
+) -> list[dict]:
     """Starts the writer, kills it at a moment chosen by ``seed``; returns its acknowledgements."""
     rng = random.Random(seed)
     proc = subprocess.Popen(
-        [sys.executable, str(WRITER), str(root), flush_disk_type, str(seed)],
+        [sys.executable, str(WRITER), str(root), flush_disk_type, str(seed), mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=child_env(),
@@ -79,7 +81,9 @@ def run_and_kill(root: Path, flush_disk_type: str, seed: int, wait_until) -> lis
     return acked
 
 
-def check_recovered(root: Path, acked: list[dict], record_decoder) -> None:
+def check_recovered(root: Path, acked: list[dict], record_decoder, *, in_flight: int = 1) -> None:
+    """Reopens the store: every acknowledged message is there, intact, and besides them at most
+    the ``in_flight`` puts that followed the last acknowledged one, each whole."""
     config = StoreConfig(**writer.CONFIG)
     with MessageStore.open(root, config, background_services=False) as store:
         # Every acknowledged message, by queue offset and by CommitLog offset.
@@ -140,13 +144,17 @@ def check_recovered(root: Path, acked: list[dict], record_decoder) -> None:
         assert acked_indexes <= present.keys()
         for first, count in groups.items():
             assert set(range(first, first + count)) <= present.keys(), f"put {first} is partial"
-        # A single writer: at most the one put after the last acknowledged one can be present
-        # without an acknowledgement (it completed, or was in flight, when the kill came).
+        # One writer acknowledging in order: only puts after the last acknowledged one, at most
+        # as many as it keeps in flight, can be present without an acknowledgement (they
+        # completed, or were in flight, when the kill came).
         next_first = max(acked_indexes) + 1 if acked_indexes else 0
         extra = present.keys() - acked_indexes
-        if extra:
-            assert min(extra) == next_first
-            assert extra == set(range(next_first, next_first + groups[next_first]))
+        first, unacknowledged = next_first, 0
+        while first in extra:
+            first += groups[first]
+            unacknowledged += 1
+        assert extra == set(range(next_first, first))
+        assert unacknowledged <= in_flight
 
         # The store takes writes again, at its recovered end.
         end = store.max_phy_offset
@@ -172,6 +180,20 @@ def test_sync_flush_survives_kill_9(tmp_path, record_decoder, wait_until, seed):
     root = tmp_path / "store"
     acked = run_and_kill(root, "SYNC_FLUSH", seed, wait_until)
     check_recovered(root, acked, record_decoder)
+
+
+@pytest.mark.parametrize("seed", seeds(range(10), range(10, 25)))
+def test_sync_flush_pipelined_from_an_event_loop_survives_kill_9(
+    tmp_path, record_decoder, wait_until, seed
+):
+    """Puts that do not wait for their flush (several in flight, as the broker appends under
+    SYNC_FLUSH) are acknowledged only once the flushed offset covers them."""
+    root = tmp_path / "store"
+    acked = run_and_kill(root, "SYNC_FLUSH", 2000 + seed, wait_until, mode="pipelined")
+    for ack in acked:
+        assert ack["durable"] is True, ack
+        assert ack["flushed"] >= ack["end"], ack
+    check_recovered(root, acked, record_decoder, in_flight=writer.PIPELINE)
 
 
 @pytest.mark.parametrize("seed", seeds(range(10), range(10, 25)))

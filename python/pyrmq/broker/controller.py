@@ -7,7 +7,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,7 +26,7 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
-from pyrmq.store import MessageStore
+from pyrmq.store import FlushWaiter, MessageStore, PutResult
 
 __all__ = ["BrokerController"]
 
@@ -63,7 +62,7 @@ class BrokerController:
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self._offsets_write: asyncio.Future[None] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pyrmq-put")
+        self._flushes: FlushWaiter | None = None
         for processor in (
             SendProcessor(self),
             PullProcessor(self),
@@ -100,6 +99,11 @@ class BrokerController:
         )
         self._hold = PullHoldService(self._store, check_interval_s=interval)
         self._hold.start()
+        if self.puts_wait_for_disk:
+            self._flushes = FlushWaiter(
+                self._store, timeout_s=self.config.store.sync_flush_timeout_ms / 1000
+            )
+            self._flushes.start()
         await self._register_all()
         self._tasks = [
             loop.create_task(self._registration_loop()),
@@ -128,38 +132,43 @@ class BrokerController:
             with contextlib.suppress(Exception):
                 await self._offsets_write
         self.offsets.persist(force=True)
+        if self._flushes is not None:
+            self._flushes.stop()
         if self._store is not None:
             store = self._store
             await asyncio.get_running_loop().run_in_executor(None, store.close)
-        self._executor.shutdown(wait=True)
         log.info("broker stopped name=%s address=%s", self.config.broker_name, self.address)
 
     @property
     def puts_wait_for_disk(self) -> bool:
-        """Under SYNC_FLUSH an append waits for an fsync: run it with :meth:`put`, not
-        :meth:`put_now`."""
+        """Under SYNC_FLUSH a send is answered once its append is durable: append with
+        ``wait_for_flush=False`` and answer through :meth:`when_durable`."""
         return self.config.store.flush_disk_type == "SYNC_FLUSH"
 
     def put_now(self, fn: Callable[[], T]) -> T:
-        """Runs a page-cache store append in the loop, then answers the held pulls it woke
-        (before the caller answers the send)."""
+        """Runs a store append in the loop (a page-cache write: it never waits for the disk
+        when called with ``wait_for_flush=False``), then answers the held pulls it woke before
+        the caller answers the send."""
         result = fn()
         if self._hold is not None:
             self._hold.answer_ready()
         return result
 
-    async def put(self, fn: Callable[[], T]) -> T:
-        """Runs a store append, then answers the held pulls it woke, before the caller answers
-        the send. Under SYNC_FLUSH the append waits for an fsync, so it runs on a worker thread
-        (its wakeups reach the loop through the hold service's eventfd meanwhile); a page-cache
-        append is a few microseconds and runs inline."""
-        if self.config.store.flush_disk_type == "SYNC_FLUSH":
-            result = await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+    def when_durable(self, result: PutResult, callback: Callable[[bool], None]) -> None:
+        """Calls ``callback(durable)`` once ``result``'s append is on disk (``True``), or
+        when ``syncFlushTimeout`` passes first (``False``); at once under ASYNC_FLUSH."""
+        if self._flushes is None:
+            callback(True)
         else:
-            result = fn()
-        if self._hold is not None:
-            self._hold.answer_ready()
-        return result
+            self._flushes.when_durable(result.end_offset, callback)
+
+    async def put(self, fn: Callable[[], PutResult]) -> tuple[PutResult, bool]:
+        """Runs a store append with :meth:`put_now` and waits as :meth:`when_durable` does;
+        returns the result and whether the append is durable as the flush mode promises."""
+        result = self.put_now(fn)
+        if self._flushes is None:
+            return result, True
+        return result, await self._flushes.durable(result.end_offset)
 
     def request_registration(self) -> None:
         """Registers with the name servers soon (a topic was created or changed)."""

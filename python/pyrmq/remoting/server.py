@@ -15,6 +15,7 @@ disturbed.
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
@@ -146,7 +147,11 @@ class Connection(asyncio.Protocol):
             response: RemotingCommand | None = self._failed(request, e)
         else:
             if result is not None and not isinstance(result, RemotingCommand):
-                self._spawn(self._finish(request, result))
+                if asyncio.isfuture(result):
+                    # A future needs no task: answer from its done callback.
+                    result.add_done_callback(functools.partial(self._answer_done, request))
+                else:
+                    self._spawn(self._finish(request, result))
                 return
             response = result
         if response is not None and not request.is_oneway:
@@ -161,6 +166,16 @@ class Connection(asyncio.Protocol):
             raise
         except Exception as e:
             response = self._failed(request, e)
+        if response is not None and not request.is_oneway:
+            self.send(response)
+
+    def _answer_done(
+        self, request: RemotingCommand, done: "asyncio.Future[RemotingCommand | None]"
+    ) -> None:
+        if done.cancelled():
+            return
+        e = done.exception()
+        response = done.result() if e is None else self._failed(request, cast(Exception, e))
         if response is not None and not request.is_oneway:
             self.send(response)
 

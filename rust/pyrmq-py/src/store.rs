@@ -240,6 +240,9 @@ pub struct PyPutResult {
     store_timestamp_ms: i64,
     #[pyo3(get)]
     wrote_bytes: u64,
+    /// CommitLog offset just past the group: durable once the flushed offset reaches it.
+    #[pyo3(get)]
+    end_offset: u64,
     host: SocketAddr,
 }
 
@@ -331,6 +334,7 @@ impl From<PutOutcome> for PyPutResult {
             entries: o.entries,
             store_timestamp_ms: o.store_timestamp_ms,
             wrote_bytes: o.wrote_bytes,
+            end_offset: o.end_offset,
             host: o.store_host,
         }
     }
@@ -403,6 +407,21 @@ impl PyGetResult {
 }
 
 /// Parses a subscription expression into tag codes; `None` means every message.
+/// Appends without the GIL; `wait_for_flush=False` is [`MessageStore::put_nowait`].
+fn put(
+    py: Python<'_>,
+    store: &MessageStore,
+    inputs: &[MessageInput<'_>],
+    internal: bool,
+    wait_for_flush: bool,
+) -> PyResult<PyPutResult> {
+    if wait_for_flush {
+        gil::run(py, || store.put(inputs, internal)).map(Into::into)
+    } else {
+        gil::run(py, || store.put_nowait(inputs, internal)).map(Into::into)
+    }
+}
+
 fn tag_codes(tags: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
     let Some(t) = tags else { return Ok(None) };
     let names: Vec<String> = if let Ok(s) = t.cast::<PyString>() {
@@ -444,7 +463,7 @@ impl PyMessageStore {
 
     #[pyo3(signature = (topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0,
         sys_flag=0, born_timestamp_ms=None, born_host=None, reconsume_times=0,
-        prepared_transaction_offset=0, internal=false))]
+        prepared_transaction_offset=0, internal=false, wait_for_flush=true))]
     fn put(
         &self,
         py: Python<'_>,
@@ -461,6 +480,7 @@ impl PyMessageStore {
         reconsume_times: i32,
         prepared_transaction_offset: i64,
         internal: bool,
+        wait_for_flush: bool,
     ) -> PyResult<PyPutResult> {
         let body = Body::extract(body)?;
         let props = encode_properties(properties, tags, keys)?;
@@ -476,13 +496,18 @@ impl PyMessageStore {
             reconsume_times,
             prepared_transaction_offset,
         };
-        let store = &self.store;
-        gil::run(py, || store.put(std::slice::from_ref(&input), internal)).map(Into::into)
+        put(
+            py,
+            &self.store,
+            std::slice::from_ref(&input),
+            internal,
+            wait_for_flush,
+        )
     }
 
     /// Appends `bodies` to one queue as one group, all sharing tags, keys and properties.
     #[pyo3(signature = (topic, bodies, *, queue_id=0, tags=None, keys=None, properties=None,
-        flag=0, sys_flag=0, born_timestamp_ms=None, born_host=None, internal=false))]
+        flag=0, sys_flag=0, born_timestamp_ms=None, born_host=None, internal=false, wait_for_flush=true))]
     fn put_batch(
         &self,
         py: Python<'_>,
@@ -497,6 +522,7 @@ impl PyMessageStore {
         born_timestamp_ms: Option<i64>,
         born_host: Option<&str>,
         internal: bool,
+        wait_for_flush: bool,
     ) -> PyResult<PyPutResult> {
         let props = encode_properties(properties, tags, keys)?;
         let born_host = parse_host(born_host)?;
@@ -529,13 +555,12 @@ impl PyMessageStore {
                 prepared_transaction_offset: 0,
             })
             .collect();
-        let store = &self.store;
-        gil::run(py, || store.put(&inputs, internal)).map(Into::into)
+        put(py, &self.store, &inputs, internal, wait_for_flush)
     }
 
     /// Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue.
     #[pyo3(signature = (topic, batch_body, *, queue_id=0, sys_flag=0, born_timestamp_ms=None,
-        born_host=None, reconsume_times=0, internal=false))]
+        born_host=None, reconsume_times=0, internal=false, wait_for_flush=true))]
     fn put_encoded_batch(
         &self,
         py: Python<'_>,
@@ -547,6 +572,7 @@ impl PyMessageStore {
         born_host: Option<&str>,
         reconsume_times: i32,
         internal: bool,
+        wait_for_flush: bool,
     ) -> PyResult<PyPutResult> {
         let batch_body = Body::extract(batch_body)?;
         let items = message::decode_client_batch(batch_body.as_slice())
@@ -568,8 +594,7 @@ impl PyMessageStore {
                 prepared_transaction_offset: 0,
             })
             .collect();
-        let store = &self.store;
-        gil::run(py, || store.put(&inputs, internal)).map(Into::into)
+        put(py, &self.store, &inputs, internal, wait_for_flush)
     }
 
     /// Reads up to `max_count` messages (or `max_bytes`) from `queue_offset` on, keeping those
@@ -737,6 +762,17 @@ impl PyMessageStore {
     #[getter]
     fn flushed_phy_offset(&self) -> u64 {
         self.store.flushed_phy_offset()
+    }
+
+    /// A file descriptor that becomes readable after a flush that may have made a
+    /// `wait_for_flush=False` put durable (see `drain_flushed`).
+    fn flushed_fd(&self) -> i32 {
+        self.store.flushed_fd()
+    }
+
+    /// Clears `flushed_fd`, then returns the flushed CommitLog offset.
+    fn drain_flushed(&self) -> u64 {
+        self.store.drain_flushed()
     }
 
     /// Every (topic, queue id) with a ConsumeQueue.

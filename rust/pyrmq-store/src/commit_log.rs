@@ -23,7 +23,9 @@
 //! * `append` returns once the group is in the page cache and visible to readers. A process
 //!   crash (kill -9) after that loses nothing; a power loss may lose what was not yet flushed.
 //! * Under `SYNC_FLUSH`, the store waits for `flushed_offset() >= end` before answering: the
-//!   group is on disk. Concurrent appenders share one fsync (group commit).
+//!   group is on disk. Concurrent appenders share one fsync (group commit). An appender that
+//!   must not block (an event loop) requests the flush instead and learns of it from an eventfd,
+//!   so any number of appends in flight share one fsync.
 //! * After a crash, recovery keeps exactly the groups whose fences verify, up to the first torn
 //!   group at the tail. A damaged group followed by intact ones is kept in place (its reads report
 //!   corruption) rather than truncating intact data behind it.
@@ -39,6 +41,7 @@ use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::{self, BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE};
 use crate::populate::Populator;
+use crate::wakeup::EventFd;
 
 pub const FENCE_MAGIC_CODE: u32 = 0x5EA1_F3C7;
 pub const FENCE_LEN: usize = 20;
@@ -75,6 +78,10 @@ pub struct CommitLog {
     flush_requested: Condvar,
     flush_done_lock: Mutex<()>,
     flush_done: Condvar,
+    /// The highest end a caller that does not block asked to have flushed, and the fd every
+    /// flush that may have covered it signals (an event loop watches it).
+    nowait_requested: AtomicU64,
+    flushed_fd: EventFd,
     /// Flush requests made since the current fsync started.
     arrivals: AtomicUsize,
     /// Appenders the previous fsync released, and how long it took: the flusher lingers for
@@ -100,8 +107,8 @@ pub struct RecoveryReport {
 }
 
 impl CommitLog {
-    pub fn load(files: MappedFileQueue) -> Self {
-        Self {
+    pub fn load(files: MappedFileQueue) -> std::io::Result<Self> {
+        Ok(Self {
             files,
             put_lock: Mutex::new(WriteState {
                 wrote: 0,
@@ -114,11 +121,13 @@ impl CommitLog {
             flush_requested: Condvar::new(),
             flush_done_lock: Mutex::new(()),
             flush_done: Condvar::new(),
+            nowait_requested: AtomicU64::new(0),
+            flushed_fd: EventFd::new()?,
             arrivals: AtomicUsize::new(0),
             last_cover: AtomicUsize::new(0),
             last_flush_us: AtomicU64::new(0),
             populator: Populator::default(),
-        }
+        })
     }
 
     pub fn files(&self) -> &MappedFileQueue {
@@ -306,8 +315,33 @@ impl CommitLog {
         if target > from {
             self.files.flush(from, target)?;
             self.flushed.fetch_max(target, Ordering::AcqRel);
+            // A request above `from` was either covered now or left a request for the next
+            // flush, which signals in its turn: none is missed.
+            if self.nowait_requested.load(Ordering::Acquire) > from {
+                self.flushed_fd.signal();
+            }
         }
         Ok(self.flushed_offset())
+    }
+
+    /// Readable after a flush that may have made a [`Self::request_flush`] durable; the
+    /// watcher clears it with [`Self::clear_flushed_fd`], then reads [`Self::flushed_offset`].
+    pub fn flushed_fd(&self) -> i32 {
+        self.flushed_fd.raw()
+    }
+
+    pub fn clear_flushed_fd(&self) {
+        self.flushed_fd.clear();
+    }
+
+    /// Asks the group-commit service to flush up to `end` without waiting for it: the flush
+    /// that makes it durable signals [`Self::flushed_fd`], unless it already is durable.
+    pub fn request_flush(&self, end: u64) {
+        // Published before the check, so a flush that covers `end` after it sees the request.
+        self.nowait_requested.fetch_max(end, Ordering::AcqRel);
+        if self.flushed_offset() < end {
+            self.enqueue_flush(end);
+        }
     }
 
     /// Blocks until `end` is durable or the timeout passes; returns whether it became durable.
@@ -315,16 +349,7 @@ impl CommitLog {
         if self.flushed_offset() >= end {
             return true;
         }
-        let arrived = self.arrivals.fetch_add(1, Ordering::AcqRel) + 1;
-        {
-            let mut req = self.flush_request.lock();
-            *req = (*req).max(end);
-            // The flusher needs waking when idle (the first request) and when lingering, once
-            // the appenders it waits for are all here; waking it for each costs a switch apiece.
-            if arrived == 1 || arrived >= self.last_cover.load(Ordering::Acquire) {
-                self.flush_requested.notify_one();
-            }
-        }
+        self.enqueue_flush(end);
         let deadline = Instant::now() + timeout;
         let mut guard = self.flush_done_lock.lock();
         let done = loop {
@@ -337,6 +362,17 @@ impl CommitLog {
         };
         drop(guard);
         done
+    }
+
+    fn enqueue_flush(&self, end: u64) {
+        let arrived = self.arrivals.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut req = self.flush_request.lock();
+        *req = (*req).max(end);
+        // The flusher needs waking when idle (the first request) and when lingering, once
+        // the appenders it waits for are all here; waking it for each costs a switch apiece.
+        if arrived == 1 || arrived >= self.last_cover.load(Ordering::Acquire) {
+            self.flush_requested.notify_one();
+        }
     }
 
     /// One turn of the group-commit service: waits up to `idle` for a request, then flushes

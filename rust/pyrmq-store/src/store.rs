@@ -60,6 +60,8 @@ pub struct PutOutcome {
     pub entries: Vec<PutEntry>,
     pub store_timestamp_ms: i64,
     pub wrote_bytes: u64,
+    /// CommitLog offset just past the group: it is durable once the flushed offset reaches it.
+    pub end_offset: u64,
     pub store_host: SocketAddr,
 }
 
@@ -168,7 +170,8 @@ impl MessageStore {
             config.mapped_file_size_commit_log,
             crate::mapped_file::Allocation::OnDemand,
         )?;
-        let commit_log = CommitLog::load(cl_files);
+        let commit_log = CommitLog::load(cl_files)
+            .map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
         let queues = load_queues(&config)?;
         let index = if config.message_index_enable {
             Some(IndexService::load(
@@ -230,7 +233,29 @@ impl MessageStore {
     /// `SYNC_FLUSH` the call returns once they are durable. Messages may target different
     /// queues. `internal` allows the broker's reserved topics.
     pub fn put(&self, msgs: &[MessageInput<'_>], internal: bool) -> StoreResult<PutOutcome> {
-        self.inner.put(msgs, internal, clock::now_ms())
+        self.inner.put(msgs, internal, clock::now_ms(), true)
+    }
+
+    /// Like [`Self::put`], but under `SYNC_FLUSH` returns once the group is stored and visible,
+    /// with its flush requested, instead of waiting for it: the group is durable once
+    /// [`Self::flushed_phy_offset`] reaches the outcome's `end_offset`, and each flush that may
+    /// have made such a group durable signals [`Self::flushed_fd`]. Any number of appends in
+    /// flight this way share one fsync, without a thread blocked for each.
+    pub fn put_nowait(&self, msgs: &[MessageInput<'_>], internal: bool) -> StoreResult<PutOutcome> {
+        self.inner.put(msgs, internal, clock::now_ms(), false)
+    }
+
+    /// An eventfd made readable by a flush that may have made a [`Self::put_nowait`] group
+    /// durable; [`Self::drain_flushed`] clears it.
+    pub fn flushed_fd(&self) -> i32 {
+        self.inner.commit_log.flushed_fd()
+    }
+
+    /// Clears [`Self::flushed_fd`], then returns the flushed offset: a flush that ends after
+    /// the read makes the fd readable again, so a watcher misses none.
+    pub fn drain_flushed(&self) -> u64 {
+        self.inner.commit_log.clear_flushed_fd();
+        self.inner.commit_log.flushed_offset()
     }
 
     pub fn get(&self, req: &GetRequest<'_>) -> StoreResult<GetOutcome> {
@@ -670,6 +695,7 @@ impl Inner {
         msgs: &[MessageInput<'_>],
         internal: bool,
         now_ms: i64,
+        wait_flush: bool,
     ) -> StoreResult<PutOutcome> {
         self.check_open()?;
         if msgs.is_empty() {
@@ -903,23 +929,26 @@ impl Inner {
         drop(st);
 
         let mut status = PutStatus::PutOk;
-        if self.config.flush_disk_type == FlushDiskType::Sync
-            && !self.commit_log.wait_flushed(
+        if self.config.flush_disk_type == FlushDiskType::Sync {
+            if !wait_flush {
+                self.commit_log.request_flush(end);
+            } else if !self.commit_log.wait_flushed(
                 end,
                 Duration::from_millis(self.config.sync_flush_timeout_ms),
-            )
-        {
-            log::warn!(
-                "sync flush of offset {end} timed out after {} ms",
-                self.config.sync_flush_timeout_ms
-            );
-            status = PutStatus::FlushDiskTimeout;
+            ) {
+                log::warn!(
+                    "sync flush of offset {end} timed out after {} ms",
+                    self.config.sync_flush_timeout_ms
+                );
+                status = PutStatus::FlushDiskTimeout;
+            }
         }
         Ok(PutOutcome {
             status,
             entries,
             store_timestamp_ms: store_ts,
             wrote_bytes: group_len,
+            end_offset: end,
             store_host,
         })
     }

@@ -1,5 +1,6 @@
 """SEND_MESSAGE (v1 and v2) and SEND_BATCH_MESSAGE, and CONSUMER_SEND_MSG_BACK."""
 
+import asyncio
 import logging
 import random
 import zlib
@@ -53,8 +54,9 @@ class SendProcessor:
     def send(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """Stores a message (or a batch) and answers at once; under SYNC_FLUSH the store waits
-        for the disk, and this returns an awaitable answer instead (see ``register_inline``)."""
+        """Stores a message (or a batch) and answers at once; under SYNC_FLUSH it returns a
+        future answer instead, completed when the flush that covers the append lands (see
+        ``register_inline``), so every send in flight shares one fsync."""
         header = self._header(request)
         batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
         topic = header.topic
@@ -134,6 +136,7 @@ class SendProcessor:
                     born_host=born_host,
                     reconsume_times=reconsume_times,
                     internal=True,
+                    wait_for_flush=False,
                 )
 
         else:
@@ -150,24 +153,28 @@ class SendProcessor:
                     born_host=born_host,
                     reconsume_times=reconsume_times,
                     internal=topic.startswith((RETRY_PREFIX, DLQ_PREFIX)),
+                    wait_for_flush=False,
                 )
 
-        if broker.puts_wait_for_disk:
-            return self._put_later(request, put, topic, queue_id)
         try:
             result = broker.put_now(put)
         except (MessageIllegalError, StoreError) as e:
             return self._put_failed(request, e, topic, queue_id)
+        if broker.puts_wait_for_disk:
+            return self._answer_when_durable(request, result)
         return self._stored(request, result)
 
-    async def _put_later(
-        self, request: RemotingCommand, put: Callable[[], PutResult], topic: str, queue_id: int
-    ) -> RemotingCommand:
-        try:
-            result = await self.broker.put(put)
-        except (MessageIllegalError, StoreError) as e:
-            return self._put_failed(request, e, topic, queue_id)
-        return self._stored(request, result)
+    def _answer_when_durable(
+        self, request: RemotingCommand, result: PutResult
+    ) -> asyncio.Future[RemotingCommand]:
+        answer: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+
+        def flushed(durable: bool) -> None:
+            if not answer.done():
+                answer.set_result(self._stored(request, result, durable=durable))
+
+        self.broker.when_durable(result, flushed)
+        return answer
 
     def _put_failed(
         self, request: RemotingCommand, e: Exception, topic: str, queue_id: int
@@ -179,9 +186,11 @@ class SendProcessor:
         log.error("store failed a send topic=%s queue_id=%s: %s", topic, queue_id, e)
         return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
 
-    def _stored(self, request: RemotingCommand, result: PutResult) -> RemotingCommand:
+    def _stored(
+        self, request: RemotingCommand, result: PutResult, *, durable: bool = True
+    ) -> RemotingCommand:
         code = ResponseCode.SUCCESS
-        if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
+        if not durable or result.status is PutStatus.FLUSH_DISK_TIMEOUT:
             code = ResponseCode.FLUSH_DISK_TIMEOUT
         return RemotingCommand.response_to(
             request,
@@ -246,7 +255,7 @@ class SendProcessor:
         # Until the schedule service exists, retries go straight to %RETRY%<group>: the
         # consumer gets them again at once rather than after their delay level.
         try:
-            await broker.put(
+            _, durable = await broker.put(
                 lambda: broker.store.put(
                     topic,
                     original.body,
@@ -258,10 +267,14 @@ class SendProcessor:
                     born_host=original.born_host,
                     reconsume_times=original.reconsume_times + 1,
                     internal=True,
+                    wait_for_flush=False,
                 )
             )
         except StoreError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        if not durable:
+            # As RocketMQ answers a send-back whose put was not PUT_OK.
+            return self._error(request, ResponseCode.SYSTEM_ERROR, "FLUSH_DISK_TIMEOUT")
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
