@@ -63,6 +63,7 @@ class BrokerController:
         self._register_now = asyncio.Event()
         self._offsets_write: asyncio.Future[None] | None = None
         self._flushes: FlushWaiter | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         for processor in (
             SendProcessor(self),
             PullProcessor(self),
@@ -84,13 +85,19 @@ class BrokerController:
         return self._hold
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The broker's event loop (looked up once: on 3.11 each lookup is a system call)."""
+        assert self._loop is not None, "the broker is not started"
+        return self._loop
+
+    @property
     def address(self) -> str:
         return f"{self.config.broker_ip1}:{self.server.port}"
 
     async def start(self) -> None:
         await self.server.start()
         store_config = dataclasses.replace(self.config.store, store_host=self.address)
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self._store = await loop.run_in_executor(None, MessageStore.open, self._root, store_config)
         interval = (
             HOLD_CHECK_INTERVAL_S

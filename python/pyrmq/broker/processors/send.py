@@ -167,7 +167,7 @@ class SendProcessor:
     def _answer_when_durable(
         self, request: RemotingCommand, result: PutResult
     ) -> asyncio.Future[RemotingCommand]:
-        answer: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[RemotingCommand] = self.broker.loop.create_future()
 
         def flushed(durable: bool) -> None:
             if not answer.done():
