@@ -555,20 +555,29 @@ async def long_poll(
 # ---------------------------------------------------------------------------------------------
 
 
+def start_serve(
+    scratch: Path, name: str, flush: str, ready_timeout_s: float, *extra: str
+) -> ServerProcess:
+    """``pyrmq serve --flush FLUSH`` on ephemeral ports, its store and log under ``scratch``
+    (``store{name}``, ``serve{name}.log``)."""
+    return ServerProcess(
+        [
+            "serve",
+            *extra,
+            "--store", str(scratch / f"store{name}"),
+            "--namesrv-port", "0",
+            "--broker-port", "0",
+            "--flush", flush,
+        ],
+        scratch / f"serve{name}.log",
+        ready_timeout_s=ready_timeout_s,
+    )  # fmt: skip
+
+
 def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
-    server = ServerProcess(
-        [
-            "serve",
-            "--store", str(scratch / "store"),
-            "--namesrv-port", "0",
-            "--broker-port", "0",
-            "--flush", "async",
-        ],
-        scratch / "serve.log",
-        ready_timeout_s=plan.ready_timeout_s,
-    )  # fmt: skip
+    server = start_serve(scratch, "", "async", plan.ready_timeout_s)
     server_info: dict[str, Any] = {"ready_line": server.ready_line}
     try:
         namesrv, broker = server.addresses()[:2]

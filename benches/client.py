@@ -57,7 +57,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.servers import ServerProcess, create_topic
+from tests.compat.servers import create_topic
 
 from benches import broker as broker_bench
 from benches import relay_floor
@@ -428,19 +428,9 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
     conf.write_text(
         f"maxTransferCountOnMessageInMemory={BIG_PULL}\nmaxTransferBytesOnMessageInMemory=1048576\n"
     )
-    server = ServerProcess(
-        [
-            "serve",
-            "-c", str(conf),
-            "--store", str(scratch / "store"),
-            "--namesrv-port", "0",
-            "--broker-port", "0",
-            "--flush", "async",
-            "--log-level", "WARNING",
-        ],
-        scratch / "serve.log",
-        ready_timeout_s=plan.ready_timeout_s,
-    )  # fmt: skip
+    server = broker_bench.start_serve(
+        scratch, "", "async", plan.ready_timeout_s, "-c", str(conf), "--log-level", "WARNING"
+    )
     info: dict[str, Any] = {"ready_line": server.ready_line}
     try:
         namesrv, broker = server.addresses()[:2]
@@ -550,19 +540,11 @@ def sync_flush_rows(
 ) -> None:
     """Single sends against a second ``pyrmq serve``, with ``--flush sync``: each answer waits
     for the group-commit fsync that covers it, so the rate shows how many sends in flight one
-    fsync answers. Each row's note gives its ratio to the ASYNC_FLUSH row of as many tasks."""
-    server = ServerProcess(
-        [
-            "serve",
-            "--store", str(scratch / "store-sync"),
-            "--namesrv-port", "0",
-            "--broker-port", "0",
-            "--flush", "sync",
-            "--log-level", "WARNING",
-        ],
-        scratch / "serve-sync.log",
-        ready_timeout_s=plan.ready_timeout_s,
-    )  # fmt: skip
+    fsync answers. The row with as many tasks as the ASYNC_FLUSH ``send`` row gives its ratio
+    to that row."""
+    server = broker_bench.start_serve(
+        scratch, "-sync", "sync", plan.ready_timeout_s, "--log-level", "WARNING"
+    )
     async_single = next(
         (
             r
