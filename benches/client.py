@@ -57,7 +57,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.servers import create_topic
+from tests.compat.servers import ServerProcess, create_topic
 
 from benches import broker as broker_bench
 from benches import relay_floor
@@ -432,6 +432,7 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
         scratch, "", "async", plan.ready_timeout_s, "-c", str(conf), "--log-level", "WARNING"
     )
     info: dict[str, Any] = {"ready_line": server.ready_line}
+    single_name = f"produce 128 B, send, {plan.single_concurrency} tasks"
     try:
         namesrv, broker = server.addresses()[:2]
         pid = server.proc.pid
@@ -440,14 +441,7 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
         create_topic(broker, broker_bench.SEND_TOPIC, QUEUES)
 
         def attempt(name: str, target: str | None, fn: Any) -> None:
-            sys.stderr.write(f"  {name} ...\n")
-            try:
-                got = fn()
-                rows.extend(got if isinstance(got, list) else [got])
-            except Exception as exc:
-                traceback.print_exc()
-                failures.append(f"{name}: {exc}")
-                rows.append(failed_row(name, target, str(exc)))
+            run_row(rows, failures, name, target, fn)
 
         d = str(plan.produce_s)
         batch_name = "produce 128 B, send_batch x32"
@@ -460,7 +454,6 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
                 BATCH_TOPIC, TARGET_BATCH, f"{plan.batch_concurrency} tasks, 1 process",
             ),
         )  # fmt: skip
-        single_name = f"produce 128 B, send, {plan.single_concurrency} tasks"
         attempt(
             single_name,
             f">= {TARGET_SINGLE:,} msgs/s",
@@ -526,63 +519,72 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
                 lambda: one_task_rows(namesrv, broker, pid, plan, scratch),
             )
     finally:
-        code = server.stop()
-        info["exit_code"] = code
-        if code != 0:
-            failures.append(f"pyrmq serve exited {code}")
-            sys.stderr.write((scratch / "serve.log").read_text(errors="replace")[-3000:] + "\n")
-    sync_flush_rows(plan, scratch, rows, failures)
+        info["exit_code"] = stop_server(server, scratch / "serve.log", "pyrmq serve", failures)
+    async_single = next(
+        (r for r in rows if r["benchmark"] == single_name and "error" not in r), None
+    )
+    sync_flush_rows(plan, scratch, rows, failures, async_single)
     return rows, failures, info
 
 
+def run_row(
+    rows: list[dict[str, Any]], failures: list[str], name: str, target: str | None, fn: Any
+) -> None:
+    """Adds the row (or rows) ``fn`` measures, or a failed row saying why it could not."""
+    sys.stderr.write(f"  {name} ...\n")
+    try:
+        got = fn()
+        rows.extend(got if isinstance(got, list) else [got])
+    except Exception as exc:
+        traceback.print_exc()
+        failures.append(f"{name}: {exc}")
+        rows.append(failed_row(name, target, str(exc)))
+
+
+def stop_server(server: ServerProcess, log: Path, what: str, failures: list[str]) -> int:
+    """Stops a bench server; a non-zero exit is a failure, shown with the end of its log."""
+    code = server.stop()
+    if code != 0:
+        failures.append(f"{what} exited {code}")
+        sys.stderr.write(log.read_text(errors="replace")[-3000:] + "\n")
+    return code
+
+
 def sync_flush_rows(
-    plan: Plan, scratch: Path, rows: list[dict[str, Any]], failures: list[str]
+    plan: Plan,
+    scratch: Path,
+    rows: list[dict[str, Any]],
+    failures: list[str],
+    async_single: dict[str, Any] | None,
 ) -> None:
     """Single sends against a second ``pyrmq serve``, with ``--flush sync``: each answer waits
     for the group-commit fsync that covers it, so the rate shows how many sends in flight one
-    fsync answers. The row with as many tasks as the ASYNC_FLUSH ``send`` row gives its ratio
-    to that row."""
+    fsync answers. The row with as many tasks as ``async_single`` (the ASYNC_FLUSH ``send``
+    row) gives its ratio to it."""
     server = broker_bench.start_serve(
         scratch, "-sync", "sync", plan.ready_timeout_s, "--log-level", "WARNING"
-    )
-    async_single = next(
-        (
-            r
-            for r in rows
-            if r["benchmark"].startswith("produce 128 B, send, ") and "error" not in r
-        ),
-        None,
     )
     try:
         namesrv, broker = server.addresses()[:2]
         create_topic(broker, SINGLE_TOPIC, QUEUES)
-        for tasks in (
-            (plan.single_concurrency,) if plan.mode == "smoke" else (8, plan.single_concurrency)
-        ):
-            name = f"produce 128 B, send, {tasks} tasks, SYNC_FLUSH"
-            sys.stderr.write(f"  {name} ...\n")
-            note = "one message per request, 1 process; answered once fsynced"
-            try:
-                row = producer_row(
-                    name, namesrv, server.proc.pid, plan,
-                    ["-w", str(tasks), "-d", str(plan.produce_s)], SINGLE_TOPIC, None, note,
-                )  # fmt: skip
-            except Exception as exc:
-                traceback.print_exc()
-                failures.append(f"{name}: {exc}")
-                rows.append(failed_row(name, None, str(exc)))
-                continue
+
+        def measure(name: str, tasks: int) -> dict[str, Any]:
+            row = producer_row(
+                name, namesrv, server.proc.pid, plan,
+                ["-w", str(tasks), "-d", str(plan.produce_s)], SINGLE_TOPIC, None,
+                "one message per request, 1 process; answered once fsynced",
+            )  # fmt: skip
             if async_single is not None and tasks == plan.single_concurrency:
                 ratio = row["msgs_per_s"] / async_single["msgs_per_s"]
                 row["note"] += f"; {ratio:.2f}x the ASYNC_FLUSH row"
-            rows.append(row)
+            return row
+
+        smoke = plan.mode == "smoke"
+        for tasks in (plan.single_concurrency,) if smoke else (8, plan.single_concurrency):
+            name = f"produce 128 B, send, {tasks} tasks, SYNC_FLUSH"
+            run_row(rows, failures, name, None, lambda n=name, t=tasks: measure(n, t))
     finally:
-        code = server.stop()
-        if code != 0:
-            failures.append(f"pyrmq serve --flush sync exited {code}")
-            sys.stderr.write(
-                (scratch / "serve-sync.log").read_text(errors="replace")[-3000:] + "\n"
-            )
+        stop_server(server, scratch / "serve-sync.log", "pyrmq serve --flush sync", failures)
 
 
 def _num(value: float | None, digits: int = 3) -> str:

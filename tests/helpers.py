@@ -8,17 +8,25 @@ from the root of the checkout, as it does ``tests.compat.servers``).
 from __future__ import annotations
 
 import asyncio
+import select
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyrmq.client.instance import ClientConfig
 
-__all__ = ["eventually", "fast_config", "run"]
+__all__ = ["eventually", "fast_config", "readable", "run"]
 
 
 def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 60.0) -> None:
     """Runs the coroutine function ``scenario`` in a new event loop; fails after ``timeout_s``."""
     asyncio.run(asyncio.wait_for(scenario(), timeout_s))
+
+
+def readable(fd: int, timeout_s: float) -> bool:
+    """Whether ``fd`` becomes readable within ``timeout_s`` (0: is it now)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(int(timeout_s * 1000)))
 
 
 async def eventually(

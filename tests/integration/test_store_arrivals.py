@@ -2,20 +2,14 @@
 drains."""
 
 import asyncio
-import select
 import threading
 
 import pytest
+from tests.helpers import readable
 
 from pyrmq import _core
 
 pytestmark = pytest.mark.integration
-
-
-def readable(fd: int, timeout: float) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(int(timeout * 1000)))
 
 
 def code(tag: str | None) -> int:

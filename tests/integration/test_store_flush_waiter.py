@@ -2,20 +2,13 @@
 an event loop when they are durable."""
 
 import asyncio
-import select
 
 import pytest
-from tests.helpers import run
+from tests.helpers import eventually, readable, run
 
 from pyrmq.store import FlushWaiter, PutStatus
 
 pytestmark = pytest.mark.integration
-
-
-def readable(fd: int, timeout: float) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(int(timeout * 1000)))
 
 
 def test_a_put_that_does_not_wait_returns_before_its_flush_and_the_fd_reports_it(open_store):
@@ -92,10 +85,7 @@ def test_a_waiter_not_covered_in_time_completes_false_and_a_later_flush_complete
         await asyncio.sleep(0.05)
         assert results["patient"] == []
         await asyncio.get_running_loop().run_in_executor(None, store.flush)
-        for _ in range(500):
-            if results["patient"]:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: results["patient"], 5.0, "the flush to complete the waiter")
         assert results["patient"] == [True]
         # Already durable: answered at once, without waiting for a flush.
         waiter.when_durable(patient.end_offset, results["already"].append)
