@@ -96,6 +96,27 @@ def test_a_waiter_not_covered_in_time_completes_false_and_a_later_flush_complete
     assert results["late"] == [False]  # completed once, not again by the flush
 
 
+def test_a_waiter_already_durable_completes_after_those_registered_before_it(open_store):
+    store = open_store(flush_disk_type="SYNC_FLUSH")  # flushed only when the test flushes
+    order: list[tuple[str, bool]] = []
+
+    async def scenario() -> None:
+        waiter = FlushWaiter(store, timeout_s=30.0)
+        waiter.start()
+        first = store.put("TopicFw", b"first", wait_for_flush=False)
+        waiter.when_durable(first.end_offset, lambda ok: order.append(("first", ok)))
+        second = store.put("TopicFw", b"second", wait_for_flush=False)
+        store.flush()  # covers both; the loop has not read the fd yet
+        assert store.flushed_phy_offset >= second.end_offset
+        waiter.when_durable(second.end_offset, lambda ok: order.append(("second", ok)))
+        assert order == []
+        await eventually(lambda: len(order) == 2, 5.0, "both waiters to complete")
+        waiter.stop()
+
+    run(scenario)
+    assert order == [("first", True), ("second", True)]
+
+
 def test_stop_completes_pending_waiters_false(open_store):
     store = open_store(flush_disk_type="SYNC_FLUSH")
     got: list[bool] = []

@@ -70,11 +70,14 @@ class FlushWaiter:
 
     def when_durable(self, end_offset: int, callback: Callable[[bool], None]) -> None:
         """Calls ``callback(True)`` in the loop once the CommitLog is durable up to
-        ``end_offset`` (a put's ``end_offset``), or ``callback(False)`` after the timeout."""
+        ``end_offset`` (a put's ``end_offset``), or ``callback(False)`` after the timeout.
+        Waiters complete in the order they were registered."""
         loop = self._loop
         assert loop is not None, "the flush waiter is not started"
-        # A flush that covered the append before it is registered may have signalled nothing.
-        if self.store.flushed_phy_offset >= end_offset:
+        # A flush that covered the append before it was registered may have signalled nothing.
+        # With waiters queued, the flush that covers them is still to be read from the fd:
+        # queue behind them, so that appends complete in their order.
+        if not self._waiting and self.store.flushed_phy_offset >= end_offset:
             callback(True)
             return
         deadline = loop.time() + self.timeout_s
