@@ -58,6 +58,8 @@ def fill(store: MessageStore, segments: int) -> dict[int, list[tuple[int, int]]]
 
 
 def segments(root: Path) -> list[str]:
+    """The segment files; while a store is open, the last is prepared (empty) ahead of the
+    roll."""
     return sorted(os.listdir(root / "commitlog"))
 
 
@@ -93,13 +95,13 @@ def test_forced_retention_deletes_all_but_the_active_segment(open_store, tmp_pat
     store = open_store(root, **CONFIG)
     sent = fill(store, 5)
     before = segments(root)
-    assert before == [f"{k * SEGMENT:020d}" for k in range(5)]
+    assert before == [f"{k * SEGMENT:020d}" for k in range(6)]
     cq_before = {q: sorted(os.listdir(root / "consumequeue" / "TopicOld" / str(q))) for q in (0, 1)}
     max_phy = store.max_phy_offset
 
     deleted = store.delete_expired_files(FAR_FUTURE_MS, force=True)
     assert deleted == 4
-    assert segments(root) == [before[-1]]
+    assert segments(root) == before[-2:]
     assert store.min_phy_offset == 4 * SEGMENT
     assert store.max_phy_offset == max_phy
 
@@ -121,9 +123,9 @@ def test_forced_retention_deletes_all_but_the_active_segment(open_store, tmp_pat
     assert [m.body for m in store.query_message("TopicOld", f"k{last_index}")] == [body(last_index)]
     assert store.look_message_by_offset(last_phy).body == body(last_index)
 
-    # Nothing else is deletable: the active segment stays.
+    # Nothing else is deletable: the active segment stays, and the one prepared after it.
     assert store.delete_expired_files(FAR_FUTURE_MS, force=True) == 0
-    assert segments(root) == [before[-1]]
+    assert segments(root) == before[-2:]
     # Writes continue.
     r = store.put("TopicOld", b"new", queue_id=0)
     assert (r.phy_offset, r.queue_offset) == (max_phy, len(sent[0]))
@@ -153,7 +155,7 @@ def test_nothing_is_deleted_outside_the_delete_hour(open_store, tmp_path):
         ]
     # At the delete hour, expired segments go without force.
     assert store.delete_expired_files(at_local_hour(FAR_FUTURE_MS, 4)) == 3
-    assert segments(root) == [before[-1]]
+    assert segments(root) == before[-2:]
     for q in (0, 1):
         check_queue(store, q, sent[q])
 
@@ -170,7 +172,7 @@ def test_unexpired_segments_stay_even_at_the_delete_hour(open_store, tmp_path):
     assert segments(root) == before
     # They have once the reserve time is over.
     assert store.delete_expired_files(now + 73 * 3_600_000, force=True) == 2
-    assert segments(root) == before[-1:]
+    assert segments(root) == before[-2:]
 
 
 def test_disk_above_the_forcible_ratio_deletes_the_oldest_segment_unexpired(open_store, tmp_path):
@@ -178,10 +180,10 @@ def test_disk_above_the_forcible_ratio_deletes_the_oldest_segment_unexpired(open
     store = open_store(root, **CONFIG)
     sent = fill(store, 4)
     store.close()
-    before = segments(root)
     # Any disk is fuller than 1 %: one oldest segment goes per pass, expired or not.
     tight = {**CONFIG, "disk_space_clean_forcibly_ratio": 1, "disk_max_used_space_ratio": 1}
     store = open_store(root, **tight)
+    before = segments(root)
     now = time.time_ns() // 1_000_000
     assert store.delete_expired_files(at_local_hour(now, 12)) == 1
     assert segments(root) == before[1:]

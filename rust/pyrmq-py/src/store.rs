@@ -528,9 +528,11 @@ impl PyMessageStore {
         let born_host = parse_host(born_host)?;
         let born = born_timestamp_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
         let owned: Vec<Body<'_>> = if let Ok(list) = bodies.cast::<PyList>() {
-            list.iter()
-                .map(|b| Body::extract(&b))
-                .collect::<PyResult<_>>()?
+            let mut owned = Vec::with_capacity(list.len());
+            for b in list.iter() {
+                owned.push(Body::extract(&b)?);
+            }
+            owned
         } else {
             bodies
                 .try_iter()?

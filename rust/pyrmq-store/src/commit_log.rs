@@ -59,6 +59,8 @@ pub struct WriteState {
     pub last_store_timestamp_ms: i64,
     /// Where a `SYNC_FLUSH` group is encoded before it is written through the file.
     pub staging: Vec<u8>,
+    /// The segment after the current one is created and its head requested.
+    pub next_prepared: bool,
 }
 
 /// Where an append group goes: a segment and its position in it.
@@ -114,6 +116,7 @@ impl CommitLog {
                 wrote: 0,
                 last_store_timestamp_ms: 0,
                 staging: Vec::new(),
+                next_prepared: false,
             }),
             max_offset: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
@@ -178,6 +181,10 @@ impl CommitLog {
             Some(file) if rel + len + END_FILE_MIN_BLANK_LENGTH <= size => {
                 file.ensure_writable(rel, rel + len)?;
                 self.populator.after_write(&file, rel + len);
+                if !st.next_prepared && Populator::wants_next_segment(rel + len, size) {
+                    st.next_prepared = true;
+                    self.prepare_next_segment(&file);
+                }
                 Ok(Reservation {
                     file,
                     rel,
@@ -199,6 +206,7 @@ impl CommitLog {
                 // SAFETY: we hold the put lock and these bytes are past the published end.
                 unsafe { file.write_at(rel, &blank) };
                 st.wrote = next_start;
+                st.next_prepared = false;
                 self.max_offset.store(next_start, Ordering::Release);
                 Ok(Reservation {
                     file: next,
@@ -217,6 +225,18 @@ impl CommitLog {
                     phy: wrote,
                 })
             }
+        }
+    }
+
+    /// Creates the segment after `file` ahead of the roll and has its head populated. A failure
+    /// (a full disk) is left for the roll to report.
+    fn prepare_next_segment(&self, file: &MappedFile) {
+        match self
+            .files
+            .get_or_create(file.file_from_offset() + self.segment_size())
+        {
+            Ok(next) => self.populator.next_segment(&next),
+            Err(e) => log::debug!("preparing the next commit log segment: {e}"),
         }
     }
 
@@ -601,6 +621,7 @@ impl CommitLog {
     fn set_end(&self, end: u64) {
         let mut st = self.put_lock.lock();
         st.wrote = end;
+        st.next_prepared = false;
         self.max_offset.store(end, Ordering::Release);
         self.flushed.store(end, Ordering::Release);
     }
@@ -610,9 +631,16 @@ impl CommitLog {
         st.last_store_timestamp_ms = st.last_store_timestamp_ms.max(ts);
     }
 
-    /// Removes the oldest segment if it ends at or before `limit`; returns its end offset.
+    /// Removes the oldest segment unless it holds the write position (or was prepared after
+    /// it); returns its end offset.
     pub fn delete_oldest_segment(&self) -> StoreResult<Option<u64>> {
-        if self.files.len() <= 1 {
+        // Never the writer's segment, nor one prepared after it.
+        let written = self.max_offset();
+        if self
+            .files
+            .first()
+            .is_none_or(|f| f.file_from_offset() + f.file_size() > written)
+        {
             return Ok(None);
         }
         Ok(self

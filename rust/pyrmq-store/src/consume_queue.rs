@@ -45,6 +45,9 @@ pub struct ConsumeQueue {
     min_offset: AtomicU64,
     /// Queue offset up to which units are durable.
     flushed: AtomicU64,
+    /// Byte offset of the file created ahead of the writer (see [`Populator`]); only the
+    /// put-lock holder touches it.
+    next_prepared: AtomicU64,
 }
 
 impl ConsumeQueue {
@@ -52,17 +55,26 @@ impl ConsumeQueue {
     pub fn load(dir: &Path, topic: &str, queue_id: i32, file_size: u64) -> StoreResult<Self> {
         let files = MappedFileQueue::load(dir, file_size, Allocation::Reserve)?;
         let units_per_file = file_size / CQ_UNIT_SIZE;
-        let (min, max) = match (files.first(), files.last()) {
-            (Some(first), Some(last)) => {
-                let base = last.file_from_offset() / CQ_UNIT_SIZE;
-                let data = last.slice(0, file_size as usize);
-                let written = data
-                    .chunks_exact(CQ_UNIT_SIZE as usize)
-                    .position(|u| unit_size(u) == 0)
-                    .unwrap_or(units_per_file as usize) as u64;
-                (first.file_from_offset() / CQ_UNIT_SIZE, base + written)
+        // The max offset is the first unwritten unit of the last file holding any: a file
+        // after it was created ahead of its writer (or just before a crash) and is empty.
+        let (min, max) = match files.first() {
+            Some(first) => {
+                let min = first.file_from_offset() / CQ_UNIT_SIZE;
+                let mut max = min;
+                for file in files.snapshot().iter().rev() {
+                    let written =
+                        file.slice(0, file_size as usize)
+                            .chunks_exact(CQ_UNIT_SIZE as usize)
+                            .position(|u| unit_size(u) == 0)
+                            .unwrap_or(units_per_file as usize) as u64;
+                    if written > 0 {
+                        max = file.file_from_offset() / CQ_UNIT_SIZE + written;
+                        break;
+                    }
+                }
+                (min, max)
             }
-            _ => (0, 0),
+            None => (0, 0),
         };
         Ok(Self {
             topic: topic.to_owned(),
@@ -72,6 +84,7 @@ impl ConsumeQueue {
             max_offset: AtomicU64::new(max),
             min_offset: AtomicU64::new(min.min(max)),
             flushed: AtomicU64::new(max),
+            next_prepared: AtomicU64::new(0),
         })
     }
 
@@ -141,7 +154,18 @@ impl ConsumeQueue {
             done += run.len();
             if let Some(p) = populator {
                 let end = rel + (run.len() as u64) * CQ_UNIT_SIZE;
-                p.after_queue_write(std::ptr::from_ref(self) as usize, &file, end);
+                let lane = std::ptr::from_ref(self) as usize;
+                p.after_queue_write(lane, &file, end);
+                let next = file.file_from_offset() + file.file_size();
+                if Populator::wants_next_queue_file(end, file.file_size())
+                    && self.next_prepared.load(Ordering::Relaxed) != next
+                {
+                    // A failure (a full disk) is left for the write that needs the file.
+                    if let Ok(f) = self.files.get_or_create(next) {
+                        p.next_queue_file(lane, &f);
+                    }
+                    self.next_prepared.store(next, Ordering::Relaxed);
+                }
             }
         }
         Ok(())

@@ -59,8 +59,8 @@ pub const FIXED_LEN_V4: usize = 88;
 pub const MAX_TOPIC_LEN: usize = 127;
 pub const MAX_PROPERTIES_LEN: usize = i16::MAX as usize;
 
-/// Length of the record for the given variable parts.
-pub fn record_len(body: usize, topic: usize, properties: usize, sys_flag: i32) -> usize {
+/// Bytes before the body, for the host families `sys_flag` names.
+pub fn fixed_len(sys_flag: i32) -> usize {
     let mut fixed = FIXED_LEN_V4;
     if sys_flag & SYSFLAG_BORNHOST_V6 != 0 {
         fixed += 12;
@@ -68,11 +68,38 @@ pub fn record_len(body: usize, topic: usize, properties: usize, sys_flag: i32) -
     if sys_flag & SYSFLAG_STOREHOST_V6 != 0 {
         fixed += 12;
     }
-    fixed + body + 1 + topic + 2 + properties
+    fixed
+}
+
+/// Length of the record for the given variable parts.
+pub fn record_len(body: usize, topic: usize, properties: usize, sys_flag: i32) -> usize {
+    fixed_len(sys_flag) + body + 1 + topic + 2 + properties
 }
 
 pub fn body_crc(body: &[u8]) -> u32 {
     crc32fast::hash(body) & 0x7FFF_FFFF
+}
+
+/// [`body_crc`] with the CPU's CRC instructions looked up once, not for every body.
+#[derive(Clone)]
+pub struct BodyCrc(crc32fast::Hasher);
+
+impl BodyCrc {
+    pub fn new() -> Self {
+        Self(crc32fast::Hasher::new())
+    }
+
+    pub fn of(&self, body: &[u8]) -> u32 {
+        let mut h = self.0.clone();
+        h.update(body);
+        h.finalize() & 0x7FFF_FFFF
+    }
+}
+
+impl Default for BodyCrc {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Java's `String.hashCode`, which RocketMQ uses for tag codes and index keys.
@@ -149,6 +176,65 @@ pub fn encode_into(out: &mut [u8], msg: &MessageInput<'_>, crc: u32, at: &Assign
     w.pos += 2;
     w.bytes(msg.properties);
     debug_assert_eq!(w.pos, total, "record length mismatch");
+}
+
+/// Writes at `at` the record that differs from the one just before it (at `prev`, ending at
+/// `at`) only in its body and offsets: the message fields, store time and host, topic and
+/// properties are copied from it, still in cache, and the rest is patched in. A batch's
+/// messages share all but their bodies ([`same_but_body`]), so this replaces field-by-field
+/// encoding for all but the first. `crc` is the body's CRC; returns the record's length.
+pub fn encode_after(
+    buf: &mut [u8],
+    prev: usize,
+    at: usize,
+    body: &[u8],
+    crc: u32,
+    queue_offset: i64,
+    phy_offset: i64,
+) -> usize {
+    let (done, free) = buf.split_at_mut(at);
+    let before = &done[prev..];
+    let word = |i: usize| u32::from_be_bytes(before[i..i + 4].try_into().expect("4 bytes"));
+    let fixed = fixed_len(word(36) as i32);
+    let tail = &before[fixed + word(fixed - 4) as usize..];
+    let total = fixed + body.len() + tail.len();
+    let r = &mut free[..total];
+    if fixed == FIXED_LEN_V4 {
+        // A constant length, copied inline.
+        r[..FIXED_LEN_V4].copy_from_slice(&before[..FIXED_LEN_V4]);
+    } else {
+        r[..fixed].copy_from_slice(&before[..fixed]);
+    }
+    r[0..4].copy_from_slice(&(total as u32).to_be_bytes());
+    r[8..12].copy_from_slice(&crc.to_be_bytes());
+    r[20..28].copy_from_slice(&queue_offset.to_be_bytes());
+    r[28..36].copy_from_slice(&phy_offset.to_be_bytes());
+    r[fixed - 4..fixed].copy_from_slice(&(body.len() as u32).to_be_bytes());
+    let (r_body, r_tail) = r[fixed..].split_at_mut(body.len());
+    r_body.copy_from_slice(body);
+    r_tail.copy_from_slice(tail);
+    total
+}
+
+/// Whether two messages encode to the same record but for their bodies (given the same store
+/// time and host), so that [`encode_after`] applies.
+pub fn same_but_body(a: &MessageInput<'_>, b: &MessageInput<'_>) -> bool {
+    same_bytes(a.properties, b.properties)
+        && same_bytes(a.topic.as_bytes(), b.topic.as_bytes())
+        && a.queue_id == b.queue_id
+        && a.flag == b.flag
+        && a.sys_flag == b.sys_flag
+        && a.born_timestamp_ms == b.born_timestamp_ms
+        && a.reconsume_times == b.reconsume_times
+        && a.prepared_transaction_offset == b.prepared_transaction_offset
+        && a.born_host == b.born_host
+}
+
+/// Byte equality that skips the compare when both point at the same bytes, as the messages of
+/// one batch share their topic and properties.
+#[inline]
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    (std::ptr::eq(a.as_ptr(), b.as_ptr()) && a.len() == b.len()) || a == b
 }
 
 struct Writer<'a> {

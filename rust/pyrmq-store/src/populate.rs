@@ -33,8 +33,14 @@ const STEP: u64 = 64 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
     CommitLog,
+    /// The head of the CommitLog segment after the writer's, once the window reaches past the
+    /// end of the writer's: the writer rolls into populated pages, as RocketMQ's writer rolls
+    /// into a file its allocate service prepared.
+    NextSegment,
     /// A ConsumeQueue, by the address of its shared state.
     Queue(usize),
+    /// The head of the file after a busy ConsumeQueue's current one, likewise.
+    NextQueueFile(usize),
 }
 
 struct Job {
@@ -58,6 +64,18 @@ impl Populator {
         self.request(Lane::CommitLog, file, end, AHEAD, LOW_WATER);
     }
 
+    /// Whether the writer's window, at `end` of its segment of `size` bytes, reaches into the
+    /// next segment: then [`Self::next_segment`] should be given that segment, once.
+    pub fn wants_next_segment(end: u64, size: u64) -> bool {
+        end + AHEAD > size
+    }
+
+    /// Asks for a window's worth of the segment after the writer's. Its pages come after the
+    /// writer's own segment's.
+    pub fn next_segment(&self, next: &Arc<MappedFile>) {
+        self.request(Lane::NextSegment, next, 0, AHEAD, LOW_WATER);
+    }
+
     /// Called by a ConsumeQueue writer after writing units up to byte `end` of `file`. Only a
     /// queue that has written a window's worth into the file gets one populated, so a broker's
     /// many quiet queues cost no memory ahead of their data.
@@ -65,6 +83,18 @@ impl Populator {
         if end >= CQ_AHEAD {
             self.request(Lane::Queue(lane), file, end, CQ_AHEAD, CQ_LOW_WATER);
         }
+    }
+
+    /// Whether a ConsumeQueue writer at `end` of its file of `size` bytes should have the next
+    /// file created and given to [`Self::next_queue_file`]: a busy queue (one with a window)
+    /// whose window reaches past the end of its file.
+    pub fn wants_next_queue_file(end: u64, size: u64) -> bool {
+        end >= CQ_AHEAD && end + CQ_AHEAD > size
+    }
+
+    /// Asks for a window's worth of the file after a busy ConsumeQueue's current one.
+    pub fn next_queue_file(&self, lane: usize, next: &Arc<MappedFile>) {
+        self.request(Lane::NextQueueFile(lane), next, 0, CQ_AHEAD, CQ_LOW_WATER);
     }
 
     /// Asks for the pages of `file` up to `end + ahead` once the requested headroom drops
@@ -93,7 +123,8 @@ impl Populator {
 
     /// The thread body: populates requested ranges a step at a time until [`Self::stop`].
     /// ConsumeQueue windows go first: each is a step or two, and their writer, unlike the
-    /// CommitLog's, pays a fault for every page it finds unpopulated.
+    /// CommitLog's, pays a fault for every page it finds unpopulated; then the heads of their
+    /// next files. The next CommitLog segment goes last, after the rest of the writer's own.
     pub fn run(&self) {
         loop {
             let (lane, file, from, to) = {
@@ -105,7 +136,12 @@ impl Populator {
                     if !jobs.is_empty() {
                         let i = jobs
                             .iter()
-                            .position(|j| j.lane != Lane::CommitLog)
+                            .position(|j| matches!(j.lane, Lane::Queue(_)))
+                            .or_else(|| {
+                                jobs.iter()
+                                    .position(|j| matches!(j.lane, Lane::NextQueueFile(_)))
+                            })
+                            .or_else(|| jobs.iter().position(|j| j.lane == Lane::CommitLog))
                             .unwrap_or(0);
                         let j = &jobs[i];
                         break (j.lane, j.file.clone(), j.from, j.to);

@@ -534,15 +534,20 @@ fn load_queues(config: &StoreConfig) -> StoreResult<QueueMap<Arc<ConsumeQueue>>>
 
 /// A message after validation and the delay rewrite, ready to encode.
 struct Prepared<'a> {
-    input: MessageInput<'a>,
+    input: &'a MessageInput<'a>,
     crc: u32,
     len: usize,
-    dispatch: bool,
-    /// Index of its queue among the put's queues; `NO_SLOT` when it is not dispatched.
+    /// Encodes like the message before it but for its body (`message::same_but_body`): same
+    /// queue, same tag code, and its record is copied from that one's.
+    like_prev: bool,
+    /// Index of its queue among the put's queues; `NO_SLOT` when it gets no queue unit
+    /// (a transaction half or rollback).
     slot: usize,
 }
 
 const NO_SLOT: usize = usize::MAX;
+/// A slot not yet resolved (before the put lock is taken).
+const UNRESOLVED: usize = usize::MAX - 1;
 
 struct Rewrite {
     topic: &'static str,
@@ -716,50 +721,74 @@ impl Inner {
             }
             prev = Some(m);
         }
-        // Empty (no allocation) unless some message asks for a delay.
-        let mut rewrites: Vec<Option<Rewrite>> = Vec::new();
+        // Messages parked for a delay are put as rewritten copies; none (and no allocation)
+        // unless some message asks for a delay.
+        let mut rewrites: Vec<(usize, Rewrite)> = Vec::new();
         let mut delayed = SameProperties::default();
         for (i, m) in msgs.iter().enumerate() {
             if delayed.get(m.properties, |p| {
                 message::has_any_property(p, &[PROPERTY_DELAY])
             }) {
                 if let Some(rw) = self.delay_rewrite(m)? {
-                    rewrites.resize_with(msgs.len(), || None);
-                    rewrites[i] = Some(rw);
+                    rewrites.push((i, rw));
                 }
             }
         }
-        let mut prepared: Vec<Prepared<'_>> = msgs
+        let rewritten: Vec<MessageInput<'_>> = rewrites
             .iter()
-            .enumerate()
-            .map(|(i, m)| {
-                let mut input = m.clone();
-                if let Some(Some(rw)) = rewrites.get(i) {
-                    input.topic = rw.topic;
-                    input.queue_id = rw.queue_id;
-                    input.properties = &rw.properties;
-                }
-                let mut sys_flag = input.sys_flag;
-                if input.born_host.is_ipv6() {
-                    sys_flag |= message::SYSFLAG_BORNHOST_V6;
-                }
-                let tx = input.sys_flag & SYSFLAG_TRANSACTION_MASK;
-                Prepared {
-                    crc: message::body_crc(input.body),
-                    len: message::record_len(
-                        input.body.len(),
-                        input.topic.len(),
-                        input.properties.len(),
-                        sys_flag,
-                    ),
-                    input,
-                    dispatch: tx != SYSFLAG_TRANSACTION_PREPARED
-                        && tx != SYSFLAG_TRANSACTION_ROLLBACK,
-                    slot: NO_SLOT,
-                }
+            .map(|(i, rw)| MessageInput {
+                topic: rw.topic,
+                queue_id: rw.queue_id,
+                properties: &rw.properties,
+                ..msgs[*i].clone()
             })
             .collect();
-        let records_len: u64 = prepared.iter().map(|p| p.len as u64).sum();
+        let mut rewritten_at = rewrites.iter().map(|(i, _)| *i).zip(&rewritten).peekable();
+        let crc = message::BodyCrc::new();
+        let mut prepared: Vec<Prepared<'_>> = Vec::with_capacity(msgs.len());
+        let mut records_len = 0u64;
+        for (i, m) in msgs.iter().enumerate() {
+            let input = match rewritten_at.peek() {
+                Some(&(at, r)) if at == i => {
+                    rewritten_at.next();
+                    r
+                }
+                _ => m,
+            };
+            let like_prev = prepared
+                .last()
+                .is_some_and(|p: &Prepared<'_>| message::same_but_body(p.input, input));
+            let (len, dispatch) = match prepared.last() {
+                Some(p) if like_prev => (
+                    p.len - p.input.body.len() + input.body.len(),
+                    p.slot != NO_SLOT,
+                ),
+                _ => {
+                    let mut sys_flag = input.sys_flag;
+                    if input.born_host.is_ipv6() {
+                        sys_flag |= message::SYSFLAG_BORNHOST_V6;
+                    }
+                    let tx = input.sys_flag & SYSFLAG_TRANSACTION_MASK;
+                    (
+                        message::record_len(
+                            input.body.len(),
+                            input.topic.len(),
+                            input.properties.len(),
+                            sys_flag,
+                        ),
+                        tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK,
+                    )
+                }
+            };
+            records_len += len as u64;
+            prepared.push(Prepared {
+                input,
+                crc: crc.of(input.body),
+                len,
+                like_prev,
+                slot: if dispatch { UNRESOLVED } else { NO_SLOT },
+            });
+        }
         let group_len = records_len + FENCE_LEN as u64;
         if group_len + crate::commit_log::END_FILE_MIN_BLANK_LENGTH > self.commit_log.segment_size()
         {
@@ -783,17 +812,11 @@ impl Inner {
         // (queue, the next queue offset to assign, its max offset after this put).
         let mut queues: Vec<(Arc<ConsumeQueue>, u64, u64)> = Vec::new();
         let mut last = NO_SLOT;
-        // The topic and queue id that resolved to `last`, as the messages spell them.
-        let mut last_key: (&str, i32) = ("", -1);
         for p in &mut prepared {
-            if !p.dispatch {
+            if p.slot == NO_SLOT {
                 continue;
             }
-            let same_as_last = last != NO_SLOT
-                && last_key.1 == p.input.queue_id
-                && same_str(last_key.0, p.input.topic);
-            if !same_as_last {
-                last_key = (p.input.topic, p.input.queue_id);
+            if !p.like_prev || last == NO_SLOT {
                 let found = queues.iter().position(|(q, _, _)| {
                     q.queue_id() == p.input.queue_id && q.topic() == p.input.topic
                 });
@@ -822,38 +845,56 @@ impl Inner {
         } else {
             Vec::new()
         };
+        let records: &mut [u8] = if staged {
+            &mut staging
+        } else {
+            // SAFETY: we hold the put lock and the reserved range lies past the published end.
+            unsafe { res.file.slice_mut(res.rel, records_len as usize) }
+        };
+        // One pass encodes the records and collects their entries and queue units. A record
+        // shaped like the one before it is copied from it and patched, and shares its tag code.
         let mut entries = Vec::with_capacity(prepared.len());
-        let mut rel = res.rel;
+        let mut units: Vec<(u64, u32, i64)> = Vec::with_capacity(prepared.len());
+        let mut at = 0usize;
+        let mut prev_at = 0usize;
+        let mut tags_code = 0i64;
         for p in &prepared {
             let queue_offset = if p.slot == NO_SLOT {
                 0
             } else {
                 let next = &mut queues[p.slot].1;
                 *next += 1;
-                *next - 1
+                (*next - 1) as i64
             };
-            let phy = res.file.file_from_offset() + rel;
-            let at = Assigned {
-                queue_offset: queue_offset as i64,
-                phy_offset: phy as i64,
-                store_timestamp_ms: store_ts,
-                store_host,
-            };
-            let out = if staged {
-                let at = (rel - res.rel) as usize;
-                &mut staging[at..at + p.len]
+            let phy = (res.phy + at as u64) as i64;
+            if p.like_prev {
+                message::encode_after(records, prev_at, at, p.input.body, p.crc, queue_offset, phy);
             } else {
-                // SAFETY: we hold the put lock and `rel..rel + len` lies past the published end.
-                unsafe { res.file.slice_mut(rel, p.len) }
-            };
-            message::encode_into(out, &p.input, p.crc, &at);
+                let assigned = Assigned {
+                    queue_offset,
+                    phy_offset: phy,
+                    store_timestamp_ms: store_ts,
+                    store_host,
+                };
+                message::encode_into(&mut records[at..at + p.len], p.input, p.crc, &assigned);
+                tags_code = unit_tags_code(
+                    p.input.topic,
+                    p.input.properties,
+                    store_ts,
+                    &self.config.message_delay_level_ms,
+                );
+            }
             entries.push(PutEntry {
                 queue_id: p.input.queue_id,
-                queue_offset: queue_offset as i64,
-                phy_offset: phy as i64,
+                queue_offset,
+                phy_offset: phy,
                 size: p.len as u32,
             });
-            rel += p.len as u64;
+            if p.slot != NO_SLOT {
+                units.push((phy as u64, p.len as u32, tags_code));
+            }
+            prev_at = at;
+            at += p.len;
         }
         let end = if staged {
             self.commit_log
@@ -863,67 +904,61 @@ impl Inner {
         };
 
         // Dispatch: index entries and queue units, then publish each queue.
-        let mut tags_by_slot: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
-        let mut units_by_slot: Vec<Vec<(u64, u32, i64)>> = if queues.len() == 1 {
-            vec![Vec::with_capacity(prepared.len())]
-        } else {
-            vec![Vec::new(); queues.len()]
-        };
-        let mut last_tags: Option<(&[u8], &str, i64)> = None;
-        let mut keyed = SameProperties::default();
-        for (p, e) in prepared.iter().zip(&entries) {
-            let slot = p.slot;
-            let tags_code = match last_tags {
-                Some((props, topic, code))
-                    if std::ptr::eq(props, p.input.properties)
-                        && same_str(topic, p.input.topic) =>
-                {
-                    code
-                }
-                _ => {
-                    let code = unit_tags_code(
+        if self.index.is_some() {
+            let mut keyed = SameProperties::default();
+            let mut unit = units.iter();
+            for (p, e) in prepared.iter().zip(&entries) {
+                let tags_code = if p.slot == NO_SLOT {
+                    unit_tags_code(
                         p.input.topic,
                         p.input.properties,
                         store_ts,
                         &self.config.message_delay_level_ms,
+                    )
+                } else {
+                    unit.next().map_or(0, |u| u.2)
+                };
+                if keyed.get(p.input.properties, may_have_keys) {
+                    self.dispatch(
+                        &Dispatch {
+                            topic: p.input.topic,
+                            queue_id: p.input.queue_id,
+                            queue_offset: e.queue_offset as u64,
+                            phy: e.phy_offset as u64,
+                            size: e.size,
+                            tags_code,
+                            store_ts,
+                            properties: p.input.properties,
+                            sys_flag: p.input.sys_flag,
+                        },
+                        Unit::None,
                     );
-                    last_tags = Some((p.input.properties, p.input.topic, code));
-                    code
-                }
-            };
-            if self.index.is_some() && keyed.get(p.input.properties, may_have_keys) {
-                self.dispatch(
-                    &Dispatch {
-                        topic: p.input.topic,
-                        queue_id: p.input.queue_id,
-                        queue_offset: e.queue_offset as u64,
-                        phy: e.phy_offset as u64,
-                        size: e.size,
-                        tags_code,
-                        store_ts,
-                        properties: p.input.properties,
-                        sys_flag: p.input.sys_flag,
-                    },
-                    Unit::None,
-                );
-            }
-            if slot != NO_SLOT {
-                units_by_slot[slot].push((e.phy_offset as u64, e.size, tags_code));
-                if !tags_by_slot[slot].contains(&tags_code) {
-                    tags_by_slot[slot].push(tags_code);
                 }
             }
         }
-        for ((q, _, _), units) in queues.iter().zip(&units_by_slot) {
-            let first = q.max_offset();
-            q.write_units(first, units, Some(self.commit_log.populator()))
+        let populator = Some(self.commit_log.populator());
+        let mut tags: Vec<i64> = Vec::new();
+        if let [(q, next, _)] = queues.as_slice() {
+            q.write_units(q.max_offset(), &units, populator)
                 .expect("unit capacity ensured before the append");
-        }
-        for ((q, next, _), tags) in queues.iter().zip(&tags_by_slot) {
-            q.publish(*next);
-            self.arrivals.notify(q.topic(), q.queue_id(), *next, tags);
-            self.hold
-                .on_arrival(q.topic(), q.queue_id(), *next, Some(tags));
+            distinct_tags(units.iter().map(|u| u.2), &mut tags);
+            self.publish_queue(q, *next, &tags);
+        } else {
+            let slots = prepared
+                .iter()
+                .filter(|p| p.slot != NO_SLOT)
+                .map(|p| p.slot);
+            let by_slot: Vec<(usize, (u64, u32, i64))> = slots.zip(units.iter().copied()).collect();
+            let mut slot_units: Vec<(u64, u32, i64)> = Vec::new();
+            for (slot, (q, next, _)) in queues.iter().enumerate() {
+                slot_units.clear();
+                slot_units.extend(by_slot.iter().filter(|(s, _)| *s == slot).map(|(_, u)| *u));
+                q.write_units(q.max_offset(), &slot_units, populator)
+                    .expect("unit capacity ensured before the append");
+                tags.clear();
+                distinct_tags(slot_units.iter().map(|u| u.2), &mut tags);
+                self.publish_queue(q, *next, &tags);
+            }
         }
         self.dispatched.store(end, Ordering::Release);
         drop(st);
@@ -951,6 +986,14 @@ impl Inner {
             end_offset: end,
             store_host,
         })
+    }
+
+    /// Makes a queue's units below `next` visible and tells the long-polling side.
+    fn publish_queue(&self, q: &ConsumeQueue, next: u64, tags: &[i64]) {
+        q.publish(next);
+        self.arrivals.notify(q.topic(), q.queue_id(), next, tags);
+        self.hold
+            .on_arrival(q.topic(), q.queue_id(), next, Some(tags));
     }
 
     /// Writes the index entries of one record and, in recovery (`Unit::Rebuild`), its queue unit,
@@ -1352,6 +1395,17 @@ impl SameProperties {
                 v
             }
         }
+    }
+}
+
+/// Appends the distinct codes of `codes` to `out`; a batch's codes come in runs.
+fn distinct_tags(codes: impl Iterator<Item = i64>, out: &mut Vec<i64>) {
+    let mut last = None;
+    for code in codes {
+        if last != Some(code) && !out.contains(&code) {
+            out.push(code);
+        }
+        last = Some(code);
     }
 }
 

@@ -116,6 +116,44 @@ proptest! {
     }
 
     #[test]
+    fn a_record_copied_from_its_predecessor_equals_one_encoded_alone(
+        topic in topic(),
+        first in prop::collection::vec(any::<u8>(), 0..600),
+        second in prop::collection::vec(any::<u8>(), 0..600),
+        props in properties(),
+        flag in any::<i32>(),
+        born_host in host(),
+        store_host in host(),
+        queue_offset in 0i64..i64::MAX - 1,
+        phy in 0i64..i64::MAX / 2,
+    ) {
+        let encoded_props = message::encode_properties(props.iter().map(|(a, b)| (a.as_str(), b.as_str())));
+        let input = |body| MessageInput {
+            topic: &topic, queue_id: 3, flag, body, properties: &encoded_props, sys_flag: 0,
+            born_timestamp_ms: 7, born_host, reconsume_times: 1, prepared_transaction_offset: 0,
+        };
+        let (a, b) = (input(&first[..]), input(&second[..]));
+        prop_assert!(message::same_but_body(&a, &b));
+        let mut flags = 0;
+        if born_host.is_ipv6() { flags |= message::SYSFLAG_BORNHOST_V6; }
+        if store_host.is_ipv6() { flags |= message::SYSFLAG_STOREHOST_V6; }
+        let len = |body: &[u8]| message::record_len(body.len(), topic.len(), encoded_props.len(), flags);
+        let (len_a, len_b) = (len(&first), len(&second));
+        let at = |queue_offset, phy_offset| Assigned { queue_offset, phy_offset, store_timestamp_ms: 9, store_host };
+
+        let mut both = vec![0u8; len_a + len_b];
+        message::encode_into(&mut both[..len_a], &a, message::body_crc(&first), &at(queue_offset, phy));
+        let phy_b = phy + len_a as i64;
+        let wrote = message::encode_after(&mut both, 0, len_a, &second, message::body_crc(&second), queue_offset + 1, phy_b);
+        prop_assert_eq!(wrote, len_b);
+
+        let mut alone = vec![0u8; len_b];
+        message::encode_into(&mut alone, &b, message::body_crc(&second), &at(queue_offset + 1, phy_b));
+        prop_assert_eq!(&both[len_a..], &alone[..]);
+        prop_assert_eq!(message::BodyCrc::new().of(&second), message::body_crc(&second));
+    }
+
+    #[test]
     fn client_batch_round_trips(items in prop::collection::vec((any::<i32>(), prop::collection::vec(any::<u8>(), 0..300), properties()), 1..20)) {
         let encoded: Vec<Vec<u8>> = items.iter().map(|(_, _, p)| message::encode_properties(p.iter().map(|(a, b)| (a.as_str(), b.as_str())))).collect();
         let batch: Vec<message::BatchItem<'_>> = items.iter().zip(&encoded).map(|((flag, body, _), props)| message::BatchItem { flag: *flag, body, properties: props }).collect();
