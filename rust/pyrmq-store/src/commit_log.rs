@@ -59,8 +59,8 @@ pub struct WriteState {
     pub last_store_timestamp_ms: i64,
     /// Where a `SYNC_FLUSH` group is encoded before it is written through the file.
     pub staging: Vec<u8>,
-    /// The segment after the current one is created and its head requested.
-    pub next_prepared: bool,
+    /// Start of the segment last created ahead of the roll (0: none yet).
+    pub prepared_segment: u64,
 }
 
 /// Where an append group goes: a segment and its position in it.
@@ -116,7 +116,7 @@ impl CommitLog {
                 wrote: 0,
                 last_store_timestamp_ms: 0,
                 staging: Vec::new(),
-                next_prepared: false,
+                prepared_segment: 0,
             }),
             max_offset: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
@@ -181,9 +181,10 @@ impl CommitLog {
             Some(file) if rel + len + END_FILE_MIN_BLANK_LENGTH <= size => {
                 file.ensure_writable(rel, rel + len)?;
                 self.populator.after_write(&file, rel + len);
-                if !st.next_prepared && Populator::wants_next_segment(rel + len, size) {
-                    st.next_prepared = true;
-                    self.prepare_next_segment(&file);
+                let next = file.file_from_offset() + size;
+                if st.prepared_segment != next && Populator::wants_next_segment(rel + len, size) {
+                    st.prepared_segment = next;
+                    self.prepare_segment(next);
                 }
                 Ok(Reservation {
                     file,
@@ -206,7 +207,6 @@ impl CommitLog {
                 // SAFETY: we hold the put lock and these bytes are past the published end.
                 unsafe { file.write_at(rel, &blank) };
                 st.wrote = next_start;
-                st.next_prepared = false;
                 self.max_offset.store(next_start, Ordering::Release);
                 Ok(Reservation {
                     file: next,
@@ -228,13 +228,10 @@ impl CommitLog {
         }
     }
 
-    /// Creates the segment after `file` ahead of the roll and has its head populated. A failure
-    /// (a full disk) is left for the roll to report.
-    fn prepare_next_segment(&self, file: &MappedFile) {
-        match self
-            .files
-            .get_or_create(file.file_from_offset() + self.segment_size())
-        {
+    /// Creates the segment starting at `start` ahead of the roll and has its head populated. A
+    /// failure (a full disk) is left for the roll to report.
+    fn prepare_segment(&self, start: u64) {
+        match self.files.get_or_create(start) {
             Ok(next) => self.populator.next_segment(&next),
             Err(e) => log::debug!("preparing the next commit log segment: {e}"),
         }
@@ -621,7 +618,6 @@ impl CommitLog {
     fn set_end(&self, end: u64) {
         let mut st = self.put_lock.lock();
         st.wrote = end;
-        st.next_prepared = false;
         self.max_offset.store(end, Ordering::Release);
         self.flushed.store(end, Ordering::Release);
     }

@@ -43,6 +43,18 @@ pub enum Lane {
     NextQueueFile(usize),
 }
 
+impl Lane {
+    /// The order [`Populator::run`] serves lanes in, lowest first.
+    fn rank(self) -> u8 {
+        match self {
+            Lane::Queue(_) => 0,
+            Lane::NextQueueFile(_) => 1,
+            Lane::CommitLog => 2,
+            Lane::NextSegment => 3,
+        }
+    }
+}
+
 struct Job {
     lane: Lane,
     file: Arc<MappedFile>,
@@ -134,16 +146,10 @@ impl Populator {
                         return;
                     }
                     if !jobs.is_empty() {
-                        let i = jobs
+                        let j = jobs
                             .iter()
-                            .position(|j| matches!(j.lane, Lane::Queue(_)))
-                            .or_else(|| {
-                                jobs.iter()
-                                    .position(|j| matches!(j.lane, Lane::NextQueueFile(_)))
-                            })
-                            .or_else(|| jobs.iter().position(|j| j.lane == Lane::CommitLog))
-                            .unwrap_or(0);
-                        let j = &jobs[i];
+                            .min_by_key(|j| j.lane.rank())
+                            .expect("jobs is not empty");
                         break (j.lane, j.file.clone(), j.from, j.to);
                     }
                     self.wake.wait(&mut jobs);

@@ -560,8 +560,8 @@ struct Rewrite {
 enum Unit {
     /// No unit: a put writes its units in bulk, and transaction halves and rollbacks get none.
     None,
-    /// Recovery: find or create the queue, write and publish.
-    Rebuild,
+    /// Recovery: find or create the queue, write the unit with this tag code and publish.
+    Rebuild { tags_code: i64 },
 }
 
 /// What dispatch needs from a stored record.
@@ -571,7 +571,6 @@ struct Dispatch<'a> {
     queue_offset: u64,
     phy: u64,
     size: u32,
-    tags_code: i64,
     store_ts: i64,
     properties: &'a [u8],
     sys_flag: i32,
@@ -710,7 +709,7 @@ impl Inner {
         for m in msgs {
             // A batch shares its topic and often its properties: check each distinct value once.
             let same = prev.is_some_and(|p| {
-                same_str(p.topic, m.topic)
+                message::same_bytes(p.topic.as_bytes(), m.topic.as_bytes())
                     && std::ptr::eq(p.properties, m.properties)
                     && p.queue_id == m.queue_id
             });
@@ -755,37 +754,36 @@ impl Inner {
                 }
                 _ => m,
             };
-            let like_prev = prepared
+            let like = prepared
                 .last()
-                .is_some_and(|p: &Prepared<'_>| message::same_but_body(p.input, input));
-            let (len, dispatch) = match prepared.last() {
-                Some(p) if like_prev => (
+                .filter(|p| message::same_but_body(p.input, input));
+            let (len, dispatch) = if let Some(p) = like {
+                (
                     p.len - p.input.body.len() + input.body.len(),
                     p.slot != NO_SLOT,
-                ),
-                _ => {
-                    let mut sys_flag = input.sys_flag;
-                    if input.born_host.is_ipv6() {
-                        sys_flag |= message::SYSFLAG_BORNHOST_V6;
-                    }
-                    let tx = input.sys_flag & SYSFLAG_TRANSACTION_MASK;
-                    (
-                        message::record_len(
-                            input.body.len(),
-                            input.topic.len(),
-                            input.properties.len(),
-                            sys_flag,
-                        ),
-                        tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK,
-                    )
+                )
+            } else {
+                let mut sys_flag = input.sys_flag;
+                if input.born_host.is_ipv6() {
+                    sys_flag |= message::SYSFLAG_BORNHOST_V6;
                 }
+                let tx = input.sys_flag & SYSFLAG_TRANSACTION_MASK;
+                (
+                    message::record_len(
+                        input.body.len(),
+                        input.topic.len(),
+                        input.properties.len(),
+                        sys_flag,
+                    ),
+                    tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK,
+                )
             };
             records_len += len as u64;
             prepared.push(Prepared {
                 input,
                 crc: crc.of(input.body),
                 len,
-                like_prev,
+                like_prev: like.is_some(),
                 slot: if dispatch { UNRESOLVED } else { NO_SLOT },
             });
         }
@@ -906,18 +904,7 @@ impl Inner {
         // Dispatch: index entries and queue units, then publish each queue.
         if self.index.is_some() {
             let mut keyed = SameProperties::default();
-            let mut unit = units.iter();
             for (p, e) in prepared.iter().zip(&entries) {
-                let tags_code = if p.slot == NO_SLOT {
-                    unit_tags_code(
-                        p.input.topic,
-                        p.input.properties,
-                        store_ts,
-                        &self.config.message_delay_level_ms,
-                    )
-                } else {
-                    unit.next().map_or(0, |u| u.2)
-                };
                 if keyed.get(p.input.properties, may_have_keys) {
                     self.dispatch(
                         &Dispatch {
@@ -926,7 +913,6 @@ impl Inner {
                             queue_offset: e.queue_offset as u64,
                             phy: e.phy_offset as u64,
                             size: e.size,
-                            tags_code,
                             store_ts,
                             properties: p.input.properties,
                             sys_flag: p.input.sys_flag,
@@ -999,7 +985,7 @@ impl Inner {
     /// Writes the index entries of one record and, in recovery (`Unit::Rebuild`), its queue unit,
     /// publishing it. A put writes and publishes its units itself.
     fn dispatch(&self, d: &Dispatch<'_>, unit: Unit) {
-        let recovering = matches!(unit, Unit::Rebuild);
+        let recovering = matches!(unit, Unit::Rebuild { .. });
         if let Some(index) = self.index.as_ref().filter(|_| may_have_keys(d.properties)) {
             let tx = d.sys_flag & SYSFLAG_TRANSACTION_MASK;
             let reindex = !recovering || index.last_indexed_phy().is_none_or(|p| d.phy as i64 >= p);
@@ -1027,12 +1013,12 @@ impl Inner {
                 }
             }
         }
-        if recovering {
+        if let Unit::Rebuild { tags_code } = unit {
             match self.queue_or_create(d.topic, d.queue_id) {
                 Ok(q) => {
                     let first = q.min_offset();
                     if d.queue_offset >= first || q.max_offset() == 0 {
-                        match q.write_unit(d.queue_offset, d.phy, d.size, d.tags_code) {
+                        match q.write_unit(d.queue_offset, d.phy, d.size, tags_code) {
                             Ok(()) => q.publish(d.queue_offset + 1),
                             Err(e) => log::error!(
                                 "rebuilding unit topic={} queue_id={} offset={}: {e}",
@@ -1061,8 +1047,6 @@ impl Inner {
                         return Ok(());
                     };
                     let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
-                    let tags_code =
-                        unit_tags_code(rec.topic, rec.properties, rec.store_timestamp_ms, delays);
                     self.dispatch(
                         &Dispatch {
                             topic: rec.topic,
@@ -1070,14 +1054,20 @@ impl Inner {
                             queue_offset: rec.queue_offset as u64,
                             phy,
                             size: rec.total_size,
-                            tags_code,
                             store_ts: rec.store_timestamp_ms,
                             properties: rec.properties,
                             sys_flag: rec.sys_flag,
                         },
                         if tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK
                         {
-                            Unit::Rebuild
+                            Unit::Rebuild {
+                                tags_code: unit_tags_code(
+                                    rec.topic,
+                                    rec.properties,
+                                    rec.store_timestamp_ms,
+                                    delays,
+                                ),
+                            }
                         } else {
                             Unit::None
                         },
@@ -1457,13 +1447,6 @@ pub fn normalize_host(addr: SocketAddr) -> SocketAddr {
         },
         IpAddr::V4(_) => addr,
     }
-}
-
-/// String equality that skips the byte compare when both point at the same bytes, as the
-/// messages of one batch share their topic.
-#[inline]
-fn same_str(a: &str, b: &str) -> bool {
-    (std::ptr::eq(a.as_ptr(), b.as_ptr()) && a.len() == b.len()) || a == b
 }
 
 #[cfg(test)]
