@@ -228,12 +228,10 @@ impl CommitLog {
         }
     }
 
-    /// Creates the segment starting at `start` ahead of the roll and has its head populated. A
-    /// failure (a full disk) is left for the roll to report.
+    /// Creates the segment starting at `start` ahead of the roll and has its head populated.
     fn prepare_segment(&self, start: u64) {
-        match self.files.get_or_create(start) {
-            Ok(next) => self.populator.next_segment(&next),
-            Err(e) => log::debug!("preparing the next commit log segment: {e}"),
+        if let Some(next) = self.files.create_ahead(start) {
+            self.populator.next_segment(&next);
         }
     }
 

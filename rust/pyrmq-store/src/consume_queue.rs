@@ -160,8 +160,7 @@ impl ConsumeQueue {
                 if Populator::wants_next_queue_file(end, file.file_size())
                     && self.next_prepared.load(Ordering::Relaxed) != next
                 {
-                    // A failure (a full disk) is left for the write that needs the file.
-                    if let Ok(f) = self.files.get_or_create(next) {
+                    if let Some(f) = self.files.create_ahead(next) {
                         p.next_queue_file(lane, &f);
                     }
                     self.next_prepared.store(next, Ordering::Relaxed);

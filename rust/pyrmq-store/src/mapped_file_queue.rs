@@ -142,6 +142,14 @@ impl MappedFileQueue {
         Ok(file)
     }
 
+    /// The segment starting at `start`, created ahead of the writer that will need it. A
+    /// failure (a full disk) is left for that write to report, so this only logs it.
+    pub fn create_ahead(&self, start: u64) -> Option<Arc<MappedFile>> {
+        self.get_or_create(start)
+            .map_err(|e| log::debug!("creating {} ahead: {e}", segment_name(start)))
+            .ok()
+    }
+
     /// The segment holding `offset`, created (with any segments before it) if needed.
     pub fn get_or_create(&self, offset: u64) -> StoreResult<Arc<MappedFile>> {
         if let Some(f) = self.find(offset) {
