@@ -116,6 +116,46 @@ def test_put_round_trips_every_field(open_store, record_decoder):
     assert raw["body_crc"] == m.body_crc
 
 
+def stored_properties(record: bytes) -> bytes:
+    """The raw property bytes of one encoded record (message format V1, IPv4 hosts)."""
+    (body_len,) = struct.unpack_from(">i", record, 84)
+    at = 88 + body_len
+    at += 1 + record[at]
+    (length,) = struct.unpack_from(">h", record, at)
+    return record[at + 2 : at + 2 + length]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        (
+            {"properties": {"a": "1"}, "tags": "T", "keys": "k1 k2"},
+            b"a\x011\x02TAGS\x01T\x02KEYS\x01k1 k2",
+        ),
+        ({"properties": "a\x011\x02", "tags": "T"}, b"a\x011\x02TAGS\x01T"),
+        ({"properties": "a\x011", "tags": "T"}, b"a\x011\x02TAGS\x01T"),
+        ({"properties": "a\x011"}, b"a\x011"),
+        ({"properties": "", "tags": "T"}, b"TAGS\x01T"),
+        ({"tags": "T", "keys": ["x", "y"]}, b"TAGS\x01T\x02KEYS\x01x y"),
+        ({"properties": {"e": ""}, "tags": "T"}, b"e\x01\x02TAGS\x01T"),
+        (
+            {"properties": "p\x01" + "v" * 300, "keys": "k"},
+            b"p\x01" + b"v" * 300 + b"\x02KEYS\x01k",
+        ),
+    ],
+)
+def test_properties_tags_and_keys_encode_in_order(open_store, kwargs, expected):
+    """User properties (a dict, or an encoded string as the broker passes them) come first, then
+    TAGS, then KEYS, one separator between pairs and none at the end."""
+    store = open_store()
+    store.put("TopicProps", b"body", **kwargs)
+    store.put_batch("TopicProps", [b"b1", b"b2"], **kwargs)
+    got = store.get("TopicProps", 0, 0)
+    assert got.message_count == 3
+    records = [got.buffer[sum(got.sizes[:i]) : sum(got.sizes[: i + 1])] for i in range(3)]
+    assert [stored_properties(r) for r in records] == [expected] * 3
+
+
 def test_default_tags_keys_and_born_host(open_store):
     store = open_store()
     store.put("TopicPlain", b"x")

@@ -124,28 +124,44 @@ fn check_property_text(s: &str, what: &str) -> PyResult<()> {
     Ok(())
 }
 
-/// Encodes user properties plus TAGS and KEYS into the record's property string.
+/// Appends `name\x01value` to encoded properties, after a separator unless they are empty or
+/// already end with one (a caller's raw string may).
+fn push_property(out: &mut Vec<u8>, name: &str, value: &str) {
+    if out
+        .last()
+        .is_some_and(|&b| b != message::PROPERTY_SEPARATOR)
+    {
+        out.push(message::PROPERTY_SEPARATOR);
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.push(message::NAME_VALUE_SEPARATOR);
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// Encodes user properties plus TAGS and KEYS into the record's property string, in one buffer
+/// straight from the Python strings.
 fn encode_properties(
     properties: Option<&Bound<'_, PyAny>>,
     tags: Option<&str>,
     keys: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Vec<u8>> {
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    let mut raw: Vec<u8> = Vec::new();
+    // Room for a tag and a few keys without growing; a bigger dict grows it as it goes.
+    let mut out: Vec<u8> = Vec::with_capacity(128);
     if let Some(p) = properties {
         if let Ok(s) = p.cast::<PyString>() {
-            raw.extend_from_slice(s.to_str()?.as_bytes());
+            out.extend_from_slice(s.to_str()?.as_bytes());
         } else if let Ok(d) = p.cast::<PyDict>() {
             for (k, v) in d.iter() {
-                let (Ok(k), Ok(v)) = (k.extract::<String>(), v.extract::<String>()) else {
+                let (Ok(k), Ok(v)) = (k.cast::<PyString>(), v.cast::<PyString>()) else {
                     return Err(errors::illegal("property names and values must be str"));
                 };
-                check_property_text(&k, "property name")?;
-                check_property_text(&v, "property value")?;
+                let (k, v) = (k.to_str()?, v.to_str()?);
+                check_property_text(k, "property name")?;
+                check_property_text(v, "property value")?;
                 if k.is_empty() {
                     return Err(errors::illegal("property names must not be empty"));
                 }
-                pairs.push((k, v));
+                push_property(&mut out, k, v);
             }
         } else {
             return Err(errors::illegal(
@@ -155,31 +171,23 @@ fn encode_properties(
     }
     if let Some(t) = tags {
         check_property_text(t, "tags")?;
-        pairs.push((message::PROPERTY_TAGS.to_owned(), t.to_owned()));
+        push_property(&mut out, message::PROPERTY_TAGS, t);
     }
     if let Some(k) = keys {
-        let joined = if let Ok(s) = k.cast::<PyString>() {
-            s.to_str()?.to_owned()
+        if let Ok(s) = k.cast::<PyString>() {
+            let joined = s.to_str()?;
+            check_property_text(joined, "keys")?;
+            push_property(&mut out, message::PROPERTY_KEYS, joined);
         } else {
             let parts: Vec<String> = k
                 .extract()
                 .map_err(|_| errors::illegal("keys must be a str or a sequence of str"))?;
-            parts.join(" ")
-        };
-        check_property_text(&joined, "keys")?;
-        pairs.push((message::PROPERTY_KEYS.to_owned(), joined));
-    }
-    let encoded = message::encode_properties(pairs.iter().map(|(a, b)| (a.as_str(), b.as_str())));
-    if raw.is_empty() {
-        return Ok(encoded);
-    }
-    if !encoded.is_empty() {
-        if raw.last() != Some(&message::PROPERTY_SEPARATOR) {
-            raw.push(message::PROPERTY_SEPARATOR);
+            let joined = parts.join(" ");
+            check_property_text(&joined, "keys")?;
+            push_property(&mut out, message::PROPERTY_KEYS, &joined);
         }
-        raw.extend_from_slice(&encoded);
     }
-    Ok(raw)
+    Ok(out)
 }
 
 static PUT_STATUS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();

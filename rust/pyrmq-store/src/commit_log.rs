@@ -61,6 +61,8 @@ pub struct WriteState {
     pub staging: Vec<u8>,
     /// Start of the segment last created ahead of the roll (0: none yet).
     pub prepared_segment: u64,
+    /// A put's ConsumeQueue units `(phy offset, size, tag code)`, kept between puts.
+    pub units: Vec<(u64, u32, i64)>,
 }
 
 /// Where an append group goes: a segment and its position in it.
@@ -117,6 +119,7 @@ impl CommitLog {
                 last_store_timestamp_ms: 0,
                 staging: Vec::new(),
                 prepared_segment: 0,
+                units: Vec::new(),
             }),
             max_offset: AtomicU64::new(0),
             flushed: AtomicU64::new(0),

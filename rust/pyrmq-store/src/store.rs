@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
+use smallvec::SmallVec;
 
 use crate::checkpoint::{Checkpoint, CheckpointFile};
 use crate::clock;
@@ -808,7 +809,7 @@ impl Inner {
         self.check_open()?;
         // Resolve every queue and make room for its units before writing a byte. A slot is
         // (queue, the next queue offset to assign, its max offset after this put).
-        let mut queues: Vec<(Arc<ConsumeQueue>, u64, u64)> = Vec::new();
+        let mut queues: SmallVec<[(Arc<ConsumeQueue>, u64, u64); 2]> = SmallVec::new();
         let mut last = NO_SLOT;
         for p in &mut prepared {
             if p.slot == NO_SLOT {
@@ -852,7 +853,10 @@ impl Inner {
         // One pass encodes the records and collects their entries and queue units. A record
         // shaped like the one before it is copied from it and patched, and shares its tag code.
         let mut entries = Vec::with_capacity(prepared.len());
-        let mut units: Vec<(u64, u32, i64)> = Vec::with_capacity(prepared.len());
+        // The units' buffer lives in the put lock's state: a batch allocates it once, not per put.
+        let mut units = std::mem::take(&mut st.units);
+        units.clear();
+        units.reserve(prepared.len());
         let mut at = 0usize;
         let mut prev_at = 0usize;
         let mut tags_code = 0i64;
@@ -923,7 +927,7 @@ impl Inner {
             }
         }
         let populator = Some(self.commit_log.populator());
-        let mut tags: Vec<i64> = Vec::new();
+        let mut tags: SmallVec<[i64; 8]> = SmallVec::new();
         if let [(q, next, _)] = queues.as_slice() {
             q.write_units(q.max_offset(), &units, populator)
                 .expect("unit capacity ensured before the append");
@@ -947,6 +951,7 @@ impl Inner {
             }
         }
         self.dispatched.store(end, Ordering::Release);
+        st.units = units;
         drop(st);
 
         let mut status = PutStatus::PutOk;
@@ -1389,7 +1394,10 @@ impl SameProperties {
 }
 
 /// Appends the distinct codes of `codes` to `out`; a batch's codes come in runs.
-fn distinct_tags(codes: impl Iterator<Item = i64>, out: &mut Vec<i64>) {
+fn distinct_tags<A: smallvec::Array<Item = i64>>(
+    codes: impl Iterator<Item = i64>,
+    out: &mut SmallVec<A>,
+) {
     let mut last = None;
     for code in codes {
         if last != Some(code) && !out.contains(&code) {
