@@ -546,6 +546,8 @@ struct Prepared<'a> {
     slot: usize,
 }
 
+/// Queue units whose buffer a put keeps for the next one (96 KiB); a bigger group's is freed.
+const UNITS_KEEP: usize = 4096;
 const NO_SLOT: usize = usize::MAX;
 /// A slot not yet resolved (before the put lock is taken).
 const UNRESOLVED: usize = usize::MAX - 1;
@@ -951,7 +953,9 @@ impl Inner {
             }
         }
         self.dispatched.store(end, Ordering::Release);
-        st.units = units;
+        if units.capacity() <= UNITS_KEEP {
+            st.units = units;
+        }
         drop(st);
 
         let mut status = PutStatus::PutOk;
@@ -1394,10 +1398,7 @@ impl SameProperties {
 }
 
 /// Appends the distinct codes of `codes` to `out`; a batch's codes come in runs.
-fn distinct_tags<A: smallvec::Array<Item = i64>>(
-    codes: impl Iterator<Item = i64>,
-    out: &mut SmallVec<A>,
-) {
+fn distinct_tags(codes: impl Iterator<Item = i64>, out: &mut SmallVec<[i64; 8]>) {
     let mut last = None;
     for code in codes {
         if last != Some(code) && !out.contains(&code) {
