@@ -191,19 +191,20 @@ impl IndexService {
         (last.count() > 1).then(|| last.end_phy())
     }
 
-    /// Indexes `keys` (already prefixed `topic#`) of the record at `phy`.
+    /// Indexes `keys` (already prefixed `topic#`) of the record at `phy`; `now_ms` names a new
+    /// index file, and is read only when one is made.
     pub fn put<'a>(
         &self,
         keys: impl IntoIterator<Item = &'a str>,
         phy: i64,
         store_ts: i64,
-        now_ms: i64,
+        now_ms: impl Fn() -> i64,
     ) -> StoreResult<()> {
         let mut files = self.files.lock();
         for key in keys {
             if files.last().is_none_or(IndexFile::is_full) {
                 let size = HEADER_LEN + self.slots * SLOT_LEN + self.entries * ENTRY_LEN;
-                let mut stamp = now_ms.max(0) as u64;
+                let mut stamp = now_ms().max(0) as u64;
                 if let Some(last) = files.last() {
                     stamp = stamp.max(last.file.file_from_offset() + 1);
                 }

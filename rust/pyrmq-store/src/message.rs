@@ -104,6 +104,24 @@ impl Default for BodyCrc {
 
 /// Java's `String.hashCode`, which RocketMQ uses for tag codes and index keys.
 pub fn java_string_hash(s: &str) -> i32 {
+    if s.is_ascii() {
+        // An ASCII byte is its own UTF-16 unit, and tags and keys nearly always are ASCII: fold
+        // four at a time with the powers of 31, as index keys run to 40 bytes and more.
+        let mut chunks = s.as_bytes().chunks_exact(4);
+        let mut h = 0u32;
+        for c in &mut chunks {
+            h = h
+                .wrapping_mul(923_521)
+                .wrapping_add(u32::from(c[0]).wrapping_mul(29_791))
+                .wrapping_add(u32::from(c[1]) * 961)
+                .wrapping_add(u32::from(c[2]) * 31)
+                .wrapping_add(u32::from(c[3]));
+        }
+        for &b in chunks.remainder() {
+            h = h.wrapping_mul(31).wrapping_add(u32::from(b));
+        }
+        return h as i32;
+    }
     s.encode_utf16().fold(0i32, |h, unit| {
         h.wrapping_mul(31).wrapping_add(i32::from(unit))
     })
@@ -437,14 +455,29 @@ impl Record<'_> {
     }
 }
 
+/// The `\x02`-separated segments of encoded properties, as `split` gives them (an empty one
+/// after a trailing separator), found with memchr: every put scans its properties a few times.
+fn segments(props: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(props);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        if let Some(i) = memchr::memchr(PROPERTY_SEPARATOR, r) {
+            rest = Some(&r[i + 1..]);
+            Some(&r[..i])
+        } else {
+            rest = None;
+            Some(r)
+        }
+    })
+}
+
 /// Iterates over `(name, value)` pairs, accepting a trailing separator or none and skipping
 /// empty segments; a pair splits on its first `\x01`. Pairs that are not UTF-8 are skipped.
 pub fn iter_properties(props: &[u8]) -> impl Iterator<Item = (&str, &str)> {
-    props
-        .split(|b| *b == PROPERTY_SEPARATOR)
+    segments(props)
         .filter(|s| !s.is_empty())
         .filter_map(|pair| {
-            let sep = pair.iter().position(|b| *b == NAME_VALUE_SEPARATOR)?;
+            let sep = memchr::memchr(NAME_VALUE_SEPARATOR, pair)?;
             let name = std::str::from_utf8(&pair[..sep]).ok()?;
             let value = std::str::from_utf8(&pair[sep + 1..]).ok()?;
             Some((name, value))
@@ -464,9 +497,7 @@ pub fn has_any_property(props: &[u8], names: &[&str]) -> bool {
         .iter()
         .map(|n| n.as_bytes())
         .filter(|n| !n.contains(&NAME_VALUE_SEPARATOR));
-    props
-        .split(|b| *b == PROPERTY_SEPARATOR)
-        .any(|pair| names.clone().any(|n| value_if_named(pair, n).is_some()))
+    segments(props).any(|pair| names.clone().any(|n| value_if_named(pair, n).is_some()))
 }
 
 /// The value of the first pair named `name` whose value is UTF-8, as [`iter_properties`] would
@@ -476,9 +507,35 @@ pub fn property<'a>(props: &'a [u8], name: &str) -> Option<&'a str> {
     if name.contains(&NAME_VALUE_SEPARATOR) {
         return None; // a pair's name ends at its first separator
     }
-    props
-        .split(|b| *b == PROPERTY_SEPARATOR)
-        .find_map(|pair| std::str::from_utf8(value_if_named(pair, name)?).ok())
+    segments(props).find_map(|pair| std::str::from_utf8(value_if_named(pair, name)?).ok())
+}
+
+/// What [`property`] gives for each of `names`, found in one pass over the pairs.
+pub fn properties_named<'a, const N: usize>(
+    props: &'a [u8],
+    names: [&str; N],
+) -> [Option<&'a str>; N] {
+    let mut found = [None; N];
+    // A pair's name ends at its first separator, so a name holding one is never there.
+    let possible = names.map(|n| !n.as_bytes().contains(&NAME_VALUE_SEPARATOR));
+    let mut left = possible.iter().filter(|p| **p).count();
+    for pair in segments(props) {
+        if left == 0 {
+            break;
+        }
+        for ((slot, name), possible) in found.iter_mut().zip(names).zip(possible) {
+            if slot.is_some() || !possible {
+                continue;
+            }
+            if let Some(v) = value_if_named(pair, name.as_bytes()) {
+                if let Ok(v) = std::str::from_utf8(v) {
+                    *slot = Some(v);
+                    left -= 1;
+                }
+            }
+        }
+    }
+    found
 }
 
 pub fn properties_map(props: &[u8]) -> HashMap<String, String> {

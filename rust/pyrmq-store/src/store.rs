@@ -558,15 +558,6 @@ struct Rewrite {
     properties: Vec<u8>,
 }
 
-/// Whether and how dispatch writes a record's ConsumeQueue unit.
-#[derive(Clone, Copy)]
-enum Unit {
-    /// No unit: a put writes its units in bulk, and transaction halves and rollbacks get none.
-    None,
-    /// Recovery: find or create the queue, write the unit with this tag code and publish.
-    Rebuild { tags_code: i64 },
-}
-
 /// What dispatch needs from a stored record.
 struct Dispatch<'a> {
     topic: &'a str,
@@ -639,18 +630,22 @@ impl Inner {
                 max_bytes: u64::from(self.config.max_message_size_bytes),
             });
         }
-        if m.properties.len() > MAX_PROPERTIES_LEN {
-            return Err(StoreError::PropertiesTooLarge {
-                size_bytes: m.properties.len(),
-            });
-        }
         if m.queue_id < 0 || m.queue_id as u32 >= self.config.max_queue_nums_per_topic {
             return Err(StoreError::InvalidQueueId {
                 queue_id: m.queue_id,
                 max: self.config.max_queue_nums_per_topic,
             });
         }
-        if m.properties.contains(&0) && std::str::from_utf8(m.properties).is_err() {
+        Self::validate_properties(m)
+    }
+
+    fn validate_properties(m: &MessageInput<'_>) -> StoreResult<()> {
+        if m.properties.len() > MAX_PROPERTIES_LEN {
+            return Err(StoreError::PropertiesTooLarge {
+                size_bytes: m.properties.len(),
+            });
+        }
+        if memchr::memchr(0, m.properties).is_some() && std::str::from_utf8(m.properties).is_err() {
             return Err(StoreError::IllegalMessage(
                 "properties are not valid UTF-8".to_owned(),
             ));
@@ -710,16 +705,19 @@ impl Inner {
         }
         let mut prev: Option<&MessageInput<'_>> = None;
         for m in msgs {
-            // A batch shares its topic and often its properties: check each distinct value once.
-            let same = prev.is_some_and(|p| {
-                message::same_bytes(p.topic.as_bytes(), m.topic.as_bytes())
-                    && std::ptr::eq(p.properties, m.properties)
-                    && p.queue_id == m.queue_id
-            });
-            if same {
-                self.validate_body(m)?;
-            } else {
-                self.validate(m, internal)?;
+            // A batch shares its topic and queue, and often its properties (a client's batch has
+            // its own per message): check each distinct value once.
+            match prev {
+                Some(p)
+                    if p.queue_id == m.queue_id
+                        && message::same_bytes(p.topic.as_bytes(), m.topic.as_bytes()) =>
+                {
+                    self.validate_body(m)?;
+                    if !std::ptr::eq(p.properties, m.properties) {
+                        Self::validate_properties(m)?;
+                    }
+                }
+                _ => self.validate(m, internal)?,
             }
             prev = Some(m);
         }
@@ -908,23 +906,26 @@ impl Inner {
         };
 
         // Dispatch: index entries and queue units, then publish each queue.
-        if self.index.is_some() {
-            let mut keyed = SameProperties::default();
+        if let Some(index) = self.index.as_ref() {
+            // A batch often shares properties without keys: scan those once, not per record.
+            let mut keyless: Option<(*const u8, usize)> = None;
             for (p, e) in prepared.iter().zip(&entries) {
-                if keyed.get(p.input.properties, may_have_keys) {
-                    self.dispatch(
-                        &Dispatch {
-                            topic: p.input.topic,
-                            queue_id: p.input.queue_id,
-                            queue_offset: e.queue_offset as u64,
-                            phy: e.phy_offset as u64,
-                            size: e.size,
-                            store_ts,
-                            properties: p.input.properties,
-                            sys_flag: p.input.sys_flag,
-                        },
-                        Unit::None,
-                    );
+                let props = p.input.properties;
+                if keyless == Some((props.as_ptr(), props.len())) {
+                    continue;
+                }
+                let d = Dispatch {
+                    topic: p.input.topic,
+                    queue_id: p.input.queue_id,
+                    queue_offset: e.queue_offset as u64,
+                    phy: e.phy_offset as u64,
+                    size: e.size,
+                    store_ts,
+                    properties: props,
+                    sys_flag: p.input.sys_flag,
+                };
+                if !index_record(index, &d, false) {
+                    keyless = Some((props.as_ptr(), props.len()));
                 }
             }
         }
@@ -991,38 +992,13 @@ impl Inner {
             .on_arrival(q.topic(), q.queue_id(), next, Some(tags));
     }
 
-    /// Writes the index entries of one record and, in recovery (`Unit::Rebuild`), its queue unit,
-    /// publishing it. A put writes and publishes its units itself.
-    fn dispatch(&self, d: &Dispatch<'_>, unit: Unit) {
-        let recovering = matches!(unit, Unit::Rebuild { .. });
-        if let Some(index) = self.index.as_ref().filter(|_| may_have_keys(d.properties)) {
-            let tx = d.sys_flag & SYSFLAG_TRANSACTION_MASK;
-            let reindex = !recovering || index.last_indexed_phy().is_none_or(|p| d.phy as i64 >= p);
-            if tx != SYSFLAG_TRANSACTION_ROLLBACK && reindex {
-                let mut keys: Vec<String> = Vec::new();
-                if let Some(uniq) = message::property(d.properties, PROPERTY_UNIQ_KEY_SHORT) {
-                    keys.push(format!("{}#{uniq}", d.topic));
-                }
-                if let Some(ks) = message::property(d.properties, PROPERTY_KEYS) {
-                    keys.extend(
-                        ks.split(' ')
-                            .filter(|k| !k.is_empty())
-                            .map(|k| format!("{}#{k}", d.topic)),
-                    );
-                }
-                if !keys.is_empty() {
-                    if let Err(e) = index.put(
-                        keys.iter().map(String::as_str),
-                        d.phy as i64,
-                        d.store_ts,
-                        clock::now_ms(),
-                    ) {
-                        log::error!("indexing record at offset {} failed: {e}", d.phy);
-                    }
-                }
-            }
+    /// Recovery's dispatch of one record: its index entries, unless the index has them, and,
+    /// with a tag code, its queue unit, published. A put writes its entries and units itself.
+    fn redispatch(&self, d: &Dispatch<'_>, unit_tags_code: Option<i64>) {
+        if let Some(index) = self.index.as_ref() {
+            index_record(index, d, true);
         }
-        if let Unit::Rebuild { tags_code } = unit {
+        if let Some(tags_code) = unit_tags_code {
             match self.queue_or_create(d.topic, d.queue_id) {
                 Ok(q) => {
                     let first = q.min_offset();
@@ -1056,7 +1032,18 @@ impl Inner {
                         return Ok(());
                     };
                     let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
-                    self.dispatch(
+                    // Transaction halves and rollbacks have no queue unit.
+                    let unit = (tx != SYSFLAG_TRANSACTION_PREPARED
+                        && tx != SYSFLAG_TRANSACTION_ROLLBACK)
+                        .then(|| {
+                            unit_tags_code(
+                                rec.topic,
+                                rec.properties,
+                                rec.store_timestamp_ms,
+                                delays,
+                            )
+                        });
+                    self.redispatch(
                         &Dispatch {
                             topic: rec.topic,
                             queue_id: rec.queue_id,
@@ -1067,19 +1054,7 @@ impl Inner {
                             properties: rec.properties,
                             sys_flag: rec.sys_flag,
                         },
-                        if tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK
-                        {
-                            Unit::Rebuild {
-                                tags_code: unit_tags_code(
-                                    rec.topic,
-                                    rec.properties,
-                                    rec.store_timestamp_ms,
-                                    delays,
-                                ),
-                            }
-                        } else {
-                            Unit::None
-                        },
+                        unit,
                     );
                     Ok(())
                 })?;
@@ -1408,9 +1383,45 @@ fn distinct_tags(codes: impl Iterator<Item = i64>, out: &mut SmallVec<[i64; 8]>)
     }
 }
 
-/// Whether the properties name index keys (a cheap pre-check before parsing them).
-fn may_have_keys(props: &[u8]) -> bool {
-    message::has_any_property(props, &[PROPERTY_UNIQ_KEY_SHORT, PROPERTY_KEYS])
+/// Indexes a record under `topic#key` for its unique id and each of its space-separated keys.
+/// Recovery skips records the index already holds; a rolled-back transaction half is never
+/// indexed. Returns false only when the properties name no key, so that records sharing them
+/// need no look.
+fn index_record(index: &IndexService, d: &Dispatch<'_>, recovering: bool) -> bool {
+    if d.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK {
+        return true;
+    }
+    let [uniq, ks] =
+        message::properties_named(d.properties, [PROPERTY_UNIQ_KEY_SHORT, PROPERTY_KEYS]);
+    if uniq.is_none() && ks.is_none() {
+        return false;
+    }
+    if recovering && index.last_indexed_phy().is_some_and(|p| (d.phy as i64) < p) {
+        return true;
+    }
+    // The keys share one buffer rather than a string each.
+    let mut buf = String::with_capacity(
+        2 * (d.topic.len() + 1) + uniq.map_or(0, str::len) + ks.map_or(0, str::len),
+    );
+    let mut spans: SmallVec<[(usize, usize); 4]> = SmallVec::new();
+    for k in uniq
+        .into_iter()
+        .chain(ks.into_iter().flat_map(|ks| ks.split(' ')))
+        .filter(|k| !k.is_empty())
+    {
+        let start = buf.len();
+        buf.push_str(d.topic);
+        buf.push('#');
+        buf.push_str(k);
+        spans.push((start, buf.len()));
+    }
+    if !spans.is_empty() {
+        let keys = spans.iter().map(|&(a, b)| &buf[a..b]);
+        if let Err(e) = index.put(keys, d.phy as i64, d.store_ts, clock::now_ms) {
+            log::error!("indexing record at offset {} failed: {e}", d.phy);
+        }
+    }
+    true
 }
 
 /// Tag code of a ConsumeQueue unit. As in RocketMQ, a SCHEDULE_TOPIC_XXXX record with a DELAY

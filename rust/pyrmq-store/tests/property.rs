@@ -55,6 +55,27 @@ proptest! {
         };
         prop_assert_eq!(message::has_any_property(&props, &[name]), named(name));
         prop_assert_eq!(message::has_any_property(&props, &["B", name]), named("B") || named(name));
+        let naive: Vec<(&str, &str)> = props
+            .split(|b| *b == 2)
+            .filter(|s| !s.is_empty())
+            .filter_map(|pair| {
+                let sep = pair.iter().position(|b| *b == 1)?;
+                Some((std::str::from_utf8(&pair[..sep]).ok()?, std::str::from_utf8(&pair[sep + 1..]).ok()?))
+            })
+            .collect();
+        prop_assert_eq!(message::iter_properties(&props).collect::<Vec<_>>(), naive);
+        prop_assert_eq!(
+            message::properties_named(&props, [name, "B", "A"]),
+            [message::property(&props, name), message::property(&props, "B"), message::property(&props, "A")]
+        );
+    }
+
+    #[test]
+    fn java_string_hash_folds_utf16_units(s in any::<String>(), ascii in "[ -~]{0,40}") {
+        for text in [s.as_str(), ascii.as_str()] {
+            let units = text.encode_utf16().fold(0i32, |h, u| h.wrapping_mul(31).wrapping_add(i32::from(u)));
+            prop_assert_eq!(message::java_string_hash(text), units);
+        }
     }
 
     #[test]
