@@ -112,7 +112,7 @@ pub fn java_string_hash(s: &str) -> i32 {
         for c in &mut chunks {
             h = h
                 .wrapping_mul(923_521)
-                .wrapping_add(u32::from(c[0]).wrapping_mul(29_791))
+                .wrapping_add(u32::from(c[0]) * 29_791)
                 .wrapping_add(u32::from(c[1]) * 961)
                 .wrapping_add(u32::from(c[2]) * 31)
                 .wrapping_add(u32::from(c[3]));
