@@ -124,20 +124,6 @@ fn check_property_text(s: &str, what: &str) -> PyResult<()> {
     Ok(())
 }
 
-/// Appends `name\x01value` to encoded properties, after a separator unless they are empty or
-/// already end with one (a caller's raw string may).
-fn push_property(out: &mut Vec<u8>, name: &str, value: &str) {
-    if out
-        .last()
-        .is_some_and(|&b| b != message::PROPERTY_SEPARATOR)
-    {
-        out.push(message::PROPERTY_SEPARATOR);
-    }
-    out.extend_from_slice(name.as_bytes());
-    out.push(message::NAME_VALUE_SEPARATOR);
-    out.extend_from_slice(value.as_bytes());
-}
-
 /// Encodes user properties plus TAGS and KEYS into the record's property string, in one buffer
 /// straight from the Python strings.
 fn encode_properties(
@@ -161,7 +147,7 @@ fn encode_properties(
                 if k.is_empty() {
                     return Err(errors::illegal("property names must not be empty"));
                 }
-                push_property(&mut out, k, v);
+                message::push_property(&mut out, k, v);
             }
         } else {
             return Err(errors::illegal(
@@ -171,20 +157,20 @@ fn encode_properties(
     }
     if let Some(t) = tags {
         check_property_text(t, "tags")?;
-        push_property(&mut out, message::PROPERTY_TAGS, t);
+        message::push_property(&mut out, message::PROPERTY_TAGS, t);
     }
     if let Some(k) = keys {
         if let Ok(s) = k.cast::<PyString>() {
             let joined = s.to_str()?;
             check_property_text(joined, "keys")?;
-            push_property(&mut out, message::PROPERTY_KEYS, joined);
+            message::push_property(&mut out, message::PROPERTY_KEYS, joined);
         } else {
             let parts: Vec<String> = k
                 .extract()
                 .map_err(|_| errors::illegal("keys must be a str or a sequence of str"))?;
             let joined = parts.join(" ");
             check_property_text(&joined, "keys")?;
-            push_property(&mut out, message::PROPERTY_KEYS, &joined);
+            message::push_property(&mut out, message::PROPERTY_KEYS, &joined);
         }
     }
     Ok(out)

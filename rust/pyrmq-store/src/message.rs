@@ -548,14 +548,21 @@ pub fn properties_map(props: &[u8]) -> HashMap<String, String> {
 pub fn encode_properties<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<u8> {
     let mut out = Vec::new();
     for (name, value) in pairs {
-        if !out.is_empty() {
-            out.push(PROPERTY_SEPARATOR);
-        }
-        out.extend_from_slice(name.as_bytes());
-        out.push(NAME_VALUE_SEPARATOR);
-        out.extend_from_slice(value.as_bytes());
+        push_property(&mut out, name, value);
     }
     out
+}
+
+/// Appends `name\x01value` to encoded properties, after a separator unless they are empty or
+/// already end with one (a producer's encoded string may).
+#[inline]
+pub fn push_property(out: &mut Vec<u8>, name: &str, value: &str) {
+    if out.last().is_some_and(|&b| b != PROPERTY_SEPARATOR) {
+        out.push(PROPERTY_SEPARATOR);
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.push(NAME_VALUE_SEPARATOR);
+    out.extend_from_slice(value.as_bytes());
 }
 
 /// Uppercase hex of store ip ‖ port (i32) ‖ commit-log offset (i64).
