@@ -619,7 +619,7 @@ def markdown(rows: list[dict[str, Any]], machine: dict[str, Any]) -> str:
     lines = [
         f"Machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}, "
         f"build profile {machine['build_profile']}, mode {machine['mode']}; "
-        "pyrmq serve on 127.0.0.1, ASYNC_FLUSH" + w.wake_line(machine),
+        "pyrmq serve on 127.0.0.1, ASYNC_FLUSH" + w.wake_line(machine) + w.idle_line(machine),
         "",
         "| benchmark | samples | avg ms | p50 ms | p99 ms | max ms | msgs/s | target | met? |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",

@@ -2,14 +2,14 @@
 
     python benches/smoke.py
 
-Steps: the baseline store's own tests, ``report.py --quick`` (both implementations, Markdown table),
-the pytest-benchmark suites with ``--benchmark-disable`` (each body runs once as a test),
-``broker-smoke``: ``broker.py --quick`` against a real ``pyrmq serve`` (a few seconds; it must
-finish within ``BROKER_SMOKE_TIMEOUT_S``), and ``client-smoke``: ``client.py --quick``, which runs
-``pyrmq bench producer``, ``consumer`` and ``latency`` for about a second each against a real
-``pyrmq serve`` (about 10 s; at most ``CLIENT_SMOKE_TIMEOUT_S``). pyrmq parameters are skipped
-while ``pyrmq._core`` is not built. Exits non-zero if any step fails; a missed target is reported,
-not a failure.
+Steps: the tests of the baseline store and of the bench tooling, ``report.py --quick`` (both
+implementations, Markdown table), the pytest-benchmark suites with ``--benchmark-disable`` (each
+body runs once as a test), ``broker-smoke``: ``broker.py --quick`` against a real ``pyrmq serve``
+(a few seconds; it must finish within ``BROKER_SMOKE_TIMEOUT_S``), and ``client-smoke``:
+``client.py --quick``, which runs ``pyrmq bench producer``, ``consumer`` and ``latency`` for about
+a second each against a real ``pyrmq serve`` (about 10 s; at most ``CLIENT_SMOKE_TIMEOUT_S``).
+pyrmq parameters are skipped while ``pyrmq._core`` is not built. Exits non-zero if any step fails;
+a missed target is reported, not a failure.
 """
 
 from __future__ import annotations
@@ -33,8 +33,17 @@ def steps() -> list[tuple[str, list[str], float]]:
     py = sys.executable
     return [
         (
-            "baseline tests",
-            [py, "-m", "pytest", "benches/baseline", "-q", "-p", "no:cacheprovider"],
+            "baseline and tooling tests",
+            [
+                py,
+                "-m",
+                "pytest",
+                "benches/baseline",
+                "benches/test_workloads.py",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+            ],
             STEP_TIMEOUT_S,
         ),
         ("report --quick", [py, "benches/report.py", "--quick"], STEP_TIMEOUT_S),

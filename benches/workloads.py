@@ -213,7 +213,34 @@ def machine_info() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "build_profile": build_profile(),
         "mode": bench_mode(),
+        "idle": idle_policy(),
     }
+
+
+def idle_policy(sys_root: Path = Path("/sys")) -> dict[str, Any]:
+    """The cpuidle governor and, under ``haltpoll``, how long an idle vCPU polls before it halts.
+
+    Both decide what waking a sleeping thread costs, which bounds group commit with few
+    appenders: a guest that halts at once (``guest_halt_poll_ns`` 0) needs an IPI per wake-up.
+    Empty where the kernel exposes neither."""
+    policy: dict[str, Any] = {}
+    with contextlib.suppress(OSError):
+        governor = sys_root / "devices/system/cpu/cpuidle/current_governor_ro"
+        policy["governor"] = governor.read_text().strip()
+    with contextlib.suppress(OSError, ValueError):
+        poll = sys_root / "module/haltpoll/parameters/guest_halt_poll_ns"
+        policy["guest_halt_poll_ns"] = int(poll.read_text())
+    return policy
+
+
+def idle_line(machine: dict[str, Any]) -> str:
+    """The machine line's note on the idle policy, or nothing when it is unknown."""
+    idle = machine.get("idle") or {}
+    if "governor" not in idle:
+        return ""
+    line = f"; cpuidle {idle['governor']}"
+    poll = idle.get("guest_halt_poll_ns")
+    return line if poll is None else f"{line}, guest halt poll {poll} ns"
 
 
 _ECHO = """
