@@ -49,6 +49,7 @@ def scratch(request: pytest.FixtureRequest) -> Iterator[Path]:
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     machine_info["pyrmq_build_profile"] = w.build_profile()
     machine_info["pyrmq_bench_mode"] = w.bench_mode()
+    machine_info["pyrmq_idle"] = w.idle_policy()
 
 
 def pytest_benchmark_update_json(
