@@ -599,7 +599,8 @@ def markdown(rows: list[dict[str, Any]], machine: dict[str, Any]) -> str:
         f"build profile {machine['build_profile']}, mode {machine['mode']}; "
         "pyrmq serve --flush async on 127.0.0.1, 128 B bodies"
         + w.wake_line(machine)
-        + w.idle_line(machine),
+        + w.idle_line(machine)
+        + w.storage_line(machine),
         "",
         "| benchmark | msgs/s | MB/s | latency | p50 ms | p99 ms | p99.9 ms | target | met? |",
         "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- | --- |",

@@ -277,7 +277,8 @@ def run_report(sz: w.Sizes, impls: list[str], only: str | None) -> tuple[list[di
 def markdown(rows: list[dict], machine: dict) -> str:
     lines = [
         f"Machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}, "
-        f"build profile {machine['build_profile']}, mode {machine['mode']}{w.idle_line(machine)}",
+        f"build profile {machine['build_profile']}, mode {machine['mode']}"
+        f"{w.idle_line(machine)}{w.storage_line(machine)}",
         "",
         "| benchmark | pyrmq msgs/s | pyrmq MB/s | baseline msgs/s | ratio | target | met? |",
         "| --- | ---: | ---: | ---: | ---: | --- | --- |",

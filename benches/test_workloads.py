@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from benches.workloads import idle_line, idle_policy
+from benches.workloads import idle_line, idle_policy, storage_info, storage_line
 
 
 def _write(root: Path, rel: str, text: str) -> None:
@@ -33,3 +34,50 @@ def test_unreadable_or_garbled_files_leave_no_note(tmp_path: Path) -> None:
     assert idle_policy(tmp_path) == {}
     assert idle_line({"idle": {}}) == ""
     assert idle_line({}) == ""
+
+
+def _fake_device(sys_root: Path, under: Path, *, partition: bool, **queue: str) -> None:
+    """A sysfs block device for the file system holding ``under``, as the kernel lays it out."""
+    disk = sys_root / "devices/virtual/block/vdx"
+    node = disk / "vdx1" if partition else disk
+    node.mkdir(parents=True)
+    if partition:
+        (node / "partition").write_text("1\n")
+    (disk / "queue").mkdir()
+    for key, value in queue.items():
+        (disk / "queue" / key).write_text(value + "\n")
+    dev = under.stat().st_dev
+    link = sys_root / f"dev/block/{os.major(dev)}:{os.minor(dev)}"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(node)
+
+
+def test_storage_names_the_disk_under_a_partition(tmp_path: Path) -> None:
+    store_dir = tmp_path / "stores"
+    store_dir.mkdir()
+    sys_root = tmp_path / "sys"
+    _fake_device(sys_root, store_dir, partition=True, write_cache="write back", fua="0")
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        f"/dev/vdx1 / ext4 rw 0 0\ntmpfs {tmp_path.resolve()} xfs rw 0 0\n"
+        f"tmpfs {tmp_path.resolve()}-other tmpfs rw 0 0\n"
+    )
+    info = storage_info(store_dir, sys_root, mounts)
+    assert info == {"fs": "xfs", "device": "vdx", "write_cache": "write back", "fua": "0"}
+    assert (
+        storage_line({"storage": info}) == "; stores on vdx (xfs), write cache write back, no FUA"
+    )
+
+
+def test_storage_of_a_whole_disk_with_fua(tmp_path: Path) -> None:
+    sys_root = tmp_path / "sys"
+    _fake_device(sys_root, tmp_path, partition=False, write_cache="write through", fua="1")
+    info = storage_info(tmp_path, sys_root, tmp_path / "no-mounts")
+    assert info == {"device": "vdx", "write_cache": "write through", "fua": "1"}
+    assert storage_line({"storage": info}) == "; stores on vdx, write cache write through, FUA"
+
+
+def test_storage_without_a_block_device_leaves_no_note(tmp_path: Path) -> None:
+    info = storage_info(tmp_path, tmp_path / "empty-sys", tmp_path / "no-mounts")
+    assert info == {}
+    assert storage_line({"storage": info}) == ""

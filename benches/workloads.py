@@ -214,6 +214,7 @@ def machine_info() -> dict[str, Any]:
         "build_profile": build_profile(),
         "mode": bench_mode(),
         "idle": idle_policy(),
+        "storage": storage_info(bench_root()),
     }
 
 
@@ -231,6 +232,54 @@ def idle_policy(sys_root: Path = Path("/sys")) -> dict[str, Any]:
         poll = sys_root / "module/haltpoll/parameters/guest_halt_poll_ns"
         policy["guest_halt_poll_ns"] = int(poll.read_text())
     return policy
+
+
+def storage_info(
+    path: Path, sys_root: Path = Path("/sys"), mounts: Path = Path("/proc/self/mounts")
+) -> dict[str, Any]:
+    """The file system and block device under ``path``, and how the device makes writes durable.
+
+    ``write_cache`` is ``write back`` when the device has a volatile cache that an fsync must
+    flush, and ``fua`` whether it can make one write durable by itself; both set what a
+    SYNC_FLUSH round costs. Keys are left out where the kernel does not expose them."""
+    info: dict[str, Any] = {}
+    path = path.resolve()
+    with contextlib.suppress(OSError):
+        best = ""
+        for line in mounts.read_text().splitlines():
+            fields = line.split()
+            if len(fields) >= 3 and _under(path, fields[1]) and len(fields[1]) >= len(best):
+                best, info["fs"] = fields[1], fields[2]
+    try:
+        dev = path.stat().st_dev
+        device = (sys_root / f"dev/block/{os.major(dev)}:{os.minor(dev)}").resolve(strict=True)
+    except OSError:
+        return info
+    if (device / "partition").exists():
+        device = device.parent
+    info["device"] = device.name
+    queue = device / "queue"
+    for key in ("write_cache", "fua", "rotational"):
+        with contextlib.suppress(OSError):
+            info[key] = (queue / key).read_text().strip()
+    return info
+
+
+def _under(path: Path, mountpoint: str) -> bool:
+    return mountpoint == "/" or path.as_posix() == mountpoint or path.is_relative_to(mountpoint)
+
+
+def storage_line(machine: dict[str, Any]) -> str:
+    """The machine line's note on where stores are written, or nothing when it is unknown."""
+    st = machine.get("storage") or {}
+    if "device" not in st:
+        return ""
+    line = f"; stores on {st['device']}" + (f" ({st['fs']})" if "fs" in st else "")
+    if "write_cache" in st:
+        line += f", write cache {st['write_cache']}"
+    if "fua" in st:
+        line += ", FUA" if st["fua"] == "1" else ", no FUA"
+    return line
 
 
 def idle_line(machine: dict[str, Any]) -> str:
