@@ -50,6 +50,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     machine_info["pyrmq_build_profile"] = w.build_profile()
     machine_info["pyrmq_bench_mode"] = w.bench_mode()
     machine_info["pyrmq_idle"] = w.idle_policy()
+    machine_info["pyrmq_storage"] = w.storage_info(w.bench_root())
 
 
 def pytest_benchmark_update_json(
