@@ -14,6 +14,11 @@ def _write(root: Path, rel: str, text: str) -> None:
     path.write_text(text)
 
 
+def test_older_kernels_name_the_governor_in_a_writable_file(tmp_path: Path) -> None:
+    _write(tmp_path, "devices/system/cpu/cpuidle/current_governor", "menu\n")
+    assert idle_policy(tmp_path) == {"governor": "menu"}
+
+
 def test_haltpoll_guest_reports_its_poll_time(tmp_path: Path) -> None:
     _write(tmp_path, "devices/system/cpu/cpuidle/current_governor_ro", "haltpoll\n")
     _write(tmp_path, "module/haltpoll/parameters/guest_halt_poll_ns", "200000\n")
@@ -58,9 +63,10 @@ def test_storage_names_the_disk_under_a_partition(tmp_path: Path) -> None:
     sys_root = tmp_path / "sys"
     _fake_device(sys_root, store_dir, partition=True, write_cache="write back", fua="0")
     mounts = tmp_path / "mounts"
+    root = tmp_path.resolve()
     mounts.write_text(
-        f"/dev/vdx1 / ext4 rw 0 0\ntmpfs {tmp_path.resolve()} xfs rw 0 0\n"
-        f"tmpfs {tmp_path.resolve()}-other tmpfs rw 0 0\n"
+        f"/dev/vdx1 / ext4 rw 0 0\n/dev/vdx1 {root} ext2 rw 0 0\n/dev/vdx1 {root} xfs rw 0 0\n"
+        f"tmpfs {root}-other tmpfs rw 0 0\n"
     )
     info = storage_info(store_dir, sys_root, mounts)
     assert info == {"fs": "xfs", "device": "vdx", "write_cache": "write back", "fua": "0"}
@@ -70,11 +76,18 @@ def test_storage_names_the_disk_under_a_partition(tmp_path: Path) -> None:
 
 
 def test_storage_of_a_whole_disk_with_fua(tmp_path: Path) -> None:
+    store_dir = tmp_path / "my stores"
+    store_dir.mkdir()
     sys_root = tmp_path / "sys"
-    _fake_device(sys_root, tmp_path, partition=False, write_cache="write through", fua="1")
-    info = storage_info(tmp_path, sys_root, tmp_path / "no-mounts")
-    assert info == {"device": "vdx", "write_cache": "write through", "fua": "1"}
-    assert storage_line({"storage": info}) == "; stores on vdx, write cache write through, FUA"
+    _fake_device(sys_root, store_dir, partition=False, write_cache="write through", fua="1")
+    mounts = tmp_path / "mounts"
+    escaped = str(store_dir.resolve()).replace(" ", "\\040")
+    mounts.write_text(f"/dev/vdx / ext4 rw 0 0\n/dev/vdx {escaped} btrfs rw 0 0\n")
+    info = storage_info(store_dir, sys_root, mounts)
+    assert info == {"fs": "btrfs", "device": "vdx", "write_cache": "write through", "fua": "1"}
+    assert storage_line({"storage": info}) == (
+        "; stores on vdx (btrfs), write cache write through, FUA"
+    )
 
 
 def test_storage_without_a_block_device_leaves_no_note(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import json
 import mmap
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -225,9 +226,11 @@ def idle_policy(sys_root: Path = Path("/sys")) -> dict[str, Any]:
     appenders: a guest that halts at once (``guest_halt_poll_ns`` 0) needs an IPI per wake-up.
     Empty where the kernel exposes neither."""
     policy: dict[str, Any] = {}
-    with contextlib.suppress(OSError):
-        governor = sys_root / "devices/system/cpu/cpuidle/current_governor_ro"
-        policy["governor"] = governor.read_text().strip()
+    cpuidle = sys_root / "devices/system/cpu/cpuidle"
+    for name in ("current_governor_ro", "current_governor"):  # the second on older kernels
+        with contextlib.suppress(OSError):
+            policy["governor"] = (cpuidle / name).read_text().strip()
+            break
     with contextlib.suppress(OSError, ValueError):
         poll = sys_root / "module/haltpoll/parameters/guest_halt_poll_ns"
         policy["guest_halt_poll_ns"] = int(poll.read_text())
@@ -248,8 +251,13 @@ def storage_info(
         best = ""
         for line in mounts.read_text().splitlines():
             fields = line.split()
-            if len(fields) >= 3 and _under(path, fields[1]) and len(fields[1]) >= len(best):
-                best, info["fs"] = fields[1], fields[2]
+            if len(fields) < 3:
+                continue
+            # The kernel writes a space in a mount point as \040, and so on.
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1])
+            # The last of equally long matches was mounted over the others.
+            if path.is_relative_to(point) and len(point) >= len(best):
+                best, info["fs"] = point, fields[2]
     try:
         dev = path.stat().st_dev
         device = (sys_root / f"dev/block/{os.major(dev)}:{os.minor(dev)}").resolve(strict=True)
@@ -263,10 +271,6 @@ def storage_info(
         with contextlib.suppress(OSError):
             info[key] = (queue / key).read_text().strip()
     return info
-
-
-def _under(path: Path, mountpoint: str) -> bool:
-    return mountpoint == "/" or path.as_posix() == mountpoint or path.is_relative_to(mountpoint)
 
 
 def storage_line(machine: dict[str, Any]) -> str:
