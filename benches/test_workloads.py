@@ -41,8 +41,12 @@ def test_unreadable_or_garbled_files_leave_no_note(tmp_path: Path) -> None:
     assert idle_line({}) == ""
 
 
-def _fake_device(sys_root: Path, under: Path, *, partition: bool, **queue: str) -> None:
-    """A sysfs block device for the file system holding ``under``, as the kernel lays it out."""
+def _disk(tmp_path: Path, store_name: str, *, partition: bool, **queue: str) -> tuple[Path, Path]:
+    """A store directory, and a sysfs root whose block device for that directory's file system
+    is laid out as the kernel does it (a partition links below its disk)."""
+    store_dir = tmp_path / store_name
+    store_dir.mkdir()
+    sys_root = tmp_path / "sys"
     disk = sys_root / "devices/virtual/block/vdx"
     node = disk / "vdx1" if partition else disk
     node.mkdir(parents=True)
@@ -51,43 +55,43 @@ def _fake_device(sys_root: Path, under: Path, *, partition: bool, **queue: str) 
     (disk / "queue").mkdir()
     for key, value in queue.items():
         (disk / "queue" / key).write_text(value + "\n")
-    dev = under.stat().st_dev
+    dev = store_dir.stat().st_dev
     link = sys_root / f"dev/block/{os.major(dev)}:{os.minor(dev)}"
     link.parent.mkdir(parents=True)
     link.symlink_to(node)
+    return store_dir, sys_root
+
+
+def _mounts(tmp_path: Path, *entries: tuple[str, str]) -> Path:
+    """A mounts table of (mount point, file system) in order, escaped as the kernel escapes it."""
+    mounts = tmp_path / "mounts"
+    lines = (f"/dev/vdx {point.replace(' ', chr(92) + '040')} {fs} rw 0 0" for point, fs in entries)
+    mounts.write_text("\n".join(lines) + "\n")
+    return mounts
 
 
 def test_storage_names_the_disk_under_a_partition(tmp_path: Path) -> None:
-    store_dir = tmp_path / "stores"
-    store_dir.mkdir()
-    sys_root = tmp_path / "sys"
-    _fake_device(sys_root, store_dir, partition=True, write_cache="write back", fua="0")
-    mounts = tmp_path / "mounts"
-    root = tmp_path.resolve()
-    mounts.write_text(
-        f"/dev/vdx1 / ext4 rw 0 0\n/dev/vdx1 {root} ext2 rw 0 0\n/dev/vdx1 {root} xfs rw 0 0\n"
-        f"tmpfs {root}-other tmpfs rw 0 0\n"
+    store_dir, sys_root = _disk(
+        tmp_path, "stores", partition=True, write_cache="write back", fua="0"
     )
+    root = str(tmp_path.resolve())
+    # The last of two mounts on one point hides the first; a sibling prefix is not a parent.
+    mounts = _mounts(tmp_path, ("/", "ext4"), (root, "ext2"), (root, "xfs"), (root + "-b", "nfs"))
     info = storage_info(store_dir, sys_root, mounts)
     assert info == {"fs": "xfs", "device": "vdx", "write_cache": "write back", "fua": "0"}
-    assert (
-        storage_line({"storage": info}) == "; stores on vdx (xfs), write cache write back, no FUA"
+    line = storage_line({"storage": info})
+    assert line == "; stores on vdx (xfs), write cache write back, no FUA"
+
+
+def test_storage_of_a_whole_disk_with_fua_under_a_spaced_mount(tmp_path: Path) -> None:
+    store_dir, sys_root = _disk(
+        tmp_path, "my stores", partition=False, write_cache="write through", fua="1"
     )
-
-
-def test_storage_of_a_whole_disk_with_fua(tmp_path: Path) -> None:
-    store_dir = tmp_path / "my stores"
-    store_dir.mkdir()
-    sys_root = tmp_path / "sys"
-    _fake_device(sys_root, store_dir, partition=False, write_cache="write through", fua="1")
-    mounts = tmp_path / "mounts"
-    escaped = str(store_dir.resolve()).replace(" ", "\\040")
-    mounts.write_text(f"/dev/vdx / ext4 rw 0 0\n/dev/vdx {escaped} btrfs rw 0 0\n")
+    mounts = _mounts(tmp_path, ("/", "ext4"), (str(store_dir.resolve()), "btrfs"))
     info = storage_info(store_dir, sys_root, mounts)
     assert info == {"fs": "btrfs", "device": "vdx", "write_cache": "write through", "fua": "1"}
-    assert storage_line({"storage": info}) == (
-        "; stores on vdx (btrfs), write cache write through, FUA"
-    )
+    line = storage_line({"storage": info})
+    assert line == "; stores on vdx (btrfs), write cache write through, FUA"
 
 
 def test_storage_without_a_block_device_leaves_no_note(tmp_path: Path) -> None:
