@@ -62,10 +62,13 @@ def _disk(tmp_path: Path, store_name: str, *, partition: bool, **queue: str) -> 
     return store_dir, sys_root
 
 
+SPACE = "\\040"  # a space in a mount point, as /proc/self/mounts writes it
+
+
 def _mounts(tmp_path: Path, *entries: tuple[str, str]) -> Path:
     """A mounts table of (mount point, file system) in order, escaped as the kernel escapes it."""
     mounts = tmp_path / "mounts"
-    lines = (f"/dev/vdx {point.replace(' ', chr(92) + '040')} {fs} rw 0 0" for point, fs in entries)
+    lines = [f"/dev/vdx {point.replace(' ', SPACE)} {fs} rw 0 0" for point, fs in entries]
     mounts.write_text("\n".join(lines) + "\n")
     return mounts
 
