@@ -7,6 +7,8 @@ from pathlib import Path
 
 from benches.workloads import idle_line, idle_policy, storage_info, storage_line
 
+SPACE = "\\040"  # a space in a mount point, as /proc/self/mounts writes it
+
 
 def _write(root: Path, rel: str, text: str) -> None:
     path = root / rel
@@ -60,9 +62,6 @@ def _disk(tmp_path: Path, store_name: str, *, partition: bool, **queue: str) -> 
     link.parent.mkdir(parents=True)
     link.symlink_to(node)
     return store_dir, sys_root
-
-
-SPACE = "\\040"  # a space in a mount point, as /proc/self/mounts writes it
 
 
 def _mounts(tmp_path: Path, *entries: tuple[str, str]) -> Path:
