@@ -34,24 +34,20 @@ impl<V> QueueMap<V> {
         queue_id: i32,
         make: impl FnOnce() -> V,
     ) -> &mut V {
-        if !self.by_topic.contains_key(topic) {
-            self.by_topic.insert(topic.to_owned(), HashMap::default());
-        }
-        self.by_topic
-            .get_mut(topic)
-            .expect("inserted above")
-            .entry(queue_id)
-            .or_insert_with(make)
+        self.queues_mut(topic).entry(queue_id).or_insert_with(make)
     }
 
     pub fn insert(&mut self, topic: &str, queue_id: i32, value: V) {
-        if let Some(queues) = self.by_topic.get_mut(topic) {
-            queues.insert(queue_id, value);
-        } else {
-            let mut queues = HashMap::default();
-            queues.insert(queue_id, value);
-            self.by_topic.insert(topic.to_owned(), queues);
+        self.queues_mut(topic).insert(queue_id, value);
+    }
+
+    /// The topic's queues, an empty map created if missing; the topic string is allocated only
+    /// then.
+    fn queues_mut(&mut self, topic: &str) -> &mut HashMap<i32, V> {
+        if !self.by_topic.contains_key(topic) {
+            self.by_topic.insert(topic.to_owned(), HashMap::default());
         }
+        self.by_topic.get_mut(topic).expect("inserted above")
     }
 
     pub fn remove(&mut self, topic: &str, queue_id: i32) -> Option<V> {

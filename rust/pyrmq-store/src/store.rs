@@ -908,10 +908,10 @@ impl Inner {
         // Dispatch: index entries and queue units, then publish each queue.
         if let Some(index) = self.index.as_ref() {
             // A batch often shares properties without keys: scan those once, not per record.
-            let mut keyless: Option<(*const u8, usize)> = None;
+            let mut keyless: Option<&[u8]> = None;
             for (p, e) in prepared.iter().zip(&entries) {
                 let props = p.input.properties;
-                if keyless == Some((props.as_ptr(), props.len())) {
+                if keyless.is_some_and(|k| std::ptr::eq(k, props)) {
                     continue;
                 }
                 let d = Dispatch {
@@ -925,7 +925,7 @@ impl Inner {
                     sys_flag: p.input.sys_flag,
                 };
                 if !index_record(index, &d, false) {
-                    keyless = Some((props.as_ptr(), props.len()));
+                    keyless = Some(props);
                 }
             }
         }
