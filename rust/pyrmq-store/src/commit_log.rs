@@ -30,12 +30,13 @@
 //!   group at the tail. A damaged group followed by intact ones is kept in place (its reads report
 //!   corruption) rather than truncating intact data behind it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
+use crate::epoch::Epoch;
 use crate::error::StoreResult;
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
@@ -78,10 +79,13 @@ pub struct CommitLog {
     /// End of published data: every byte below it is written and may be read.
     max_offset: AtomicU64,
     flushed: AtomicU64,
-    flush_request: Mutex<u64>,
-    flush_requested: Condvar,
-    flush_done_lock: Mutex<()>,
-    flush_done: Condvar,
+    /// The highest end an appender asked to have flushed.
+    flush_requested_to: AtomicU64,
+    /// Moves when a request may need the group-commit thread, and at shutdown.
+    flush_requests: Epoch,
+    /// Moves after each flush.
+    flushes: Epoch,
+    closing: AtomicBool,
     /// The highest end a caller that does not block asked to have flushed, and the fd every
     /// flush that may have covered it signals (an event loop watches it).
     nowait_requested: AtomicU64,
@@ -123,10 +127,10 @@ impl CommitLog {
             }),
             max_offset: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
-            flush_request: Mutex::new(0),
-            flush_requested: Condvar::new(),
-            flush_done_lock: Mutex::new(()),
-            flush_done: Condvar::new(),
+            flush_requested_to: AtomicU64::new(0),
+            flush_requests: Epoch::new(),
+            flushes: Epoch::new(),
+            closing: AtomicBool::new(false),
             nowait_requested: AtomicU64::new(0),
             flushed_fd: EventFd::new()?,
             arrivals: AtomicUsize::new(0),
@@ -368,72 +372,51 @@ impl CommitLog {
             return true;
         }
         self.enqueue_flush(end);
-        let deadline = Instant::now() + timeout;
-        let mut guard = self.flush_done_lock.lock();
-        let done = loop {
-            if self.flushed_offset() >= end {
-                break true;
-            }
-            if self.flush_done.wait_until(&mut guard, deadline).timed_out() {
-                break self.flushed_offset() >= end;
-            }
-        };
-        drop(guard);
-        done
+        self.flushes
+            .wait_until(Instant::now() + timeout, || self.flushed_offset() >= end)
     }
 
     fn enqueue_flush(&self, end: u64) {
+        self.flush_requested_to.fetch_max(end, Ordering::AcqRel);
         let arrived = self.arrivals.fetch_add(1, Ordering::AcqRel) + 1;
-        let mut req = self.flush_request.lock();
-        *req = (*req).max(end);
         // The flusher needs waking when idle (the first request) and when lingering, once
         // the appenders it waits for are all here; waking it for each costs a switch apiece.
         if arrived == 1 || arrived >= self.last_cover.load(Ordering::Acquire) {
-            self.flush_requested.notify_one();
+            self.flush_requests.advance();
         }
     }
 
     /// One turn of the group-commit service: waits up to `idle` for a request, then flushes
     /// everything published so far, which covers every appender waiting at that moment.
     pub fn group_commit_once(&self, idle: Duration) -> StoreResult<()> {
-        {
-            let mut req = self.flush_request.lock();
-            if *req <= self.flushed_offset() {
-                self.flush_requested.wait_for(&mut req, idle);
-                if *req <= self.flushed_offset() {
-                    return Ok(());
-                }
-            }
-            // Linger on the condvar rather than spinning: on a small machine a spinning
-            // flusher takes the CPU from the very appenders it waits for.
-            let expected = self.last_cover.load(Ordering::Acquire);
-            let linger =
-                Duration::from_micros(self.last_flush_us.load(Ordering::Acquire).min(2000));
-            let deadline = Instant::now() + linger;
-            while self.arrivals.load(Ordering::Acquire) < expected {
-                if self
-                    .flush_requested
-                    .wait_until(&mut req, deadline)
-                    .timed_out()
-                {
-                    break;
-                }
-            }
+        let pending = || self.flush_requested_to.load(Ordering::Acquire) > self.flushed_offset();
+        let woken = self.flush_requests.wait_until(Instant::now() + idle, || {
+            pending() || self.closing.load(Ordering::Acquire)
+        });
+        if !woken || !pending() {
+            return Ok(());
         }
+        // Linger asleep rather than spinning: on a small machine a spinning flusher takes the
+        // CPU from the very appenders it waits for.
+        let expected = self.last_cover.load(Ordering::Acquire);
+        let linger = Duration::from_micros(self.last_flush_us.load(Ordering::Acquire).min(2000));
+        self.flush_requests.wait_until(Instant::now() + linger, || {
+            self.arrivals.load(Ordering::Acquire) >= expected
+        });
         let covered = self.arrivals.swap(0, Ordering::AcqRel);
         let began = Instant::now();
         let result = self.flush();
         self.last_flush_us
             .store(began.elapsed().as_micros() as u64, Ordering::Release);
         self.last_cover.store(covered, Ordering::Release);
-        let _guard = self.flush_done_lock.lock();
-        self.flush_done.notify_all();
+        self.flushes.advance();
         result.map(|_| ())
     }
 
     /// Wakes the group-commit service (used at shutdown).
     pub fn wake_flusher(&self) {
-        self.flush_requested.notify_all();
+        self.closing.store(true, Ordering::Release);
+        self.flush_requests.advance();
     }
 
     /// Validates the log from the start of the segment holding `start` (as RocketMQ re-checks

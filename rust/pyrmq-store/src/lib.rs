@@ -11,6 +11,7 @@ pub mod clock;
 pub mod commit_log;
 pub mod config;
 pub mod consume_queue;
+mod epoch;
 pub mod error;
 pub mod hold;
 pub mod index;
