@@ -85,6 +85,7 @@ pub struct CommitLog {
     flush_requests: Epoch,
     /// Moves after each flush.
     flushes: Epoch,
+    /// Set at shutdown, so that a group-commit thread with nothing to flush returns at once.
     closing: AtomicBool,
     /// The highest end a caller that does not block asked to have flushed, and the fd every
     /// flush that may have covered it signals (an event loop watches it).
