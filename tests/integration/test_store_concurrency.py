@@ -49,6 +49,9 @@ def test_concurrent_writers_and_a_reader(open_store, record_decoder, flush_disk_
                     bodies = [body_for(w, seq, 0)]
                     r = store.put(topic, bodies[0], queue_id=queue_id, tags=f"W{w}")
                 assert r.status is PutStatus.PUT_OK
+                if flush_disk_type == "SYNC_FLUSH":
+                    # Released by the fsync that covers it, never by another appender's.
+                    assert store.flushed_phy_offset >= r.end_offset
                 assert r.queue_offsets == list(range(r.queue_offset, r.queue_offset + len(bodies)))
                 mine.append((topic, queue_id, bodies, list(r.queue_offsets), list(r.phy_offsets)))
             results[w] = mine
