@@ -5,9 +5,8 @@
 //! the kernel queues them in a batch. A condvar releases its waiters one at a time (parking_lot
 //! hands each the mutex in turn, and each hand-over is a wake-up of its own); on a small VM
 //! every such wake-up of a halted vCPU costs microseconds. Where wake-ups are cheap, the
-//! appenders released together contend for the put lock instead, and the one-at-a-time hand-over
-//! did a little better (`docs/performance.md`, SYNC_FLUSH). A signaller that finds no waiter
-//! makes no system call.
+//! appenders released together contend for the put lock instead, for no clear change either way
+//! (`docs/performance.md`, SYNC_FLUSH). A signaller that finds no waiter makes no system call.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
