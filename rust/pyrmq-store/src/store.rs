@@ -1355,17 +1355,17 @@ impl Inner {
 /// Remembers a predicate's answer for the properties it last saw: a batch usually shares one
 /// properties buffer, so each distinct buffer is scanned once.
 #[derive(Default)]
-struct SameProperties {
-    last: Option<(*const u8, usize, bool)>,
+struct SameProperties<'a> {
+    last: Option<(&'a [u8], bool)>,
 }
 
-impl SameProperties {
-    fn get(&mut self, props: &[u8], f: impl FnOnce(&[u8]) -> bool) -> bool {
+impl<'a> SameProperties<'a> {
+    fn get(&mut self, props: &'a [u8], f: impl FnOnce(&[u8]) -> bool) -> bool {
         match self.last {
-            Some((ptr, len, v)) if ptr == props.as_ptr() && len == props.len() => v,
+            Some((seen, v)) if std::ptr::eq(seen, props) => v,
             _ => {
                 let v = f(props);
-                self.last = Some((props.as_ptr(), props.len(), v));
+                self.last = Some((props, v));
                 v
             }
         }
