@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,6 +38,8 @@ class Spec:
     run: Callable[[str, w.Sizes], w.Measurement]
     target: w.Target | None = None
     note: str = ""
+    #: What the machine allows this row at most, measured in the same run.
+    ceiling: Callable[[w.Sizes], w.DiskCeiling] | None = None
 
 
 def _append_rounds(
@@ -180,11 +183,13 @@ def specs(sz: w.Sizes) -> list[Spec]:
             _sync_flush(1),
             w.TARGET_SYNC_FLUSH,
             sync_note,
+            lambda sz: w.disk_ceiling(sz, 1),
         ),
         Spec(
             f"append {w.SYNC_BODY_BYTES} B, sync flush, {threads} threads x put_batch x{batch}",
             _sync_flush(batch),
             w.TARGET_SYNC_FLUSH,
+            ceiling=lambda sz: w.disk_ceiling(sz, batch),
         ),
         Spec(
             "ConsumeQueue scan, no filter",
@@ -250,6 +255,11 @@ def run_report(sz: w.Sizes, impls: list[str], only: str | None) -> tuple[list[di
             "target_ratio": target.ratio if target else None,
             "note": spec.note,
         }
+        if spec.ceiling:
+            try:
+                row["ceiling"] = spec.ceiling(sz).as_dict()
+            except OSError as exc:
+                failures.append(f"{spec.name} [disk ceiling]: {exc!r}")
         for impl in impls:
             try:
                 m = spec.run(impl, sz)
@@ -274,6 +284,23 @@ def run_report(sz: w.Sizes, impls: list[str], only: str | None) -> tuple[list[di
     return rows, failures
 
 
+def ceiling_note(c: dict[str, Any], pyrmq: dict[str, Any] | None) -> str:
+    """How the disk bounds a sync-flush row, and how close pyrmq came."""
+    how = {"buffered": "with pwrite + fdatasync", "direct": "with one O_DIRECT | O_DSYNC write"}
+    ways = ", ".join(
+        f"{v * 1e6:.0f} µs {how.get(k, k)}" for k, v in sorted(c["latencies_s"].items())
+    )
+    text = (
+        f"one thread makes an append of {c['write_bytes']:,} B durable in {ways} (medians of up "
+        f"to {c['writes']:,}), so {c['threads']} appenders that each wait for their own put "
+        f"finish at most {c['threads'] * c['batch']} messages per "
+        f"{c['durable_write_s'] * 1e6:.0f} µs: {_fmt_rate(c['msgs_per_s'])} msgs/s"
+    )
+    if pyrmq:
+        text += f"; pyrmq reached {pyrmq['msgs_per_s'] / c['msgs_per_s']:.0%} of that"
+    return text
+
+
 def markdown(rows: list[dict], machine: dict) -> str:
     lines = [
         f"Machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}, "
@@ -294,6 +321,8 @@ def markdown(rows: list[dict], machine: dict) -> str:
             status = {True: "met", False: "missed", None: "n/a"}[row["target_met"]]
             if p and row["target_unit"] == "s":
                 status += f" ({p['seconds']:.2f} s)"
+            if row.get("ceiling"):
+                status += f" (disk allows {_fmt_rate(row['ceiling']['msgs_per_s'])})"
         lines.append(
             f"| {row['benchmark']} | {_fmt_rate(p and p['msgs_per_s'])} | "
             f"{_fmt_rate(p and p['mb_per_s'])} | {_fmt_rate(b and b['msgs_per_s'])} | {ratio} | "
@@ -301,6 +330,8 @@ def markdown(rows: list[dict], machine: dict) -> str:
         )
         if row.get("note"):
             notes.append(f"- {row['benchmark']}: {row['note']}")
+        if row.get("ceiling"):
+            notes.append(f"- {row['benchmark']}: {ceiling_note(row['ceiling'], p)}")
         for impl, why in row.get("skipped", {}).items():
             if not w.pyrmq_available() and impl == "pyrmq":
                 continue

@@ -1,11 +1,19 @@
-"""Checks of the bench tooling's machine description."""
+"""Checks of the bench tooling's description of the machine and of its disk."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from benches.workloads import idle_line, idle_policy, storage_info, storage_line
+from benches.report import ceiling_note
+from benches.workloads import (
+    DiskCeiling,
+    durable_write_latencies,
+    idle_line,
+    idle_policy,
+    storage_info,
+    storage_line,
+)
 
 SPACE = "\\040"  # a space in a mount point, as /proc/self/mounts writes it
 
@@ -100,3 +108,29 @@ def test_storage_without_a_block_device_leaves_no_note(tmp_path: Path) -> None:
     info = storage_info(tmp_path, tmp_path / "empty-sys", tmp_path / "no-mounts")
     assert info == {}
     assert storage_line({"storage": info}) == ""
+
+
+def test_durable_writes_are_timed_each_way_and_leave_no_file(tmp_path: Path) -> None:
+    latencies, writes = durable_write_latencies(tmp_path, 300, max_writes=5, max_seconds=10.0)
+    assert writes == 5
+    assert "buffered" in latencies
+    assert set(latencies) <= {"buffered", "direct"}
+    # A durable write reaches the device: far above a page-cache copy, far below a second.
+    assert all(1e-6 < s < 1.0 for s in latencies.values()), latencies
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_durable_writes_stop_at_the_time_limit(tmp_path: Path) -> None:
+    _, writes = durable_write_latencies(tmp_path, 300, max_writes=10_000, max_seconds=0.0)
+    assert writes == 1
+
+
+def test_the_ceiling_takes_the_fastest_way_and_credits_every_appender() -> None:
+    c = DiskCeiling(8, 32, 7616, {"buffered": 200e-6, "direct": 160e-6}, 40)
+    assert c.durable_write_s == 160e-6
+    assert c.msgs_per_s == 8 * 32 / 160e-6
+    note = ceiling_note(c.as_dict(), {"msgs_per_s": c.msgs_per_s / 4})
+    assert "7,616 B durable in 200 µs with pwrite + fdatasync, 160 µs with one O_DIRECT" in note
+    assert "at most 256 messages per 160 µs: 1,600,000 msgs/s" in note
+    assert note.endswith("pyrmq reached 25% of that")
+    assert "pyrmq" not in ceiling_note(c.as_dict(), None)

@@ -25,6 +25,7 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,6 +136,7 @@ class Sizes:
     append_rounds: int
     warmup_bytes: int
     recovery_rounds: int
+    durable_writes: int
 
 
 def bench_mode() -> str:
@@ -151,7 +153,7 @@ def sizes(mode: str | None = None) -> Sizes:
             mode="smoke", get_seed_msgs=4096, scan_seed_units=5 * 4096, scan_chunk_units=4096,
             recovery_bytes=64 * MiB, recovery_tail_bytes=32 * MiB, max_seconds=0.25,
             max_append_bytes=32 * MiB, repeats=1, append_rounds=2, warmup_bytes=64 * MiB,
-            recovery_rounds=3,
+            recovery_rounds=3, durable_writes=50,
         )  # fmt: skip
     else:
         s = Sizes(
@@ -159,7 +161,7 @@ def sizes(mode: str | None = None) -> Sizes:
             scan_chunk_units=32_768, recovery_bytes=1024 * MiB, recovery_tail_bytes=32 * MiB,
             max_seconds=2.0,
             max_append_bytes=256 * MiB, repeats=3, append_rounds=5, warmup_bytes=512 * MiB,
-            recovery_rounds=3,
+            recovery_rounds=3, durable_writes=2000,
         )  # fmt: skip
     for key, env in (
         ("recovery_bytes", "PYRMQ_BENCH_RECOVERY_BYTES"),
@@ -829,6 +831,109 @@ def run_threads(
 def sync_flush_op(store: Store, queue_id: int, batch: int = 1) -> Callable[[], tuple[int, int]]:
     """One appender thread's op: a put (``batch == 1``) or a put_batch, on its own queue."""
     return append_op(store, SYNC_BODY_BYTES, batch, queue_id)
+
+
+@dataclass(frozen=True)
+class DiskCeiling:
+    """The most that ``threads`` appenders, each waiting for its own put to be durable, can get
+    from the disk under the stores: each put needs at least one durable write after it is
+    appended, so none of them finishes more than one put per write latency."""
+
+    threads: int
+    batch: int
+    write_bytes: int
+    #: Median seconds of one thread's durable append, by each way measured (see
+    #: :func:`durable_write_latencies`).
+    latencies_s: dict[str, float]
+    writes: int
+
+    @property
+    def durable_write_s(self) -> float:
+        return min(self.latencies_s.values())
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.threads * self.batch / self.durable_write_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "durable_write_s": self.durable_write_s,
+            "msgs_per_s": self.msgs_per_s,
+        }
+
+
+def durable_write_latencies(
+    directory: Path, nbytes: int, *, max_writes: int, max_seconds: float
+) -> tuple[dict[str, float], int]:
+    """Median seconds one thread takes to append ``nbytes`` to a file and make them durable,
+    with ``pwrite`` + ``fdatasync`` (``buffered``) and, where the file system takes it, with
+    one ``O_DIRECT | O_DSYNC`` write of as many whole pages (``direct``); and how many writes
+    each made. The file's blocks are written and synced beforehand, so that no write pays for
+    allocating them, one page per write: a small write into a larger cached folio would have the
+    whole folio written back."""
+    page = mmap.PAGESIZE
+    block = -(-nbytes // page) * page
+    path = directory / "durable-write"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        zeros = bytes(page)
+        for off in range(0, block * max_writes, page):
+            os.pwrite(fd, zeros, off)
+        os.fsync(fd)
+        data = make_body(nbytes)
+        buffered = _timed_writes(
+            lambda i: (os.pwrite(fd, data, i * nbytes), os.fdatasync(fd)), max_writes, max_seconds
+        )
+        latencies = {"buffered": statistics.median(buffered)}
+        with contextlib.suppress(AttributeError, OSError):
+            # Not everywhere: no O_DIRECT on tmpfs, nor outside Linux; EINVAL at write time on
+            # some file systems.
+            latencies["direct"] = statistics.median(
+                _direct_writes(path, block, max_writes, max_seconds)
+            )
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return latencies, len(buffered)
+
+
+def _direct_writes(path: Path, block: int, max_writes: int, max_seconds: float) -> list[float]:
+    fd = os.open(path, os.O_RDWR | os.O_DIRECT | os.O_DSYNC)
+    aligned = mmap.mmap(-1, block)  # O_DIRECT wants an aligned buffer
+    try:
+        aligned.write(make_body(block))
+        return _timed_writes(
+            lambda i: os.pwritev(fd, [aligned], i * block), max_writes, max_seconds
+        )
+    finally:
+        aligned.close()
+        os.close(fd)
+
+
+def _timed_writes(
+    write: Callable[[int], object], max_writes: int, max_seconds: float
+) -> list[float]:
+    times: list[float] = []
+    deadline = time.perf_counter() + max_seconds
+    for i in range(max_writes):
+        start = time.perf_counter()
+        write(i)
+        end = time.perf_counter()
+        times.append(end - start)
+        if end >= deadline:
+            break
+    return times
+
+
+def disk_ceiling(sz: Sizes, batch: int) -> DiskCeiling:
+    """:class:`DiskCeiling` of the sync-flush rows, measured under :func:`bench_root`."""
+    nbytes = stored_bytes(SYNC_BODY_BYTES, FILTER_TAG) * batch
+    with scratch_dir("durable-write") as path:
+        latencies, writes = durable_write_latencies(
+            path, nbytes, max_writes=sz.durable_writes, max_seconds=sz.max_seconds
+        )
+    return DiskCeiling(SYNC_THREADS, batch, nbytes, latencies, writes)
 
 
 def copy_tree(src: Path, dst: Path) -> None:
