@@ -183,7 +183,7 @@ def specs(sz: w.Sizes) -> list[Spec]:
             _sync_flush(1),
             w.TARGET_SYNC_FLUSH,
             sync_note,
-            lambda sz: w.disk_ceiling(sz, 1),
+            ceiling=lambda sz: w.disk_ceiling(sz, 1),
         ),
         Spec(
             f"append {w.SYNC_BODY_BYTES} B, sync flush, {threads} threads x put_batch x{batch}",
