@@ -49,6 +49,12 @@ pub const FENCE_LEN: usize = 20;
 /// The staging buffer is kept between `SYNC_FLUSH` appends up to this size, so a rare large
 /// batch does not pin its memory.
 const STAGING_KEEP_BYTES: usize = 1 << 20;
+/// Group-commit rounds that write more than this on average have their segment pages
+/// populated rather than zeroed ahead (see `Allocation::Written`): zeroing writes every byte
+/// twice, and past a few pages a round the second write costs more than the block allocation it
+/// spares the fsync. On the reference VM, 8 appenders of 1.9 KB rounds got 6–17% more puts from
+/// zeroing, and of 61 KB rounds 10–14% fewer in three runs of four.
+const ZEROED_ROUND_MAX_BYTES: u64 = 16 * 1024;
 /// Space a segment must keep free for its closing blank record.
 pub const END_FILE_MIN_BLANK_LENGTH: u64 = 8;
 
@@ -97,6 +103,8 @@ pub struct CommitLog {
     /// that many to queue again, at most that long, so one fsync covers the whole group.
     last_cover: AtomicUsize,
     last_flush_us: AtomicU64,
+    /// Bytes a group-commit round wrote, as a moving average (written by that thread only).
+    round_bytes: AtomicU64,
     populator: Populator,
 }
 
@@ -137,6 +145,7 @@ impl CommitLog {
             arrivals: AtomicUsize::new(0),
             last_cover: AtomicUsize::new(0),
             last_flush_us: AtomicU64::new(0),
+            round_bytes: AtomicU64::new(0),
             populator: Populator::default(),
         })
     }
@@ -190,7 +199,9 @@ impl CommitLog {
                 file.ensure_writable(rel, rel + len)?;
                 self.populator.after_write(&file, rel + len);
                 let next = file.file_from_offset() + size;
-                if st.prepared_segment != next && Populator::wants_next_segment(rel + len, size) {
+                if st.prepared_segment != next
+                    && self.populator.wants_next_segment(&file, rel + len)
+                {
                     st.prepared_segment = next;
                     self.prepare_segment(next);
                 }
@@ -406,12 +417,24 @@ impl CommitLog {
         });
         let covered = self.arrivals.swap(0, Ordering::AcqRel);
         let began = Instant::now();
+        let from = self.flushed_offset();
         let result = self.flush();
         self.last_flush_us
             .store(began.elapsed().as_micros() as u64, Ordering::Release);
         self.last_cover.store(covered, Ordering::Release);
         self.flushes.advance();
+        if let Ok(to) = result {
+            self.note_round(to.saturating_sub(from));
+        }
         result.map(|_| ())
+    }
+
+    /// Folds a round's size into the average that decides how segments are reserved ahead.
+    fn note_round(&self, bytes: u64) {
+        let avg = (self.round_bytes.load(Ordering::Relaxed) * 7 + bytes) / 8;
+        self.round_bytes.store(avg, Ordering::Relaxed);
+        self.populator
+            .set_large_rounds(avg > ZEROED_ROUND_MAX_BYTES);
     }
 
     /// Wakes the group-commit service (used at shutdown).
@@ -705,4 +728,30 @@ fn store_timestamp(head: &[u8]) -> i64 {
 /// Store timestamp of a record whose first bytes are `head` (at least 88 bytes).
 pub fn record_store_timestamp(head: &[u8]) -> i64 {
     store_timestamp(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapped_file::Allocation;
+
+    #[test]
+    fn large_rounds_switch_written_segments_from_zeroing_to_populating() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = MappedFileQueue::load(dir.path(), 1 << 20, Allocation::Written).unwrap();
+        let log = CommitLog::load(files).unwrap();
+        assert!(!log.populator().large_rounds());
+        for _ in 0..8 {
+            log.note_round(2 * 1024);
+        }
+        assert!(!log.populator().large_rounds());
+        for _ in 0..8 {
+            log.note_round(64 * 1024);
+        }
+        assert!(log.populator().large_rounds());
+        for _ in 0..32 {
+            log.note_round(1024);
+        }
+        assert!(!log.populator().large_rounds());
+    }
 }

@@ -157,10 +157,9 @@ impl IndexService {
         names.sort_unstable();
         let mut files = Vec::new();
         for (stamp, path) in names {
-            match MappedFile::open(&path, stamp, size) {
+            // Index files were fully reserved when created.
+            match MappedFile::open(&path, stamp, size, Allocation::Reserve) {
                 Ok(file) => {
-                    // Index files were fully reserved when created.
-                    file.mark_reserved();
                     files.push(IndexFile {
                         file: Arc::new(file),
                         slots,

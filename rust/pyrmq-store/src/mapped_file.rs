@@ -12,6 +12,15 @@
 //!   in small chunks when it gets there first. First writes into fallocated-but-unwritten
 //!   extents cost about ten times more than into populated pages, which matters on the
 //!   CommitLog append path.
+//! * `Written`: for CommitLog segments appended through the file under `SYNC_FLUSH`. The file
+//!   is sparse, and while the store's fsync rounds are small its pages are written with zeros
+//!   ahead of the writer, one page per write. An fsync then finds its blocks allocated and
+//!   written, so it records no allocation; and it finds single-page folios, so it writes only
+//!   the pages the appends touched, where populated pages sit in large folios that are written
+//!   back whole. Zeroing is the one way of reserving that changes bytes: it never starts below
+//!   the reserved end, and it holds the file's zeroing lock. While rounds are large the zeros
+//!   would cost more disk bandwidth than the allocations they save, and the pages are
+//!   populated as `OnDemand` ones are (see [`crate::populate`]).
 //!
 //! Concurrency: exactly one writer (the holder of the owner's put lock) writes bytes past the
 //! published position; readers only read below it. The owner publishes with Release after
@@ -19,11 +28,13 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fs4::FileExt;
 use memmap2::MmapRaw;
+use parking_lot::Mutex;
 
 use crate::error::{StoreError, StoreResult};
 
@@ -32,12 +43,15 @@ use crate::error::{StoreError, StoreResult};
 pub enum Allocation {
     Reserve,
     OnDemand,
+    Written,
 }
 
 /// Pages the writer populates for itself in one step when the populator is behind.
 const WRITER_CHUNK: u64 = 64 * 1024;
 const PAGE: u64 = 4096;
 const MADV_POPULATE_WRITE: libc::c_int = 23;
+/// The source of a `Written` file's zeros.
+static ZERO_PAGE: [u8; PAGE as usize] = [0; PAGE as usize];
 
 pub struct MappedFile {
     path: PathBuf,
@@ -46,6 +60,10 @@ pub struct MappedFile {
     file_size: u64,
     map: MmapRaw,
     file: File,
+    allocation: Allocation,
+    /// Held while a `Written` file's pages are zeroed, so that the populator and a writer that
+    /// outran it never zero the same pages, nor pages the other has handed over.
+    zeroing: Mutex<()>,
     /// Bytes from the start whose pages have their space reserved.
     writable_to: AtomicU64,
     /// Bytes from the start whose pages were populated (a `Reserve` file has its space from
@@ -71,23 +89,28 @@ impl MappedFile {
             .map_err(|e| StoreError::io("creating segment", path, e))?;
         let sized = match allocation {
             Allocation::Reserve => file.allocate(file_size),
-            Allocation::OnDemand => file.set_len(file_size),
+            Allocation::OnDemand | Allocation::Written => file.set_len(file_size),
         };
         if let Err(e) = sized {
             drop(file);
             let _ = std::fs::remove_file(path);
             return Err(StoreError::io("allocating segment", path, e));
         }
-        let mf = Self::map(path, file, file_from_offset, file_size)?;
+        let mf = Self::map(path, file, file_from_offset, file_size, allocation)?;
         if allocation == Allocation::Reserve {
-            mf.writable_to.store(file_size, Ordering::Release);
+            mf.mark_reserved();
         }
         Ok(mf)
     }
 
     /// Maps an existing segment, which must already have its full size. Pages past the data
     /// are treated as unreserved until [`Self::ensure_writable`] reserves them.
-    pub fn open(path: &Path, file_from_offset: u64, file_size: u64) -> StoreResult<Self> {
+    pub fn open(
+        path: &Path,
+        file_from_offset: u64,
+        file_size: u64,
+        allocation: Allocation,
+    ) -> StoreResult<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -106,10 +129,20 @@ impl MappedFile {
                 ),
             });
         }
-        Self::map(path, file, file_from_offset, file_size)
+        let mf = Self::map(path, file, file_from_offset, file_size, allocation)?;
+        if allocation == Allocation::Reserve {
+            mf.mark_reserved();
+        }
+        Ok(mf)
     }
 
-    fn map(path: &Path, file: File, file_from_offset: u64, file_size: u64) -> StoreResult<Self> {
+    fn map(
+        path: &Path,
+        file: File,
+        file_from_offset: u64,
+        file_size: u64,
+        allocation: Allocation,
+    ) -> StoreResult<Self> {
         let map =
             MmapRaw::map_raw(&file).map_err(|e| StoreError::io("mapping segment", path, e))?;
         Ok(Self {
@@ -118,6 +151,8 @@ impl MappedFile {
             file_size,
             map,
             file,
+            allocation,
+            zeroing: Mutex::new(()),
             writable_to: AtomicU64::new(0),
             populated_to: AtomicU64::new(0),
             populate_requested: AtomicU64::new(0),
@@ -153,7 +188,6 @@ impl MappedFile {
     /// Copies bytes at `pos` with `pread`, which reads holes as zeros without allocating: for
     /// offsets that come from outside (a message id), where the mapping could hit a hole.
     pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> StoreResult<()> {
-        use std::os::unix::fs::FileExt;
         self.file
             .read_exact_at(buf, pos)
             .map_err(|e| StoreError::io("reading", &self.path, e))
@@ -162,7 +196,6 @@ impl MappedFile {
     /// Writes `data` at `pos` through the file rather than the mapping; readers of the mapping
     /// see it all the same (one page cache). Same contract as [`Self::write_at`].
     pub fn write_through(&self, pos: u64, data: &[u8]) -> StoreResult<()> {
-        use std::os::unix::fs::FileExt;
         assert!(
             pos + data.len() as u64 <= self.file_size,
             "write past the end of {}",
@@ -173,8 +206,8 @@ impl MappedFile {
             .map_err(|e| StoreError::io("writing", &self.path, e))
     }
 
-    /// Marks the whole file as reserved (a `Reserve` file reopened).
-    pub fn mark_reserved(&self) {
+    /// Marks the whole file as reserved (a `Reserve` file).
+    fn mark_reserved(&self) {
         self.writable_to.store(self.file_size, Ordering::Release);
     }
 
@@ -185,7 +218,20 @@ impl MappedFile {
         if to <= ready {
             return Ok(());
         }
-        self.populate(from.max(ready), to.div_ceil(WRITER_CHUNK) * WRITER_CHUNK)
+        self.reserve(from.max(ready), to.div_ceil(WRITER_CHUNK) * WRITER_CHUNK)
+    }
+
+    /// Reserves the pages of `from..to` the file's way. Same contract as [`Self::populate`].
+    fn reserve(&self, from: u64, to: u64) -> StoreResult<()> {
+        if self.allocation == Allocation::Written {
+            self.write_zeros(from, to)
+        } else {
+            self.populate(from, to)
+        }
+    }
+
+    pub fn allocation(&self) -> Allocation {
+        self.allocation
     }
 
     /// Bytes from the start whose pages are reserved.
@@ -258,6 +304,55 @@ impl MappedFile {
             }
         }
         self.writable_to.fetch_max(end, Ordering::AcqRel);
+        self.populated_to.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Reserves `from..to` of a `Written` file as [`Self::ensure_writable`] does, with zeros,
+    /// then starts their write-back, so that their blocks are allocated and on disk before an
+    /// fsync meets them. For the populator, ahead of the writer.
+    pub fn write_zeros_ahead(&self, from: u64, to: u64) -> StoreResult<()> {
+        self.write_zeros(from, to)?;
+        if to > from {
+            // SAFETY: plain syscall on our own descriptor. Starting write-back is advice: on an
+            // error the zeros stay dirty, and the fsync that meets them writes them.
+            unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    from as libc::off64_t,
+                    (to - from) as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserves `from..to` (the end rounded up to a page) of a `Written` file by writing zeros
+    /// over what is not reserved yet, one page per write so that the page cache keeps
+    /// single-page folios. Same contract as [`Self::populate`].
+    fn write_zeros(&self, from: u64, to: u64) -> StoreResult<()> {
+        debug_assert_eq!(self.allocation, Allocation::Written);
+        let _zeroing = self.zeroing.lock();
+        let mut pos = from.max(self.writable_to());
+        let end = to.div_ceil(PAGE).saturating_mul(PAGE).min(self.file_size);
+        while pos < end {
+            let n = (PAGE - pos % PAGE).min(end - pos) as usize;
+            if let Err(err) = self.file.write_all_at(&ZERO_PAGE[..n], pos) {
+                return Err(match err.raw_os_error() {
+                    Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => {
+                        StoreError::DiskFull(format!(
+                            "no space to extend {} to {end} bytes: {err}",
+                            self.path.display()
+                        ))
+                    }
+                    _ => StoreError::io("zeroing pages of", &self.path, err),
+                });
+            }
+            pos += n as u64;
+            // Each page is handed over as soon as it is written, for a writer waiting on it.
+            self.writable_to.fetch_max(pos, Ordering::AcqRel);
+        }
         self.populated_to.fetch_max(end, Ordering::AcqRel);
         Ok(())
     }
@@ -344,7 +439,11 @@ impl MappedFile {
                 break;
             }
             if nonzero > 0 {
-                self.ensure_writable(pos, end)?;
+                // Only this page: reserving a `Written` file's pages zeroes them, and pages
+                // past this one are still to be counted.
+                if end > self.writable_to() {
+                    self.reserve(pos, end)?;
+                }
                 // SAFETY: recovery runs before any reader or writer starts.
                 unsafe { self.slice_mut(pos, (end - pos) as usize).fill(0) };
                 cleared += nonzero;
@@ -368,4 +467,58 @@ impl MappedFile {
 /// File name for a segment starting at `offset`: 20 zero-padded digits, as RocketMQ names them.
 pub fn segment_name(offset: u64) -> String {
     format!("{offset:020}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(path: &Path) -> Vec<u8> {
+        std::fs::read(path).unwrap()
+    }
+
+    #[test]
+    fn a_written_file_reserves_by_writing_zeros_from_the_write_position_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seg");
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8 + 1).collect();
+        {
+            let f = MappedFile::create(&path, 0, 1 << 20, Allocation::Written).unwrap();
+            f.ensure_writable(0, data.len() as u64).unwrap();
+            assert_eq!(f.writable_to(), WRITER_CHUNK);
+            f.write_through(0, &data).unwrap();
+        }
+        // Reopened, nothing past the data counts as reserved; reserving from the write
+        // position zeroes onwards from there and leaves the data alone.
+        let f = MappedFile::open(&path, 0, 1 << 20, Allocation::Written).unwrap();
+        assert_eq!(f.writable_to(), 0);
+        f.ensure_writable(5000, 5100).unwrap();
+        assert_eq!(f.writable_to(), WRITER_CHUNK);
+        let bytes = read_all(&path);
+        assert_eq!(&bytes[..5000], &data[..]);
+        assert!(bytes[5000..].iter().all(|b| *b == 0));
+        // The zeros are written, not a hole: the data region reaches the end of the window.
+        assert!(f.data_end_from(0) >= WRITER_CHUNK);
+    }
+
+    #[test]
+    fn zeroing_ahead_skips_what_is_reserved_and_stops_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seg");
+        let size = 2 * WRITER_CHUNK;
+        let f = MappedFile::create(&path, 0, size, Allocation::Written).unwrap();
+        f.ensure_writable(0, 10).unwrap();
+        assert_eq!(f.writable_to(), WRITER_CHUNK);
+        f.write_through(WRITER_CHUNK - 10, b"0123456789").unwrap();
+        // A request that starts below the reserved end zeroes only past it, up to the file's end.
+        f.write_zeros_ahead(0, 10 * size).unwrap();
+        assert_eq!(f.writable_to(), size);
+        assert_eq!(f.populated_to(), size);
+        let bytes = read_all(&path);
+        assert_eq!(
+            &bytes[WRITER_CHUNK as usize - 10..WRITER_CHUNK as usize],
+            b"0123456789"
+        );
+        assert!(f.data_end_from(WRITER_CHUNK) >= size);
+    }
 }

@@ -67,10 +67,7 @@ impl MappedFileQueue {
                     });
                 }
             }
-            let file = MappedFile::open(&path, offset, file_size)?;
-            if allocation == Allocation::Reserve {
-                file.mark_reserved();
-            }
+            let file = MappedFile::open(&path, offset, file_size, allocation)?;
             files.push(Arc::new(file));
         }
         Ok(Self {

@@ -9,18 +9,29 @@
 //! A writer that outruns it still faults, or for the CommitLog populates for itself. Populating
 //! never changes a byte, so it may overlap the writer; a full disk still reaches the append,
 //! through the writer's own reservation.
+//!
+//! A `SYNC_FLUSH` segment ([`Allocation::Written`]) instead has [`ZEROED_AHEAD`] bytes written
+//! with zeros and sent to disk, while the group-commit service reports small rounds
+//! ([`Populator::set_large_rounds`]); zeroing takes the file's lock and never goes below what is
+//! reserved, so it too may run beside the writer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::mapped_file::MappedFile;
+use crate::mapped_file::{Allocation, MappedFile};
 
 /// CommitLog bytes kept populated past the write position.
 pub const AHEAD: u64 = 32 * 1024 * 1024;
 /// The CommitLog writer asks again when fewer requested bytes than this remain ahead of it.
 pub const LOW_WATER: u64 = 16 * 1024 * 1024;
+/// The same for a `Written` segment whose pages are zeroed: its zeros go to disk, so a window
+/// is small enough that writing it does not hold up the fsyncs of the appends. Against no
+/// zeroing, 8 appenders got 6–17% more puts in 6 s runs with 4 MiB, and with 32 MiB 4–10% fewer
+/// in three runs of four.
+pub const ZEROED_AHEAD: u64 = 4 * 1024 * 1024;
+pub const ZEROED_LOW_WATER: u64 = 3 * 1024 * 1024;
 /// ConsumeQueue bytes kept populated past the write position (6,553 units).
 pub const CQ_AHEAD: u64 = 128 * 1024;
 /// A ConsumeQueue writer asks again below this many requested bytes ahead.
@@ -68,24 +79,53 @@ pub struct Populator {
     jobs: Mutex<Vec<Job>>,
     wake: Condvar,
     stopped: AtomicBool,
+    /// Set while the `SYNC_FLUSH` rounds are large: `Written` segments are then populated,
+    /// not zeroed (see [`crate::mapped_file::Allocation`]).
+    large_rounds: AtomicBool,
 }
 
 impl Populator {
-    /// Called by the CommitLog writer after reserving `..end` of `file`.
-    pub fn after_write(&self, file: &Arc<MappedFile>, end: u64) {
-        self.request(Lane::CommitLog, file, end, AHEAD, LOW_WATER);
+    /// Whether pages of `file` are reserved by writing zeros over them.
+    fn zeroes(&self, file: &MappedFile) -> bool {
+        file.allocation() == Allocation::Written && !self.large_rounds.load(Ordering::Relaxed)
     }
 
-    /// Whether the writer's window, at `end` of its segment of `size` bytes, reaches into the
-    /// next segment: then [`Self::next_segment`] should be given that segment, once.
-    pub fn wants_next_segment(end: u64, size: u64) -> bool {
-        end + AHEAD > size
+    /// The group-commit service's verdict on its recent rounds, which the next windows follow.
+    pub fn set_large_rounds(&self, large: bool) {
+        self.large_rounds.store(large, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn large_rounds(&self) -> bool {
+        self.large_rounds.load(Ordering::Relaxed)
+    }
+
+    /// The window kept ahead of a CommitLog segment's writer, and its low-water mark.
+    fn commit_log_window(&self, file: &MappedFile) -> (u64, u64) {
+        if self.zeroes(file) {
+            (ZEROED_AHEAD, ZEROED_LOW_WATER)
+        } else {
+            (AHEAD, LOW_WATER)
+        }
+    }
+
+    /// Called by the CommitLog writer after reserving `..end` of `file`.
+    pub fn after_write(&self, file: &Arc<MappedFile>, end: u64) {
+        let (ahead, low_water) = self.commit_log_window(file);
+        self.request(Lane::CommitLog, file, end, ahead, low_water);
+    }
+
+    /// Whether the writer's window, at `end` of its segment `file`, reaches into the next
+    /// segment: then [`Self::next_segment`] should be given that segment, once.
+    pub fn wants_next_segment(&self, file: &MappedFile, end: u64) -> bool {
+        end + self.commit_log_window(file).0 > file.file_size()
     }
 
     /// Asks for a window's worth of the segment after the writer's. Its pages come after the
     /// writer's own segment's.
     pub fn next_segment(&self, next: &Arc<MappedFile>) {
-        self.request(Lane::NextSegment, next, 0, AHEAD, LOW_WATER);
+        let (ahead, low_water) = self.commit_log_window(next);
+        self.request(Lane::NextSegment, next, 0, ahead, low_water);
     }
 
     /// Called by a ConsumeQueue writer after writing units up to byte `end` of `file`. Only a
@@ -158,7 +198,14 @@ impl Populator {
             let at = file.populated_to().max(from);
             let step_end = (at + STEP).min(to);
             // An error (a full disk) is left for the writer's own reservation to report.
-            let finished = at >= to || file.populate(at, step_end).is_err() || step_end >= to;
+            let finished = at >= to || {
+                let step = if self.zeroes(&file) {
+                    file.write_zeros_ahead(at, step_end)
+                } else {
+                    file.populate(at, step_end)
+                };
+                step.is_err() || step_end >= to
+            };
             if finished {
                 let mut jobs = self.jobs.lock();
                 // Unless a newer request replaced it meanwhile.
@@ -185,7 +232,6 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::mapped_file::Allocation;
 
     fn file(
         dir: &std::path::Path,
@@ -233,6 +279,70 @@ mod tests {
         wait_for(|| cq.populated_to() == 1 << 20);
         p.stop();
         runner.join().unwrap();
+    }
+
+    #[test]
+    fn written_segments_get_a_zeroed_window_while_rounds_are_small() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = file(dir.path(), "a", 64 << 20, Allocation::Written);
+        let b = file(dir.path(), "b", 64 << 20, Allocation::Written);
+        let plain = file(dir.path(), "c", 64 << 20, Allocation::OnDemand);
+        let p = Populator::default();
+        p.after_write(&a, 4096);
+        assert_eq!(a.populate_requested(), 4096 + ZEROED_AHEAD);
+        assert!(p.wants_next_segment(&a, (64 << 20) - ZEROED_AHEAD + 1));
+        assert!(!p.wants_next_segment(&a, (64 << 20) - ZEROED_AHEAD));
+        p.after_write(&plain, 4096);
+        assert_eq!(plain.populate_requested(), 4096 + AHEAD);
+        p.set_large_rounds(true);
+        assert!(!p.zeroes(&a));
+        p.after_write(&b, 4096);
+        assert_eq!(b.populate_requested(), 4096 + AHEAD);
+        p.set_large_rounds(false);
+        assert!(p.zeroes(&b));
+        assert!(!p.zeroes(&plain));
+    }
+
+    #[test]
+    fn zeroing_ahead_never_overwrites_what_the_writer_wrote() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let size = 8u64 << 20;
+        let log = file(dir.path(), "log", size, Allocation::Written);
+        let p = Arc::new(Populator::default());
+        let runner = {
+            let p = p.clone();
+            std::thread::spawn(move || p.run())
+        };
+        // Records of odd lengths, so that they straddle pages and the populator's steps, each
+        // reserved and written through the file as a SYNC_FLUSH append is.
+        let mut at = 0u64;
+        let mut n = 0u32;
+        while at + 400 <= size {
+            let len = 97 + u64::from(n % 211);
+            let record: Vec<u8> = (0..len).map(|i| (u64::from(n) + i) as u8 | 1).collect();
+            log.ensure_writable(at, at + len).unwrap();
+            p.after_write(&log, at + len);
+            log.write_through(at, &record).unwrap();
+            at += len;
+            n += 1;
+        }
+        p.stop();
+        runner.join().unwrap();
+        let mut bytes = vec![0u8; size as usize];
+        std::fs::File::open(dir.path().join("log"))
+            .unwrap()
+            .read_exact_at(&mut bytes, 0)
+            .unwrap();
+        let (mut pos, mut i) = (0usize, 0u32);
+        while i < n {
+            let len = 97 + (i % 211) as usize;
+            let want: Vec<u8> = (0..len).map(|k| (i as usize + k) as u8 | 1).collect();
+            assert_eq!(&bytes[pos..pos + len], &want[..], "record {i} at {pos}");
+            pos += len;
+            i += 1;
+        }
+        assert!(bytes[pos..].iter().all(|b| *b == 0));
     }
 
     #[test]

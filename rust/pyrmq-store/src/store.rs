@@ -169,7 +169,12 @@ impl MessageStore {
         let cl_files = MappedFileQueue::load(
             &config.commit_log_dir(),
             config.mapped_file_size_commit_log,
-            crate::mapped_file::Allocation::OnDemand,
+            // Under SYNC_FLUSH appends go through the file and each is fsynced: see `Written`.
+            if config.flush_disk_type == FlushDiskType::Sync {
+                crate::mapped_file::Allocation::Written
+            } else {
+                crate::mapped_file::Allocation::OnDemand
+            },
         )?;
         let commit_log = CommitLog::load(cl_files)
             .map_err(|e| StoreError::io("creating eventfd for", &root, e))?;

@@ -98,6 +98,43 @@ fn torn_tail_at_every_byte_keeps_exactly_the_complete_prefix() {
 }
 
 #[test]
+fn a_long_torn_tail_is_cleared_and_counted_whole_under_either_flush() {
+    for flush in [FlushDiskType::Async, FlushDiskType::Sync] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = StoreConfig {
+            flush_disk_type: flush,
+            // The group-commit thread, which SYNC_FLUSH puts wait for.
+            background_services: flush == FlushDiskType::Sync,
+            mapped_file_size_commit_log: 1 << 20,
+            ..config(dir.path())
+        };
+        let store = MessageStore::open(cfg.clone()).unwrap();
+        let mut ends = Vec::new();
+        while ends.last().is_none_or(|e| *e < 200 * 1024) {
+            let i = ends.len();
+            ends.push(put_one(&store, "TopicTorn", 0, &body(i, 900), &props(i)).2);
+        }
+        store.close().unwrap();
+        drop(store);
+        // Garbage well past one reservation chunk (64 KiB) beyond the last intact group.
+        let kept = ends.iter().filter(|e| **e <= 40 * 1024).count();
+        let (from, to) = (ends[kept - 1], *ends.last().unwrap());
+        std::fs::write(dir.path().join("abort"), b"").unwrap();
+        std::fs::remove_file(dir.path().join("checkpoint")).unwrap();
+        damage(dir.path(), from, to, true, 7);
+
+        let store = MessageStore::open(cfg).unwrap();
+        assert_eq!(store.max_phy_offset(), from, "{flush:?}");
+        assert_eq!(store.recovery.truncated_bytes, to - from, "{flush:?}");
+        let log = std::fs::read(segment_path(dir.path(), 0)).unwrap();
+        assert!(log[from as usize..].iter().all(|b| *b == 0), "{flush:?}");
+        assert_eq!(store.max_offset("TopicTorn", 0), kept as u64);
+        let (q, phy, _) = put_one(&store, "TopicTorn", 0, b"after", b"");
+        assert_eq!((q, phy), (kept as u64, from));
+    }
+}
+
+#[test]
 fn a_torn_batch_is_dropped_whole() {
     let dir = tempfile::tempdir().unwrap();
     let store = MessageStore::open(config(dir.path())).unwrap();
