@@ -224,7 +224,7 @@ impl MappedFile {
     /// Reserves the pages of `from..to` the file's way. Same contract as [`Self::populate`].
     fn reserve(&self, from: u64, to: u64) -> StoreResult<()> {
         if self.allocation == Allocation::Written {
-            self.write_zeros(from, to)
+            self.write_zeros(from, to).map(|_| ())
         } else {
             self.populate(from, to)
         }
@@ -312,15 +312,16 @@ impl MappedFile {
     /// then starts their write-back, so that their blocks are allocated and on disk before an
     /// fsync meets them. For the populator, ahead of the writer.
     pub fn write_zeros_ahead(&self, from: u64, to: u64) -> StoreResult<()> {
-        self.write_zeros(from, to)?;
-        if to > from {
+        // Only the pages zeroed now: below them may be appends a group commit is about to sync.
+        let zeroed = self.write_zeros(from, to)?;
+        if !zeroed.is_empty() {
             // SAFETY: plain syscall on our own descriptor. Starting write-back is advice: on an
             // error the zeros stay dirty, and the fsync that meets them writes them.
             unsafe {
                 libc::sync_file_range(
                     self.file.as_raw_fd(),
-                    from as libc::off64_t,
-                    (to - from) as libc::off64_t,
+                    zeroed.start as libc::off64_t,
+                    (zeroed.end - zeroed.start) as libc::off64_t,
                     libc::SYNC_FILE_RANGE_WRITE,
                 );
             }
@@ -330,11 +331,12 @@ impl MappedFile {
 
     /// Reserves `from..to` (the end rounded up to a page) of a `Written` file by writing zeros
     /// over what is not reserved yet, one page per write so that the page cache keeps
-    /// single-page folios. Same contract as [`Self::populate`].
-    fn write_zeros(&self, from: u64, to: u64) -> StoreResult<()> {
+    /// single-page folios. Same contract as [`Self::populate`]; returns the range it zeroed.
+    fn write_zeros(&self, from: u64, to: u64) -> StoreResult<std::ops::Range<u64>> {
         debug_assert_eq!(self.allocation, Allocation::Written);
         let _zeroing = self.zeroing.lock();
-        let mut pos = from.max(self.writable_to());
+        let start = from.max(self.writable_to());
+        let mut pos = start;
         let end = to.div_ceil(PAGE).saturating_mul(PAGE).min(self.file_size);
         while pos < end {
             let n = (PAGE - pos % PAGE).min(end - pos) as usize;
@@ -354,7 +356,7 @@ impl MappedFile {
             self.writable_to.fetch_max(pos, Ordering::AcqRel);
         }
         self.populated_to.fetch_max(end, Ordering::AcqRel);
-        Ok(())
+        Ok(start..pos)
     }
 
     pub fn path(&self) -> &Path {
@@ -511,6 +513,8 @@ mod tests {
         assert_eq!(f.writable_to(), WRITER_CHUNK);
         f.write_through(WRITER_CHUNK - 10, b"0123456789").unwrap();
         // A request that starts below the reserved end zeroes only past it, up to the file's end.
+        assert_eq!(f.write_zeros(0, 10 * size).unwrap(), WRITER_CHUNK..size);
+        assert!(f.write_zeros(0, 10 * size).unwrap().is_empty());
         f.write_zeros_ahead(0, 10 * size).unwrap();
         assert_eq!(f.writable_to(), size);
         assert_eq!(f.populated_to(), size);
