@@ -288,6 +288,9 @@ def test_tag_filter_and_pull_outcomes(tmp_path: Path) -> None:
             moved = await c.pull("TopicTag", 0, 9)
             assert moved.code == ResponseCode.PULL_OFFSET_MOVED
             assert moved.ext_fields["nextBeginOffset"] == "4"
+            below = await c.pull("TopicTag", 0, -1)
+            assert below.code == ResponseCode.PULL_OFFSET_MOVED
+            assert (below.ext_fields["nextBeginOffset"], below.body) == ("0", b"")
             empty = await c.pull("TopicTag", 1, 0)
             assert empty.code == ResponseCode.PULL_NOT_FOUND
             assert empty.ext_fields["nextBeginOffset"] == "0"

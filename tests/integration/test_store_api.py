@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pyrmq import _core
-from pyrmq.errors import MessageTooLargeError
+from pyrmq.errors import ConfigError, MessageTooLargeError
 from pyrmq.store import GetMessageStatus, MessageStore, PutStatus
 
 pytestmark = pytest.mark.integration
@@ -411,6 +411,11 @@ def test_get_statuses(open_store, tmp_path):
     # would send it back to 0 while nothing was deleted, replaying the queue).
     assert badly.next_begin_offset == 3
     assert store.get("TopicStatus", 1, 10**12).status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
+    # A negative offset (the wire's offsets are signed) is below the minimum, as in RocketMQ:
+    # no messages, and the reader is sent to the minimum.
+    below = store.get("TopicStatus", 1, -5)
+    assert below.status is GetMessageStatus.OFFSET_TOO_SMALL
+    assert (below.next_begin_offset, below.message_count, below.buffer) == (0, 0, b"")
     store.close()
 
     # A queue directory with no units: the queue exists but never held a message.
@@ -420,6 +425,7 @@ def test_get_statuses(open_store, tmp_path):
     empty = store.get("TopicEmpty", 0, 0)
     assert empty.status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
     assert (empty.min_offset, empty.max_offset, empty.message_count) == (0, 0, 0)
+    assert store.get("TopicEmpty", 0, -1).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
     assert store.get("TopicStatus", 1, 0).queue_offsets == [0, 1, 2]
 
 
@@ -468,6 +474,29 @@ def test_commit_log_rolls_over_segments(open_store, tmp_path, record_decoder):
     assert len(segments_seen) >= 2
     for view, phy in zip(spanning.views(), spanning.phy_offsets, strict=True):
         assert record_decoder(view)["phy_offset"] == phy
+
+
+def test_open_takes_a_mapping_of_rocketmq_keys(tmp_path):
+    root = tmp_path / "mapped"
+    settings = {
+        "mappedFileSizeCommitLog": str(SEGMENT),
+        "flushDiskType": "SYNC_FLUSH",
+        "messageIndexEnable": "false",
+        "storePathRootDir": str(tmp_path / "ignored"),
+    }
+    with MessageStore.open(root, settings) as store:
+        sent = store.put("TopicMapped", b"x" * 300, keys="k")
+        # SYNC_FLUSH: durable on return; the index is off, so the key finds nothing.
+        assert sent.status is PutStatus.PUT_OK
+        assert store.flushed_phy_offset >= sent.end_offset
+        assert store.query_message("TopicMapped", "k") == []
+    assert [p.stat().st_size for p in (root / "commitlog").iterdir()] == [SEGMENT]
+    assert not (tmp_path / "ignored").exists()
+
+    with pytest.raises(ConfigError, match="flushDiskType"):
+        MessageStore.open(root, {"flushDiskType": "SOMETIMES"})
+    with pytest.raises(TypeError, match="not list"):
+        MessageStore.open(root, [("flushDiskType", "SYNC_FLUSH")])  # type: ignore[arg-type]
 
 
 def test_reopen_after_clean_close_keeps_everything(open_store, tmp_path):

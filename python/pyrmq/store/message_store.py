@@ -1,6 +1,7 @@
 """The Python face of the Rust message store."""
 
 import os
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Self
 
@@ -36,16 +37,25 @@ class MessageStore(_core.MessageStore):
     def open(
         cls,
         path: str | os.PathLike[str],
-        config: StoreConfig | None = None,
+        config: StoreConfig | Mapping[str, object] | None = None,
         *,
         background_services: bool = True,
     ) -> Self:
         """Opens (creating if needed) the store at ``path``, recovering after a crash.
 
+        ``config`` is a :class:`StoreConfig` or a mapping of its field names or RocketMQ's
+        keys (``{"flushDiskType": "SYNC_FLUSH"}``); ``path`` overrides its root directory.
         ``background_services=False`` leaves flushing and retention to explicit calls, for
         tests that drive time themselves.
         """
-        settings = (config or StoreConfig()).to_core()
+        if config is None:
+            config = StoreConfig()
+        elif isinstance(config, Mapping):
+            config = StoreConfig.from_mapping(config)
+        elif not isinstance(config, StoreConfig):
+            kind = type(config).__name__
+            raise TypeError(f"config must be a StoreConfig or a mapping of its keys, not {kind}")
+        settings = config.to_core()
         settings["store_path_root_dir"] = os.fspath(path)
         settings["background_services"] = background_services
         return cls(os.fspath(path), settings)

@@ -611,15 +611,12 @@ impl PyMessageStore {
         let req = GetRequest {
             topic,
             queue_id,
-            queue_offset: queue_offset.max(0) as u64,
+            queue_offset,
             max_count,
             max_bytes,
             tags_codes: codes.as_deref(),
         };
-        let mut out = gil::run(py, || store.get(&req))?;
-        if queue_offset < 0 && out.min_offset > 0 {
-            out.status = pyrmq_store::GetMessageStatus::OffsetTooSmall;
-        }
+        let out = gil::run(py, || store.get(&req))?;
         let total = out.total_bytes;
         let fill = |buf: &mut [u8]| {
             let mut at = 0;

@@ -78,7 +78,7 @@ fn scan_and_get(c: &mut Criterion) {
             let req = GetRequest {
                 topic: "BenchTopic",
                 queue_id: 0,
-                queue_offset: offset,
+                queue_offset: offset as i64,
                 max_count: 32,
                 max_bytes: None,
                 tags_codes: None,

@@ -112,7 +112,8 @@ pub struct GetOutcome {
 pub struct GetRequest<'a> {
     pub topic: &'a str,
     pub queue_id: i32,
-    pub queue_offset: u64,
+    /// Signed as on the wire: a negative offset is below every queue's minimum.
+    pub queue_offset: i64,
     pub max_count: u32,
     pub max_bytes: Option<u32>,
     /// Tag codes to keep; `None` keeps every message.
@@ -1117,7 +1118,6 @@ impl Inner {
             corrupt_offsets: Vec::new(),
             total_bytes: 0,
         };
-        let offset = req.queue_offset;
         let Some(q) = self.queue(req.topic, req.queue_id) else {
             return out;
         };
@@ -1128,11 +1128,14 @@ impl Inner {
             out.status = GetMessageStatus::NoMessageInQueue;
             return out;
         }
-        if offset < min {
-            out.status = GetMessageStatus::OffsetTooSmall;
-            out.next_begin_offset = min;
-            return out;
-        }
+        let offset = match u64::try_from(req.queue_offset) {
+            Ok(offset) if offset >= min => offset,
+            _ => {
+                out.status = GetMessageStatus::OffsetTooSmall;
+                out.next_begin_offset = min;
+                return out;
+            }
+        };
         if offset == max {
             out.status = GetMessageStatus::OffsetOverflowOne;
             out.next_begin_offset = offset;

@@ -94,7 +94,7 @@ pub fn read_all(store: &MessageStore, topic: &str, queue_id: i32) -> Vec<Vec<u8>
             .get(&GetRequest {
                 topic,
                 queue_id,
-                queue_offset: offset,
+                queue_offset: offset as i64,
                 max_count: 32,
                 max_bytes: None,
                 tags_codes: None,
