@@ -494,7 +494,8 @@ def encode_batch(messages: Iterable[_BatchMessage], topic: str, max_size: int) -
 
 def validate_topic(topic: str, internal: bool = False) -> None:
     """RocketMQ's topic rule as the store applies it; raises InvalidTopicError or, unless
-    ``internal``, SystemTopicError for the broker's own topics."""
+    ``internal``, SystemTopicError for a topic only the broker writes (``SCHEDULE_TOPIC_XXXX``,
+    the transaction topics, ...)."""
 
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode`` of ``s``: RocketMQ's tag code and index key hash."""

@@ -105,7 +105,7 @@ class InvalidQueueIdError(MessageIllegalError):
 
 
 class SystemTopicError(MessageIllegalError):
-    """A user write targeted a topic reserved for the broker itself."""
+    """A user write targeted a topic only the broker writes (RocketMQ's not-allowed-send set)."""
 
 
 class RemotingError(PyrmqError):

@@ -461,6 +461,16 @@ def test_bad_input_gets_an_answer_or_loses_only_its_connection(tmp_path: Path) -
             assert missing.code == ResponseCode.SYSTEM_ERROR
             illegal = await c.send("bad topic!", b"x")
             assert illegal.code == ResponseCode.MESSAGE_ILLEGAL
+            forbidden = await c.send("SCHEDULE_TOPIC_XXXX", b"x")
+            assert forbidden.code == ResponseCode.NO_PERMISSION
+            assert forbidden.remark == "Sending message to topic[SCHEDULE_TOPIC_XXXX] is forbidden."
+            assert (await c.pull("SCHEDULE_TOPIC_XXXX", 0, 0)).code != ResponseCode.SUCCESS
+            # RocketMQ's other system topics take producers' messages: clients send their
+            # trace data to RMQ_SYS_TRACE_TOPIC, its benchmark tool to BenchmarkTest.
+            for topic in ("RMQ_SYS_TRACE_TOPIC", "BenchmarkTest"):
+                assert (await c.send(topic, b"open")).code == ResponseCode.SUCCESS
+                [stored] = records((await c.pull(topic, 0, 0)).body)
+                assert stored.body == b"open"
             host, port = c.broker.address.split(":")
             # A garbage frame and an oversized length close only that connection.
             for junk in (

@@ -88,8 +88,20 @@ def test_longest_and_widest_topic_names_are_accepted(store):
     assert store.put("Az09_-%|", b"y").queue_offset == 0
 
 
-@pytest.mark.parametrize("topic", ["SCHEDULE_TOPIC_XXXX", "TBW102", "rmq_sys_x"])
-def test_system_topics_need_internal(store, tmp_path, topic):
+@pytest.mark.parametrize("topic", ["RMQ_SYS_TRACE_TOPIC", "BenchmarkTest", "TBW102", "rmq_sys_x"])
+def test_system_topics_that_producers_write_take_user_writes(store, topic):
+    # RocketMQ refuses sends only to the topics its broker alone writes; clients send trace
+    # data to RMQ_SYS_TRACE_TOPIC and its benchmark tool sends to BenchmarkTest.
+    assert store.put(topic, b"one").queue_offset == 0
+    assert store.put_batch(topic, [b"two", b"three"]).queue_offsets == [1, 2]
+    got = store.get(topic, 0, 0)
+    assert [m.body for m in got.messages()] == [b"one", b"two", b"three"]
+
+
+@pytest.mark.parametrize(
+    "topic", ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT"]
+)
+def test_broker_only_topics_need_internal(store, tmp_path, topic):
     assert_refused(store, tmp_path, SystemTopicError, lambda s: s.put(topic, b"x"))
     assert_refused(store, tmp_path, SystemTopicError, lambda s: s.put_batch(topic, [b"x"]))
     assert_refused(

@@ -53,8 +53,10 @@ class MessageStore(_core.MessageStore):
         elif isinstance(config, Mapping):
             config = StoreConfig.from_mapping(config)
         elif not isinstance(config, StoreConfig):
-            kind = type(config).__name__
-            raise TypeError(f"config must be a StoreConfig or a mapping of its keys, not {kind}")
+            raise TypeError(
+                "config must be a StoreConfig or a mapping of its keys, "
+                f"not {type(config).__name__}"
+            )
         settings = config.to_core()
         settings["store_path_root_dir"] = os.fspath(path)
         settings["background_services"] = background_services

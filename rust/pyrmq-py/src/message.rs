@@ -230,7 +230,7 @@ pub fn java_string_hash(s: &str) -> i32 {
 }
 
 /// RocketMQ's topic rule, as the store applies it: 1..=127 characters of `[%|a-zA-Z0-9_-]`, and
-/// (unless `internal`) not one of the broker's own topics. Raises `InvalidTopicError` or
+/// (unless `internal`) not a topic only the broker writes. Raises `InvalidTopicError` or
 /// `SystemTopicError`.
 #[pyfunction]
 #[pyo3(signature = (topic, internal=false))]
@@ -242,7 +242,7 @@ pub fn validate_topic(topic: &str, internal: bool) -> PyResult<()> {
             reason,
         })
     })?;
-    if !internal && message::is_system_topic(topic) {
+    if !internal && message::is_send_forbidden(topic) {
         return Err(crate::errors::to_py(StoreError::SystemTopic(
             topic.to_owned(),
         )));

@@ -9,7 +9,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub enum StoreError {
     #[error("invalid topic {topic:?}: {reason}")]
     InvalidTopic { topic: String, reason: &'static str },
-    #[error("topic {0:?} is reserved for the broker")]
+    #[error("sending to topic {0:?} is forbidden: only the broker writes it")]
     SystemTopic(String),
     #[error("message of {size_bytes} bytes exceeds maxMessageSize {max_bytes}")]
     MessageTooLarge { size_bytes: u64, max_bytes: u64 },

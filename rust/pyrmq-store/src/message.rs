@@ -637,20 +637,20 @@ pub fn validate_topic(topic: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Topics the broker itself writes; a producer may not.
-pub fn is_system_topic(topic: &str) -> bool {
-    const SYSTEM: &[&str] = &[
-        "TBW102",
+/// Topics only the broker writes, RocketMQ's not-allowed-send set. Its other system topics
+/// take producers' messages: clients send trace data to `RMQ_SYS_TRACE_TOPIC`, and RocketMQ's
+/// benchmark tool to `BenchmarkTest`.
+pub fn is_send_forbidden(topic: &str) -> bool {
+    const BROKER_ONLY: &[&str] = &[
         "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
+        "SCHEDULE_TOPIC_XXXX_V2",
         "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
         "RMQ_SYS_TRANS_OP_HALF_TOPIC",
         "TRANS_CHECK_MAX_TIME_TOPIC",
         "SELF_TEST_TOPIC",
         "OFFSET_MOVED_EVENT",
     ];
-    SYSTEM.contains(&topic) || topic.starts_with("rmq_sys_")
+    BROKER_ONLY.contains(&topic)
 }
 
 #[cfg(test)]
@@ -758,9 +758,17 @@ mod tests {
         assert!(validate_topic("a b").is_err());
         assert!(validate_topic(&"x".repeat(128)).is_err());
         assert!(validate_topic(&"x".repeat(127)).is_ok());
-        assert!(is_system_topic("SCHEDULE_TOPIC_XXXX"));
-        assert!(is_system_topic("rmq_sys_anything"));
-        assert!(!is_system_topic("%RETRY%g"));
+        assert!(is_send_forbidden("SCHEDULE_TOPIC_XXXX"));
+        assert!(is_send_forbidden("RMQ_SYS_TRANS_HALF_TOPIC"));
+        for open in [
+            "%RETRY%g",
+            "%DLQ%g",
+            "RMQ_SYS_TRACE_TOPIC",
+            "BenchmarkTest",
+            "TBW102",
+        ] {
+            assert!(!is_send_forbidden(open), "{open}");
+        }
     }
 }
 

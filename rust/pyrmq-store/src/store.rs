@@ -627,7 +627,7 @@ impl Inner {
             topic: m.topic.to_owned(),
             reason,
         })?;
-        if !internal && message::is_system_topic(m.topic) {
+        if !internal && message::is_send_forbidden(m.topic) {
             return Err(StoreError::SystemTopic(m.topic.to_owned()));
         }
         if m.body.len() as u64 > u64::from(self.config.max_message_size_bytes) {

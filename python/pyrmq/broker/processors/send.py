@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 
 from pyrmq import _core
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
-from pyrmq.errors import DiskFullError, MessageIllegalError, StoreClosedError, StoreError
+from pyrmq.errors import (
+    DiskFullError,
+    MessageIllegalError,
+    StoreClosedError,
+    StoreError,
+    SystemTopicError,
+)
 from pyrmq.properties import encode_properties, parse_properties
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
@@ -63,6 +69,13 @@ class SendProcessor:
         broker = self.broker
         try:
             _core.validate_topic(topic)
+        except SystemTopicError:
+            # RocketMQ's code and words: clients retry NO_PERMISSION on another broker.
+            return self._error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"Sending message to topic[{topic}] is forbidden.",
+            )
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
         config = self._topic_for_send(header)

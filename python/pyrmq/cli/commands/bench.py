@@ -63,9 +63,8 @@ __all__ = ["bench", "percentile_ms"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TOPIC: Final = "BenchmarkTopic"
-"""RocketMQ's tools default to ``BenchmarkTest``, which pyrmq counts among the system topics
-that refuse sends (RocketMQ lists it as a system topic but lets producers send to it)."""
+DEFAULT_TOPIC: Final = "BenchmarkTest"
+"""The topic RocketMQ's benchmark tools default to."""
 LATENCY_TOPIC: Final = "BenchmarkLatency"
 PRODUCER_GROUP: Final = "benchmark_producer"
 BATCH_PRODUCER_GROUP: Final = "benchmark_batch_producer"
