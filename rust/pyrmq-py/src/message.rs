@@ -235,19 +235,7 @@ pub fn java_string_hash(s: &str) -> i32 {
 #[pyfunction]
 #[pyo3(signature = (topic, internal=false))]
 pub fn validate_topic(topic: &str, internal: bool) -> PyResult<()> {
-    use pyrmq_store::StoreError;
-    message::validate_topic(topic).map_err(|reason| {
-        crate::errors::to_py(StoreError::InvalidTopic {
-            topic: topic.to_owned(),
-            reason,
-        })
-    })?;
-    if !internal && message::is_send_forbidden(topic) {
-        return Err(crate::errors::to_py(StoreError::SystemTopic(
-            topic.to_owned(),
-        )));
-    }
-    Ok(())
+    message::check_topic(topic, internal).map_err(crate::errors::to_py)
 }
 
 /// One message checked the way RocketMQ's client checks it before sending (a non-empty body

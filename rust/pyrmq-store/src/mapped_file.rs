@@ -19,8 +19,9 @@
 //!   the pages the appends touched, where populated pages sit in large folios that are written
 //!   back whole. Zeroing is the one way of reserving that changes bytes: it never starts below
 //!   the reserved end, and it holds the file's zeroing lock. While rounds are large the zeros
-//!   would cost more disk bandwidth than the allocations they save, and the pages are
-//!   populated as `OnDemand` ones are (see [`crate::populate`]).
+//!   would cost more disk bandwidth than the allocations they save, and the populator
+//!   populates the window as for `OnDemand` files (see [`crate::populate`]); a writer that
+//!   outruns it still zeroes its own chunk.
 //!
 //! Concurrency: exactly one writer (the holder of the owner's put lock) writes bytes past the
 //! published position; readers only read below it. The owner publishes with Release after

@@ -33,6 +33,8 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use crate::error::{StoreError, StoreResult};
+
 pub const MESSAGE_MAGIC_CODE: u32 = 0xDAA3_20A7;
 pub const BLANK_MAGIC_CODE: u32 = 0xCBD4_3194;
 
@@ -633,6 +635,19 @@ pub fn validate_topic(topic: &str) -> Result<(), &'static str> {
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-'))
     {
         return Err("topic may only contain characters of [%|a-zA-Z0-9_-]");
+    }
+    Ok(())
+}
+
+/// The topic checks of a put: RocketMQ's name rule, and (unless `internal`) not a topic only
+/// the broker writes.
+pub fn check_topic(topic: &str, internal: bool) -> StoreResult<()> {
+    validate_topic(topic).map_err(|reason| StoreError::InvalidTopic {
+        topic: topic.to_owned(),
+        reason,
+    })?;
+    if !internal && is_send_forbidden(topic) {
+        return Err(StoreError::SystemTopic(topic.to_owned()));
     }
     Ok(())
 }

@@ -242,6 +242,16 @@ mod tests {
         Arc::new(MappedFile::create(&dir.join(name), 0, size, allocation).unwrap())
     }
 
+    /// A populator with its thread running; stop it and join the handle at the end.
+    fn running() -> (Arc<Populator>, std::thread::JoinHandle<()>) {
+        let p = Arc::new(Populator::default());
+        let runner = {
+            let p = p.clone();
+            std::thread::spawn(move || p.run())
+        };
+        (p, runner)
+    }
+
     fn wait_for(what: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !what() {
@@ -255,11 +265,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = file(dir.path(), "log", 64 << 20, Allocation::OnDemand);
         let cq = file(dir.path(), "cq", 1 << 20, Allocation::Reserve);
-        let p = Arc::new(Populator::default());
-        let runner = {
-            let p = p.clone();
-            std::thread::spawn(move || p.run())
-        };
+        let (p, runner) = running();
         p.after_write(&log, 4096);
         // A queue with less than a window in this file asks for nothing.
         p.after_queue_write(1, &cq, CQ_AHEAD - 20);
@@ -309,11 +315,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let size = 8u64 << 20;
         let log = file(dir.path(), "log", size, Allocation::Written);
-        let p = Arc::new(Populator::default());
-        let runner = {
-            let p = p.clone();
-            std::thread::spawn(move || p.run())
-        };
+        let (p, runner) = running();
         // Records of odd lengths, so that they straddle pages and the populator's steps, each
         // reserved and written through the file as a SYNC_FLUSH append is.
         let mut at = 0u64;

@@ -623,13 +623,7 @@ impl Inner {
     }
 
     fn validate(&self, m: &MessageInput<'_>, internal: bool) -> StoreResult<()> {
-        message::validate_topic(m.topic).map_err(|reason| StoreError::InvalidTopic {
-            topic: m.topic.to_owned(),
-            reason,
-        })?;
-        if !internal && message::is_send_forbidden(m.topic) {
-            return Err(StoreError::SystemTopic(m.topic.to_owned()));
-        }
+        message::check_topic(m.topic, internal)?;
         if m.body.len() as u64 > u64::from(self.config.max_message_size_bytes) {
             return Err(StoreError::MessageTooLarge {
                 size_bytes: m.body.len() as u64,
