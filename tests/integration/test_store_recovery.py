@@ -282,3 +282,67 @@ def test_an_empty_segment_left_by_an_interrupted_roll_is_removed(open_store, tmp
     (root / "abort").write_bytes(b"")
     assert_intact(open_store, root, max_phy)
     assert sorted(os.listdir(root / "commitlog")) == [f"{0:020d}"]
+
+
+# --- ConsumeQueues removed while the store was closed -----------------------------------------
+
+
+def queue_state(store: MessageStore) -> dict[tuple[str, int], tuple[int, int, list]]:
+    """Each queue's min and max offsets and its units from the min on."""
+    state = {}
+    for topic, queue_id in store.queue_ids():
+        low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        state[(topic, queue_id)] = (
+            low,
+            high,
+            store.consume_queue_units(topic, queue_id, low, high),
+        )
+    return state
+
+
+@pytest.mark.parametrize("reopen", ["clean", "crash"])
+def test_removed_consume_queues_are_rebuilt_from_the_commit_log(open_store, tmp_path, reopen):
+    """As RocketMQ's reput starts from the furthest queue's end: with none left, from the start."""
+    root = tmp_path / "store"
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    for i in range(120):
+        store.put("TopicRebuild", b"one-%d" % i, queue_id=i % 3, tags="TagA" if i % 2 else "TagB")
+    store.put_batch("TopicBatch", [b"batch-%d" % i for i in range(40)], queue_id=1, keys="b-key")
+    store.put("TopicRebuild", b"last", queue_id=2, keys="last-key")
+    before = queue_state(store)
+    records = sum(high - low for low, high, _ in before.values())
+    store.close()
+    shutil.rmtree(root / "consumequeue")
+    if reopen == "crash":
+        mark_crashed(root, lose_checkpoint=False)
+
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    assert store.recovery["records"] == records == 161
+    assert queue_state(store) == before
+    got = store.get("TopicRebuild", 1, 0, tags="TagA")
+    assert [m.body for m in got.messages()] == [b"one-%d" % i for i in range(1, 120, 6)]
+    assert [m.body for m in store.query_message("TopicRebuild", "last-key")] == [b"last"]
+    # Reopening again finds every queue in place and dispatches nothing.
+    store.close()
+    assert open_store(root, mapped_file_size_commit_log=SEGMENT).recovery["records"] == 0
+
+
+def test_rebuilt_consume_queues_start_at_the_first_kept_record(open_store, tmp_path):
+    root = tmp_path / "store"
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT, file_reserved_time_hours=1)
+    for i in range(1500):
+        store.put("TopicRetained", b"r-%05d" % i + bytes(60), queue_id=i % 2)
+    later_ms = store.store_time("TopicRetained", 0, 0) + 2 * 3_600_000
+    assert store.delete_expired_files(later_ms, force=True) > 0
+    before = queue_state(store)
+    assert all(low > 0 for low, _, _ in before.values())
+    store.close()
+    shutil.rmtree(root / "consumequeue")
+
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT, file_reserved_time_hours=1)
+    assert queue_state(store) == before
+    low = before[("TopicRetained", 0)][0]
+    stale = store.get("TopicRetained", 0, 0)
+    assert (stale.status, stale.next_begin_offset) == (GetMessageStatus.OFFSET_TOO_SMALL, low)
+    first = store.get("TopicRetained", 0, low, max_count=1).messages()[0]
+    assert first.body[:7] == b"r-%05d" % (2 * low)

@@ -187,6 +187,15 @@ impl ConsumeQueue {
         (unit.size > 0).then_some(unit)
     }
 
+    /// CommitLog offset just past the record of the queue's last unit, if it has one.
+    pub fn last_record_end(&self) -> Option<u64> {
+        let max = self.max_offset();
+        if max == 0 {
+            return None;
+        }
+        self.unit(max - 1).map(|u| u.phy_offset + u64::from(u.size))
+    }
+
     /// Scans up to `max_units` units from `start`, appending those that pass `filter` (tag codes;
     /// `None` keeps all) to `out`, stopping early once `max_matches` units matched. Returns the
     /// queue offset after the last unit examined.

@@ -205,11 +205,12 @@ impl MessageStore {
             abort_path,
             lock_file: parking_lot::Mutex::new(Some(lock_file)),
         };
-        let start = match cp {
-            Some(cp) if !abnormal => cp.recovery_start(),
-            Some(cp) => cp.recovery_start(),
-            None => 0,
-        };
+        // As RocketMQ's reput service does, dispatch again from the end of the furthest queue
+        // when that lies before the checkpoint: ConsumeQueues removed while the store was
+        // closed are rebuilt from the CommitLog, and lost index entries with them.
+        let start = cp
+            .map_or(0, |cp| cp.recovery_start())
+            .min(inner.queues_end());
         if abnormal {
             log::warn!(
                 "store {} was not shut down cleanly; recovering from offset {start}",
@@ -583,6 +584,16 @@ impl Inner {
         } else {
             Ok(())
         }
+    }
+
+    /// CommitLog offset past the last record any ConsumeQueue holds a unit for; 0 with none.
+    fn queues_end(&self) -> u64 {
+        self.queues
+            .read()
+            .values()
+            .filter_map(|q| q.last_record_end())
+            .max()
+            .unwrap_or(0)
     }
 
     fn queue(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
