@@ -268,6 +268,29 @@ def test_bad_born_host(store, tmp_path, host):
     )
 
 
+NEGATIVE_ARGUMENTS = {
+    "get-max_count": lambda s: s.get("TopicGood", 0, 0, max_count=-1),
+    "get-max_bytes": lambda s: s.get("TopicGood", 0, 0, max_bytes=-1),
+    "query_message-max_count": lambda s: s.query_message("TopicGood", "seed", max_count=-1),
+    "scan_consume_queue-start_offset": lambda s: s.scan_consume_queue("TopicGood", 0, -1, 9),
+    "scan_consume_queue-max_units": lambda s: s.scan_consume_queue("TopicGood", 0, 0, -1),
+    "consume_queue_units-start_offset": lambda s: s.consume_queue_units("TopicGood", 0, -1, 9),
+    "consume_queue_units-max_units": lambda s: s.consume_queue_units("TopicGood", 0, 0, -1),
+}
+
+
+@pytest.mark.parametrize("case", NEGATIVE_ARGUMENTS)
+def test_negative_counts_name_the_argument(store, case):
+    name = case.split("-")[1]
+    with pytest.raises(ValueError, match=f"^{name} must not be negative, got -1$"):
+        NEGATIVE_ARGUMENTS[case](store)
+    # Bounds past any queue's end are upper bounds, not errors.
+    got = store.get("TopicGood", 0, 0, max_count=2**40, max_bytes=2**40)
+    assert [m.body for m in got.messages()] == [b"seed"]
+    assert store.consume_queue_units("TopicGood", 0, 0, 2**63 - 1)[0][0] == 0
+    assert store.store_time("TopicGood", 0, -1) is None
+
+
 def test_every_call_after_close_raises_store_closed(open_store):
     store = open_store()
     r = store.put("TopicGood", b"x")

@@ -416,6 +416,33 @@ fn put(
     }
 }
 
+/// A count or offset argument: negative is a `ValueError` naming `name`; one past what `T`
+/// holds saturates, as these are upper bounds or offsets past any queue's end.
+fn limit<T: TryFrom<i64> + Bounded>(name: &str, value: i64) -> PyResult<T> {
+    if value < 0 {
+        return Err(PyValueError::new_err(format!(
+            "{name} must not be negative, got {value}"
+        )));
+    }
+    Ok(T::try_from(value).unwrap_or(T::MAX))
+}
+
+trait Bounded {
+    const MAX: Self;
+}
+
+impl Bounded for u32 {
+    const MAX: Self = u32::MAX;
+}
+
+impl Bounded for u64 {
+    const MAX: Self = u64::MAX;
+}
+
+impl Bounded for usize {
+    const MAX: Self = usize::MAX;
+}
+
 fn tag_codes(tags: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
     let Some(t) = tags else { return Ok(None) };
     let names: Vec<String> = if let Ok(s) = t.cast::<PyString>() {
@@ -602,8 +629,8 @@ impl PyMessageStore {
         topic: &str,
         queue_id: i32,
         queue_offset: i64,
-        max_count: u32,
-        max_bytes: Option<u32>,
+        max_count: i64,
+        max_bytes: Option<i64>,
         tags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyGetResult> {
         let codes = tag_codes(tags)?;
@@ -612,8 +639,8 @@ impl PyMessageStore {
             topic,
             queue_id,
             queue_offset,
-            max_count,
-            max_bytes,
+            max_count: limit("max_count", max_count)?,
+            max_bytes: max_bytes.map(|b| limit("max_bytes", b)).transpose()?,
             tags_codes: codes.as_deref(),
         };
         let out = gil::run(py, || store.get(&req))?;
@@ -693,11 +720,12 @@ impl PyMessageStore {
         py: Python<'_>,
         topic: &str,
         key: &str,
-        max_count: usize,
+        max_count: i64,
         begin_ms: i64,
         end_ms: Option<i64>,
     ) -> PyResult<Vec<PyStoredMessage>> {
         let store = &self.store;
+        let max_count = limit("max_count", max_count)?;
         let end_ms = end_ms.unwrap_or(i64::MAX);
         let raws = gil::run(py, || {
             store.query_message(topic, key, max_count, begin_ms, end_ms)
@@ -735,7 +763,8 @@ impl PyMessageStore {
     }
 
     /// Store time of the message at `queue_offset`.
-    fn store_time(&self, topic: &str, queue_id: i32, queue_offset: u64) -> Option<i64> {
+    fn store_time(&self, topic: &str, queue_id: i32, queue_offset: i64) -> Option<i64> {
+        let queue_offset = u64::try_from(queue_offset).ok()?;
         self.store.store_time(topic, queue_id, queue_offset)
     }
 
@@ -780,11 +809,13 @@ impl PyMessageStore {
         py: Python<'_>,
         topic: &str,
         queue_id: i32,
-        start_offset: u64,
-        max_units: u64,
+        start_offset: i64,
+        max_units: i64,
         tags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         let codes = tag_codes(tags)?;
+        let start_offset = limit("start_offset", start_offset)?;
+        let max_units = limit("max_units", max_units)?;
         let store = &self.store;
         Ok(py.detach(|| {
             store
@@ -798,14 +829,17 @@ impl PyMessageStore {
         &self,
         topic: &str,
         queue_id: i32,
-        start_offset: u64,
-        max_units: u64,
-    ) -> Vec<(u64, u64, u32, i64)> {
-        self.store
+        start_offset: i64,
+        max_units: i64,
+    ) -> PyResult<Vec<(u64, u64, u32, i64)>> {
+        let start_offset = limit("start_offset", start_offset)?;
+        let max_units = limit("max_units", max_units)?;
+        Ok(self
+            .store
             .consume_queue_units(topic, queue_id, start_offset, max_units)
             .into_iter()
             .map(|u| (u.queue_offset, u.phy_offset, u.size, u.tags_code))
-            .collect()
+            .collect())
     }
 
     /// Flushes everything and advances the checkpoint; returns the flushed CommitLog offset.
