@@ -304,8 +304,20 @@ class MessageStore:
         """The smallest queue offset still stored."""
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The next free queue offset."""
-    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """First queue offset stored at or after ``timestamp_ms`` (the max offset if none)."""
+    def offset_for_time(
+        self,
+        topic: str,
+        queue_id: int,
+        timestamp_ms: int,
+        *,
+        boundary: Literal["lower", "upper"] = "lower",
+    ) -> int:
+        """The queue offset at ``boundary`` of ``timestamp_ms``, as RocketMQ 5 answers it.
+
+        ``"lower"``: the first message stored at or after it (the max offset when every message
+        is older). ``"upper"``: the last one stored at or before it (the min offset when every
+        message is newer).
+        """
     def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
         """Store timestamp of the queue's first message, or None."""
     def store_time(self, topic: str, queue_id: int, queue_offset: int) -> int | None:

@@ -524,6 +524,10 @@ def test_offset_for_timestamp_and_consume_from_timestamp(tmp_path: Path) -> None
                     assert await consumer.offset_for_timestamp(q0, ts) == 3
                     assert await consumer.offset_for_timestamp(q0, 0) == 0
                     assert await consumer.offset_for_timestamp(q0, ts + 3_600_000) == 6
+                    # RocketMQ 5's upper boundary: the last message stored at or before.
+                    upper = await consumer.offset_for_timestamp(q0, ts, boundary="upper")
+                    assert upper == 2
+                    assert await consumer.offset_for_timestamp(q0, 0, boundary="upper") == 0
                     got = await poll_n(consumer, 3)
                     assert [m.body for m in got] == [b"new0", b"new1", b"new2"]
 

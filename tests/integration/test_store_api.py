@@ -302,12 +302,26 @@ def test_offsets_times_and_offset_for_time(open_store, wait_until):
     def expected(ts: int) -> int:
         return next((q for q, s in enumerate(stamps) if s >= ts), n)
 
+    def expected_upper(ts: int) -> int:
+        return max((q for q, s in enumerate(stamps) if s <= ts), default=0)
+
     probes = {stamps[0] - 1000, stamps[-1] + 1, 0}
     for s in stamps:
         probes |= {s - 1, s, s + 1}
     for ts in sorted(probes):
         assert store.offset_for_time("TopicTime", 0, ts) == expected(ts), ts
+        assert store.offset_for_time("TopicTime", 0, ts, boundary="lower") == expected(ts), ts
+        assert store.offset_for_time("TopicTime", 0, ts, boundary="upper") == expected_upper(ts)
     assert store.offset_for_time("TopicTime", 0, stamps[-1] + 10**9) == n
+    assert store.offset_for_time("TopicTime", 0, stamps[-1] + 10**9, boundary="upper") == n - 1
+    # A millisecond shared by several messages: lower names its first, upper its last.
+    shared = next(s for s in stamps if stamps.count(s) > 1)
+    run = [q for q, s in enumerate(stamps) if s == shared]
+    assert store.offset_for_time("TopicTime", 0, shared) == run[0]
+    assert store.offset_for_time("TopicTime", 0, shared, boundary="upper") == run[-1]
+    assert store.offset_for_time("TopicEmpty", 0, shared, boundary="upper") == 0
+    with pytest.raises(ValueError, match="boundary"):
+        store.offset_for_time("TopicTime", 0, shared, boundary="LOWER")  # type: ignore[arg-type]
 
 
 def test_tag_filters(open_store):

@@ -205,6 +205,10 @@ def test_offset_for_time_after_retention(open_store, tmp_path):
         low = store.min_offset("TopicOld", q)
         assert low > 0
         assert store.offset_for_time("TopicOld", q, 0) == low
+        assert store.offset_for_time("TopicOld", q, 0, boundary="upper") == low
+        assert store.offset_for_time("TopicOld", q, FAR_FUTURE_MS, boundary="upper") == (
+            len(sent[q]) - 1
+        )
         assert store.offset_for_time("TopicOld", q, FAR_FUTURE_MS) == len(sent[q])
         ts = store.store_time("TopicOld", q, len(sent[q]) - 1)
         assert store.offset_for_time("TopicOld", q, ts + 1) == len(sent[q])

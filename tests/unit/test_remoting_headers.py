@@ -163,6 +163,7 @@ SAMPLES: list[Any] = [
     h.GetMinOffsetRequestHeader(topic="T", queue_id=2),
     h.GetEarliestMsgStoretimeRequestHeader(topic="T", queue_id=2),
     h.SearchOffsetRequestHeader(topic="T", queue_id=2, timestamp=1_700_000_000_000),
+    h.SearchOffsetRequestHeader(topic="T", queue_id=2, timestamp=7, boundary_type="UPPER"),
     h.GetConsumerListByGroupRequestHeader(consumer_group="G"),
     h.GetConsumerRunningInfoRequestHeader(consumer_group="G", client_id="1-127.0.0.1@DEFAULT"),
     h.ResetOffsetRequestHeader(topic="T", group="G", timestamp=-1, is_force=True),
@@ -202,6 +203,19 @@ def test_every_header_class_has_a_sample() -> None:
     classes = {getattr(h, name) for name in h.__all__ if name.endswith("Header")}
     covered = {type(x) for x in SAMPLES} | {h.SendMessageRequestHeader}
     assert classes == covered
+
+
+@pytest.mark.parametrize(
+    ("sent", "boundary"),
+    [(None, "lower"), ("LOWER", "lower"), ("UPPER", "upper"), ("upper", "upper"), ("x", "lower")],
+)
+def test_search_offset_boundary_reads_as_rocketmq_does(sent: str | None, boundary: str) -> None:
+    """RocketMQ 5 sends ``boundaryType``; 4.x clients leave it out, and anything but UPPER is
+    LOWER."""
+    ext = {"topic": "T", "queueId": "0", "timestamp": "5"}
+    if sent is not None:
+        ext["boundaryType"] = sent
+    assert h.SearchOffsetRequestHeader.from_ext(ext).boundary == boundary
 
 
 def test_headers_are_frozen() -> None:

@@ -6,7 +6,7 @@ import enum
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pyrmq import _core
 from pyrmq.client.message import MessageExt, MessageQueue, SendResult, SendStatus
@@ -242,9 +242,19 @@ class ClientAPI:
         header = GetMinOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id)
         return await self._offset(addr, RequestCode.GET_MIN_OFFSET, header.to_ext())
 
-    async def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int) -> int:
+    async def search_offset(
+        self,
+        addr: str,
+        mq: MessageQueue,
+        timestamp_ms: int,
+        boundary: Literal["lower", "upper"] = "lower",
+    ) -> int:
+        # The default goes without the field, which 4.x brokers do not know; both read it so.
         header = SearchOffsetRequestHeader(
-            topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            timestamp=timestamp_ms,
+            boundary_type="UPPER" if boundary == "upper" else None,
         )
         return await self._offset(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header.to_ext())
 

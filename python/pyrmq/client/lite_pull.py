@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pyrmq.client.allocate import AllocateStrategy, allocate_averagely
 from pyrmq.client.api import PullResult, PullStatus
@@ -726,12 +726,19 @@ class LitePullConsumer(ClientLifecycle):
         _, high = await self._offset_range(mq)
         self._reposition(self._assigned_state(mq), high)
 
-    async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+    async def offset_for_timestamp(
+        self,
+        mq: MessageQueue,
+        timestamp_ms: int,
+        *,
+        boundary: Literal["lower", "upper"] = "lower",
+    ) -> int:
         """The offset of the queue's first message stored at or after ``timestamp_ms`` (the
-        max offset if there is none)."""
+        max offset if there is none); with ``boundary="upper"``, of its last message stored
+        at or before it (the min offset if there is none)."""
         inst = self.instance
         addr = await inst.master_addr(mq.broker_name, mq.topic)
-        return await inst.api.search_offset(addr, mq, timestamp_ms)
+        return await inst.api.search_offset(addr, mq, timestamp_ms, boundary)
 
     # --- offsets -------------------------------------------------------------------------
 

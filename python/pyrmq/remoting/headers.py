@@ -26,7 +26,7 @@ pyrmq.errors.HeaderError: GetRouteInfoRequestHeader: missing required field 'top
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping
-from typing import Final, Self
+from typing import Final, Literal, Self
 
 from pyrmq.errors import HeaderError
 
@@ -622,15 +622,32 @@ class SearchOffsetRequestHeader:
     queue_id: int
     timestamp: int
     """Milliseconds since the epoch."""
+    boundary_type: str | None = None
+    """RocketMQ 5's ``LOWER`` or ``UPPER`` (any case); absent, as from 4.x clients, is LOWER."""
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str]) -> Self:
         f = _Fields(cls.__name__, ext)
-        return cls(topic=f.text("topic"), queue_id=f.i32("queueId"), timestamp=f.i64("timestamp"))
+        return cls(
+            topic=f.text("topic"),
+            queue_id=f.i32("queueId"),
+            timestamp=f.i64("timestamp"),
+            boundary_type=f.opt_text("boundaryType"),
+        )
+
+    @property
+    def boundary(self) -> Literal["lower", "upper"]:
+        """The store's name for the boundary; anything but UPPER means LOWER, as in RocketMQ."""
+        return "upper" if (self.boundary_type or "").lower() == "upper" else "lower"
 
     def to_ext(self) -> dict[str, str]:
         return _ext(
-            [("topic", self.topic), ("queueId", self.queue_id), ("timestamp", self.timestamp)]
+            [
+                ("topic", self.topic),
+                ("queueId", self.queue_id),
+                ("timestamp", self.timestamp),
+                ("boundaryType", self.boundary_type),
+            ]
         )
 
 

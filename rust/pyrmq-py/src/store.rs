@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyrmq_store::config::parse_delay_levels;
 use pyrmq_store::message::{self, BatchItem, MessageInput};
 use pyrmq_store::store::{normalize_host, PutEntry, PutOutcome, PutStatus};
-use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig};
+use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig, TimeBoundary};
 
 use crate::errors::{self, ConfigError};
 use crate::gil;
@@ -745,16 +745,27 @@ impl PyMessageStore {
         self.store.max_offset(topic, queue_id)
     }
 
-    /// First queue offset stored at or after `timestamp_ms` (the max offset if none).
+    /// The queue offset at `boundary` ("lower" or "upper") of `timestamp_ms`.
+    #[pyo3(signature = (topic, queue_id, timestamp_ms, *, boundary="lower"))]
     fn offset_for_time(
         &self,
         py: Python<'_>,
         topic: &str,
         queue_id: i32,
         timestamp_ms: i64,
-    ) -> u64 {
+        boundary: &str,
+    ) -> PyResult<u64> {
+        let boundary = match boundary {
+            "lower" => TimeBoundary::Lower,
+            "upper" => TimeBoundary::Upper,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "boundary must be \"lower\" or \"upper\", got {other:?}"
+                )))
+            }
+        };
         let store = &self.store;
-        py.detach(|| store.offset_for_time(topic, queue_id, timestamp_ms))
+        Ok(py.detach(|| store.offset_for_time(topic, queue_id, timestamp_ms, boundary)))
     }
 
     /// Store time of the oldest message still in the queue.

@@ -27,4 +27,6 @@ pub mod wakeup;
 pub use config::{FlushDiskType, StoreConfig};
 pub use error::{StoreError, StoreResult};
 pub use message::MessageInput;
-pub use store::{GetMessageStatus, GetOutcome, GetRequest, MessageStore, PutOutcome, PutStatus};
+pub use store::{
+    GetMessageStatus, GetOutcome, GetRequest, MessageStore, PutOutcome, PutStatus, TimeBoundary,
+};

@@ -66,6 +66,15 @@ pub struct PutOutcome {
     pub store_host: SocketAddr,
 }
 
+/// Which end of a run of equal store times `offset_for_time` answers with: RocketMQ 5's
+/// `BoundaryType` (`LOWER` is the answer of RocketMQ 4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeBoundary {
+    #[default]
+    Lower,
+    Upper,
+}
+
 /// RocketMQ's `GetMessageStatus`, in its declaration order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -312,10 +321,19 @@ impl MessageStore {
             .map_or(0, |q| q.max_offset())
     }
 
-    /// First queue offset whose store time is at or after `timestamp_ms`; the max offset when
-    /// every message is older.
-    pub fn offset_for_time(&self, topic: &str, queue_id: i32, timestamp_ms: i64) -> u64 {
-        self.inner.offset_for_time(topic, queue_id, timestamp_ms)
+    /// The queue offset at `boundary` of `timestamp_ms`: with [`TimeBoundary::Lower`] the first
+    /// message stored at or after it (the max offset when every message is older), with
+    /// [`TimeBoundary::Upper`] the last one stored at or before it (the min offset when every
+    /// message is newer).
+    pub fn offset_for_time(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        timestamp_ms: i64,
+        boundary: TimeBoundary,
+    ) -> u64 {
+        self.inner
+            .offset_for_time(topic, queue_id, timestamp_ms, boundary)
     }
 
     pub fn earliest_store_time(&self, topic: &str, queue_id: i32) -> Option<i64> {
@@ -1281,22 +1299,30 @@ impl Inner {
         ))
     }
 
-    fn offset_for_time(&self, topic: &str, queue_id: i32, ts: i64) -> u64 {
+    fn offset_for_time(&self, topic: &str, queue_id: i32, ts: i64, boundary: TimeBoundary) -> u64 {
         let Some(q) = self.queue(topic, queue_id) else {
             return 0;
         };
-        let (mut lo, mut hi) = (q.min_offset(), q.max_offset());
-        // Store times never decrease along a queue, so bisect for the first one >= ts.
+        let min = q.min_offset();
+        let (mut lo, mut hi) = (min, q.max_offset());
+        let past = |t: i64| match boundary {
+            TimeBoundary::Lower => t >= ts,
+            TimeBoundary::Upper => t > ts,
+        };
+        // Store times never decrease along a queue, so bisect for the first one past `ts`.
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let t = (mid..hi).find_map(|o| self.unit_store_time(&q, o));
             match t {
-                Some(t) if t >= ts => hi = mid,
+                Some(t) if past(t) => hi = mid,
                 Some(_) => lo = mid + 1,
                 None => hi = mid,
             }
         }
-        lo
+        match boundary {
+            TimeBoundary::Lower => lo,
+            TimeBoundary::Upper => lo.saturating_sub(1).max(min),
+        }
     }
 
     /// Used fraction of the store's file system, and whether writes must be refused.

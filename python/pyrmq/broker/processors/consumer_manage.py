@@ -148,7 +148,9 @@ class ConsumerManageProcessor:
 
     async def search_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = SearchOffsetRequestHeader.from_ext(request.ext_fields)
-        value = self.broker.store.offset_for_time(header.topic, header.queue_id, header.timestamp)
+        value = self.broker.store.offset_for_time(
+            header.topic, header.queue_id, header.timestamp, boundary=header.boundary
+        )
         return RemotingCommand.response_to(
             request, ResponseCode.SUCCESS, ext_fields={"offset": str(value)}
         )
