@@ -124,7 +124,7 @@ class StoreConfig:
     disk_space_clean_forcibly_ratio: int = 85
     # Disk usage percent above which puts are refused with DiskFullError.
     disk_space_warning_level_ratio: int = 90
-    # Largest encoded record a put accepts, in bytes.
+    # Largest body a put accepts, in bytes (RocketMQ 5 checks the body, not the whole record).
     max_message_size: int = 1024 * 1024 * 4
     # Byte budget of one get() batch served from memory.
     max_transfer_bytes_on_message_in_memory: int = 1024 * 256

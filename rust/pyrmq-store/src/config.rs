@@ -49,6 +49,7 @@ pub struct StoreConfig {
     pub disk_space_clean_forcibly_ratio: u32,
     /// Disk use (percent) above which appends are refused.
     pub disk_space_warning_level_ratio: u32,
+    /// Largest body a put accepts (RocketMQ 5 checks the body, not the whole record).
     pub max_message_size_bytes: u32,
     pub max_transfer_bytes_on_message_in_memory: u32,
     pub max_transfer_count_on_message_in_memory: u32,
