@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from pyrmq import _core
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.store import MessageStore
 
 from .servers import ServerProcess
 
@@ -112,3 +116,26 @@ def test_sigterm_stops_cleanly_and_a_restart_serves_everything(tmp_path: Path, f
         assert "not shut down cleanly" not in (tmp_path / "second.log").read_text()
     finally:
         assert second.stop() == 0
+
+
+def test_a_store_it_cannot_open_is_an_error_and_is_left_as_it_was(tmp_path: Path) -> None:
+    """Here the store is held by another process; a RocketMQ CommitLog is refused the same way
+    (test_store_recovery). The broker writes nothing into the directory first."""
+    store = tmp_path / "store"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    with MessageStore.open(store, {"mappedFileSizeCommitLog": 1 << 20}) as held:
+        held.put("TopicHeld", b"held")
+        args = ["serve", "--store", str(store), "--namesrv-port", "0", "--broker-port", "0"]
+        done = subprocess.run(
+            [sys.executable, "-m", "pyrmq.cli.main", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    assert done.returncode == 1, done.stderr
+    assert "Error: cannot start: " in done.stderr
+    assert "in use by another process" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (store / "config").exists()

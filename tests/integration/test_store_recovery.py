@@ -346,3 +346,89 @@ def test_rebuilt_consume_queues_start_at_the_first_kept_record(open_store, tmp_p
     assert (stale.status, stale.next_begin_offset) == (GetMessageStatus.OFFSET_TOO_SMALL, low)
     first = store.get("TopicRetained", 0, low, max_count=1).messages()[0]
     assert first.body[:7] == b"r-%05d" % (2 * low)
+
+
+# --- a directory written by Apache RocketMQ ---------------------------------------------------
+
+BODY_AT = 88
+"""Bytes before a stored message's body (IPv4 hosts): RocketMQ's fixed header."""
+
+
+def rocketmq_layout(raw: bytes, phy: int, *, v2: bool) -> bytes:
+    """A record as RocketMQ stores it at ``phy``: no fence follows it. RocketMQ 5's second
+    layout (v2 magic) gives the topic length two bytes instead of one."""
+    rec = bytearray(raw)
+    rec[28:36] = phy.to_bytes(8, "big")
+    if v2:
+        topic_len_at = BODY_AT + int.from_bytes(rec[BODY_AT - 4 : BODY_AT], "big")
+        rec[topic_len_at : topic_len_at + 1] = rec[topic_len_at].to_bytes(2, "big")
+        rec[4:8] = (0xDAA320AB).to_bytes(4, "big")
+    rec[0:4] = len(rec).to_bytes(4, "big")
+    return bytes(rec)
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["v1-magic", "v2-magic"])
+@pytest.mark.parametrize("state", ["clean", "crashed", "no-checkpoint"])
+def test_a_rocketmq_commit_log_is_refused_and_left_untouched(open_store, tmp_path, v2, state):
+    """Its records carry no fences, so recovery would truncate them all as a torn tail."""
+    made = open_store(tmp_path / "made", mapped_file_size_commit_log=SEGMENT)
+    raws = [
+        made.look_record(made.put("TopicRmq", b"rmq-%d" % i, keys=f"k{i}").phy_offset)
+        for i in range(30)
+    ]
+    made.close()
+    root = tmp_path / "rocketmq"
+    (root / "commitlog").mkdir(parents=True)
+    log = bytearray(SEGMENT)
+    at = 0
+    for raw in raws:
+        rec = rocketmq_layout(raw, at, v2=v2)
+        log[at : at + len(rec)] = rec
+        at += len(rec)
+    segment_path(root, 0).write_bytes(bytes(log))
+    if state != "no-checkpoint":
+        # RocketMQ's checkpoint: three store timestamps, then zeros to a page.
+        (root / "checkpoint").write_bytes((1_700_000_000_000).to_bytes(8, "big") * 3 + bytes(4072))
+    if state == "crashed":
+        (root / "abort").write_bytes(b"")
+    before = {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    with pytest.raises(ConfigError, match="RocketMQ"):
+        MessageStore.open(root, {"mapped_file_size_commit_log": SEGMENT}, background_services=False)
+    after = {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    assert {name: data for name, data in after.items() if name in before} == before
+
+
+def test_a_first_put_torn_by_a_crash_is_still_truncated(open_store, tmp_path):
+    """The store's own checkpoint, written before its first put, tells such a group from a
+    RocketMQ log: it is cut back as any torn tail."""
+    root = tmp_path / "store"
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    r = store.put_batch("TopicFirst", [b"first-%d" % i for i in range(5)])
+    fence_at = r.end_offset - FENCE
+    store.close()
+    patch(root, fence_at, bytes(FENCE))
+    mark_crashed(root, lose_checkpoint=False)
+
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    assert store.max_phy_offset == 0
+    assert store.recovery["truncated_bytes"] > 0
+    assert store.max_offset("TopicFirst", 0) == 0
+    assert store.put("TopicFirst", b"again").phy_offset == 0
+
+
+def test_a_first_group_with_a_damaged_fence_is_kept_without_a_checkpoint(open_store, tmp_path):
+    """Without its checkpoint the store still knows its own log by the fences after the damage."""
+    root = tmp_path / "store"
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    first = store.put_batch("TopicFence", [b"first-%d" % i for i in range(3)])
+    later = [store.put("TopicFence", b"later-%d" % i) for i in range(5)]
+    store.close()
+    patch(root, first.end_offset - FENCE + 4, b"\0\0\0\0")  # the fence's magic code
+    mark_crashed(root, lose_checkpoint=True)
+
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    assert store.recovery["corrupt_ranges"] == [(0, first.end_offset)]
+    assert store.max_phy_offset == later[-1].end_offset
+    got = store.get("TopicFence", 0, 3)
+    assert [m.body for m in got.messages()] == [b"later-%d" % i for i in range(5)]

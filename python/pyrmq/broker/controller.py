@@ -99,6 +99,7 @@ class BrokerController:
         store_config = dataclasses.replace(self.config.store, store_host=self.address)
         self._loop = loop = asyncio.get_running_loop()
         self._store = await loop.run_in_executor(None, MessageStore.open, self._root, store_config)
+        self.topics.save_system_topics()
         interval = (
             HOLD_CHECK_INTERVAL_S
             if self.config.long_polling_enable

@@ -86,6 +86,14 @@ impl CheckpointFile {
         }
     }
 
+    /// Whether the file is this store's checkpoint, even a damaged one: it starts with the magic.
+    pub fn is_ours(&self) -> bool {
+        let mut magic = [0u8; 4];
+        std::fs::File::open(&self.path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+            .is_ok_and(|()| &magic == MAGIC)
+    }
+
     pub fn load(&self) -> Option<Checkpoint> {
         let bytes = std::fs::read(&self.path).ok()?;
         let cp = Checkpoint::decode(&bytes);

@@ -58,6 +58,10 @@ const ZEROED_ROUND_MAX_BYTES: u64 = 16 * 1024;
 /// Space a segment must keep free for its closing blank record.
 pub const END_FILE_MIN_BLANK_LENGTH: u64 = 8;
 
+/// The magic code of a message stored by RocketMQ 5 (two-byte topic length), which pyrmq does
+/// not write; RocketMQ 4's is [`MESSAGE_MAGIC_CODE`].
+const MESSAGE_MAGIC_CODE_V2: u32 = 0xDAA3_20AB;
+
 /// State guarded by the put lock.
 pub struct WriteState {
     /// End of the last appended group (a CommitLog offset).
@@ -441,6 +445,56 @@ impl CommitLog {
     pub fn wake_flusher(&self) {
         self.closing.store(true, Ordering::Release);
         self.flush_requests.advance();
+    }
+
+    /// Refuses a log whose oldest segment opens with message records that no fence seals, as
+    /// Apache RocketMQ writes its CommitLog: recovery would take them all for a torn tail and
+    /// truncate them. With `own_checkpoint` (this store's checkpoint, written before its first
+    /// put) such records are a first group cut short by a crash, truncated as usual.
+    pub fn check_fenced(&self, own_checkpoint: bool) -> StoreResult<()> {
+        let Some(file) = self.files.first().filter(|_| !own_checkpoint) else {
+            return Ok(());
+        };
+        let (mut rel, mut records) = (0u64, 0u64);
+        loop {
+            let readable = file.data_end_from(rel);
+            if rel + 8 > readable {
+                break;
+            }
+            let head = file.slice(rel, 8);
+            let total = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
+            let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
+            match magic {
+                FENCE_MAGIC_CODE if records > 0 => return Ok(()),
+                MESSAGE_MAGIC_CODE | MESSAGE_MAGIC_CODE_V2
+                    if total >= 8 && u64::from(total) <= readable - rel =>
+                {
+                    records += 1;
+                    rel += u64::from(total);
+                }
+                _ => break,
+            }
+        }
+        if records == 0 {
+            return Ok(());
+        }
+        // A damaged first group hides its own fence; a later group's still marks the log ours.
+        let magic = FENCE_MAGIC_CODE.to_be_bytes();
+        let finder = memchr::memmem::Finder::new(&magic);
+        let mut at = 0;
+        while let Some(start) = file.next_data_from(at) {
+            let end = file.data_end_from(start);
+            if search_region(&finder, &file, start, end, file.file_from_offset()).is_some() {
+                return Ok(());
+            }
+            at = end;
+        }
+        Err(crate::error::StoreError::Config(format!(
+            "{} opens with {records} message records that no pyrmq group fence seals, as Apache \
+             RocketMQ writes its CommitLog; pyrmq does not read that format and would truncate \
+             it as a torn tail: open another directory",
+            file.path().display()
+        )))
     }
 
     /// Validates the log from the start of the segment holding `start` (as RocketMQ re-checks

@@ -175,6 +175,7 @@ impl MessageStore {
         let abnormal = abort_path.exists();
         let checkpoint = CheckpointFile::new(&root);
         let cp = checkpoint.load();
+        let own_checkpoint = checkpoint.is_ours();
 
         let cl_files = MappedFileQueue::load(
             &config.commit_log_dir(),
@@ -188,6 +189,7 @@ impl MessageStore {
         )?;
         let commit_log = CommitLog::load(cl_files)
             .map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
+        commit_log.check_fenced(own_checkpoint)?;
         let queues = load_queues(&config)?;
         let index = if config.message_index_enable {
             Some(IndexService::load(

@@ -80,9 +80,9 @@ class TopicTable:
             for name, value in (loaded.get("topicConfigTable") or {}).items():
                 self._topics[name] = TopicConfig.from_json(value)
             self.data_version = loaded.get("dataVersion") or self.data_version
-        self._ensure_system_topics()
+        self._system_topics_unsaved = self._add_system_topics()
 
-    def _ensure_system_topics(self) -> None:
+    def _add_system_topics(self) -> bool:
         changed = False
         if self.auto_create_topic_enable and AUTO_CREATE_TOPIC not in self._topics:
             self._topics[AUTO_CREATE_TOPIC] = TopicConfig(
@@ -97,8 +97,15 @@ class TopicTable:
                 SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS, PERM_READ | PERM_WRITE
             )
             changed = True
-        if changed:
-            self._persist()
+        return changed
+
+    def save_system_topics(self) -> None:
+        """Writes the system topics added at load. The broker calls it once its store is open,
+        so that a directory the store refuses to open is left as it was."""
+        with self._lock:
+            if self._system_topics_unsaved:
+                self._persist()
+                self._system_topics_unsaved = False
 
     def _persist(self) -> None:
         self.data_version = {

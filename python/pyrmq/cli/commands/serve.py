@@ -12,7 +12,7 @@ import click
 
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.controller import BrokerController
-from pyrmq.errors import ConfigError
+from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.eventloop import loop_factory
 from pyrmq.namesrv import NameServer, NamesrvConfig
 
@@ -92,7 +92,11 @@ def _run(service: Service) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await service.start()
+            try:
+                await service.start()
+            except (PyrmqError, OSError) as e:
+                # A store it cannot open, a port in use: say so, without a traceback.
+                raise click.ClickException(f"cannot start: {e}") from e
             click.echo(service.ready_line())
             await stop.wait()
         finally:
