@@ -432,3 +432,37 @@ def test_a_first_group_with_a_damaged_fence_is_kept_without_a_checkpoint(open_st
     assert store.max_phy_offset == later[-1].end_offset
     got = store.get("TopicFence", 0, 3)
     assert [m.body for m in got.messages()] == [b"later-%d" % i for i in range(5)]
+
+
+def test_index_files_of_another_geometry_are_indexed_again(open_store, tmp_path):
+    """Index files written with other maxHashSlotNum/maxIndexNum settings cannot be read with
+    these; they are replaced by an index of the same records in the new geometry."""
+    root = tmp_path / "store"
+    store = open_store(root, max_hash_slot_num=64, max_index_num=100)
+    for i in range(120):
+        store.put("TopicIdx", b"idx-%d" % i, keys=[f"k{i}", "shared"])
+    assert len(list((root / "index").iterdir())) == 3
+    store.close()
+
+    store = open_store(root, max_hash_slot_num=128, max_index_num=300)
+    assert store.recovery["records"] == 120
+    assert [m.body for m in store.query_message("TopicIdx", "k7")] == [b"idx-7"]
+    shared = store.query_message("TopicIdx", "shared", max_count=1000)
+    assert sorted(m.body for m in shared) == sorted(b"idx-%d" % i for i in range(120))
+    assert store.max_offset("TopicIdx", 0) == 120
+    files = list((root / "index").iterdir())
+    assert [f.stat().st_size for f in files] == [40 + 128 * 4 + 300 * 20]
+
+
+def test_a_shortened_index_file_is_indexed_again(open_store, tmp_path):
+    root = tmp_path / "store"
+    store = open_store(root)
+    for i in range(40):
+        store.put("TopicIdx", b"idx-%d" % i, keys=f"k{i}")
+    store.close()
+    (index_file,) = (root / "index").iterdir()
+    os.truncate(index_file, index_file.stat().st_size // 2)
+
+    store = open_store(root)
+    assert [m.body for m in store.query_message("TopicIdx", "k3")] == [b"idx-3"]
+    assert [m.body for m in store.query_message("TopicIdx", "k39")] == [b"idx-39"]

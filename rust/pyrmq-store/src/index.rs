@@ -133,11 +133,25 @@ fn key_hash(key: &str) -> u32 {
     }
 }
 
+/// CommitLog offset of the first record an index file indexed, if it holds any entry. The
+/// header's layout does not depend on the file's geometry, so any index file's can be read.
+fn indexed_from(path: &Path) -> Option<u64> {
+    let mut head = [0u8; HEADER_LEN as usize];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .ok()?;
+    let count = u32::from_be_bytes(head[36..40].try_into().expect("4 bytes"));
+    let begin_phy = i64::from_be_bytes(head[16..24].try_into().expect("8 bytes"));
+    (count > 1).then(|| u64::try_from(begin_phy).ok()).flatten()
+}
+
 pub struct IndexService {
     dir: PathBuf,
     slots: u64,
     entries: u64,
     files: Mutex<Vec<IndexFile>>,
+    /// CommitLog offset of the first record an index file dropped at load had indexed.
+    dropped_from: Option<u64>,
 }
 
 impl IndexService {
@@ -156,9 +170,18 @@ impl IndexService {
         }
         names.sort_unstable();
         let mut files = Vec::new();
+        let mut dropped_from: Option<u64> = None;
         for (stamp, path) in names {
             // Index files were fully reserved when created.
-            match MappedFile::open(&path, stamp, size, Allocation::Reserve) {
+            let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+            let opened = if len == size {
+                MappedFile::open(&path, stamp, size, Allocation::Reserve).map_err(|e| e.to_string())
+            } else {
+                Err(format!(
+                    "{len} bytes where maxHashSlotNum {slots} and maxIndexNum {entries} make {size}"
+                ))
+            };
+            match opened {
                 Ok(file) => {
                     files.push(IndexFile {
                         file: Arc::new(file),
@@ -168,10 +191,20 @@ impl IndexService {
                 }
                 Err(e) => {
                     // An index file of another geometry (config changed) or cut short: the index
-                    // is derived data, so drop it rather than refuse to start.
-                    log::warn!("dropping unreadable index file {}: {e}", path.display());
+                    // is derived data, so drop it and index its records again.
+                    let first = indexed_from(&path);
+                    log::warn!(
+                        "dropping unreadable index file {}: {e}; its records are indexed again \
+                         from commit-log offset {}",
+                        path.display(),
+                        first.map_or_else(|| "-".to_owned(), |p| p.to_string())
+                    );
                     std::fs::remove_file(&path)
                         .map_err(|e| StoreError::io("removing", &path, e))?;
+                    dropped_from = match (dropped_from, first) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                 }
             }
         }
@@ -180,7 +213,14 @@ impl IndexService {
             slots,
             entries,
             files: Mutex::new(files),
+            dropped_from,
         })
+    }
+
+    /// Where recovery must start for the records of index files dropped at load to be indexed
+    /// again, if any were.
+    pub fn dropped_from(&self) -> Option<u64> {
+        self.dropped_from
     }
 
     /// Offset of the last indexed record; records from here on are re-indexed on recovery.
