@@ -454,15 +454,20 @@ def test_index_files_of_another_geometry_are_indexed_again(open_store, tmp_path)
     assert [f.stat().st_size for f in files] == [40 + 128 * 4 + 300 * 20]
 
 
-def test_a_shortened_index_file_is_indexed_again(open_store, tmp_path):
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["first", "middle", "last"])
+def test_a_shortened_index_file_is_indexed_again(open_store, tmp_path, which):
     root = tmp_path / "store"
-    store = open_store(root)
-    for i in range(40):
-        store.put("TopicIdx", b"idx-%d" % i, keys=f"k{i}")
+    config = {"max_hash_slot_num": 64, "max_index_num": 100}
+    store = open_store(root, **config)
+    for i in range(120):
+        store.put("TopicIdx", b"idx-%d" % i, keys=[f"k{i}", "shared"])
     store.close()
-    (index_file,) = (root / "index").iterdir()
-    os.truncate(index_file, index_file.stat().st_size // 2)
+    files = sorted((root / "index").iterdir())
+    assert len(files) == 3
+    os.truncate(files[which], files[which].stat().st_size // 2)
 
-    store = open_store(root)
-    assert [m.body for m in store.query_message("TopicIdx", "k3")] == [b"idx-3"]
-    assert [m.body for m in store.query_message("TopicIdx", "k39")] == [b"idx-39"]
+    store = open_store(root, **config)
+    for i in (0, 30, 60, 90, 119):
+        assert [m.body for m in store.query_message("TopicIdx", f"k{i}")] == [b"idx-%d" % i]
+    shared = store.query_message("TopicIdx", "shared", max_count=1000)
+    assert sorted(m.body for m in shared) == sorted(b"idx-%d" % i for i in range(120))

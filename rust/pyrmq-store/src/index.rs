@@ -133,16 +133,18 @@ fn key_hash(key: &str) -> u32 {
     }
 }
 
-/// CommitLog offset of the first record an index file indexed, if it holds any entry. The
-/// header's layout does not depend on the file's geometry, so any index file's can be read.
-fn indexed_from(path: &Path) -> Option<u64> {
+/// CommitLog offsets of the first and last records an index file indexed, if it holds any
+/// entry. The header's layout does not depend on the file's geometry, so any index file's can
+/// be read.
+fn indexed_range(path: &Path) -> Option<(u64, u64)> {
     let mut head = [0u8; HEADER_LEN as usize];
     std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
         .ok()?;
     let count = u32::from_be_bytes(head[36..40].try_into().expect("4 bytes"));
-    let begin_phy = i64::from_be_bytes(head[16..24].try_into().expect("8 bytes"));
-    (count > 1).then(|| u64::try_from(begin_phy).ok()).flatten()
+    let phy = |at: usize| i64::from_be_bytes(head[at..at + 8].try_into().expect("8 bytes"));
+    let (begin, end) = (u64::try_from(phy(16)).ok()?, u64::try_from(phy(24)).ok()?);
+    (count > 1 && begin <= end).then_some((begin, end))
 }
 
 pub struct IndexService {
@@ -150,8 +152,8 @@ pub struct IndexService {
     slots: u64,
     entries: u64,
     files: Mutex<Vec<IndexFile>>,
-    /// CommitLog offset of the first record an index file dropped at load had indexed.
-    dropped_from: Option<u64>,
+    /// CommitLog ranges of the records that index files dropped at load had indexed.
+    dropped: Vec<(u64, u64)>,
 }
 
 impl IndexService {
@@ -170,7 +172,7 @@ impl IndexService {
         }
         names.sort_unstable();
         let mut files = Vec::new();
-        let mut dropped_from: Option<u64> = None;
+        let mut dropped = Vec::new();
         for (stamp, path) in names {
             // Index files were fully reserved when created.
             let len = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -192,19 +194,18 @@ impl IndexService {
                 Err(e) => {
                     // An index file of another geometry (config changed) or cut short: the index
                     // is derived data, so drop it and index its records again.
-                    let first = indexed_from(&path);
+                    let range = indexed_range(&path);
                     log::warn!(
-                        "dropping unreadable index file {}: {e}; its records are indexed again \
-                         from commit-log offset {}",
+                        "dropping unreadable index file {}: {e}; records indexed again: {}",
                         path.display(),
-                        first.map_or_else(|| "-".to_owned(), |p| p.to_string())
+                        range.map_or_else(
+                            || "none".to_owned(),
+                            |(a, b)| format!("commit-log offsets {a} to {b}")
+                        )
                     );
                     std::fs::remove_file(&path)
                         .map_err(|e| StoreError::io("removing", &path, e))?;
-                    dropped_from = match (dropped_from, first) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    dropped.extend(range);
                 }
             }
         }
@@ -213,14 +214,20 @@ impl IndexService {
             slots,
             entries,
             files: Mutex::new(files),
-            dropped_from,
+            dropped,
         })
     }
 
     /// Where recovery must start for the records of index files dropped at load to be indexed
     /// again, if any were.
     pub fn dropped_from(&self) -> Option<u64> {
-        self.dropped_from
+        self.dropped.iter().map(|r| r.0).min()
+    }
+
+    /// Whether recovery must index the record at `phy` although later records are indexed: an
+    /// index file dropped at load held it.
+    pub fn was_dropped(&self, phy: u64) -> bool {
+        self.dropped.iter().any(|&(a, b)| (a..=b).contains(&phy))
     }
 
     /// Offset of the last indexed record; records from here on are re-indexed on recovery.

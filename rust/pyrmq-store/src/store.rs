@@ -1445,7 +1445,10 @@ fn index_record(index: &IndexService, d: &Dispatch<'_>, recovering: bool) -> boo
     if uniq.is_none() && ks.is_none() {
         return false;
     }
-    if recovering && index.last_indexed_phy().is_some_and(|p| (d.phy as i64) < p) {
+    if recovering
+        && index.last_indexed_phy().is_some_and(|p| (d.phy as i64) < p)
+        && !index.was_dropped(d.phy)
+    {
         return true;
     }
     // The keys share one buffer rather than a string each.
