@@ -249,7 +249,7 @@ class ClientAPI:
         timestamp_ms: int,
         boundary: Literal["lower", "upper"] = "lower",
     ) -> int:
-        # The default goes without the field, which 4.x brokers do not know; both read it so.
+        # LOWER goes as no field at all: 4.x brokers do not know it, 5.x read its absence so.
         header = SearchOffsetRequestHeader(
             topic=mq.topic,
             queue_id=mq.queue_id,

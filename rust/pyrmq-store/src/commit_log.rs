@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::epoch::Epoch;
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::{self, BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE};
@@ -336,7 +336,7 @@ impl CommitLog {
             return Ok(None);
         }
         if self.record_bytes(phy, size).is_none() {
-            return Err(crate::error::StoreError::Corrupt {
+            return Err(StoreError::Corrupt {
                 phy_offset: phy,
                 reason: format!("record size {size} runs past the end of its segment or the log"),
             });
@@ -489,7 +489,7 @@ impl CommitLog {
             }
             at = end;
         }
-        Err(crate::error::StoreError::Config(format!(
+        Err(StoreError::Config(format!(
             "{} opens with {records} message records that no pyrmq group fence seals, as Apache \
              RocketMQ writes its CommitLog; pyrmq does not read that format and would truncate \
              it as a torn tail: open another directory",

@@ -17,7 +17,9 @@
 //! Keys are `topic#key`, hashed with Java's `String.hashCode` made non-negative. Entries do not
 //! store keys, so a query checks each candidate record's topic and keys.
 //! After a crash, records from the last indexed offset on are indexed again; a query drops the
-//! duplicates this may leave.
+//! duplicates this may leave. A file that does not fit the configured geometry (changed
+//! settings, a shortened file) is dropped at load, and the records its header spans are indexed
+//! again.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
