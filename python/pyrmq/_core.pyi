@@ -358,7 +358,8 @@ class MessageStore:
     def check_disk(self) -> float | None:
         """Re-reads disk usage and updates ``is_disk_full``.
 
-        Returns the used fraction (0.0-1.0) of the store's file system, or None if unknown.
+        Returns the used fraction (0.0-1.0) of the fuller of the store's file systems (the
+        root's and, when it lives elsewhere, the CommitLog's), or None if unknown.
         """
     @property
     def is_disk_full(self) -> bool:

@@ -46,6 +46,7 @@ _DELAY_UNIT_MS: Final[Mapping[str, int]] = MappingProxyType(
 ROCKETMQ_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
     {
         "storePathRootDir": "store_path_root_dir",
+        "storePathCommitLog": "store_path_commit_log",
         "mappedFileSizeCommitLog": "mapped_file_size_commit_log",
         "mapedFileSizeCommitLog": "mapped_file_size_commit_log",
         "mappedFileSizeConsumeQueue": "mapped_file_size_consume_queue",
@@ -100,6 +101,9 @@ class StoreConfig:
 
     # Directory holding commitlog/, consumequeue/, index/ and checkpoint; '~' is expanded.
     store_path_root_dir: str = "~/store"
+    # The CommitLog's directory when not <root>/commitlog, often a disk of its own; '~' is
+    # expanded. Disk use is checked here and at the root.
+    store_path_commit_log: str = ""
     # Bytes in one CommitLog segment file.
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
     # Bytes in one ConsumeQueue segment file: 300,000 units of 20 bytes.
@@ -215,10 +219,11 @@ class StoreConfig:
         """Return the settings as the dict the Rust store takes at open.
 
         Keys are the field names and values are plain ints, bools and strs, with ``~`` in
-        :attr:`store_path_root_dir` expanded.
+        :attr:`store_path_root_dir` and :attr:`store_path_commit_log` expanded.
         """
         core = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         core["store_path_root_dir"] = os.path.expanduser(self.store_path_root_dir)
+        core["store_path_commit_log"] = os.path.expanduser(self.store_path_commit_log)
         return core
 
     def delay_levels_ms(self) -> list[int]:
@@ -379,6 +384,13 @@ def _check_path(path: str) -> None:
         raise ValueError("must be a non-blank path without NUL")
 
 
+def _check_commit_log_path(path: str) -> None:
+    if path and ";" in path:
+        raise ValueError("several CommitLog directories (';') are not supported")
+    if path:
+        _check_path(path)
+
+
 def _check_cq_size(size_bytes: int) -> None:
     if size_bytes % CQ_STORE_UNIT_SIZE:
         raise ValueError(f"must be a multiple of {CQ_STORE_UNIT_SIZE} (the ConsumeQueue unit size)")
@@ -392,6 +404,7 @@ def _check_flush_disk_type(flush_disk_type: str) -> None:
 _VALUE_CHECKS: Final[Mapping[str, Callable[[Any], object]]] = MappingProxyType(
     {
         "store_path_root_dir": _check_path,
+        "store_path_commit_log": _check_commit_log_path,
         "mapped_file_size_consume_queue": _check_cq_size,
         "flush_disk_type": _check_flush_disk_type,
         "delete_when": _parse_delete_hours,

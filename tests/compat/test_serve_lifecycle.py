@@ -139,3 +139,19 @@ def test_a_store_it_cannot_open_is_an_error_and_is_left_as_it_was(tmp_path: Path
     assert "in use by another process" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (store / "config").exists()
+
+
+def test_a_broker_conf_can_put_the_commit_log_on_a_disk_of_its_own(tmp_path: Path) -> None:
+    store, commit_log = tmp_path / "store", tmp_path / "disk2" / "commitlog"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathRootDir = {store}\nstorePathCommitLog = {commit_log}\n")
+    args = ["serve", "-c", str(conf), "--namesrv-port", "0", "--broker-port", "0"]
+    server = ServerProcess(args, tmp_path / "serve.log")
+    try:
+        _, broker = server.addresses()
+        assert send(broker, "TopicDisk2", b"on disk 2").code == ResponseCode.SUCCESS
+    finally:
+        assert server.stop() == 0
+    assert os.listdir(commit_log) != []
+    assert not (store / "commitlog").exists()
+    assert (store / "config" / "topics.json").exists()

@@ -732,3 +732,24 @@ def test_key_index_spans_several_index_files(open_store, tmp_path):
         assert len(store.query_message("TopicIdx", f"U{j}", max_count=500)) == 100
         ten = store.query_message("TopicIdx", f"batch-{j}", max_count=10)
         assert [m.phy_offset for m in ten] == sent[j].phy_offsets[::-1][:10]
+
+
+def test_the_commit_log_can_live_in_a_directory_of_its_own(open_store, tmp_path):
+    """RocketMQ's storePathCommitLog: segments there; queues, index and checkpoint at the root."""
+    root, elsewhere = tmp_path / "store", tmp_path / "disk2" / "commitlog"
+    config = {"store_path_commit_log": str(elsewhere), "mapped_file_size_commit_log": 65536}
+    store = open_store(root, **config)
+    sent = [store.put("TopicAway", bytes(1000) + b"%d" % i, keys=f"k{i}") for i in range(100)]
+    assert store.check_disk() is not None
+    store.close()
+    assert not (root / "commitlog").exists()
+    assert {"consumequeue", "index", "checkpoint"} <= set(os.listdir(root))
+    segments = sorted(os.listdir(elsewhere))
+    assert len(segments) >= 2
+    assert segments[0] == f"{0:020d}"
+
+    (root / "abort").write_bytes(b"")  # and after a crash
+    store = open_store(root, **config)
+    assert store.max_phy_offset == sent[-1].end_offset
+    assert [m.body for m in store.query_message("TopicAway", "k42")] == [bytes(1000) + b"42"]
+    assert store.get("TopicAway", 0, 99).messages()[0].phy_offset == sent[99].phy_offset

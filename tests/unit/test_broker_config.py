@@ -20,6 +20,7 @@ defaultTopicQueueNums = 4
 autoCreateTopicEnable = false
 flushDiskType = SYNC_FLUSH
 storePathRootDir = {store}
+storePathCommitLog = {store}/../disk2/commitlog
 mappedFileSizeCommitLog = 1048576
 deleteWhen = 04
 """
@@ -40,6 +41,7 @@ def test_a_broker_conf_sets_broker_and_store_keys(tmp_path: Path) -> None:
     assert config.auto_create_topic_enable is False
     assert config.store.flush_disk_type == SYNC_FLUSH
     assert config.store.store_path_root_dir == str(tmp_path / "store")
+    assert config.store.store_path_commit_log == f"{tmp_path / 'store'}/../disk2/commitlog"
     assert config.store.mapped_file_size_commit_log == 1 << 20
 
 

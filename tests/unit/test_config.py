@@ -149,6 +149,7 @@ def test_from_mapping_accepts_the_old_maped_spelling() -> None:
         ("checkCRCOnRecover", "False", False),
         ("deleteWhen", "01;13", "01;13"),
         ("storePathRootDir", "/var/lib/pyrmq", "/var/lib/pyrmq"),
+        ("storePathCommitLog", "/disk2/commitlog", "/disk2/commitlog"),
     ],
 )
 def test_from_mapping_converts_strings_to_the_field_type(
@@ -348,6 +349,7 @@ def test_from_env_reports_bad_values_with_the_variable_name() -> None:
 # One invalid value for each check; all of them must come back in a single ConfigError.
 INVALID_VALUES = {
     "store_path_root_dir": ("  ", "must be a non-blank path without NUL"),
+    "store_path_commit_log": ("/a;/b", "several CommitLog directories (';') are not supported"),
     "mapped_file_size_commit_log": (0, "must be in [1, 9223372036854775807]"),
     "mapped_file_size_consume_queue": (6000010, "must be a multiple of 20"),
     "flush_disk_type": ("sync_flush", "must be ASYNC_FLUSH or SYNC_FLUSH"),

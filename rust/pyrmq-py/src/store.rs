@@ -31,6 +31,10 @@ fn config_from_dict(path: PathBuf, dict: Option<&Bound<'_, PyDict>>) -> PyResult
         let r: PyResult<()> = (|| {
             match key.as_str() {
                 "store_path_root_dir" => {}
+                "store_path_commit_log" => {
+                    let s: String = v.extract()?;
+                    c.store_path_commit_log = (!s.is_empty()).then(|| PathBuf::from(s));
+                }
                 "mapped_file_size_commit_log" => c.mapped_file_size_commit_log = v.extract()?,
                 "mapped_file_size_consume_queue" => {
                     c.mapped_file_size_consume_queue = v.extract()?;
@@ -872,7 +876,7 @@ impl PyMessageStore {
         gil::run(py, || store.delete_expired_files(now, force))
     }
 
-    /// Re-reads disk usage; returns the used fraction of the store's file system.
+    /// Re-reads disk usage; returns the used fraction of the store's fullest file system.
     fn check_disk(&self) -> Option<f64> {
         self.store.check_disk()
     }

@@ -29,6 +29,9 @@ impl FlushDiskType {
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
     pub store_path_root_dir: PathBuf,
+    /// Directory of the CommitLog segments, often on a disk of their own (RocketMQ's
+    /// `storePathCommitLog`); `None` is `<root>/commitlog`. Disk use is measured there.
+    pub store_path_commit_log: Option<PathBuf>,
     /// Size of one CommitLog segment file.
     pub mapped_file_size_commit_log: u64,
     /// Size of one ConsumeQueue file; a multiple of 20 (the unit size).
@@ -71,6 +74,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             store_path_root_dir: PathBuf::from("store"),
+            store_path_commit_log: None,
             mapped_file_size_commit_log: 1024 * 1024 * 1024,
             mapped_file_size_consume_queue: 300_000 * 20,
             flush_disk_type: FlushDiskType::Async,
@@ -128,7 +132,9 @@ impl StoreConfig {
     }
 
     pub fn commit_log_dir(&self) -> PathBuf {
-        self.store_path_root_dir.join("commitlog")
+        self.store_path_commit_log
+            .clone()
+            .unwrap_or_else(|| self.store_path_root_dir.join("commitlog"))
     }
 
     pub fn consume_queue_dir(&self) -> PathBuf {

@@ -838,7 +838,10 @@ impl Inner {
         if self.disk_full.load(Ordering::Acquire) {
             return Err(StoreError::DiskFull(format!(
                 "disk use of {} is above diskSpaceWarningLevelRatio {}%",
-                self.config.store_path_root_dir.display(),
+                self.fullest_disk().map_or_else(
+                    || self.config.store_path_root_dir.display().to_string(),
+                    |(_, path)| path.display().to_string()
+                ),
                 self.config.disk_space_warning_level_ratio
             )));
         }
@@ -1335,16 +1338,28 @@ impl Inner {
         }
     }
 
-    /// Used fraction of the store's file system, and whether writes must be refused.
+    /// The used fraction of the fuller of the CommitLog's and the root's file systems (one and
+    /// the same unless `store_path_commit_log` moves the CommitLog), as RocketMQ checks both.
+    fn fullest_disk(&self) -> Option<(f64, PathBuf)> {
+        [
+            self.config.commit_log_dir(),
+            self.config.store_path_root_dir.clone(),
+        ]
+        .into_iter()
+        .filter_map(|path| disk_used_ratio(&path).map(|r| (r, path)))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+    }
+
+    /// Used fraction of the store's fullest file system, and whether writes must be refused.
     pub(crate) fn update_disk_full(&self) -> Option<f64> {
-        let ratio = disk_used_ratio(&self.config.store_path_root_dir)?;
+        let (ratio, path) = self.fullest_disk()?;
         let full = ratio * 100.0 > f64::from(self.config.disk_space_warning_level_ratio);
         let was = self.disk_full.swap(full, Ordering::AcqRel);
         if full && !was {
             log::error!(
                 "disk use {:.1}% of {} is above diskSpaceWarningLevelRatio {}%: refusing writes",
                 ratio * 100.0,
-                self.config.store_path_root_dir.display(),
+                path.display(),
                 self.config.disk_space_warning_level_ratio
             );
         } else if was && !full {
@@ -1358,7 +1373,7 @@ impl Inner {
     /// `disk_space_clean_forcibly_ratio` the oldest segment goes even if not expired. The
     /// active segment is never deleted. Queues, then index files, follow the new minimum.
     pub(crate) fn delete_expired_files(&self, now_ms: i64, force: bool) -> StoreResult<usize> {
-        let ratio = disk_used_ratio(&self.config.store_path_root_dir).unwrap_or(0.0) * 100.0;
+        let ratio = self.fullest_disk().map_or(0.0, |(r, _)| r) * 100.0;
         let delete_hour =
             clock::local_hour(now_ms).is_some_and(|h| self.config.delete_when_hours.contains(&h));
         let space_tight = ratio > f64::from(self.config.disk_max_used_space_ratio);
