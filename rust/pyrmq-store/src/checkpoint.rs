@@ -70,6 +70,15 @@ impl Checkpoint {
     }
 }
 
+/// What [`CheckpointFile::load`] found.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The checkpoint, if the file is whole.
+    pub checkpoint: Option<Checkpoint>,
+    /// Whether the file is this store's at all (its magic), as a damaged checkpoint still is.
+    pub ours: bool,
+}
+
 pub struct CheckpointFile {
     path: PathBuf,
     /// The periodic flush and an explicit one may store at once. Both write `checkpoint.tmp`:
@@ -86,21 +95,18 @@ impl CheckpointFile {
         }
     }
 
-    /// Whether the file is this store's checkpoint, even a damaged one: it starts with the magic.
-    pub fn is_ours(&self) -> bool {
-        let mut magic = [0u8; 4];
-        std::fs::File::open(&self.path)
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-            .is_ok_and(|()| &magic == MAGIC)
-    }
-
-    pub fn load(&self) -> Option<Checkpoint> {
-        let bytes = std::fs::read(&self.path).ok()?;
-        let cp = Checkpoint::decode(&bytes);
-        if cp.is_none() {
+    pub fn load(&self) -> Loaded {
+        let Ok(bytes) = std::fs::read(&self.path) else {
+            return Loaded::default();
+        };
+        let checkpoint = Checkpoint::decode(&bytes);
+        if checkpoint.is_none() {
             log::warn!("ignoring damaged checkpoint {}", self.path.display());
         }
-        cp
+        Loaded {
+            checkpoint,
+            ours: bytes.starts_with(MAGIC),
+        }
     }
 
     pub fn store(&self, cp: &Checkpoint) -> StoreResult<()> {
@@ -170,13 +176,16 @@ mod tests {
                             written_at_ms: i as i64,
                         };
                         file.store(&cp).expect("store");
-                        let seen = file.load().expect("a whole checkpoint at every moment");
+                        let seen = file
+                            .load()
+                            .checkpoint
+                            .expect("a whole checkpoint at every moment");
                         assert_eq!(seen.commit_log_flushed % 1_000, seen.logics_flushed);
                     }
                 });
             }
         });
-        let last = file.load().unwrap();
+        let last = file.load().checkpoint.unwrap();
         assert_eq!(last.logics_flushed, 199);
     }
 }

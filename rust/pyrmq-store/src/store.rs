@@ -174,8 +174,7 @@ impl MessageStore {
         let abort_path = root.join("abort");
         let abnormal = abort_path.exists();
         let checkpoint = CheckpointFile::new(&root);
-        let cp = checkpoint.load();
-        let own_checkpoint = checkpoint.is_ours();
+        let loaded = checkpoint.load();
 
         let cl_files = MappedFileQueue::load(
             &config.commit_log_dir(),
@@ -189,7 +188,7 @@ impl MessageStore {
         )?;
         let commit_log = CommitLog::load(cl_files)
             .map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
-        commit_log.check_fenced(own_checkpoint)?;
+        commit_log.check_fenced(loaded.ours)?;
         let queues = load_queues(&config)?;
         let index = if config.message_index_enable {
             Some(IndexService::load(
@@ -220,7 +219,8 @@ impl MessageStore {
         // when that lies before the checkpoint: ConsumeQueues removed while the store was
         // closed are rebuilt from the CommitLog. Records of index files dropped at load (another
         // geometry) are indexed again the same way.
-        let start = cp
+        let start = loaded
+            .checkpoint
             .map_or(0, |cp| cp.recovery_start())
             .min(inner.queues_end())
             .min(
@@ -836,12 +836,14 @@ impl Inner {
             });
         }
         if self.disk_full.load(Ordering::Acquire) {
+            let paths: Vec<String> = self
+                .disk_paths()
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
             return Err(StoreError::DiskFull(format!(
                 "disk use of {} is above diskSpaceWarningLevelRatio {}%",
-                self.fullest_disk().map_or_else(
-                    || self.config.store_path_root_dir.display().to_string(),
-                    |(_, path)| path.display().to_string()
-                ),
+                paths.join(" or "),
                 self.config.disk_space_warning_level_ratio
             )));
         }
@@ -1338,16 +1340,22 @@ impl Inner {
         }
     }
 
-    /// The used fraction of the fuller of the CommitLog's and the root's file systems (one and
-    /// the same unless `store_path_commit_log` moves the CommitLog), as RocketMQ checks both.
+    /// The directories whose file systems hold the store: the root, and the CommitLog's when
+    /// `store_path_commit_log` moves it elsewhere (RocketMQ checks both).
+    fn disk_paths(&self) -> Vec<PathBuf> {
+        let root = self.config.store_path_root_dir.clone();
+        match &self.config.store_path_commit_log {
+            Some(commit_log) => vec![commit_log.clone(), root],
+            None => vec![root],
+        }
+    }
+
+    /// The used fraction of the fullest of [`Self::disk_paths`], with its path.
     fn fullest_disk(&self) -> Option<(f64, PathBuf)> {
-        [
-            self.config.commit_log_dir(),
-            self.config.store_path_root_dir.clone(),
-        ]
-        .into_iter()
-        .filter_map(|path| disk_used_ratio(&path).map(|r| (r, path)))
-        .max_by(|a, b| a.0.total_cmp(&b.0))
+        self.disk_paths()
+            .into_iter()
+            .filter_map(|path| disk_used_ratio(&path).map(|r| (r, path)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
     }
 
     /// Used fraction of the store's fullest file system, and whether writes must be refused.
