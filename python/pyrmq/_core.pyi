@@ -282,7 +282,8 @@ class MessageStore:
     ) -> GetResult:
         """Reads up to ``max_count`` messages (or ``max_bytes``) from ``queue_offset`` on.
 
-        Keeps those whose tag matches ``tags`` ("*", "TagA || TagB", or a list of tags).
+        Keeps those whose tag matches ``tags``: "*" (every message), "TagA || TagB", or a
+        list of tags. As in RocketMQ, a "*" within a longer expression or a list is a tag.
         """
     def look_message_by_offset(self, phy_offset: int) -> StoredMessage | None:
         """The message whose record starts at ``phy_offset``, or None."""

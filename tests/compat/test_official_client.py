@@ -127,9 +127,19 @@ def test_push_consumer_gets_everything_and_a_reconsume_later_comes_back(
     assert all(m["topic"] == "TopicPush" for m in msgs)
 
 
-def test_tag_filter_delivers_only_matching_messages(serve: str, topic_of) -> None:
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("TagA || TagB", [b"TagA-0", b"TagA-4", b"TagB-2"]),
+        # As in RocketMQ, "*" means every tag only as the whole expression.
+        ("TagA || *", [b"*-5", b"TagA-0", b"TagA-4"]),
+    ],
+)
+def test_tag_filter_delivers_only_matching_messages(
+    serve: str, topic_of, expression: str, expected: list[bytes]
+) -> None:
     with start_push_consumer(
-        serve, topic_of("TopicTags"), group="CG_TAG", expression="TagA || TagB"
+        serve, topic_of("TopicTags"), group="CG_TAG", expression=expression
     ) as consumer:
         time.sleep(1.0)
         run_producer(
@@ -137,13 +147,13 @@ def test_tag_filter_delivers_only_matching_messages(serve: str, topic_of) -> Non
             "TopicTags",
             [
                 {"body": f"{t}-{i}", "tags": t}
-                for i, t in enumerate(["TagA", "TagC", "TagB", "TagC", "TagA"])
+                for i, t in enumerate(["TagA", "TagC", "TagB", "TagC", "TagA", "*"])
             ],
         )
-        msgs = consumer.wait_for(3, timeout=60)
+        msgs = consumer.wait_for(len(expected), timeout=60)
         time.sleep(1.0)
         msgs = consumer.messages()
-    assert sorted(m["body"] for m in msgs) == [b"TagA-0", b"TagA-4", b"TagB-2"]
+    assert sorted(m["body"] for m in msgs) == expected
 
 
 def test_two_consumers_of_one_group_share_the_queues(serve: str, topic_of) -> None:

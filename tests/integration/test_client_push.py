@@ -566,31 +566,38 @@ def test_tag_filter_delivers_matching_tags_and_star_delivers_untagged(
     namesrv, broker = addrs
     topic = "TopicTagFilter"
     create_topic(broker, topic, 2)
-    tags = ["TagA", "TagB", "TagC", None, "TagAB", "taga"]
+    tags = ["TagA", "TagB", "TagC", None, "TagAB", "taga", "*"]
 
     async def scenario() -> None:
         async with Producer("PG_TAGS", client_config=fast_config(namesrv)) as producer:
-            for i in range(24):
+            for i in range(28):
                 tag = tags[i % len(tags)]
                 await producer.send(Message(topic, f"{tag}-{i}".encode(), tags=tag))
-        some, every = Recorder(), Recorder()
+        some, every, star = Recorder(), Recorder(), Recorder()
         first = "CONSUME_FROM_FIRST_OFFSET"
         c1 = consumer(namesrv, "CG_TAG_AB", topic, some, "TagA || TagB", consume_from_where=first)
         c2 = consumer(namesrv, "CG_TAG_ALL", topic, every, "*", consume_from_where=first)
+        # As in RocketMQ, "*" means every tag only as the whole expression.
+        c3 = consumer(namesrv, "CG_TAG_STAR", topic, star, "TagA || *", consume_from_where=first)
         await c1.start()
         await c2.start()
+        await c3.start()
         try:
-            await eventually(lambda: len(some.done) >= 8 and len(every.done) >= 24)
+            await eventually(
+                lambda: len(some.done) >= 8 and len(every.done) >= 28 and len(star.done) >= 8
+            )
             await asyncio.sleep(1.0)
         finally:
             await c1.shutdown()
             await c2.shutdown()
+            await c3.shutdown()
         assert sorted(m.tags or "" for m in some.done) == ["TagA"] * 4 + ["TagB"] * 4
-        assert len(every.done) == 24
+        assert len(every.done) == 28
         untagged = [m for m in every.done if m.tags is None]
         assert sorted(m.body for m in untagged) == sorted(
-            f"None-{i}".encode() for i in range(24) if tags[i % len(tags)] is None
+            f"None-{i}".encode() for i in range(28) if tags[i % len(tags)] is None
         )
+        assert sorted(m.tags or "" for m in star.done) == ["*"] * 4 + ["TagA"] * 4
 
     run(scenario)
 

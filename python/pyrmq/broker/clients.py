@@ -42,8 +42,9 @@ class Subscription:
         expr = (expression or "").strip()
         if expr in ("", "*"):
             return cls(topic, "*", None)
+        # As RocketMQ: "*" is "all" only as the whole expression; within one it is a tag.
         tags = [t.strip() for t in expr.split("||") if t.strip()]
-        if not tags or "*" in tags:
+        if not tags:
             return cls(topic, "*", None)
         return cls(topic, expr, tuple(_core.java_string_hash(t) for t in tags))
 

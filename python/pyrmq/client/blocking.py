@@ -782,7 +782,7 @@ class _PullMember:
 
 def _tag_filter(expression: str) -> frozenset[str] | None:
     tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
-    return None if not tags or "*" in tags else tags
+    return None if not tags or expression.strip() == "*" else tags
 
 
 class PullConsumer(_Client):

@@ -3,8 +3,10 @@
 >>> sub = Subscription.parse("T", " TagA || TagB || TagA ")
 >>> (sub.expression, sub.tags)
 ('TagA || TagB', ('TagA', 'TagB'))
->>> Subscription.parse("T", "TagA || *").tags
+>>> Subscription.parse("T", " * ").tags
 ()
+>>> Subscription.parse("T", "TagA || *").tags  # within an expression, "*" is a tag
+('TagA', '*')
 """
 
 import dataclasses
@@ -37,7 +39,8 @@ class Subscription:
     def parse(cls, topic: str, expression: str | None) -> "Subscription":
         tags = tuple(dict.fromkeys(t.strip() for t in (expression or "").split("||") if t.strip()))
         version = time.time_ns() // 1_000_000
-        if not tags or "*" in tags:
+        # As RocketMQ: "*" means every tag only as the whole expression.
+        if not tags or (expression or "").strip() == "*":
             return cls(topic, "*", (), version)
         return cls(topic, " || ".join(tags), tags, version)
 

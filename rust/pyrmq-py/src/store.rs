@@ -450,21 +450,21 @@ impl Bounded for usize {
 fn tag_codes(tags: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
     let Some(t) = tags else { return Ok(None) };
     let names: Vec<String> = if let Ok(s) = t.cast::<PyString>() {
-        let s = s.to_str()?.trim().to_owned();
-        if s.is_empty() || s == "*" {
-            return Ok(None);
-        }
-        s.split("||")
+        // As RocketMQ: "*" means every tag only as the whole expression; within one it is a tag.
+        let s = s.to_str()?.trim();
+        let names: Vec<String> = s
+            .split("||")
             .map(|p| p.trim().to_owned())
             .filter(|p| !p.is_empty())
-            .collect()
+            .collect();
+        if names.is_empty() || s == "*" {
+            return Ok(None);
+        }
+        names
     } else {
         t.extract()
             .map_err(|_| errors::illegal("tags must be a str or a sequence of str"))?
     };
-    if names.iter().any(|n| n == "*") {
-        return Ok(None);
-    }
     Ok(Some(
         names.iter().map(|n| message::tags_code(Some(n))).collect(),
     ))
