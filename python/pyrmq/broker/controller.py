@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.config import BrokerConfig
@@ -18,6 +17,7 @@ from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processors.pull import PullProcessor
 from pyrmq.broker.processors.send import SendProcessor
 from pyrmq.broker.services.hold import PullHoldService
+from pyrmq.broker.services.stats import BrokerStats
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.topics import TopicTable
 from pyrmq.errors import RemotingError
@@ -31,8 +31,6 @@ from pyrmq.store import FlushWaiter, MessageStore, PutResult
 __all__ = ["BrokerController"]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 # Client liveness is checked this often (RocketMQ's ClientHousekeepingService: 10 s).
 CLIENT_SCAN_INTERVAL_S = 10.0
@@ -57,6 +55,7 @@ class BrokerController:
             default_topic_queue_nums=config.default_topic_queue_nums,
         )
         self.offsets = OffsetTable(self._root / "config" / "consumerOffset.json")
+        self.stats = BrokerStats()
         self._store: MessageStore | None = None
         self._hold: PullHoldService | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -117,6 +116,7 @@ class BrokerController:
             loop.create_task(self._registration_loop()),
             loop.create_task(self._persist_offsets_loop()),
             loop.create_task(self._client_scan_loop()),
+            loop.create_task(self._stats_loop()),
         ]
         log.info(
             "broker started name=%s id=%s address=%s",
@@ -153,11 +153,12 @@ class BrokerController:
         ``wait_for_flush=False`` and answer through :meth:`when_durable`."""
         return self.config.store.flush_disk_type == "SYNC_FLUSH"
 
-    def put_now(self, fn: Callable[[], T]) -> T:
+    def put_now(self, fn: Callable[[], PutResult]) -> PutResult:
         """Runs a store append in the loop (a page-cache write: it never waits for the disk
         when called with ``wait_for_flush=False``), then answers the held pulls it woke before
         the caller answers the send."""
         result = fn()
+        self.stats.stored(result.count, result.wrote_bytes)
         if self._hold is not None:
             self._hold.answer_ready()
         return result
@@ -285,3 +286,8 @@ class BrokerController:
             now = int(time.time() * 1000)
             for group in self.clients.expire(now, self.config.channel_expired_timeout_ms):
                 self.notify_consumer_ids_changed(group)
+
+    async def _stats_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.stats.sample()

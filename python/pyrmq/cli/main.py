@@ -3,6 +3,7 @@
 import click
 
 from pyrmq import __version__
+from pyrmq.cli.commands.admin import admin
 from pyrmq.cli.commands.bench import bench
 from pyrmq.cli.commands.serve import broker, namesrv, serve
 from pyrmq.cli.commands.store_demo import store_demo
@@ -19,6 +20,7 @@ main.add_command(serve)
 main.add_command(namesrv)
 main.add_command(broker)
 main.add_command(bench)
+main.add_command(admin)
 
 if __name__ == "__main__":
     main()

@@ -33,12 +33,14 @@ from pyrmq.errors import HeaderError
 __all__ = [
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
+    "GetConsumeStatsRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetConsumerRunningInfoRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetMaxOffsetRequestHeader",
     "GetMinOffsetRequestHeader",
     "GetRouteInfoRequestHeader",
+    "GetTopicStatsInfoRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueryConsumerOffsetRequestHeader",
@@ -975,3 +977,34 @@ class ViewMessageRequestHeader:
 
     def to_ext(self) -> dict[str, str]:
         return _ext([("offset", self.offset)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetTopicStatsInfoRequestHeader:
+    """GET_TOPIC_STATS_INFO (202): each queue's offsets and last store time."""
+
+    topic: str
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        return cls(topic=_Fields(cls.__name__, ext).text("topic"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("topic", self.topic)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetConsumeStatsRequestHeader:
+    """GET_CONSUME_STATS (208): a group's progress per queue, on one topic or (``topic``
+    blank) on every topic it has committed offsets for."""
+
+    consumer_group: str
+    topic: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(consumer_group=f.text("consumerGroup"), topic=f.opt_text("topic"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("consumerGroup", self.consumer_group), ("topic", self.topic)])

@@ -38,6 +38,12 @@ class OffsetTable:
         with self._lock:
             return self._table.get(self._key(group, topic), {}).get(queue_id)
 
+    def topics(self, group: str) -> list[str]:
+        """The topics ``group`` has committed offsets on (RocketMQ's whichTopicByConsumer)."""
+        suffix = f"@{group}"
+        with self._lock:
+            return sorted(k[: -len(suffix)] for k in self._table if k.endswith(suffix))
+
     def encode(self, *, force: bool = False) -> bytes | None:
         """The table as the file's JSON, or None when nothing changed since the last call.
 

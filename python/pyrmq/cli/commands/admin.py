@@ -1,0 +1,147 @@
+"""``pyrmq admin``: the cluster's brokers, a topic's queues, a group's lag and a broker's
+figures, as RocketMQ's ``mqadmin clusterList``, ``topicStatus``, ``consumerProgress`` and
+``brokerStatus`` print them."""
+
+import asyncio
+import datetime
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import click
+
+from pyrmq.client.admin import Admin
+from pyrmq.errors import PyrmqError
+
+T = TypeVar("T")
+
+_NAMESRV = click.option(
+    "-n",
+    "--namesrv-addr",
+    default="127.0.0.1:9876",
+    show_default=True,
+    help="Name servers, host:port;host:port.",
+)
+
+
+def _ask(namesrv_addr: str, question: Callable[[Admin], Awaitable[T]]) -> T:
+    async def run() -> T:
+        async with Admin(namesrv_addr) as admin:
+            return await question(admin)
+
+    try:
+        return asyncio.run(run())
+    except PyrmqError as e:
+        raise click.ClickException(str(e)) from e
+
+
+def _time(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+
+
+def _table(rows: list[tuple[object, ...]]) -> None:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+@click.group("admin")
+def admin() -> None:
+    """Ask a running cluster for its brokers, offsets and lag."""
+
+
+@admin.command("cluster-list")
+@_NAMESRV
+def cluster_list(namesrv_addr: str) -> None:
+    """Every broker, with its message totals and rates."""
+
+    async def question(a: Admin) -> list[tuple[object, ...]]:
+        rows: list[tuple[object, ...]] = [
+            ("#Cluster", "#Broker", "#BID", "#Addr", "#InTPS", "#OutTPS", "#InTotalToday")
+        ]
+        for broker in await a.clusters():
+            for bid, addr in sorted(broker.addrs.items()):
+                info = await a.broker_runtime_info(addr)
+                rows.append(
+                    (
+                        broker.cluster,
+                        broker.broker_name,
+                        bid,
+                        addr,
+                        info.get("putTps", "0").split(" ")[0],
+                        info.get("getTransferedTps", "0").split(" ")[0],
+                        int(info.get("msgPutTotalTodayNow", "0"))
+                        - int(info.get("msgPutTotalTodayMorning", "0")),
+                    )
+                )
+        return rows
+
+    _table(_ask(namesrv_addr, question))
+
+
+@admin.command("topic-status")
+@_NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def topic_status(namesrv_addr: str, topic: str) -> None:
+    """Each queue's min and max offsets and last store time."""
+    status = _ask(namesrv_addr, lambda a: a.topic_status(topic))
+    rows: list[tuple[object, ...]] = [
+        ("#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated")
+    ]
+    for mq, offset in status.items():
+        rows.append(
+            (
+                mq.broker_name,
+                mq.queue_id,
+                offset.min_offset,
+                offset.max_offset,
+                _time(offset.last_update_timestamp),
+            )
+        )
+    _table(rows)
+
+
+@admin.command("consumer-progress")
+@_NAMESRV
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option("-t", "--topic", help="Only this topic [default: every topic of the group].")
+def consumer_progress(namesrv_addr: str, group: str, topic: str | None) -> None:
+    """The group's offset against each queue's max offset, and the difference (lag)."""
+    progress = _ask(namesrv_addr, lambda a: a.consumer_progress(group, topic))
+    rows: list[tuple[object, ...]] = [
+        (
+            "#Topic",
+            "#Broker Name",
+            "#QID",
+            "#Broker Offset",
+            "#Consumer Offset",
+            "#Diff",
+            "#LastTime",
+        )
+    ]
+    for mq, p in progress.items():
+        rows.append(
+            (
+                mq.topic,
+                mq.broker_name,
+                mq.queue_id,
+                p.broker_offset,
+                p.consumer_offset,
+                p.lag,
+                _time(p.last_timestamp),
+            )
+        )
+    _table(rows)
+    click.echo(f"Diff Total: {sum(p.lag for p in progress.values())}")
+
+
+@admin.command("broker-status")
+@_NAMESRV
+@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+def broker_status(namesrv_addr: str, broker_addr: str) -> None:
+    """The broker's runtime figures, one ``key : value`` per line."""
+    info = _ask(namesrv_addr, lambda a: a.broker_runtime_info(broker_addr))
+    width = max(map(len, info), default=0)
+    for key in sorted(info):
+        click.echo(f"{key.ljust(width)} : {info[key]}")

@@ -1,0 +1,199 @@
+"""What operators ask a cluster, as RocketMQ's ``mqadmin`` asks it: the brokers of each cluster
+(``clusterList``), each queue's offsets (``topicStatus``), a consumer group's lag
+(``consumerProgress``) and a broker's runtime figures (``brokerStatus``).
+
+Example (against a running ``pyrmq serve``)::
+
+    async with Admin("127.0.0.1:9876") as admin:
+        for mq, progress in (await admin.consumer_progress("my-group")).items():
+            print(mq, progress.lag)
+"""
+
+import dataclasses
+import json
+import re
+from types import TracebackType
+from typing import Any, Self
+
+from pyrmq.client.api import LANGUAGE
+from pyrmq.client.message import MessageQueue
+from pyrmq.client.route import TopicRoute, loads_loose_json
+from pyrmq.errors import BrokerError, NoRouteError, PyrmqError
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+__all__ = ["Admin", "ClusterBroker", "ConsumerProgress", "TopicOffset", "loads_queue_table"]
+
+MASTER_ID = 0
+
+# A flat JSON object used as a map key: fastjson writes Map<MessageQueue, V> this way.
+_OBJECT_KEY = re.compile(r"(\{[^{}]*\})(?=\s*:)")
+
+
+def loads_queue_table(body: bytes | str, field: str = "offsetTable") -> dict[MessageQueue, Any]:
+    """Field ``field`` of a JSON object: a map whose keys are MessageQueue objects. That is
+    not valid JSON; it is how fastjson writes ``Map<MessageQueue, V>``.
+
+    >>> loads_queue_table(
+    ...     b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:{"maxOffset":7}}}'
+    ... )
+    {MessageQueue(topic='T', broker_name='b', queue_id=1): {'maxOffset': 7}}
+    """
+    raw = body.decode() if isinstance(body, bytes) else body
+    quoted = _OBJECT_KEY.sub(lambda m: json.dumps(m.group(1)), raw)
+    out = {}
+    for key, value in (json.loads(quoted).get(field) or {}).items():
+        mq = json.loads(key)
+        out[MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"]))] = value
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicOffset:
+    """One queue of a topic: the offsets it holds and when its last message was stored."""
+
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+    """Store time (ms) of the queue's last message; 0 when it is empty."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerProgress:
+    """A consumer group on one queue: the broker's max offset against the group's."""
+
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+    """Store time (ms) of the last message the group consumed; 0 when unknown."""
+
+    @property
+    def lag(self) -> int:
+        """Messages stored in the queue that the group has not consumed."""
+        return max(self.broker_offset - self.consumer_offset, 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterBroker:
+    """One broker name of a cluster and its addresses by broker id (0 = master)."""
+
+    cluster: str
+    broker_name: str
+    addrs: dict[int, str]
+
+
+class Admin:
+    """Asks the name servers where brokers are and the brokers for their statistics."""
+
+    def __init__(self, namesrv_addr: str = "127.0.0.1:9876", *, timeout_s: float = 3.0) -> None:
+        self.namesrv_addrs = [a.strip() for a in re.split(r"[;,]", namesrv_addr) if a.strip()]
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address given")
+        self.timeout_s = timeout_s
+        self._remoting = RemotingClient()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._remoting.close()
+
+    async def _call(
+        self, addr: str, code: int, ext: dict[str, str] | None = None
+    ) -> RemotingCommand:
+        request = RemotingCommand.request(code, ext)
+        request.language = LANGUAGE
+        return await self._remoting.invoke(addr, request, self.timeout_s)
+
+    async def _ask_namesrv(self, code: int, ext: dict[str, str] | None = None) -> RemotingCommand:
+        last: Exception | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                return await self._call(addr, code, ext)
+            except PyrmqError as e:
+                last = e
+        raise NoRouteError(f"no name server answered: {last}") from last
+
+    @staticmethod
+    def _check(addr: str, response: RemotingCommand) -> RemotingCommand:
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark, addr)
+        return response
+
+    async def clusters(self) -> list[ClusterBroker]:
+        """Every broker name the name servers know, by cluster then name."""
+        response = await self._ask_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        self._check(self.namesrv_addrs[0], response)
+        raw = loads_loose_json(response.body) if response.body else {}
+        brokers = []
+        for name, data in (raw.get("brokerAddrTable") or {}).items():
+            addrs = {int(k): str(v) for k, v in (data.get("brokerAddrs") or {}).items()}
+            brokers.append(ClusterBroker(str(data.get("cluster", "")), name, addrs))
+        return sorted(brokers, key=lambda b: (b.cluster, b.broker_name))
+
+    async def _masters(self) -> list[str]:
+        return [b.addrs[MASTER_ID] for b in await self.clusters() if MASTER_ID in b.addrs]
+
+    async def topic_status(self, topic: str) -> dict[MessageQueue, TopicOffset]:
+        """Every queue of ``topic`` on every broker that holds it; NoRouteError if none does."""
+        response = await self._ask_namesrv(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
+        )
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise NoRouteError(f"no broker holds topic {topic}")
+        self._check(self.namesrv_addrs[0], response)
+        route = TopicRoute.parse(topic, response.body)
+        header = GetTopicStatsInfoRequestHeader(topic=topic).to_ext()
+        out: dict[MessageQueue, TopicOffset] = {}
+        for data in route.brokers.values():
+            if data.master is None:
+                continue
+            answer = self._check(
+                data.master,
+                await self._call(data.master, RequestCode.GET_TOPIC_STATS_INFO, header),
+            )
+            table = loads_queue_table(answer.body)
+            for mq, v in table.items():
+                out[mq] = TopicOffset(
+                    int(v.get("minOffset", 0)),
+                    int(v.get("maxOffset", 0)),
+                    int(v.get("lastUpdateTimestamp", 0)),
+                )
+        return dict(sorted(out.items()))
+
+    async def consumer_progress(
+        self, group: str, topic: str | None = None
+    ) -> dict[MessageQueue, ConsumerProgress]:
+        """The group's progress on ``topic``, or on every topic it has committed offsets for,
+        from every master broker."""
+        header = GetConsumeStatsRequestHeader(consumer_group=group, topic=topic).to_ext()
+        out: dict[MessageQueue, ConsumerProgress] = {}
+        for addr in await self._masters():
+            answer = self._check(
+                addr, await self._call(addr, RequestCode.GET_CONSUME_STATS, header)
+            )
+            table = loads_queue_table(answer.body)
+            for mq, v in table.items():
+                out[mq] = ConsumerProgress(
+                    int(v.get("brokerOffset", 0)),
+                    int(v.get("consumerOffset", 0)),
+                    int(v.get("lastTimestamp", 0)),
+                )
+        return dict(sorted(out.items()))
+
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        """The broker's runtime KVTable (``mqadmin brokerStatus``): store offsets, message
+        totals and rates, disk use."""
+        answer = self._check(addr, await self._call(addr, RequestCode.GET_BROKER_RUNTIME_INFO))
+        table = json.loads(answer.body).get("table") or {}
+        return {str(k): str(v) for k, v in table.items()}

@@ -1,0 +1,264 @@
+"""Cluster statistics against a real ``pyrmq serve``: topic status, consumer progress (lag) and
+the broker's runtime figures, through :class:`pyrmq.client.admin.Admin` and ``pyrmq admin``."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tests import helpers
+from tests.compat.servers import create_topic, serving
+from tests.helpers import fast_config
+
+from pyrmq.client.admin import Admin
+from pyrmq.client.api import ClientAPI, PullStatus
+from pyrmq.client.message import Message, MessageQueue, SendResult, SendStatus
+from pyrmq.client.producer import Producer
+from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.errors import NoRouteError
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.headers import PullMessageRequestHeader
+from pyrmq.remoting.protocol import PullSysFlag
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+run = helpers.run
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with serving(tmp_path_factory.mktemp("serve")) as proc:
+        yield proc
+
+
+@pytest.fixture
+def addrs(server: Any) -> tuple[str, str]:
+    namesrv, broker = server.addresses()
+    return namesrv, broker
+
+
+async def send(namesrv: str, topic: str, count: int) -> list[SendResult]:
+    async with Producer(f"PG_{topic}", client_config=fast_config(namesrv)) as producer:
+        results = [await producer.send(Message(topic, f"m{i}".encode())) for i in range(count)]
+    assert all(r.status is SendStatus.OK for r in results)
+    return results
+
+
+def per_queue(results: list[SendResult]) -> collections.Counter[int]:
+    return collections.Counter(r.message_queue.queue_id for r in results if r.message_queue)
+
+
+def test_topic_status_gives_each_queue_its_offsets_and_last_store_time(
+    addrs: tuple[str, str],
+) -> None:
+    namesrv, broker = addrs
+    topic = "TopicAdminStatus"
+    create_topic(broker, topic, 3)
+
+    async def scenario() -> None:
+        before = time.time_ns() // 1_000_000
+        results = await send(namesrv, topic, 7)
+        after = time.time_ns() // 1_000_000
+        counts = per_queue(results)
+        broker_name = results[0].message_queue.broker_name  # type: ignore[union-attr]
+        async with Admin(namesrv) as admin:
+            status = await admin.topic_status(topic)
+            assert sorted(status) == [MessageQueue(topic, broker_name, q) for q in range(3)]
+            for mq, offset in status.items():
+                assert (offset.min_offset, offset.max_offset) == (0, counts[mq.queue_id])
+                if counts[mq.queue_id]:
+                    assert before <= offset.last_update_timestamp <= after
+                else:
+                    assert offset.last_update_timestamp == 0
+            with pytest.raises(NoRouteError, match="TopicAdminMissing"):
+                await admin.topic_status("TopicAdminMissing")
+
+    run(scenario)
+
+
+async def commit(broker: str, group: str, mq: MessageQueue, offset: int) -> None:
+    remoting = RemotingClient()
+    try:
+        await ClientAPI(remoting).update_consumer_offset(broker, group, mq, offset, oneway=False)
+    finally:
+        await remoting.close()
+
+
+def test_consumer_progress_is_the_lag_of_the_committed_offsets(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic, group = "TopicAdminLag", "CG_ADMIN_LAG"
+    create_topic(broker, topic, 2)
+
+    async def scenario() -> None:
+        before = time.time_ns() // 1_000_000
+        results = await send(namesrv, topic, 10)
+        after = time.time_ns() // 1_000_000
+        counts = per_queue(results)
+        broker_name = results[0].message_queue.broker_name  # type: ignore[union-attr]
+        q0 = MessageQueue(topic, broker_name, 0)
+        await commit(broker, group, q0, 3)
+        async with Admin(namesrv) as admin:
+            progress = await admin.consumer_progress(group)
+            assert sorted(progress) == [q0, MessageQueue(topic, broker_name, 1)]
+            first, second = progress[q0], progress[MessageQueue(topic, broker_name, 1)]
+            assert (first.broker_offset, first.consumer_offset) == (counts[0], 3)
+            assert first.lag == counts[0] - 3
+            assert (second.consumer_offset, second.lag) == (0, counts[1])
+            # The store time of the last message consumed (offset 2); none consumed on 1.
+            assert before <= first.last_timestamp <= after
+            assert second.last_timestamp == 0
+            # A topic named, and a group with no offsets anywhere.
+            assert await admin.consumer_progress(group, topic) == progress
+            assert await admin.consumer_progress("CG_ADMIN_NOBODY") == {}
+
+    run(scenario)
+
+
+def test_a_consumer_that_caught_up_has_no_lag(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic, group = "TopicAdminCaughtUp", "CG_ADMIN_CAUGHT_UP"
+    create_topic(broker, topic, 2)
+
+    async def scenario() -> None:
+        await send(namesrv, topic, 12)
+        consumed: list[bytes] = []
+        c = PushConsumer(
+            group,
+            client_config=fast_config(namesrv),
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        )
+        c.subscribe(topic, "*", lambda msgs, ctx: consumed.extend(m.body for m in msgs))
+        async with Admin(namesrv) as admin:
+            await c.start()
+            try:
+
+                async def lag() -> int:
+                    progress = await admin.consumer_progress(group, topic)
+                    total = sum(p.broker_offset for p in progress.values())
+                    return sum(p.lag for p in progress.values()) if total == 12 else -1
+
+                deadline = time.monotonic() + 30
+                while await lag() != 0:
+                    assert time.monotonic() < deadline, "the group's lag never reached 0"
+                    await asyncio.sleep(0.1)
+            finally:
+                await c.shutdown()
+        assert sorted(consumed) == sorted(f"m{i}".encode() for i in range(12))
+
+    run(scenario)
+
+
+async def pull_all(broker: str, broker_name: str, topic: str, queue_id: int) -> int:
+    remoting = RemotingClient()
+    try:
+        header = PullMessageRequestHeader(
+            consumer_group="CG_ADMIN_PULL",
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=0,
+            max_msg_nums=32,
+            sys_flag=int(PullSysFlag.SUBSCRIPTION),
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            sub_version=0,
+            subscription="*",
+        )
+        result = await ClientAPI(remoting).pull(broker, broker_name, header, 3.0)
+        assert result.status is PullStatus.FOUND
+        return len(result.messages)
+    finally:
+        await remoting.close()
+
+
+def test_broker_runtime_info_counts_what_was_stored_and_served(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic = "TopicAdminRuntime"
+    create_topic(broker, topic, 1)
+
+    async def scenario() -> None:
+        async with Admin(namesrv) as admin:
+            before = await admin.broker_runtime_info(broker)
+            results = await send(namesrv, topic, 9)
+            broker_name = results[0].message_queue.broker_name  # type: ignore[union-attr]
+            pulled = await pull_all(broker, broker_name, topic, 0)
+            after = await admin.broker_runtime_info(broker)
+
+            def grew(key: str) -> int:
+                return int(after[key]) - int(before[key])
+
+            assert pulled == 9
+            assert grew("msgPutTotalTodayNow") == 9
+            assert grew("putMessageTimesTotal") == 9
+            assert grew("msgGetTotalTodayNow") == 9
+            stored = grew("commitLogMaxOffset")
+            assert stored > 9 * len("m0")
+            assert grew("putMessageSizeTotal") == stored
+            assert int(after["commitLogMinOffset"]) == 0
+            assert 0 < int(after["earliestMessageTimeStamp"]) <= time.time() * 1000
+            assert 0.0 <= float(after["commitLogDiskRatio"]) <= 1.0
+            assert after["brokerVersionDesc"].startswith("V")
+            # Rates come from once-a-second samples: the puts show within two of them.
+            await asyncio.sleep(2.2)
+            rates = (await admin.broker_runtime_info(broker))["putTps"].split(" ")
+            assert len(rates) == 3
+            assert float(rates[0]) > 0
+            clusters = await admin.clusters()
+            assert [(b.broker_name, b.addrs) for b in clusters] == [(broker_name, {0: broker})]
+
+    run(scenario)
+
+
+def pyrmq_admin(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyrmq.cli.main", "admin", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_admin_command_prints_status_lag_and_figures(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic, group = "TopicAdminCli", "CG_ADMIN_CLI"
+    create_topic(broker, topic, 1)
+
+    async def scenario() -> str:
+        results = await send(namesrv, topic, 5)
+        mq = results[0].message_queue
+        assert mq is not None
+        await commit(broker, group, mq, 2)
+        return mq.broker_name
+
+    broker_name: str = asyncio.run(scenario())
+
+    status = pyrmq_admin("topic-status", "-n", namesrv, "-t", topic)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[1].split()[:4] == [broker_name, "0", "0", "5"]
+
+    progress = pyrmq_admin("consumer-progress", "-n", namesrv, "-g", group)
+    assert progress.returncode == 0, progress.stderr
+    lines = progress.stdout.splitlines()
+    assert lines[1].split()[:6] == [topic, broker_name, "0", "5", "2", "3"]
+    assert lines[-1] == "Diff Total: 3"
+
+    listed = pyrmq_admin("cluster-list", "-n", namesrv)
+    assert listed.returncode == 0, listed.stderr
+    assert [broker_name, "0", broker] == listed.stdout.splitlines()[1].split()[1:4]
+
+    figures = pyrmq_admin("broker-status", "-n", namesrv, "-b", broker)
+    assert figures.returncode == 0, figures.stderr
+    assert any(
+        line.split(" : ")[0].strip() == "commitLogMaxOffset" for line in figures.stdout.splitlines()
+    )
+
+    missing = pyrmq_admin("topic-status", "-n", namesrv, "-t", "TopicAdminCliMissing")
+    assert missing.returncode == 1
+    assert "TopicAdminCliMissing" in missing.stderr
+    assert "Traceback" not in missing.stderr
