@@ -356,6 +356,13 @@ class MessageStore:
         """Flushes everything and advances the checkpoint; returns the flushed CommitLog offset."""
     def delete_expired_files(self, now_ms: int | None = None, *, force: bool = False) -> int:
         """Runs retention as of ``now_ms``; returns the number of CommitLog segments deleted."""
+    def deliver_due(self, now_ms: int | None = None) -> int:
+        """Delivers the delayed messages due at ``now_ms`` (default: now) to their real topics;
+        returns how many. The schedule service does this by itself every 100 ms while
+        background services run."""
+    def delay_offsets(self) -> dict[int, int]:
+        """Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX (RocketMQ's
+        ``delayOffset.json``)."""
     def check_disk(self) -> float | None:
         """Re-reads disk usage and updates ``is_disk_full``.
 

@@ -262,3 +262,23 @@ def test_the_admin_command_prints_status_lag_and_figures(addrs: tuple[str, str])
     assert missing.returncode == 1
     assert "TopicAdminCliMissing" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_delay_offsets_follow_the_delivery_of_delayed_messages(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic = "TopicAdminDelay"
+    create_topic(broker, topic, 1)
+
+    async def scenario() -> None:
+        async with Producer("PG_ADMIN_DELAY", client_config=fast_config(namesrv)) as producer:
+            sent = await producer.send(Message(topic, b"later", delay_time_level=1))
+        assert sent.status is SendStatus.OK
+        async with Admin(namesrv) as admin:
+            deadline = time.monotonic() + 10
+            while (await admin.delay_offsets(broker)).get(1) != 1:
+                assert time.monotonic() < deadline, "level 1 never delivered its message"
+                await asyncio.sleep(0.1)
+            status = await admin.topic_status(topic)
+            assert [t.max_offset for t in status.values()] == [1]
+
+    run(scenario)

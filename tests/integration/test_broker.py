@@ -437,11 +437,29 @@ def test_send_back_stores_the_message_in_the_retry_topic(tmp_path: Path) -> None
                 {"group": "CG", "delayLevel": 0, "offset": str(orig.phy_offset)},
             )
             assert back.code == ResponseCode.SUCCESS, back.remark
+            # Parked for delay level 3 (10 s) first, as RocketMQ's first retry is.
+            store = c.broker.store
+            assert (await c.pull("%RETRY%CG", 0, 0)).code != ResponseCode.SUCCESS
+            [parked] = store.get("SCHEDULE_TOPIC_XXXX", 2, 0).messages()
+            assert parked.properties["REAL_TOPIC"] == "%RETRY%CG"
+            assert store.deliver_due(parked.store_timestamp_ms + 9_999) == 0
+            assert store.deliver_due(parked.store_timestamp_ms + 10_000) == 1
             [retry] = records((await c.pull("%RETRY%CG", 0, 0)).body)
             assert retry.body == b"payload"
             assert retry.reconsume_times == 1
             assert retry.properties["RETRY_TOPIC"] == "TopicRetry"
             assert retry.properties["ORIGIN_MESSAGE_ID"] == orig.msg_id
+            assert "DELAY" not in retry.properties
+            # Failed again: one level later (4, 30 s); or the level the consumer chose.
+            for level, offset in ((0, retry.phy_offset), (1, orig.phy_offset)):
+                again = await c.call(
+                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    {"group": "CG", "delayLevel": level, "offset": str(offset)},
+                )
+                assert again.code == ResponseCode.SUCCESS, again.remark
+            assert store.max_offset("SCHEDULE_TOPIC_XXXX", 3) == 1
+            [chosen] = store.get("SCHEDULE_TOPIC_XXXX", 0, 0).messages()
+            assert chosen.properties["DELAY"] == "1"
             missing = await c.call(
                 RequestCode.CONSUMER_SEND_MSG_BACK,
                 {"group": "CG", "delayLevel": 0, "offset": "999999"},

@@ -191,6 +191,13 @@ class Admin:
                 )
         return dict(sorted(out.items()))
 
+    async def delay_offsets(self, addr: str) -> dict[int, int]:
+        """Each delay level's progress on the broker at ``addr``: the next queue offset of
+        SCHEDULE_TOPIC_XXXX it will deliver."""
+        answer = self._check(addr, await self._call(addr, RequestCode.GET_ALL_DELAY_OFFSET))
+        table = loads_loose_json(answer.body).get("offsetTable") or {}
+        return {int(level): int(offset) for level, offset in table.items()}
+
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         """The broker's runtime KVTable (``mqadmin brokerStatus``): store offsets, message
         totals and rates, disk use."""

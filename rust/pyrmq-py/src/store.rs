@@ -876,6 +876,21 @@ impl PyMessageStore {
         gil::run(py, || store.delete_expired_files(now, force))
     }
 
+    /// Delivers the delayed messages due at `now_ms` (default: now) to their real topics;
+    /// returns how many. The schedule service does this by itself while background services
+    /// run.
+    #[pyo3(signature = (now_ms=None))]
+    fn deliver_due(&self, py: Python<'_>, now_ms: Option<i64>) -> PyResult<usize> {
+        let store = &self.store;
+        let now = now_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
+        gil::run(py, || store.deliver_due(now).map(|pass| pass.delivered))
+    }
+
+    /// Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX.
+    fn delay_offsets(&self) -> std::collections::BTreeMap<u32, u64> {
+        self.store.delay_offsets()
+    }
+
     /// Re-reads disk usage; returns the used fraction of the store's fullest file system.
     fn check_disk(&self) -> Option<f64> {
         self.store.check_disk()

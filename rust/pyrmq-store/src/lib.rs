@@ -3,8 +3,8 @@
 //! One append-only [`commit_log`] holds every message in RocketMQ's stored-message layout
 //! ([`message`]); a [`consume_queue`] per (topic, queue id) indexes it in 20-byte units; a key
 //! [`index`] finds messages by key. [`store::MessageStore`] ties them together with recovery
-//! ([`checkpoint`]), retention, background flushing ([`services`]) and arrival events
-//! ([`wakeup`]) for long polling.
+//! ([`checkpoint`]), retention, delayed-message delivery ([`schedule`]), background flushing
+//! ([`services`]) and arrival events ([`wakeup`]) for long polling.
 
 pub mod checkpoint;
 pub mod clock;
@@ -20,6 +20,7 @@ pub mod mapped_file_queue;
 pub mod message;
 pub mod populate;
 pub mod queue_map;
+pub mod schedule;
 mod services;
 pub mod store;
 pub mod wakeup;

@@ -1,6 +1,7 @@
 //! Background services: CommitLog flush (periodic, or group commit under SYNC_FLUSH), the
 //! ConsumeQueue/index flush that advances the checkpoint, CommitLog and ConsumeQueue pages
-//! populated ahead of their writers, and retention with the disk check.
+//! populated ahead of their writers, delayed-message delivery, and retention with the disk
+//! check.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -106,6 +107,25 @@ impl Services {
         let i = inner.clone();
         threads.push(spawn("pyrmq-populate", move || {
             i.commit_log.populator().run();
+        }));
+
+        let (s, i) = (stop.clone(), inner.clone());
+        threads.push(spawn("pyrmq-schedule", move || {
+            // As RocketMQ's ScheduleMessageService: look again within 100 ms, sooner when a
+            // message falls due; after a failed put (a full disk), in 10 s.
+            loop {
+                let now = clock::now_ms();
+                let pass = i.deliver_due(now);
+                let wait_ms = if pass.failed {
+                    10_000
+                } else {
+                    pass.next_due_ms
+                        .map_or(100, |due| (due - now).clamp(1, 100)) as u64
+                };
+                if s.sleep(Duration::from_millis(wait_ms)) {
+                    break;
+                }
+            }
         }));
 
         let (s, i) = (stop.clone(), inner.clone());

@@ -1,10 +1,11 @@
 //! `MessageStore`: the CommitLog, its ConsumeQueues and key index, recovery and retention.
 //!
 //! Lock order (never take an earlier lock while holding a later one):
+//! 0. a delayed-delivery pass
 //! 1. the CommitLog put lock
 //! 2. the queue table (`queues`)
 //! 3. a MappedFileQueue's segment list
-//! 4. the index mutex, the arrivals mutex
+//! 4. the index mutex, the arrivals mutex, the delay offsets
 //!
 //! See LOCKING.md for the reasoning.
 
@@ -34,6 +35,7 @@ use crate::message::{
     SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
 };
 use crate::queue_map::QueueMap;
+use crate::schedule::{self, DelayOffsets, Pass};
 use crate::services::Services;
 use crate::wakeup::{Arrival, Arrivals};
 
@@ -137,6 +139,8 @@ pub(crate) struct Inner {
     checkpoint: CheckpointFile,
     arrivals: Arrivals,
     hold: HoldTable,
+    /// Progress of delayed-message delivery, per delay level.
+    delays: DelayOffsets,
     /// CommitLog offset up to which every record's units and index entries are written.
     dispatched: AtomicU64,
     closed: AtomicBool,
@@ -201,6 +205,7 @@ impl MessageStore {
         };
         let arrivals =
             Arrivals::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
+        let delays = DelayOffsets::load(&root.join("config").join("delayOffset.json"))?;
         let inner = Inner {
             config,
             commit_log,
@@ -209,6 +214,7 @@ impl MessageStore {
             checkpoint,
             arrivals,
             hold: HoldTable::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?,
+            delays,
             dispatched: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             disk_full: AtomicBool::new(false),
@@ -288,6 +294,18 @@ impl MessageStore {
     pub fn get(&self, req: &GetRequest<'_>) -> StoreResult<GetOutcome> {
         self.inner.check_open()?;
         Ok(self.inner.get(req))
+    }
+
+    /// Delivers the delayed messages due at `now_ms` to their real topics (the store's
+    /// schedule service does this on its own every 100 ms while background services run).
+    pub fn deliver_due(&self, now_ms: i64) -> StoreResult<Pass> {
+        self.inner.check_open()?;
+        Ok(self.inner.deliver_due(now_ms))
+    }
+
+    /// Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX (RocketMQ's delayOffset).
+    pub fn delay_offsets(&self) -> std::collections::BTreeMap<u32, u64> {
+        self.inner.delays.snapshot()
     }
 
     /// The raw record at `phy_offset`, CRC-checked; `None` if no record starts there.
@@ -624,7 +642,7 @@ impl Inner {
             .unwrap_or(0)
     }
 
-    fn queue(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
+    pub(crate) fn queue(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
         self.queues.read().get(topic, queue_id).cloned()
     }
 
@@ -1028,6 +1046,16 @@ impl Inner {
         })
     }
 
+    /// A put by the store itself (a delayed message falling due): reserved topics allowed;
+    /// under `SYNC_FLUSH` its flush is requested, not waited for.
+    pub(crate) fn put_internal(&self, msgs: &[MessageInput<'_>]) -> StoreResult<PutOutcome> {
+        self.put(msgs, true, clock::now_ms(), false)
+    }
+
+    pub(crate) fn deliver_due(&self, now_ms: i64) -> Pass {
+        schedule::deliver_due(self, &self.delays, now_ms)
+    }
+
     /// Makes a queue's units below `next` visible and tells the long-polling side.
     fn publish_queue(&self, q: &ConsumeQueue, next: u64, tags: &[i64]) {
         q.publish(next);
@@ -1124,7 +1152,12 @@ impl Inner {
 
     pub(crate) fn flush_all(&self) -> StoreResult<u64> {
         let dispatched = self.dispatched.load(Ordering::Acquire);
+        // Taken before the flush, so that every delivery they count is durable when they are.
+        let delay_offsets = self.delays.take_changed();
         let cl_flushed = self.commit_log.flush()?;
+        if let Some(offsets) = delay_offsets {
+            self.delays.persist(&offsets)?;
+        }
         let queues: Vec<_> = self.queues.read().values().cloned().collect();
         for q in queues {
             q.flush()?;
@@ -1247,7 +1280,7 @@ impl Inner {
         out
     }
 
-    fn look(&self, phy: u64) -> StoreResult<Option<Vec<u8>>> {
+    pub(crate) fn look(&self, phy: u64) -> StoreResult<Option<Vec<u8>>> {
         let Some(raw) = self.commit_log.read_record(phy)? else {
             return Ok(None);
         };

@@ -1,6 +1,6 @@
 """Topic administration, message lookup, offset reset and statistics: UPDATE_AND_CREATE_TOPIC,
 QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, INVOKE_BROKER_TO_RESET_OFFSET, GET_TOPIC_STATS_INFO,
-GET_CONSUME_STATS, GET_BROKER_RUNTIME_INFO."""
+GET_CONSUME_STATS, GET_BROKER_RUNTIME_INFO, GET_ALL_DELAY_OFFSET."""
 
 import json
 import logging
@@ -49,6 +49,13 @@ class AdminProcessor:
         server.register(RequestCode.GET_TOPIC_STATS_INFO, self.topic_stats)
         server.register(RequestCode.GET_CONSUME_STATS, self.consume_stats)
         server.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info)
+        server.register(RequestCode.GET_ALL_DELAY_OFFSET, self.delay_offsets)
+
+    async def delay_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Each delay level's progress in SCHEDULE_TOPIC_XXXX, as RocketMQ's delayOffset.json."""
+        table = {str(level): offset for level, offset in self.broker.store.delay_offsets().items()}
+        body = json.dumps({"offsetTable": table}, separators=(",", ":")).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def topic_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Each write queue's min and max offsets and the store time of its last message."""

@@ -174,17 +174,17 @@ class SendProcessor:
         except (MessageIllegalError, StoreError) as e:
             return self._put_failed(request, e, topic, queue_id)
         if broker.puts_wait_for_disk:
-            return self._answer_when_durable(request, result)
-        return self._stored(request, result)
+            return self._answer_when_durable(request, result, queue_id)
+        return self._stored(request, result, queue_id)
 
     def _answer_when_durable(
-        self, request: RemotingCommand, result: PutResult
+        self, request: RemotingCommand, result: PutResult, queue_id: int
     ) -> asyncio.Future[RemotingCommand]:
         answer: asyncio.Future[RemotingCommand] = self.broker.loop.create_future()
 
         def flushed(durable: bool) -> None:
             if not answer.done():
-                answer.set_result(self._stored(request, result, durable=durable))
+                answer.set_result(self._stored(request, result, queue_id, durable=durable))
 
         self.broker.when_durable(result, flushed)
         return answer
@@ -200,8 +200,10 @@ class SendProcessor:
         return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
 
     def _stored(
-        self, request: RemotingCommand, result: PutResult, *, durable: bool = True
+        self, request: RemotingCommand, result: PutResult, queue_id: int, *, durable: bool = True
     ) -> RemotingCommand:
+        """The send's answer. As RocketMQ's, it names the queue the send asked for (or the DLQ's)
+        even when the store parked a delayed message in SCHEDULE_TOPIC_XXXX."""
         code = ResponseCode.SUCCESS
         if not durable or result.status is PutStatus.FLUSH_DISK_TIMEOUT:
             code = ResponseCode.FLUSH_DISK_TIMEOUT
@@ -210,7 +212,7 @@ class SendProcessor:
             code,
             ext_fields={
                 "msgId": result.msg_ids_joined,
-                "queueId": str(result.queue_id),
+                "queueId": str(queue_id),
                 "queueOffset": str(result.queue_offset),
                 "MSG_REGION": "DefaultRegion",
                 "TRACE_ON": "true",
@@ -262,11 +264,13 @@ class SendProcessor:
             topic = DLQ_PREFIX + group
         else:
             topic = RETRY_PREFIX + group
+            # Parked by the store until due: level 3 (10 s) for a first retry, one level more
+            # for each further one, unless the consumer chose a level.
+            level = header.delay_level or 3 + original.reconsume_times
+            props["DELAY"] = str(level)
         _, created = broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
         if created:
             broker.request_registration()
-        # Until the schedule service exists, retries go straight to %RETRY%<group>: the
-        # consumer gets them again at once rather than after their delay level.
         try:
             _, durable = await broker.put(
                 lambda: broker.store.put(

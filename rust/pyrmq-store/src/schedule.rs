@@ -1,0 +1,271 @@
+//! Delayed messages: delivery from SCHEDULE_TOPIC_XXXX when they fall due.
+//!
+//! `put` parks a message with a `DELAY` level in queue `level - 1` of SCHEDULE_TOPIC_XXXX, its
+//! unit's tag-code field holding the due time. One level has one delay, so each queue is in due
+//! order: a pass delivers each queue from its offset up to the first unit not yet due, storing
+//! the message again under its real topic and queue (`REAL_TOPIC`, `REAL_QID`) without its
+//! `DELAY`, as RocketMQ's ScheduleMessageService does. Delivery is at least once: the offsets
+//! are persisted (`config/delayOffset.json`) only up to records the CommitLog flush covered, so
+//! a crash may deliver a message twice, never lose one.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::error::{StoreError, StoreResult};
+use crate::message::{
+    self, MessageInput, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+};
+use crate::store::{Inner, SCHEDULE_TOPIC};
+
+/// What one pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Messages stored again under their real topic.
+    pub delivered: usize,
+    /// The earliest due time of a message left waiting, if any.
+    pub next_due_ms: Option<i64>,
+    /// A level stopped on an error worth retrying (a full disk, say): its message waits.
+    pub failed: bool,
+}
+
+/// Each level's next queue offset to deliver, and the file that keeps them.
+pub(crate) struct DelayOffsets {
+    path: PathBuf,
+    offsets: Mutex<BTreeMap<u32, u64>>,
+    dirty: AtomicBool,
+    /// Held for a whole pass: passes never overlap, so none delivers a message twice.
+    pass: Mutex<()>,
+}
+
+impl DelayOffsets {
+    /// Reads `path` (RocketMQ's `{"offsetTable":{"1":5,...}}`); a missing file is no progress.
+    pub(crate) fn load(path: &Path) -> StoreResult<Self> {
+        let offsets = match std::fs::read(path) {
+            Ok(bytes) => parse(&bytes).map_err(|why| {
+                StoreError::Config(format!("delay offsets {}: {why}", path.display()))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(StoreError::io("reading", path, e)),
+        };
+        Ok(Self {
+            path: path.to_owned(),
+            offsets: Mutex::new(offsets),
+            dirty: AtomicBool::new(false),
+            pass: Mutex::new(()),
+        })
+    }
+
+    pub(crate) fn snapshot(&self) -> BTreeMap<u32, u64> {
+        self.offsets.lock().clone()
+    }
+
+    fn get(&self, level: u32) -> u64 {
+        self.offsets.lock().get(&level).copied().unwrap_or(0)
+    }
+
+    fn set(&self, level: u32, offset: u64) {
+        let mut offsets = self.offsets.lock();
+        if offsets.insert(level, offset) != Some(offset) {
+            self.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    /// Takes the offsets to persist, if they changed: call before the CommitLog flush that
+    /// must cover the records they count, then [`Self::persist`] them.
+    pub(crate) fn take_changed(&self) -> Option<BTreeMap<u32, u64>> {
+        self.dirty
+            .swap(false, Ordering::AcqRel)
+            .then(|| self.snapshot())
+    }
+
+    /// Writes `offsets` to the file (through a temporary file, synced, then renamed); on
+    /// failure they are marked changed again.
+    pub(crate) fn persist(&self, offsets: &BTreeMap<u32, u64>) -> StoreResult<()> {
+        let result = write_atomic(&self.path, &encode(offsets));
+        if result.is_err() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        result
+    }
+}
+
+fn parse(bytes: &[u8]) -> Result<BTreeMap<u32, u64>, String> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let Some(table) = value.get("offsetTable") else {
+        return Ok(BTreeMap::new());
+    };
+    let table = table
+        .as_object()
+        .ok_or_else(|| "offsetTable is not an object".to_owned())?;
+    let mut out = BTreeMap::new();
+    for (level, offset) in table {
+        let level = level
+            .parse::<u32>()
+            .map_err(|_| format!("level {level:?} is not a number"))?;
+        let offset = offset
+            .as_u64()
+            .ok_or_else(|| format!("offset of level {level} is not a non-negative integer"))?;
+        out.insert(level, offset);
+    }
+    Ok(out)
+}
+
+fn encode(offsets: &BTreeMap<u32, u64>) -> Vec<u8> {
+    let table: serde_json::Map<String, serde_json::Value> = offsets
+        .iter()
+        .map(|(level, offset)| (level.to_string(), (*offset).into()))
+        .collect();
+    serde_json::to_vec(&serde_json::json!({ "offsetTable": table }))
+        .expect("a map of numbers serializes")
+}
+
+fn write_atomic(path: &Path, data: &[u8]) -> StoreResult<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| StoreError::io("creating directory", dir, e))?;
+    let tmp = path.with_extension("json.tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| StoreError::io("creating", &tmp, e))?;
+    f.write_all(data)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| StoreError::io("writing", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| StoreError::io("renaming", &tmp, e))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        // The rename is durable once the directory is; a failure here only risks redelivery.
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Whether a put that failed this way may succeed later, so the message should wait.
+fn retryable(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::DiskFull(_) | StoreError::Closed | StoreError::Io { .. }
+    )
+}
+
+/// Delivers every message of every level due at `now_ms`.
+pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) -> Pass {
+    let _pass = offsets.pass.lock();
+    let delays = &inner.config.message_delay_level_ms;
+    let mut pass = Pass::default();
+    for (i, delay) in delays.iter().enumerate() {
+        let level = i as u32 + 1;
+        let Some(q) = inner.queue(SCHEDULE_TOPIC, i as i32) else {
+            continue;
+        };
+        // Progress outside the queue's range (retention, a lost file) restarts at its edge.
+        let mut offset = offsets.get(level).clamp(q.min_offset(), q.max_offset());
+        while let Some(unit) = q.unit(offset) {
+            // A due time further off than the level's delay means the clock went back: due now.
+            let due = if unit.tags_code > now_ms.saturating_add(*delay as i64) {
+                now_ms
+            } else {
+                unit.tags_code
+            };
+            if due > now_ms {
+                pass.next_due_ms = Some(pass.next_due_ms.map_or(due, |d| d.min(due)));
+                break;
+            }
+            match deliver(inner, unit.phy_offset) {
+                Ok(true) => pass.delivered += 1,
+                Ok(false) => {}
+                Err(e) if retryable(&e) => {
+                    log::warn!("delay level {level}: delivering offset {offset} failed: {e}");
+                    pass.failed = true;
+                    break;
+                }
+                Err(e) => log::error!(
+                    "delay level {level}: the message at queue offset {offset} cannot be \
+                     delivered and is skipped: {e}"
+                ),
+            }
+            offset += 1;
+        }
+        offsets.set(level, offset);
+    }
+    pass
+}
+
+/// Stores the parked record at `phy` again under its real topic and queue. `Ok(false)` when
+/// there is no such record any more (retention removed it).
+fn deliver(inner: &Inner, phy: u64) -> StoreResult<bool> {
+    let Some(raw) = inner.look(phy)? else {
+        return Ok(false);
+    };
+    let rec = message::decode(&raw, false).map_err(|e| StoreError::Corrupt {
+        phy_offset: phy,
+        reason: e.to_string(),
+    })?;
+    let (Some(topic), Some(queue_id)) = (
+        message::property(rec.properties, PROPERTY_REAL_TOPIC),
+        message::property(rec.properties, PROPERTY_REAL_QUEUE_ID)
+            .and_then(|q| q.trim().parse::<i32>().ok()),
+    ) else {
+        return Err(StoreError::IllegalMessage(format!(
+            "the delayed record at offset {phy} names no real topic and queue"
+        )));
+    };
+    let properties = message::encode_properties(
+        message::iter_properties(rec.properties).filter(|(name, _)| *name != PROPERTY_DELAY),
+    );
+    let input = MessageInput {
+        topic,
+        queue_id,
+        flag: rec.flag,
+        body: rec.body,
+        properties: &properties,
+        sys_flag: rec.sys_flag,
+        born_timestamp_ms: rec.born_timestamp_ms,
+        born_host: rec.born_host,
+        reconsume_times: rec.reconsume_times,
+        prepared_transaction_offset: rec.prepared_transaction_offset,
+    };
+    inner.put_internal(&[input])?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_round_trip_through_their_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config").join("delayOffset.json");
+        let offsets = DelayOffsets::load(&path).unwrap();
+        assert!(offsets.take_changed().is_none());
+        offsets.set(1, 5);
+        offsets.set(18, 2);
+        let changed = offsets.take_changed().unwrap();
+        offsets.persist(&changed).unwrap();
+        assert!(offsets.take_changed().is_none());
+        let again = DelayOffsets::load(&path).unwrap();
+        assert_eq!(again.snapshot(), BTreeMap::from([(1, 5), (18, 2)]));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            r#"{"offsetTable":{"1":5,"18":2}}"#
+        );
+    }
+
+    #[test]
+    fn a_malformed_file_is_a_config_error() {
+        for bad in [
+            &b"{"[..],
+            br#"{"offsetTable":[]}"#,
+            br#"{"offsetTable":{"x":1}}"#,
+            br#"{"offsetTable":{"1":-1}}"#,
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("delayOffset.json");
+            std::fs::write(&path, bad).unwrap();
+            assert!(matches!(
+                DelayOffsets::load(&path),
+                Err(StoreError::Config(_))
+            ));
+        }
+    }
+}

@@ -1,0 +1,148 @@
+"""Delayed messages in the store: parked in SCHEDULE_TOPIC_XXXX until due, then stored again
+under their real topic and queue, once, in due order per level, with delivery progress that
+survives a reopen. Passes run with an explicit clock (``deliver_due(now_ms)``), except where the
+store's own schedule service is under test."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyrmq.errors import ConfigError
+from pyrmq.store import GetMessageStatus
+
+pytestmark = pytest.mark.integration
+
+SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+LEVELS = "1s 5s 10s"  # levels 1-3; level 3 is the last
+LEVEL_MS = {1: 1_000, 2: 5_000, 3: 10_000}
+
+
+def bodies(store: Any, topic: str, queue_id: int = 0) -> list[bytes]:
+    got = store.get(topic, queue_id, 0, max_count=1000)
+    if got.status is not GetMessageStatus.FOUND:
+        return []
+    return [m.body for m in got.messages()]
+
+
+def test_a_delayed_message_waits_for_its_level_then_arrives_as_sent(
+    open_store: Callable[..., Any],
+) -> None:
+    store = open_store(message_delay_level=LEVELS)
+    sent = store.put(
+        "TopicDelay",
+        b"later",
+        queue_id=2,
+        tags="TagA",
+        keys=["K1", "K2"],
+        properties={"DELAY": "2", "user": "value"},
+        flag=7,
+        born_timestamp_ms=1_000,
+        born_host="10.0.0.5:4321",
+    )
+    due = sent.store_timestamp_ms + LEVEL_MS[2]
+    # Parked in queue level - 1 of the schedule topic, nothing in the real queue.
+    assert store.max_offset(SCHEDULE, 1) == 1
+    assert store.max_offset("TopicDelay", 2) == 0
+    assert store.deliver_due(due - 1) == 0
+    assert bodies(store, "TopicDelay", 2) == []
+
+    assert store.deliver_due(due) == 1
+    [msg] = store.get("TopicDelay", 2, 0).messages()
+    assert (msg.body, msg.tags, msg.keys, msg.flag) == (b"later", "TagA", ["K1", "K2"], 7)
+    assert (msg.queue_id, msg.queue_offset) == (2, 0)
+    assert (msg.born_timestamp_ms, msg.born_host) == (1_000, "10.0.0.5:4321")
+    assert msg.store_timestamp_ms >= sent.store_timestamp_ms
+    assert "DELAY" not in msg.properties
+    assert msg.properties["user"] == "value"
+    # As RocketMQ, the delivered copy keeps where it was bound for.
+    assert (msg.properties["REAL_TOPIC"], msg.properties["REAL_QID"]) == ("TopicDelay", "2")
+    assert msg.phy_offset != sent.phy_offset
+    # Delivered once: later passes find nothing more.
+    assert store.deliver_due(due + 60_000) == 0
+    assert bodies(store, "TopicDelay", 2) == [b"later"]
+    assert store.delay_offsets() == {2: 1}
+
+
+def test_each_level_delivers_in_order_and_independently(
+    open_store: Callable[..., Any],
+) -> None:
+    store = open_store(message_delay_level=LEVELS)
+    first = store.put("TopicOrder", b"a1", properties={"DELAY": "1"})
+    store.put("TopicOrder", b"c1", properties={"DELAY": "3"})
+    store.put("TopicOrder", b"a2", properties={"DELAY": "1"})
+    store.put("TopicOrder", b"b1", properties={"DELAY": "2"})
+    store.put("TopicOrder", b"c2", properties={"DELAY": "99"})  # above the table: level 3
+    store.put("TopicOrder", b"now")
+    t0 = first.store_timestamp_ms
+
+    assert bodies(store, "TopicOrder") == [b"now"]
+    assert store.deliver_due(t0 + 1_000 + 50) == 2
+    assert bodies(store, "TopicOrder") == [b"now", b"a1", b"a2"]
+    assert store.deliver_due(t0 + 5_000 + 50) == 1
+    assert store.deliver_due(t0 + 10_000 + 50) == 2
+    assert bodies(store, "TopicOrder") == [b"now", b"a1", b"a2", b"b1", b"c1", b"c2"]
+
+
+def test_delivery_progress_survives_a_reopen(
+    tmp_path: Path, open_store: Callable[..., Any]
+) -> None:
+    path = tmp_path / "store"
+    store = open_store(path, message_delay_level=LEVELS)
+    t0 = store.put("TopicReopen", b"m0", properties={"DELAY": "1"}).store_timestamp_ms
+    store.put("TopicReopen", b"m1", properties={"DELAY": "2"})
+    assert store.deliver_due(t0 + 1_000 + 50) == 1
+    store.close()
+    saved = json.loads((path / "config" / "delayOffset.json").read_text())
+    assert saved == {"offsetTable": {"1": 1, "2": 0}}
+
+    store = open_store(path, message_delay_level=LEVELS)
+    assert store.delay_offsets() == {1: 1, 2: 0}
+    # m0 is not delivered again; m1 still waits, then arrives.
+    assert store.deliver_due(t0 + 1_000 + 50) == 0
+    assert store.deliver_due(t0 + 5_000 + 50) == 1
+    assert bodies(store, "TopicReopen") == [b"m0", b"m1"]
+
+
+def test_a_malformed_delay_offset_file_stops_the_open_and_is_kept(
+    tmp_path: Path, open_store: Callable[..., Any]
+) -> None:
+    path = tmp_path / "store"
+    open_store(path).close()
+    offsets = path / "config" / "delayOffset.json"
+    offsets.parent.mkdir(parents=True, exist_ok=True)
+    offsets.write_text('{"offsetTable": {"1": "x"}}')
+    with pytest.raises(ConfigError, match=r"delayOffset\.json"):
+        open_store(path)
+    assert offsets.read_text() == '{"offsetTable": {"1": "x"}}'
+
+
+def test_the_schedule_service_delivers_on_its_own(
+    open_store: Callable[..., Any], wait_until: Callable[..., None]
+) -> None:
+    store = open_store(message_delay_level="1s", background_services=True)
+    sent = store.put("TopicService", b"tick", properties={"DELAY": "1"})
+    wait_until(lambda: bodies(store, "TopicService") == [b"tick"], timeout=5.0, what="delivery")
+    [msg] = store.get("TopicService", 0, 0).messages()
+    # Not before its due time, and within the service's 100 ms period of it (plus slack).
+    assert msg.store_timestamp_ms >= sent.store_timestamp_ms + 1_000
+    assert msg.store_timestamp_ms <= sent.store_timestamp_ms + 1_000 + 1_000
+    time.sleep(0.3)
+    assert bodies(store, "TopicService") == [b"tick"]
+
+
+def test_a_due_time_beyond_its_level_after_the_clock_went_back_is_due_at_once(
+    open_store: Callable[..., Any],
+) -> None:
+    """As RocketMQ's correctDeliverTimestamp: a unit due further off than its level's delay
+    was parked by a clock that has since gone back, and waits no longer."""
+    store = open_store(message_delay_level=LEVELS)
+    sent = store.put("TopicClock", b"skewed", properties={"DELAY": "1"})
+    assert store.deliver_due(sent.store_timestamp_ms) == 0  # due in 1 s: within its level
+    assert store.deliver_due(sent.store_timestamp_ms - 10_000) == 1
+    assert bodies(store, "TopicClock") == [b"skewed"]
