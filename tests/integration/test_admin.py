@@ -280,5 +280,7 @@ def test_delay_offsets_follow_the_delivery_of_delayed_messages(addrs: tuple[str,
                 await asyncio.sleep(0.1)
             status = await admin.topic_status(topic)
             assert [t.max_offset for t in status.values()] == [1]
+            info = await admin.broker_runtime_info(broker)
+            assert info["scheduleMessageOffset_1"] == "1,1"
 
     run(scenario)

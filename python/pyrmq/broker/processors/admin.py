@@ -155,6 +155,10 @@ class AdminProcessor:
             # Dispatch happens within the put: nothing is ever waiting to be dispatched.
             "dispatchBehindBytes": "0",
         }
+        # As RocketMQ: each delay level's delivered offset against its queue's max offset.
+        for level, offset in store.delay_offsets().items():
+            max_offset = store.max_offset("SCHEDULE_TOPIC_XXXX", level - 1)
+            table[f"scheduleMessageOffset_{level}"] = f"{offset},{max_offset}"
         body = json.dumps({"table": table}, separators=(",", ":")).encode()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
