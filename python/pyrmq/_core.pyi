@@ -360,6 +360,11 @@ class MessageStore:
         """Delivers the delayed messages due at ``now_ms`` (default: now) to their real topics;
         returns how many. The schedule service does this by itself every 100 ms while
         background services run."""
+    def delete_topic(self, topic: str) -> int:
+        """Deletes the topic's ConsumeQueues, as RocketMQ's ``deleteTopics``; returns how many
+        there were. Its messages are no longer readable or found by key, and a later put
+        starts again at queue offset 0. Its records stay in the CommitLog until retention
+        removes them, and recovery does not bring the queues back."""
     def delay_offsets(self) -> dict[int, int]:
         """Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX (RocketMQ's
         ``delayOffset.json``)."""

@@ -21,7 +21,7 @@ from pyrmq.client.api import ClientAPI, PullStatus
 from pyrmq.client.message import Message, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
-from pyrmq.errors import NoRouteError
+from pyrmq.errors import BrokerError, NoRouteError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
@@ -284,3 +284,61 @@ def test_delay_offsets_follow_the_delivery_of_delayed_messages(addrs: tuple[str,
             assert info["scheduleMessageOffset_1"] == "1,1"
 
     run(scenario)
+
+
+def test_a_deleted_topic_loses_its_route_messages_and_offsets(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic, group = "TopicAdminDelete", "CG_ADMIN_DELETE"
+
+    async def scenario() -> None:
+        async with Admin(namesrv) as admin:
+            assert await admin.create_topic(topic, queue_nums=2) == [broker]
+            for _ in range(50):  # the route appears with the broker's next registration
+                if len(await admin.topic_status(topic)) == 2:
+                    break
+                await asyncio.sleep(0.1)
+            results = await send(namesrv, topic, 6)
+            mq = results[0].message_queue
+            assert mq is not None
+            await commit(broker, group, mq, 2)
+            assert await admin.consumer_progress(group, topic) != {}
+
+            assert await admin.delete_topic(topic) == [broker]
+            with pytest.raises(NoRouteError):
+                await admin.topic_status(topic)
+            assert await admin.consumer_progress(group) == {}
+            # RocketMQ's reserved topics stay.
+            with pytest.raises(BrokerError, match="system topic"):
+                await admin.delete_topic("TBW102")
+
+            # Sent to again, it is created afresh: its queues start at offset 0.
+            again = await send(namesrv, topic, 1)
+            assert again[0].offset == 0
+            status = await admin.topic_status(topic)
+            assert sum(t.max_offset for t in status.values()) == 1
+
+    run(scenario)
+
+
+def test_the_admin_command_creates_and_deletes_topics(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic = "TopicAdminCliLife"
+    created = pyrmq_admin("update-topic", "-n", namesrv, "-t", topic, "-r", "3", "-b", broker)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.strip() == f"create topic to {broker} success."
+
+    async def queues() -> int:
+        async with Admin(namesrv) as admin:
+            for _ in range(50):
+                try:
+                    return len(await admin.topic_status(topic))
+                except NoRouteError:
+                    await asyncio.sleep(0.1)
+        return 0
+
+    assert asyncio.run(queues()) == 3
+    deleted = pyrmq_admin("delete-topic", "-n", namesrv, "-t", topic)
+    assert deleted.returncode == 0, deleted.stderr
+    status = pyrmq_admin("topic-status", "-n", namesrv, "-t", topic)
+    assert status.returncode == 1
+    assert topic in status.stderr

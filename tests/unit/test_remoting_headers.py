@@ -187,6 +187,8 @@ SAMPLES: list[Any] = [
         topic="T", key="K1", max_num=32, begin_timestamp=0, end_timestamp=2**62
     ),
     h.ViewMessageRequestHeader(offset=4096),
+    h.DeleteTopicRequestHeader(topic="T"),
+    h.DeleteTopicRequestHeader(topic="T", cluster_name="DefaultCluster"),
     h.GetTopicStatsInfoRequestHeader(topic="T"),
     h.GetConsumeStatsRequestHeader(consumer_group="G", topic="T"),
     h.GetConsumeStatsRequestHeader(consumer_group="G"),

@@ -1,6 +1,7 @@
-"""What operators ask a cluster, as RocketMQ's ``mqadmin`` asks it: the brokers of each cluster
-(``clusterList``), each queue's offsets (``topicStatus``), a consumer group's lag
-(``consumerProgress``) and a broker's runtime figures (``brokerStatus``).
+"""What operators ask of a cluster, as RocketMQ's ``mqadmin`` asks it: the brokers of each
+cluster (``clusterList``), each queue's offsets (``topicStatus``), a consumer group's lag
+(``consumerProgress``), a broker's runtime figures (``brokerStatus``), and topics created or
+deleted on every broker of a cluster (``updateTopic``, ``deleteTopic``).
 
 Example (against a running ``pyrmq serve``)::
 
@@ -21,7 +22,12 @@ from pyrmq.client.route import TopicRoute, loads_loose_json
 from pyrmq.errors import BrokerError, NoRouteError, PyrmqError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.headers import GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader
+from pyrmq.remoting.headers import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+)
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 __all__ = ["Admin", "ClusterBroker", "ConsumerProgress", "TopicOffset", "loads_queue_table"]
@@ -141,8 +147,51 @@ class Admin:
             brokers.append(ClusterBroker(str(data.get("cluster", "")), name, addrs))
         return sorted(brokers, key=lambda b: (b.cluster, b.broker_name))
 
-    async def _masters(self) -> list[str]:
-        return [b.addrs[MASTER_ID] for b in await self.clusters() if MASTER_ID in b.addrs]
+    async def _masters(self, cluster: str | None = None) -> list[str]:
+        brokers = [b for b in await self.clusters() if cluster is None or b.cluster == cluster]
+        if cluster is not None and not brokers:
+            raise NoRouteError(f"no broker in cluster {cluster}")
+        return [b.addrs[MASTER_ID] for b in brokers if MASTER_ID in b.addrs]
+
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        queue_nums: int = 8,
+        perm: int = 6,
+        order: bool = False,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+    ) -> list[str]:
+        """Creates or updates ``topic`` on ``broker_addr``, or on every master of ``cluster``
+        (default: of every cluster); returns the brokers' addresses. ``perm``: 2 write, 4 read."""
+        header = CreateTopicRequestHeader(
+            topic=topic,
+            default_topic="TBW102",
+            read_queue_nums=queue_nums,
+            write_queue_nums=queue_nums,
+            perm=perm,
+            order=order,
+        ).to_ext()
+        addrs = [broker_addr] if broker_addr else await self._masters(cluster)
+        for addr in addrs:
+            self._check(addr, await self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header))
+        return addrs
+
+    async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
+        """Deletes ``topic`` from every master of ``cluster`` (default: of every cluster), its
+        messages and the groups' offsets on it included, then from the name servers' routes;
+        returns the brokers' addresses."""
+        addrs = await self._masters(cluster)
+        header = DeleteTopicRequestHeader(topic=topic).to_ext()
+        for addr in addrs:
+            self._check(addr, await self._call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, header))
+        in_namesrv = DeleteTopicRequestHeader(topic=topic, cluster_name=cluster).to_ext()
+        for addr in self.namesrv_addrs:
+            self._check(
+                addr, await self._call(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, in_namesrv)
+            )
+        return addrs
 
     async def topic_status(self, topic: str) -> dict[MessageQueue, TopicOffset]:
         """Every queue of ``topic`` on every broker that holds it; NoRouteError if none does."""

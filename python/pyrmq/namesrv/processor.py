@@ -6,6 +6,7 @@ import time
 
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
+    DeleteTopicRequestHeader,
     GetRouteInfoRequestHeader,
     RegisterBrokerRequestHeader,
     UnregisterBrokerRequestHeader,
@@ -39,6 +40,7 @@ class NamesrvProcessor:
         server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route)
         server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.cluster_info)
         server.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.topic_list)
+        server.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
         server.on_disconnect.append(self.routes.connection_closed)
 
     async def register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -101,6 +103,11 @@ class NamesrvProcessor:
         standard = _wants_standard_json(request, False)
         body = encode_json_with_int_keys(self.routes.cluster_info(), standard=standard)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = DeleteTopicRequestHeader.from_ext(request.ext_fields)
+        self.routes.delete_topic(header.topic, header.cluster_name)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def topic_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         body = json.dumps({"topicList": self.routes.topics()}, separators=(",", ":")).encode()

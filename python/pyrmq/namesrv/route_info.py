@@ -230,6 +230,21 @@ class RouteInfo:
                 return None
             return {"brokerDatas": broker_datas, "filterServerTable": {}, "queueDatas": queue_datas}
 
+    def delete_topic(self, topic: str, cluster: str | None = None) -> None:
+        """Drops ``topic`` from the routes: from every broker, or from ``cluster``'s only."""
+        with self._lock:
+            by_broker = self.topic_queues.get(topic)
+            if by_broker is None:
+                return
+            if cluster is None:
+                del self.topic_queues[topic]
+            else:
+                for name in self.clusters.get(cluster, set()):
+                    by_broker.pop(name, None)
+                if not by_broker:
+                    del self.topic_queues[topic]
+        log.info("topic deleted from routes name=%s cluster=%s", topic, cluster or "*")
+
     def cluster_info(self) -> dict[str, Any]:
         with self._lock:
             return {

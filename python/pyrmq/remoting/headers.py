@@ -33,6 +33,7 @@ from pyrmq.errors import HeaderError
 __all__ = [
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
+    "DeleteTopicRequestHeader",
     "GetConsumeStatsRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetConsumerRunningInfoRequestHeader",
@@ -1008,3 +1009,20 @@ class GetConsumeStatsRequestHeader:
 
     def to_ext(self) -> dict[str, str]:
         return _ext([("consumerGroup", self.consumer_group), ("topic", self.topic)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopicRequestHeader:
+    """DELETE_TOPIC_IN_BROKER (215) and DELETE_TOPIC_IN_NAMESRV (216); the name server's may
+    name a cluster, whose brokers alone then drop the topic from its route."""
+
+    topic: str
+    cluster_name: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(topic=f.text("topic"), cluster_name=f.opt_text("clusterName") or None)
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("topic", self.topic), ("clusterName", self.cluster_name)])

@@ -886,6 +886,13 @@ impl PyMessageStore {
         gil::run(py, || store.deliver_due(now).map(|pass| pass.delivered))
     }
 
+    /// Deletes the topic's ConsumeQueues; returns how many there were. Its messages are no
+    /// longer readable or found by key, and a later put starts again at queue offset 0.
+    fn delete_topic(&self, py: Python<'_>, topic: &str) -> PyResult<usize> {
+        let store = &self.store;
+        gil::run(py, || store.delete_topic(topic))
+    }
+
     /// Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX.
     fn delay_offsets(&self) -> std::collections::BTreeMap<u32, u64> {
         self.store.delay_offsets()

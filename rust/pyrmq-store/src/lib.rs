@@ -11,6 +11,7 @@ pub mod clock;
 pub mod commit_log;
 pub mod config;
 pub mod consume_queue;
+mod deleted_topics;
 mod epoch;
 pub mod error;
 pub mod hold;
@@ -22,6 +23,7 @@ pub mod populate;
 pub mod queue_map;
 pub mod schedule;
 mod services;
+mod state_file;
 pub mod store;
 pub mod wakeup;
 

@@ -59,6 +59,14 @@ impl<V> QueueMap<V> {
         removed
     }
 
+    /// Takes out every queue of `topic`.
+    pub fn remove_topic(&mut self, topic: &str) -> Vec<(i32, V)> {
+        self.by_topic
+            .remove(topic)
+            .map(|qs| qs.into_iter().collect())
+            .unwrap_or_default()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_topic.is_empty()
     }

@@ -18,6 +18,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::message::{
     self, MessageInput, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
 };
+use crate::state_file;
 use crate::store::{Inner, SCHEDULE_TOPIC};
 
 /// What one pass did.
@@ -43,12 +44,11 @@ pub(crate) struct DelayOffsets {
 impl DelayOffsets {
     /// Reads `path` (RocketMQ's `{"offsetTable":{"1":5,...}}`); a missing file is no progress.
     pub(crate) fn load(path: &Path) -> StoreResult<Self> {
-        let offsets = match std::fs::read(path) {
-            Ok(bytes) => parse(&bytes).map_err(|why| {
+        let offsets = match state_file::read_json(path)? {
+            Some(value) => parse(&value).map_err(|why| {
                 StoreError::Config(format!("delay offsets {}: {why}", path.display()))
             })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(StoreError::io("reading", path, e)),
+            None => BTreeMap::new(),
         };
         Ok(Self {
             path: path.to_owned(),
@@ -84,7 +84,7 @@ impl DelayOffsets {
     /// Writes `offsets` to the file (through a temporary file, synced, then renamed); on
     /// failure they are marked changed again.
     pub(crate) fn persist(&self, offsets: &BTreeMap<u32, u64>) -> StoreResult<()> {
-        let result = write_atomic(&self.path, &encode(offsets));
+        let result = state_file::write_json(&self.path, &encode(offsets));
         if result.is_err() {
             self.dirty.store(true, Ordering::Release);
         }
@@ -92,8 +92,7 @@ impl DelayOffsets {
     }
 }
 
-fn parse(bytes: &[u8]) -> Result<BTreeMap<u32, u64>, String> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+fn parse(value: &serde_json::Value) -> Result<BTreeMap<u32, u64>, String> {
     let Some(table) = value.get("offsetTable") else {
         return Ok(BTreeMap::new());
     };
@@ -113,30 +112,12 @@ fn parse(bytes: &[u8]) -> Result<BTreeMap<u32, u64>, String> {
     Ok(out)
 }
 
-fn encode(offsets: &BTreeMap<u32, u64>) -> Vec<u8> {
+fn encode(offsets: &BTreeMap<u32, u64>) -> serde_json::Value {
     let table: serde_json::Map<String, serde_json::Value> = offsets
         .iter()
         .map(|(level, offset)| (level.to_string(), (*offset).into()))
         .collect();
-    serde_json::to_vec(&serde_json::json!({ "offsetTable": table }))
-        .expect("a map of numbers serializes")
-}
-
-fn write_atomic(path: &Path, data: &[u8]) -> StoreResult<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| StoreError::io("creating directory", dir, e))?;
-    let tmp = path.with_extension("json.tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(|e| StoreError::io("creating", &tmp, e))?;
-    f.write_all(data)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| StoreError::io("writing", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| StoreError::io("renaming", &tmp, e))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        // The rename is durable once the directory is; a failure here only risks redelivery.
-        let _ = d.sync_all();
-    }
-    Ok(())
+    serde_json::json!({ "offsetTable": table })
 }
 
 /// Whether a put that failed this way may succeed later, so the message should wait.

@@ -24,6 +24,7 @@ use crate::clock;
 use crate::commit_log::{CommitLog, RecoveryReport, FENCE_LEN};
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
+use crate::deleted_topics::DeletedTopics;
 use crate::error::{StoreError, StoreResult};
 use crate::hold::{HoldTable, WakeReason};
 use crate::index::IndexService;
@@ -141,6 +142,8 @@ pub(crate) struct Inner {
     hold: HoldTable,
     /// Progress of delayed-message delivery, per delay level.
     delays: DelayOffsets,
+    /// Deleted topics whose records the CommitLog still holds.
+    deleted: DeletedTopics,
     /// CommitLog offset up to which every record's units and index entries are written.
     dispatched: AtomicU64,
     closed: AtomicBool,
@@ -193,7 +196,10 @@ impl MessageStore {
         let commit_log = CommitLog::load(cl_files)
             .map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
         commit_log.check_fenced(loaded.ours)?;
-        let queues = load_queues(&config)?;
+        let deleted = DeletedTopics::load(&root.join("config").join("deletedTopics.json"))?;
+        deleted.prune(commit_log.min_offset())?;
+        let mut queues = load_queues(&config)?;
+        drop_deleted_queues(&mut queues, &deleted, &config)?;
         let index = if config.message_index_enable {
             Some(IndexService::load(
                 &config.index_dir(),
@@ -215,6 +221,7 @@ impl MessageStore {
             arrivals,
             hold: HoldTable::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?,
             delays,
+            deleted,
             dispatched: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             disk_full: AtomicBool::new(false),
@@ -301,6 +308,15 @@ impl MessageStore {
     pub fn deliver_due(&self, now_ms: i64) -> StoreResult<Pass> {
         self.inner.check_open()?;
         Ok(self.inner.deliver_due(now_ms))
+    }
+
+    /// Deletes `topic`'s ConsumeQueues and returns how many there were, as RocketMQ's
+    /// `deleteTopics`: its messages can no longer be read or found by key, and a later put to
+    /// the topic starts again at queue offset 0. Its records stay in the CommitLog until
+    /// retention removes them, and recovery does not bring the queues back.
+    pub fn delete_topic(&self, topic: &str) -> StoreResult<usize> {
+        self.inner.check_open()?;
+        self.inner.delete_topic(topic)
     }
 
     /// Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX (RocketMQ's delayOffset).
@@ -548,6 +564,44 @@ impl Drop for MessageStore {
                 self.inner.config.store_path_root_dir.display()
             );
         }
+    }
+}
+
+/// Finishes deletions a crash interrupted: a queue of a deleted topic whose units point below
+/// the deletion is the deleted topic's, and goes. One created again afterwards stays.
+fn drop_deleted_queues(
+    queues: &mut QueueMap<Arc<ConsumeQueue>>,
+    deleted: &DeletedTopics,
+    config: &StoreConfig,
+) -> StoreResult<()> {
+    let mut stale = Vec::new();
+    for (topic, queue_id, q) in queues.iter() {
+        let first = q.unit(q.min_offset()).map(|u| u.phy_offset);
+        if first.is_some_and(|phy| deleted.covers(topic, phy)) {
+            stale.push((topic.to_owned(), queue_id));
+        }
+    }
+    for (topic, queue_id) in stale {
+        queues.remove(&topic, queue_id);
+        let dir = config
+            .consume_queue_dir()
+            .join(&topic)
+            .join(queue_id.to_string());
+        log::warn!(
+            "removing {}: its topic was deleted before the store stopped",
+            dir.display()
+        );
+        remove_dir(&dir)?;
+    }
+    Ok(())
+}
+
+fn remove_dir(dir: &Path) -> StoreResult<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(StoreError::io("removing", dir, e))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -1052,6 +1106,24 @@ impl Inner {
         self.put(msgs, true, clock::now_ms(), false)
     }
 
+    fn delete_topic(&self, topic: &str) -> StoreResult<usize> {
+        if topic == SCHEDULE_TOPIC {
+            return Err(StoreError::InvalidTopic {
+                topic: topic.to_owned(),
+                reason: "it holds every delayed message and cannot be deleted",
+            });
+        }
+        // Under the put lock no put of the topic is half dispatched, and the deletion lies
+        // past every record of the topic so far.
+        let _st = self.commit_log.lock();
+        self.check_open()?;
+        self.deleted.record(topic, self.commit_log.max_offset())?;
+        let removed = self.queues.write().remove_topic(topic);
+        remove_dir(&self.config.consume_queue_dir().join(topic))?;
+        log::info!("deleted topic {topic}: {} queues", removed.len());
+        Ok(removed.len())
+    }
+
     pub(crate) fn deliver_due(&self, now_ms: i64) -> Pass {
         schedule::deliver_due(self, &self.delays, now_ms)
     }
@@ -1103,6 +1175,9 @@ impl Inner {
                     let Ok(rec) = message::decode(raw, false) else {
                         return Ok(());
                     };
+                    if self.deleted.covers(rec.topic, phy) {
+                        return Ok(());
+                    }
                     let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
                     // Transaction halves and rollbacks have no queue unit.
                     let unit = (tx != SYSFLAG_TRANSACTION_PREPARED
@@ -1325,6 +1400,9 @@ impl Inner {
             let Ok(rec) = message::decode(&raw, false) else {
                 continue;
             };
+            if self.deleted.covers(rec.topic, phy as u64) {
+                continue;
+            }
             let keys_match = rec
                 .property(PROPERTY_KEYS)
                 .is_some_and(|ks| ks.split(' ').any(|k| k == key))
@@ -1452,6 +1530,7 @@ impl Inner {
             if let Some(index) = &self.index {
                 index.delete_before(cl_min as i64)?;
             }
+            self.deleted.prune(cl_min)?;
         }
         Ok(deleted)
     }

@@ -1,7 +1,8 @@
 """Topic administration, message lookup, offset reset and statistics: UPDATE_AND_CREATE_TOPIC,
-QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, INVOKE_BROKER_TO_RESET_OFFSET, GET_TOPIC_STATS_INFO,
-GET_CONSUME_STATS, GET_BROKER_RUNTIME_INFO, GET_ALL_DELAY_OFFSET."""
+DELETE_TOPIC_IN_BROKER, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, INVOKE_BROKER_TO_RESET_OFFSET,
+GET_TOPIC_STATS_INFO, GET_CONSUME_STATS, GET_BROKER_RUNTIME_INFO, GET_ALL_DELAY_OFFSET."""
 
+import asyncio
 import json
 import logging
 import time
@@ -11,10 +12,11 @@ from typing import TYPE_CHECKING
 from pyrmq import _core
 from pyrmq.broker.services.stats import TPS_WINDOWS_S
 from pyrmq.broker.state.topics import TopicConfig
-from pyrmq.errors import MessageIllegalError, StoreError
+from pyrmq.errors import MessageIllegalError, PyrmqError, StoreError
 from pyrmq.remoting.command import VERSION, RemotingCommand
 from pyrmq.remoting.headers import (
     CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
     GetConsumeStatsRequestHeader,
     GetTopicStatsInfoRequestHeader,
     QueryMessageRequestHeader,
@@ -36,6 +38,22 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# Topics the broker needs, or RocketMQ reserves: never deleted (RocketMQ's TopicValidator).
+_SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "SCHEDULE_TOPIC_XXXX_V2",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "RMQ_SYS_TRACE_TOPIC",
+        "BenchmarkTest",
+    }
+)
+
 
 class AdminProcessor:
     def __init__(self, broker: "BrokerController") -> None:
@@ -43,6 +61,7 @@ class AdminProcessor:
 
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, self.create_topic)
+        server.register(RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic)
         server.register(RequestCode.QUERY_MESSAGE, self.query_message)
         server.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message)
         server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
@@ -190,6 +209,35 @@ class AdminProcessor:
             )
         )
         self.broker.request_registration()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def _is_system_topic(self, topic: str) -> bool:
+        config = self.broker.config
+        return (
+            topic in _SYSTEM_TOPICS
+            or topic.startswith("rmq_sys_")
+            or topic in (config.broker_cluster_name, config.broker_name)
+        )
+
+    async def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Removes the topic's config, the groups' offsets on it and its ConsumeQueues (the
+        name servers drop it from the route at the next registration, or when asked)."""
+        header = DeleteTopicRequestHeader.from_ext(request.ext_fields)
+        topic, broker = header.topic, self.broker
+        if self._is_system_topic(topic):
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The topic[{topic}] is conflict with system topic.",
+            )
+        broker.topics.delete(topic)
+        broker.offsets.clean_topic(topic)
+        try:
+            # File work (the deletion record is synced, queue files removed): off the loop.
+            await asyncio.get_running_loop().run_in_executor(None, broker.store.delete_topic, topic)
+        except PyrmqError as e:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
+        broker.request_registration()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def query_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

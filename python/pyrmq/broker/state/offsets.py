@@ -44,6 +44,14 @@ class OffsetTable:
         with self._lock:
             return sorted(k[: -len(suffix)] for k in self._table if k.endswith(suffix))
 
+    def clean_topic(self, topic: str) -> None:
+        """Forgets every group's offsets on ``topic`` (a deleted topic)."""
+        prefix = f"{topic}@"
+        with self._lock:
+            for key in [k for k in self._table if k.startswith(prefix)]:
+                del self._table[key]
+                self._dirty = True
+
     def encode(self, *, force: bool = False) -> bytes | None:
         """The table as the file's JSON, or None when nothing changed since the last call.
 

@@ -136,6 +136,15 @@ class TopicTable:
         log.info("topic updated name=%s queues=%d/%d perm=%d", config.topic_name,
                  config.read_queue_nums, config.write_queue_nums, config.perm)  # fmt: skip
 
+    def delete(self, topic: str) -> bool:
+        """Removes a topic (DELETE_TOPIC_IN_BROKER); returns whether it existed."""
+        with self._lock:
+            if self._topics.pop(topic, None) is None:
+                return False
+            self._persist()
+        log.info("topic deleted name=%s", topic)
+        return True
+
     def create_on_send(
         self, topic: str, default_topic: str, requested_queue_nums: int
     ) -> tuple[TopicConfig | None, bool]:

@@ -1,6 +1,7 @@
 """``pyrmq admin``: the cluster's brokers, a topic's queues, a group's lag and a broker's
 figures, as RocketMQ's ``mqadmin clusterList``, ``topicStatus``, ``consumerProgress`` and
-``brokerStatus`` print them."""
+``brokerStatus`` print them; topics created and deleted as ``updateTopic`` and ``deleteTopic``
+do."""
 
 import asyncio
 import datetime
@@ -134,6 +135,49 @@ def consumer_progress(namesrv_addr: str, group: str, topic: str | None) -> None:
         )
     _table(rows)
     click.echo(f"Diff Total: {sum(p.lag for p in progress.values())}")
+
+
+@admin.command("update-topic")
+@_NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-c", "--cluster", help="On every master of this cluster [default: of all].")
+@click.option("-b", "--broker-addr", help="On this broker only, host:port.")
+@click.option("-r", "--queue-nums", default=8, show_default=True, help="Read and write queues.")
+@click.option("-p", "--perm", default=6, show_default=True, help="2 write, 4 read, 6 both.")
+@click.option("-o", "--order", is_flag=True, help="An ordered topic.")
+def update_topic(
+    namesrv_addr: str,
+    topic: str,
+    cluster: str | None,
+    broker_addr: str | None,
+    queue_nums: int,
+    perm: int,
+    order: bool,
+) -> None:
+    """Create a topic, or change its queues and permission."""
+    addrs = _ask(
+        namesrv_addr,
+        lambda a: a.create_topic(
+            topic,
+            queue_nums=queue_nums,
+            perm=perm,
+            order=order,
+            cluster=cluster,
+            broker_addr=broker_addr,
+        ),
+    )
+    for addr in addrs:
+        click.echo(f"create topic to {addr} success.")
+
+
+@admin.command("delete-topic")
+@_NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-c", "--cluster", help="From every master of this cluster [default: of all].")
+def delete_topic(namesrv_addr: str, topic: str, cluster: str | None) -> None:
+    """Delete a topic, its messages and the groups' offsets on it."""
+    addrs = _ask(namesrv_addr, lambda a: a.delete_topic(topic, cluster=cluster))
+    click.echo(f"delete topic [{topic}] from {', '.join(addrs) or 'no broker'} success.")
 
 
 @admin.command("broker-status")
