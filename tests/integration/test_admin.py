@@ -54,6 +54,18 @@ def per_queue(results: list[SendResult]) -> collections.Counter[int]:
     return collections.Counter(r.message_queue.queue_id for r in results if r.message_queue)
 
 
+async def routed(admin: Admin, topic: str) -> dict[MessageQueue, Any]:
+    """The topic's status once the name server has its route: a broker registers a topic it
+    created with its next registration, which it sends at once but which may arrive later."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return await admin.topic_status(topic)
+        except NoRouteError:
+            assert time.monotonic() < deadline, f"{topic} never got a route"
+            await asyncio.sleep(0.1)
+
+
 def test_topic_status_gives_each_queue_its_offsets_and_last_store_time(
     addrs: tuple[str, str],
 ) -> None:
@@ -68,7 +80,7 @@ def test_topic_status_gives_each_queue_its_offsets_and_last_store_time(
         counts = per_queue(results)
         broker_name = results[0].message_queue.broker_name  # type: ignore[union-attr]
         async with Admin(namesrv) as admin:
-            status = await admin.topic_status(topic)
+            status = await routed(admin, topic)
             assert sorted(status) == [MessageQueue(topic, broker_name, q) for q in range(3)]
             for mq, offset in status.items():
                 assert (offset.min_offset, offset.max_offset) == (0, counts[mq.queue_id])
@@ -234,6 +246,8 @@ def test_the_admin_command_prints_status_lag_and_figures(addrs: tuple[str, str])
         mq = results[0].message_queue
         assert mq is not None
         await commit(broker, group, mq, 2)
+        async with Admin(namesrv) as admin:
+            await routed(admin, topic)
         return mq.broker_name
 
     broker_name: str = asyncio.run(scenario())
@@ -293,10 +307,7 @@ def test_a_deleted_topic_loses_its_route_messages_and_offsets(addrs: tuple[str, 
     async def scenario() -> None:
         async with Admin(namesrv) as admin:
             assert await admin.create_topic(topic, queue_nums=2) == [broker]
-            for _ in range(50):  # the route appears with the broker's next registration
-                if len(await admin.topic_status(topic)) == 2:
-                    break
-                await asyncio.sleep(0.1)
+            await routed(admin, topic)
             results = await send(namesrv, topic, 6)
             mq = results[0].message_queue
             assert mq is not None
@@ -314,7 +325,7 @@ def test_a_deleted_topic_loses_its_route_messages_and_offsets(addrs: tuple[str, 
             # Sent to again, it is created afresh: its queues start at offset 0.
             again = await send(namesrv, topic, 1)
             assert again[0].offset == 0
-            status = await admin.topic_status(topic)
+            status = await routed(admin, topic)
             assert sum(t.max_offset for t in status.values()) == 1
 
     run(scenario)
@@ -329,12 +340,7 @@ def test_the_admin_command_creates_and_deletes_topics(addrs: tuple[str, str]) ->
 
     async def queues() -> int:
         async with Admin(namesrv) as admin:
-            for _ in range(50):
-                try:
-                    return len(await admin.topic_status(topic))
-                except NoRouteError:
-                    await asyncio.sleep(0.1)
-        return 0
+            return len(await routed(admin, topic))
 
     assert asyncio.run(queues()) == 3
     deleted = pyrmq_admin("delete-topic", "-n", namesrv, "-t", topic)

@@ -129,9 +129,7 @@ def test_the_schedule_service_delivers_on_its_own(
     sent = store.put("TopicService", b"tick", properties={"DELAY": "1"})
     wait_until(lambda: bodies(store, "TopicService") == [b"tick"], timeout=5.0, what="delivery")
     [msg] = store.get("TopicService", 0, 0).messages()
-    # Not before its due time, and within the service's 100 ms period of it (plus slack).
-    assert msg.store_timestamp_ms >= sent.store_timestamp_ms + 1_000
-    assert msg.store_timestamp_ms <= sent.store_timestamp_ms + 1_000 + 1_000
+    assert msg.store_timestamp_ms >= sent.store_timestamp_ms + 1_000  # not before it is due
     time.sleep(0.3)
     assert bodies(store, "TopicService") == [b"tick"]
 
