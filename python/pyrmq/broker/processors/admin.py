@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pyrmq import _core
 from pyrmq.broker.services.stats import TPS_WINDOWS_S
 from pyrmq.broker.state.topics import TopicConfig
-from pyrmq.errors import MessageIllegalError, PyrmqError, StoreError
+from pyrmq.errors import MessageIllegalError, PyrmqError, StoreError, SystemTopicError
 from pyrmq.remoting.command import VERSION, RemotingCommand
 from pyrmq.remoting.headers import (
     CreateTopicRequestHeader,
@@ -38,21 +38,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Topics the broker needs, or RocketMQ reserves: never deleted (RocketMQ's TopicValidator).
-_SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "SCHEDULE_TOPIC_XXXX_V2",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "RMQ_SYS_TRACE_TOPIC",
-        "BenchmarkTest",
-    }
-)
+# Reserved topics that producers may write, which the store's check lets through: never
+# deleted, with the broker-only ones the store names (RocketMQ's TopicValidator).
+_RESERVED_TOPICS = frozenset({"TBW102", "RMQ_SYS_TRACE_TOPIC", "BenchmarkTest"})
 
 
 class AdminProcessor:
@@ -212,9 +200,15 @@ class AdminProcessor:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     def _is_system_topic(self, topic: str) -> bool:
+        try:
+            _core.validate_topic(topic)
+        except SystemTopicError:
+            return True
+        except MessageIllegalError:
+            pass
         config = self.broker.config
         return (
-            topic in _SYSTEM_TOPICS
+            topic in _RESERVED_TOPICS
             or topic.startswith("rmq_sys_")
             or topic in (config.broker_cluster_name, config.broker_name)
         )
