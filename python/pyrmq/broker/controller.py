@@ -16,6 +16,7 @@ from pyrmq.broker.processors.client_manage import ClientManageProcessor
 from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processors.pull import PullProcessor
 from pyrmq.broker.processors.send import SendProcessor
+from pyrmq.broker.processors.stats import StatsProcessor
 from pyrmq.broker.services.hold import PullHoldService
 from pyrmq.broker.services.stats import BrokerStats
 from pyrmq.broker.state.offsets import OffsetTable
@@ -69,6 +70,7 @@ class BrokerController:
             ClientManageProcessor(self),
             ConsumerManageProcessor(self),
             AdminProcessor(self),
+            StatsProcessor(self),
         ):
             processor.install(self.server)
         self.server.on_disconnect.append(self._client_disconnected)

@@ -1,24 +1,19 @@
-"""Topic administration, message lookup, offset reset and statistics: UPDATE_AND_CREATE_TOPIC,
-DELETE_TOPIC_IN_BROKER, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, INVOKE_BROKER_TO_RESET_OFFSET,
-GET_TOPIC_STATS_INFO, GET_CONSUME_STATS, GET_BROKER_RUNTIME_INFO, GET_ALL_DELAY_OFFSET."""
+"""Topic administration, message lookup and offset reset: UPDATE_AND_CREATE_TOPIC,
+DELETE_TOPIC_IN_BROKER, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, INVOKE_BROKER_TO_RESET_OFFSET."""
 
 import asyncio
 import json
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
-from pyrmq.broker.services.stats import TPS_WINDOWS_S
 from pyrmq.broker.state.topics import TopicConfig
 from pyrmq.errors import MessageIllegalError, PyrmqError, StoreError, SystemTopicError
-from pyrmq.remoting.command import VERSION, RemotingCommand
+from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
-    GetConsumeStatsRequestHeader,
-    GetTopicStatsInfoRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
     ViewMessageRequestHeader,
@@ -53,121 +48,6 @@ class AdminProcessor:
         server.register(RequestCode.QUERY_MESSAGE, self.query_message)
         server.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message)
         server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
-        server.register(RequestCode.GET_TOPIC_STATS_INFO, self.topic_stats)
-        server.register(RequestCode.GET_CONSUME_STATS, self.consume_stats)
-        server.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info)
-        server.register(RequestCode.GET_ALL_DELAY_OFFSET, self.delay_offsets)
-
-    async def delay_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Each delay level's progress in SCHEDULE_TOPIC_XXXX, as RocketMQ's delayOffset.json."""
-        table = {str(level): offset for level, offset in self.broker.store.delay_offsets().items()}
-        body = json.dumps({"offsetTable": table}, separators=(",", ":")).encode()
-        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
-
-    async def topic_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Each write queue's min and max offsets and the store time of its last message."""
-        header = GetTopicStatsInfoRequestHeader.from_ext(request.ext_fields)
-        config = self.broker.topics.get(header.topic)
-        if config is None:
-            return RemotingCommand.response_to(
-                request, ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{header.topic}] not exist"
-            )
-        store = self.broker.store
-        table = {}
-        for queue_id in range(config.write_queue_nums):
-            max_offset = store.max_offset(header.topic, queue_id)
-            last = store.store_time(header.topic, queue_id, max_offset - 1) if max_offset else 0
-            table[queue_id] = {
-                "lastUpdateTimestamp": last or 0,
-                "maxOffset": max_offset,
-                "minOffset": store.min_offset(header.topic, queue_id),
-            }
-        body = message_queue_table(header.topic, self.broker.config.broker_name, table)
-        return RemotingCommand.response_to(
-            request, ResponseCode.SUCCESS, body=b'{"offsetTable":' + body + b"}"
-        )
-
-    async def consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """A group's committed offset against each read queue's max offset: its lag."""
-        header = GetConsumeStatsRequestHeader.from_ext(request.ext_fields)
-        broker, group = self.broker, header.consumer_group
-        topics = [header.topic] if header.topic else broker.offsets.topics(group)
-        tables = []
-        for topic in topics:
-            config = broker.topics.get(topic)
-            if config is None:
-                continue
-            # As RocketMQ: a live group that does not subscribe to the topic is left out.
-            if broker.clients.members(group) and broker.clients.subscription(group, topic) is None:
-                continue
-            table = {}
-            for queue_id in range(config.read_queue_nums):
-                consumer_offset = max(broker.offsets.query(group, topic, queue_id) or 0, 0)
-                last = 0
-                if consumer_offset > 0:
-                    last = broker.store.store_time(topic, queue_id, consumer_offset - 1) or 0
-                table[queue_id] = {
-                    "brokerOffset": broker.store.max_offset(topic, queue_id),
-                    "consumerOffset": consumer_offset,
-                    "lastTimestamp": last,
-                }
-            body = message_queue_table(topic, broker.config.broker_name, table)
-            tables.append(body[1:-1])
-        # RocketMQ's consumeTps is left out: the broker does not count pulls per group.
-        entries = b",".join(t for t in tables if t)
-        return RemotingCommand.response_to(
-            request, ResponseCode.SUCCESS, body=b'{"offsetTable":{' + entries + b"}}"
-        )
-
-    async def runtime_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """RocketMQ's KVTable of store and traffic figures, every value a string, as
-        ``mqadmin brokerStatus`` and ``clusterList`` read them."""
-        broker = self.broker
-        store, stats = broker.store, broker.stats
-        min_phy = store.min_phy_offset
-        first = store.look_message_by_offset(min_phy) if store.max_phy_offset > min_phy else None
-        disk = store.check_disk()
-        up_s = max(time.time_ns() // 1_000_000 - stats.boot_ms, 0) // 1000
-        days, rest = divmod(up_s, 86_400)
-        hours, rest = divmod(rest, 3_600)
-        minutes, seconds = divmod(rest, 60)
-
-        def rates(rate: Callable[[int], float]) -> str:
-            return " ".join(f"{rate(w):.2f}" for w in TPS_WINDOWS_S)
-
-        table = {
-            "brokerVersionDesc": MQVersion(VERSION).name,
-            "brokerVersion": str(VERSION),
-            "bootTimestamp": str(stats.boot_ms),
-            "startAcceptSendRequestTimeStamp": str(stats.boot_ms),
-            "runtime": f"[ {days} days, {hours} hours, {minutes} minutes, {seconds} seconds ]",
-            "msgPutTotalYesterdayMorning": str(stats.put_yesterday_morning),
-            "msgPutTotalTodayMorning": str(stats.put_today_morning),
-            "msgPutTotalTodayNow": str(stats.put_total),
-            "msgGetTotalYesterdayMorning": str(stats.get_yesterday_morning),
-            "msgGetTotalTodayMorning": str(stats.get_today_morning),
-            "msgGetTotalTodayNow": str(stats.transferred_total),
-            "putMessageTimesTotal": str(stats.put_total),
-            "putMessageSizeTotal": str(stats.put_bytes_total),
-            "putMessageAverageSize": str(stats.put_bytes_total / max(stats.put_total, 1)),
-            "putTps": rates(stats.put_tps),
-            "getTransferedTps": rates(stats.transferred_tps),
-            "getFoundTps": rates(stats.found_tps),
-            "getMissTps": rates(stats.miss_tps),
-            "getTotalTps": rates(lambda w: stats.found_tps(w) + stats.miss_tps(w)),
-            "commitLogMinOffset": str(min_phy),
-            "commitLogMaxOffset": str(store.max_phy_offset),
-            "commitLogDiskRatio": str(disk if disk is not None else -1),
-            "earliestMessageTimeStamp": str(first.store_timestamp_ms if first else -1),
-            # Dispatch happens within the put: nothing is ever waiting to be dispatched.
-            "dispatchBehindBytes": "0",
-        }
-        # As RocketMQ: each delay level's delivered offset against its queue's max offset.
-        for level, offset in store.delay_offsets().items():
-            max_offset = store.max_offset("SCHEDULE_TOPIC_XXXX", level - 1)
-            table[f"scheduleMessageOffset_{level}"] = f"{offset},{max_offset}"
-        body = json.dumps({"table": table}, separators=(",", ":")).encode()
-        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def create_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = CreateTopicRequestHeader.from_ext(request.ext_fields)
