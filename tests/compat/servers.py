@@ -81,12 +81,10 @@ class ServerProcess:
         self._close_files()
 
 
-@contextmanager
-def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
+def start_serve(root: Path, *args: str) -> ServerProcess:
     """``pyrmq serve`` on free ports over ``root / "store"``, logging to ``root / "serve.log"``,
-    with ``args`` appended; on exit, stops it and checks the exit was clean."""
-    log_path = root / "serve.log"
-    server = ServerProcess(
+    with ``args`` appended, once it is ready."""
+    return ServerProcess(
         [
             "serve",
             "--store",
@@ -97,12 +95,18 @@ def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
             "0",
             *args,
         ],
-        log_path,
+        root / "serve.log",
     )
+
+
+@contextmanager
+def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
+    """:func:`start_serve`; on exit, stops it and checks the exit was clean."""
+    server = start_serve(root, *args)
     try:
         yield server
     finally:
-        assert server.stop() == 0, log_path.read_text()[-3000:]
+        assert server.stop() == 0, (root / "serve.log").read_text()[-3000:]
 
 
 def create_topic(broker_addr: str, topic: str, queue_nums: int = 4) -> None:

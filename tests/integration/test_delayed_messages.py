@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from tests import helpers
-from tests.compat.servers import ServerProcess, create_topic, serving
+from tests.compat.servers import ServerProcess, create_topic, serving, start_serve
 from tests.helpers import fast_config
 
 from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
@@ -33,21 +33,7 @@ def broker_conf(root: Path, *extra: str) -> Path:
 
 
 def start(root: Path, *args: str) -> ServerProcess:
-    return ServerProcess(
-        [
-            "serve",
-            "--store",
-            str(root / "store"),
-            "--namesrv-port",
-            "0",
-            "--broker-port",
-            "0",
-            "-c",
-            str(broker_conf(root)),
-            *args,
-        ],
-        root / "serve.log",
-    )
+    return start_serve(root, "-c", str(broker_conf(root)), *args)
 
 
 class Received:
