@@ -14,11 +14,11 @@ import dataclasses
 import json
 import re
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 from pyrmq.client.api import LANGUAGE
 from pyrmq.client.message import MessageQueue
-from pyrmq.client.route import TopicRoute, loads_loose_json
+from pyrmq.client.route import TopicRoute, loads_loose_json, loads_queue_table
 from pyrmq.errors import BrokerError, NoRouteError, PyrmqError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
@@ -30,30 +30,9 @@ from pyrmq.remoting.headers import (
 )
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
-__all__ = ["Admin", "ClusterBroker", "ConsumerProgress", "TopicOffset", "loads_queue_table"]
+__all__ = ["Admin", "ClusterBroker", "ConsumerProgress", "TopicOffset"]
 
 MASTER_ID = 0
-
-# A flat JSON object used as a map key: fastjson writes Map<MessageQueue, V> this way.
-_OBJECT_KEY = re.compile(r"(\{[^{}]*\})(?=\s*:)")
-
-
-def loads_queue_table(body: bytes | str, field: str = "offsetTable") -> dict[MessageQueue, Any]:
-    """Field ``field`` of a JSON object: a map whose keys are MessageQueue objects. That is
-    not valid JSON; it is how fastjson writes ``Map<MessageQueue, V>``.
-
-    >>> loads_queue_table(
-    ...     b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:{"maxOffset":7}}}'
-    ... )
-    {MessageQueue(topic='T', broker_name='b', queue_id=1): {'maxOffset': 7}}
-    """
-    raw = body.decode() if isinstance(body, bytes) else body
-    quoted = _OBJECT_KEY.sub(lambda m: json.dumps(m.group(1)), raw)
-    out = {}
-    for key, value in (json.loads(quoted).get(field) or {}).items():
-        mq = json.loads(key)
-        out[MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"]))] = value
-    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,11 +100,14 @@ class Admin:
         request.language = LANGUAGE
         return await self._remoting.invoke(addr, request, self.timeout_s)
 
-    async def _ask_namesrv(self, code: int, ext: dict[str, str] | None = None) -> RemotingCommand:
+    async def _ask_namesrv(
+        self, code: int, ext: dict[str, str] | None = None
+    ) -> tuple[str, RemotingCommand]:
+        """The first name server's answer that comes, and its address."""
         last: Exception | None = None
         for addr in self.namesrv_addrs:
             try:
-                return await self._call(addr, code, ext)
+                return addr, await self._call(addr, code, ext)
             except PyrmqError as e:
                 last = e
         raise NoRouteError(f"no name server answered: {last}") from last
@@ -138,8 +120,8 @@ class Admin:
 
     async def clusters(self) -> list[ClusterBroker]:
         """Every broker name the name servers know, by cluster then name."""
-        response = await self._ask_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
-        self._check(self.namesrv_addrs[0], response)
+        addr, response = await self._ask_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        self._check(addr, response)
         raw = loads_loose_json(response.body) if response.body else {}
         brokers = []
         for name, data in (raw.get("brokerAddrTable") or {}).items():
@@ -195,12 +177,12 @@ class Admin:
 
     async def topic_status(self, topic: str) -> dict[MessageQueue, TopicOffset]:
         """Every queue of ``topic`` on every broker that holds it; NoRouteError if none does."""
-        response = await self._ask_namesrv(
+        addr, response = await self._ask_namesrv(
             RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
         )
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             raise NoRouteError(f"no broker holds topic {topic}")
-        self._check(self.namesrv_addrs[0], response)
+        self._check(addr, response)
         route = TopicRoute.parse(topic, response.body)
         header = GetTopicStatsInfoRequestHeader(topic=topic).to_ext()
         out: dict[MessageQueue, TopicOffset] = {}

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol, Self
 
 from pyrmq.client.api import ClientAPI
 from pyrmq.client.message import MessageQueue
-from pyrmq.client.route import TopicRoute
+from pyrmq.client.route import TopicRoute, loads_queue_table
 from pyrmq.errors import ClientStateError, NoRouteError, PyrmqError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
@@ -379,9 +379,6 @@ class ClientInstance:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
 
-_MQ_KEY = re.compile(r"(\{[^{}]*\})\s*:\s*(-?\d+)")
-
-
 class ClientLifecycle:
     """``async with`` and the :attr:`instance` property for a producer or consumer that holds
     a :class:`ClientInstance` while it runs."""
@@ -417,17 +414,14 @@ class ClientLifecycle:
 
 
 def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:
-    """ResetOffsetBody's ``offsetTable``, whose keys are JSON objects (fastjson's map form).
+    """ResetOffsetBody's ``offsetTable``, whose keys are JSON objects (fastjson's map form);
+    empty when the body cannot be read.
 
     >>> parse_offset_table(b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:7}}')
     {MessageQueue(topic='T', broker_name='b', queue_id=1): 7}
     """
-    out = {}
-    for key, offset in _MQ_KEY.findall(body.decode(errors="replace")):
-        try:
-            raw = json.loads(key)
-            mq = MessageQueue(str(raw["topic"]), str(raw["brokerName"]), int(raw["queueId"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-        out[mq] = int(offset)
-    return out
+    try:
+        table = loads_queue_table(body)
+    except ValueError:
+        return {}
+    return {mq: offset for mq, offset in table.items() if type(offset) is int}

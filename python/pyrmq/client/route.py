@@ -7,7 +7,7 @@ from typing import Any
 
 from pyrmq.client.message import MessageQueue
 
-__all__ = ["BrokerData", "TopicRoute", "loads_loose_json"]
+__all__ = ["BrokerData", "TopicRoute", "loads_loose_json", "loads_queue_table"]
 
 PERM_READ = 4
 PERM_WRITE = 2
@@ -15,6 +15,8 @@ MASTER_ID = 0
 
 # A bare integer used as an object key: `{0:"a"}` or `,12:"b"` (fastjson's map keys).
 _BARE_INT_KEY = re.compile(r'([{,])\s*(-?\d+)\s*:(?=\s*["{\[0-9tfn-])')
+# A flat JSON object used as a map key: fastjson writes Map<MessageQueue, V> this way.
+_OBJECT_KEY = re.compile(r"(\{[^{}]*\})(?=\s*:)")
 
 
 def loads_loose_json(data: bytes | str) -> Any:
@@ -29,6 +31,32 @@ def loads_loose_json(data: bytes | str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return json.loads(_BARE_INT_KEY.sub(r'\1"\2":', text))
+
+
+def loads_queue_table(body: bytes | str, field: str = "offsetTable") -> dict[MessageQueue, Any]:
+    """Field ``field`` of a JSON object: a map whose keys are MessageQueue objects. That is
+    not valid JSON; it is how fastjson writes ``Map<MessageQueue, V>``.
+
+    >>> loads_queue_table(
+    ...     b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:{"maxOffset":7}}}'
+    ... )
+    {MessageQueue(topic='T', broker_name='b', queue_id=1): {'maxOffset': 7}}
+    """
+    raw = body.decode() if isinstance(body, bytes) else body
+    quoted = _OBJECT_KEY.sub(lambda m: json.dumps(m.group(1)), raw)
+    parsed = json.loads(quoted)
+    table = parsed.get(field) if isinstance(parsed, dict) else None
+    out: dict[MessageQueue, Any] = {}
+    if not isinstance(table, dict):
+        return out
+    for key, value in table.items():
+        try:
+            mq = json.loads(key)
+            queue = MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"]))
+        except (ValueError, KeyError, TypeError):
+            continue  # not a MessageQueue: left out
+        out[queue] = value
+    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

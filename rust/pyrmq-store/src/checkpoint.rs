@@ -15,10 +15,10 @@
 //! All three offsets are append-group boundaries. A missing or damaged checkpoint makes
 //! recovery scan the CommitLog from its first segment: slower, never wrong.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{StoreError, StoreResult};
+use crate::state_file;
 
 const MAGIC: &[u8; 4] = b"PRCK";
 const LEN: usize = 64;
@@ -119,25 +119,7 @@ impl CheckpointFile {
 
     /// Write, fsync, rename: the old checkpoint stays whole until the new one is.
     fn replace(&self, cp: &Checkpoint) -> StoreResult<()> {
-        let tmp = self.path.with_extension("tmp");
-        let io = |ctx, e| StoreError::io(ctx, &tmp, e);
-        let written = std::fs::File::create(&tmp)
-            .map_err(|e| io("creating", e))
-            .and_then(|mut f| {
-                f.write_all(&cp.encode()).map_err(|e| io("writing", e))?;
-                f.sync_data().map_err(|e| io("syncing", e))
-            });
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        std::fs::rename(&tmp, &self.path).map_err(|e| StoreError::io("renaming", &self.path, e))?;
-        if let Some(dir) = self.path.parent() {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
-        Ok(())
+        state_file::write_atomic(&self.path, &cp.encode())
     }
 
     /// On a full file system a new file gets no space, but the existing one's block is

@@ -39,6 +39,9 @@ pub(crate) struct DelayOffsets {
     dirty: AtomicBool,
     /// Held for a whole pass: passes never overlap, so none delivers a message twice.
     pass: Mutex<()>,
+    /// Held while the file is written: the periodic flush and an explicit one may persist at
+    /// once, and would share the temporary file.
+    writing: Mutex<()>,
 }
 
 impl DelayOffsets {
@@ -55,6 +58,7 @@ impl DelayOffsets {
             offsets: Mutex::new(offsets),
             dirty: AtomicBool::new(false),
             pass: Mutex::new(()),
+            writing: Mutex::new(()),
         })
     }
 
@@ -84,6 +88,7 @@ impl DelayOffsets {
     /// Writes `offsets` to the file (through a temporary file, synced, then renamed); on
     /// failure they are marked changed again.
     pub(crate) fn persist(&self, offsets: &BTreeMap<u32, u64>) -> StoreResult<()> {
+        let _writing = self.writing.lock();
         let result = state_file::write_json(&self.path, &encode(offsets));
         if result.is_err() {
             self.dirty.store(true, Ordering::Release);
@@ -230,6 +235,23 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             r#"{"offsetTable":{"1":5,"18":2}}"#
         );
+    }
+
+    #[test]
+    fn persists_from_two_threads_at_once_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = DelayOffsets::load(&dir.path().join("delayOffset.json")).unwrap();
+        std::thread::scope(|scope| {
+            for level in 1..=2 {
+                let offsets = &offsets;
+                scope.spawn(move || {
+                    for i in 0..200 {
+                        let table = BTreeMap::from([(level, i)]);
+                        offsets.persist(&table).unwrap();
+                    }
+                });
+            }
+        });
     }
 
     #[test]
