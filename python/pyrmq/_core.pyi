@@ -368,6 +368,9 @@ class MessageStore:
     def delay_offsets(self) -> dict[int, int]:
         """Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX (RocketMQ's
         ``delayOffset.json``)."""
+    def delayed_deliveries(self) -> tuple[int, int]:
+        """``(messages, bytes)`` of delayed messages stored again under their real topics since
+        the store opened (by the schedule service or :meth:`deliver_due`)."""
     def check_disk(self) -> float | None:
         """Re-reads disk usage and updates ``is_disk_full``.
 

@@ -128,6 +128,13 @@ def test_consumer_progress_is_the_lag_of_the_committed_offsets(addrs: tuple[str,
             # A topic named, and a group with no offsets anywhere.
             assert await admin.consumer_progress(group, topic) == progress
             assert await admin.consumer_progress("CG_ADMIN_NOBODY") == {}
+            # It committed offsets but never pulled: no consume rate.
+            stats = await admin.consume_stats(group)
+            assert (stats.queues, stats.lag, stats.consume_tps) == (
+                progress,
+                counts[0] + counts[1] - 3,
+                0.0,
+            )
 
     run(scenario)
 
@@ -159,6 +166,12 @@ def test_a_consumer_that_caught_up_has_no_lag(addrs: tuple[str, str]) -> None:
                 while await lag() != 0:
                     assert time.monotonic() < deadline, "the group's lag never reached 0"
                     await asyncio.sleep(0.1)
+                # Its pulls show in its rate from the broker's next once-a-second sample on;
+                # 12 messages within the last minute, all pulled after the sample before.
+                while (tps := (await admin.consume_stats(group, topic)).consume_tps) == 0:
+                    assert time.monotonic() < deadline, "the group's rate never showed"
+                    await asyncio.sleep(0.1)
+                assert 0 < tps <= 12
             finally:
                 await c.shutdown()
         assert sorted(consumed) == sorted(f"m{i}".encode() for i in range(12))
@@ -260,7 +273,7 @@ def test_the_admin_command_prints_status_lag_and_figures(addrs: tuple[str, str])
     assert progress.returncode == 0, progress.stderr
     lines = progress.stdout.splitlines()
     assert lines[1].split()[:6] == [topic, broker_name, "0", "5", "2", "3"]
-    assert lines[-1] == "Diff Total: 3"
+    assert lines[-2:] == ["Consume TPS: 0.00", "Diff Total: 3"]
 
     listed = pyrmq_admin("cluster-list", "-n", namesrv)
     assert listed.returncode == 0, listed.stderr
@@ -284,10 +297,11 @@ def test_delay_offsets_follow_the_delivery_of_delayed_messages(addrs: tuple[str,
     create_topic(broker, topic, 1)
 
     async def scenario() -> None:
-        async with Producer("PG_ADMIN_DELAY", client_config=fast_config(namesrv)) as producer:
-            sent = await producer.send(Message(topic, b"later", delay_time_level=1))
-        assert sent.status is SendStatus.OK
         async with Admin(namesrv) as admin:
+            before = await admin.broker_runtime_info(broker)
+            async with Producer("PG_ADMIN_DELAY", client_config=fast_config(namesrv)) as producer:
+                sent = await producer.send(Message(topic, b"later", delay_time_level=1))
+            assert sent.status is SendStatus.OK
             deadline = time.monotonic() + 10
             while (await admin.delay_offsets(broker)).get(1) != 1:
                 assert time.monotonic() < deadline, "level 1 never delivered its message"
@@ -296,6 +310,14 @@ def test_delay_offsets_follow_the_delivery_of_delayed_messages(addrs: tuple[str,
             assert [t.max_offset for t in status.values()] == [1]
             info = await admin.broker_runtime_info(broker)
             assert info["scheduleMessageOffset_1"] == "1,1"
+            # Both puts count, as in RocketMQ's store statistics: the send into the schedule
+            # topic and the delivery, which the broker learns of at its next sample.
+            while int(info["putMessageTimesTotal"]) - int(before["putMessageTimesTotal"]) != 2:
+                assert time.monotonic() < deadline, "the delivery was never counted"
+                await asyncio.sleep(0.1)
+                info = await admin.broker_runtime_info(broker)
+            stored = int(info["putMessageSizeTotal"]) - int(before["putMessageSizeTotal"])
+            assert stored == int(info["commitLogMaxOffset"]) - int(before["commitLogMaxOffset"])
 
     run(scenario)
 

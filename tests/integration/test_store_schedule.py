@@ -82,11 +82,15 @@ def test_each_level_delivers_in_order_and_independently(
     t0 = first.store_timestamp_ms
 
     assert bodies(store, "TopicOrder") == [b"now"]
+    assert store.delayed_deliveries() == (0, 0)
+    parked_end = store.max_phy_offset
     assert store.deliver_due(t0 + 1_000 + 50) == 2
     assert bodies(store, "TopicOrder") == [b"now", b"a1", b"a2"]
     assert store.deliver_due(t0 + 5_000 + 50) == 1
     assert store.deliver_due(t0 + 10_000 + 50) == 2
     assert bodies(store, "TopicOrder") == [b"now", b"a1", b"a2", b"b1", b"c1", b"c2"]
+    # Counted for the broker's statistics: every message, and every byte its delivery wrote.
+    assert store.delayed_deliveries() == (5, store.max_phy_offset - parked_end)
 
 
 def test_delivery_progress_survives_a_reopen(

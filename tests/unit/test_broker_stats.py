@@ -47,3 +47,36 @@ def test_midnight_moves_today_to_yesterday() -> None:
     stats.stored(5, 0)
     stats.sample(now_s=3.0, today=day + datetime.timedelta(days=2))
     assert (stats.put_yesterday_morning, stats.put_today_morning, stats.put_total) == (7, 12, 12)
+
+
+def test_delayed_deliveries_count_as_stored_once() -> None:
+    stats = BrokerStats(now_s=0.0)
+    stats.stored(1, 200)  # a delayed send, parked in the schedule topic
+    stats.delivered(0, 0)
+    stats.delivered(1, 210)  # the store's running totals: the delivery
+    stats.delivered(1, 210)  # read again, unchanged: nothing new
+    stats.sample(now_s=1.0)
+    assert (stats.put_total, stats.put_bytes_total) == (2, 410)
+    assert stats.put_tps(10) == 2.0
+
+
+def test_a_groups_consume_rate_covers_its_last_minute_and_then_is_forgotten() -> None:
+    stats = BrokerStats(now_s=0.0)
+    stats.pulled(found=0, topic="T", group="G")  # a miss counts for nothing
+    for second in range(1, 31):
+        stats.pulled(found=4, topic="T", group="G")
+        stats.pulled(found=1, topic="T", group="Other")
+        stats.sample(now_s=float(second))
+    assert stats.consume_tps("T", "G") == 4.0
+    assert stats.consume_tps("T", "Other") == 1.0
+    assert stats.consume_tps("U", "G") == stats.consume_tps("T", "Nobody") == 0.0
+    # Idle from second 31: the minute-long window lets the burst go, then the group is gone.
+    for second in range(31, 100):
+        stats.sample(now_s=float(second))
+        if second == 60:
+            assert stats.consume_tps("T", "G") == 4 * 30 / 60
+    assert stats.consume_tps("T", "G") == 0.0
+    assert not stats._group_samples
+    stats.pulled(found=6, topic="T", group="G")
+    stats.sample(now_s=100.0)
+    assert stats.consume_tps("T", "G") == 6.0

@@ -292,4 +292,5 @@ class BrokerController:
     async def _stats_loop(self) -> None:
         while True:
             await asyncio.sleep(1.0)
+            self.stats.delivered(*self.store.delayed_deliveries())
             self.stats.sample()

@@ -18,7 +18,13 @@ from typing import Self
 
 from pyrmq.client.api import LANGUAGE
 from pyrmq.client.message import MessageQueue
-from pyrmq.client.route import TopicRoute, loads_loose_json, loads_queue_table
+from pyrmq.client.route import (
+    TopicRoute,
+    loads_fastjson,
+    loads_loose_json,
+    loads_queue_table,
+    queue_table,
+)
 from pyrmq.errors import BrokerError, NoRouteError, PyrmqError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
@@ -30,7 +36,7 @@ from pyrmq.remoting.headers import (
 )
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
-__all__ = ["Admin", "ClusterBroker", "ConsumerProgress", "TopicOffset"]
+__all__ = ["Admin", "ClusterBroker", "ConsumeStats", "ConsumerProgress", "TopicOffset"]
 
 MASTER_ID = 0
 
@@ -58,6 +64,19 @@ class ConsumerProgress:
     def lag(self) -> int:
         """Messages stored in the queue that the group has not consumed."""
         return max(self.broker_offset - self.consumer_offset, 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumeStats:
+    """A consumer group's progress on every queue, and how fast it consumes."""
+
+    queues: dict[MessageQueue, ConsumerProgress]
+    consume_tps: float
+    """Messages a second the group pulled over the last minute, from every broker."""
+
+    @property
+    def lag(self) -> int:
+        return sum(p.lag for p in self.queues.values())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -207,20 +226,27 @@ class Admin:
     ) -> dict[MessageQueue, ConsumerProgress]:
         """The group's progress on ``topic``, or on every topic it has committed offsets for,
         from every master broker."""
+        return (await self.consume_stats(group, topic)).queues
+
+    async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """:meth:`consumer_progress` with the group's consume rate (``mqadmin
+        consumerProgress``)."""
         header = GetConsumeStatsRequestHeader(consumer_group=group, topic=topic).to_ext()
         out: dict[MessageQueue, ConsumerProgress] = {}
+        tps = 0.0
         for addr in await self._masters():
             answer = self._check(
                 addr, await self._call(addr, RequestCode.GET_CONSUME_STATS, header)
             )
-            table = loads_queue_table(answer.body)
-            for mq, v in table.items():
+            parsed = loads_fastjson(answer.body)
+            tps += float(parsed.get("consumeTps") or 0.0)
+            for mq, v in queue_table(parsed.get("offsetTable")).items():
                 out[mq] = ConsumerProgress(
                     int(v.get("brokerOffset", 0)),
                     int(v.get("consumerOffset", 0)),
                     int(v.get("lastTimestamp", 0)),
                 )
-        return dict(sorted(out.items()))
+        return ConsumeStats(dict(sorted(out.items())), tps)
 
     async def delay_offsets(self, addr: str) -> dict[int, int]:
         """Each delay level's progress on the broker at ``addr``: the next queue offset of

@@ -7,7 +7,14 @@ from typing import Any
 
 from pyrmq.client.message import MessageQueue
 
-__all__ = ["BrokerData", "TopicRoute", "loads_loose_json", "loads_queue_table"]
+__all__ = [
+    "BrokerData",
+    "TopicRoute",
+    "loads_fastjson",
+    "loads_loose_json",
+    "loads_queue_table",
+    "queue_table",
+]
 
 PERM_READ = 4
 PERM_WRITE = 2
@@ -33,19 +40,15 @@ def loads_loose_json(data: bytes | str) -> Any:
         return json.loads(_BARE_INT_KEY.sub(r'\1"\2":', text))
 
 
-def loads_queue_table(body: bytes | str, field: str = "offsetTable") -> dict[MessageQueue, Any]:
-    """Field ``field`` of a JSON object: a map whose keys are MessageQueue objects. That is
-    not valid JSON; it is how fastjson writes ``Map<MessageQueue, V>``.
-
-    >>> loads_queue_table(
-    ...     b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:{"maxOffset":7}}}'
-    ... )
-    {MessageQueue(topic='T', broker_name='b', queue_id=1): {'maxOffset': 7}}
-    """
+def loads_fastjson(body: bytes | str) -> Any:
+    """Parses JSON as fastjson writes ``Map<MessageQueue, V>``, with objects as map keys
+    (not valid JSON): such a key comes back as its JSON text, for :func:`queue_table`."""
     raw = body.decode() if isinstance(body, bytes) else body
-    quoted = _OBJECT_KEY.sub(lambda m: json.dumps(m.group(1)), raw)
-    parsed = json.loads(quoted)
-    table = parsed.get(field) if isinstance(parsed, dict) else None
+    return json.loads(_OBJECT_KEY.sub(lambda m: json.dumps(m.group(1)), raw))
+
+
+def queue_table(table: Any) -> dict[MessageQueue, Any]:
+    """A map parsed by :func:`loads_fastjson`, keyed by MessageQueue; other keys are left out."""
     out: dict[MessageQueue, Any] = {}
     if not isinstance(table, dict):
         return out
@@ -57,6 +60,18 @@ def loads_queue_table(body: bytes | str, field: str = "offsetTable") -> dict[Mes
             continue  # not a MessageQueue: left out
         out[queue] = value
     return out
+
+
+def loads_queue_table(body: bytes | str, field: str = "offsetTable") -> dict[MessageQueue, Any]:
+    """Field ``field`` of a JSON object as fastjson writes it: a map keyed by MessageQueue.
+
+    >>> loads_queue_table(
+    ...     b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:{"maxOffset":7}}}'
+    ... )
+    {MessageQueue(topic='T', broker_name='b', queue_id=1): {'maxOffset': 7}}
+    """
+    parsed = loads_fastjson(body)
+    return queue_table(parsed.get(field) if isinstance(parsed, dict) else None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -898,6 +898,11 @@ impl PyMessageStore {
         self.store.delay_offsets()
     }
 
+    /// (messages, bytes) of delayed messages delivered since the store opened.
+    fn delayed_deliveries(&self) -> (u64, u64) {
+        self.store.delayed_deliveries()
+    }
+
     /// Re-reads disk usage; returns the used fraction of the store's fullest file system.
     fn check_disk(&self) -> Option<f64> {
         self.store.check_disk()

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -42,6 +42,10 @@ pub(crate) struct DelayOffsets {
     /// Held while the file is written: the periodic flush and an explicit one may persist at
     /// once, and would share the temporary file.
     writing: Mutex<()>,
+    /// Messages and bytes delivered since the store opened: puts the broker never sees, which
+    /// its statistics still count, as RocketMQ's store statistics count every put.
+    delivered: AtomicU64,
+    delivered_bytes: AtomicU64,
 }
 
 impl DelayOffsets {
@@ -59,7 +63,17 @@ impl DelayOffsets {
             dirty: AtomicBool::new(false),
             pass: Mutex::new(()),
             writing: Mutex::new(()),
+            delivered: AtomicU64::new(0),
+            delivered_bytes: AtomicU64::new(0),
         })
+    }
+
+    /// Messages and bytes delivered since the store opened.
+    pub(crate) fn delivered(&self) -> (u64, u64) {
+        (
+            self.delivered.load(Ordering::Acquire),
+            self.delivered_bytes.load(Ordering::Acquire),
+        )
     }
 
     pub(crate) fn snapshot(&self) -> BTreeMap<u32, u64> {
@@ -157,8 +171,12 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
                 break;
             }
             match deliver(inner, unit.phy_offset) {
-                Ok(true) => pass.delivered += 1,
-                Ok(false) => {}
+                Ok(Some(wrote)) => {
+                    pass.delivered += 1;
+                    offsets.delivered.fetch_add(1, Ordering::AcqRel);
+                    offsets.delivered_bytes.fetch_add(wrote, Ordering::AcqRel);
+                }
+                Ok(None) => {}
                 Err(e) if retryable(&e) => {
                     log::warn!("delay level {level}: delivering offset {offset} failed: {e}");
                     pass.failed = true;
@@ -176,11 +194,11 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
     pass
 }
 
-/// Stores the parked record at `phy` again under its real topic and queue. `Ok(false)` when
-/// there is no such record any more (retention removed it).
-fn deliver(inner: &Inner, phy: u64) -> StoreResult<bool> {
+/// Stores the parked record at `phy` again under its real topic and queue; returns the bytes
+/// written, or `None` when there is no such record any more (retention removed it).
+fn deliver(inner: &Inner, phy: u64) -> StoreResult<Option<u64>> {
     let Some(raw) = inner.look(phy)? else {
-        return Ok(false);
+        return Ok(None);
     };
     let rec = message::decode(&raw, false).map_err(|e| StoreError::Corrupt {
         phy_offset: phy,
@@ -210,8 +228,7 @@ fn deliver(inner: &Inner, phy: u64) -> StoreResult<bool> {
         reconsume_times: rec.reconsume_times,
         prepared_transaction_offset: rec.prepared_transaction_offset,
     };
-    inner.put_internal(&[input])?;
-    Ok(true)
+    Ok(Some(inner.put_internal(&[input])?.wrote_bytes))
 }
 
 #[cfg(test)]

@@ -324,6 +324,12 @@ impl MessageStore {
         self.inner.delays.snapshot()
     }
 
+    /// Delayed messages delivered to their real topics since the store opened, and the bytes
+    /// their new records took.
+    pub fn delayed_deliveries(&self) -> (u64, u64) {
+        self.inner.delays.delivered()
+    }
+
     /// The raw record at `phy_offset`, CRC-checked; `None` if no record starts there.
     pub fn look_message_by_offset(&self, phy_offset: u64) -> StoreResult<Option<Vec<u8>>> {
         self.inner.check_open()?;

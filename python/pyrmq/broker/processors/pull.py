@@ -129,7 +129,11 @@ class PullProcessor:
         else:
             assert status in _NOT_FOUND
             code = ResponseCode.PULL_NOT_FOUND
-        broker.stats.pulled(found=got.message_count if code == ResponseCode.SUCCESS else 0)
+        broker.stats.pulled(
+            found=got.message_count if code == ResponseCode.SUCCESS else 0,
+            topic=header.topic,
+            group=header.consumer_group,
+        )
 
         # Only on the first pass: a held pull's commit offset is old by the time it wakes,
         # and storing it again would move back an offset committed meanwhile.

@@ -66,7 +66,7 @@ class StatsProcessor:
         header = GetConsumeStatsRequestHeader.from_ext(request.ext_fields)
         broker, group = self.broker, header.consumer_group
         topics = [header.topic] if header.topic else broker.offsets.topics(group)
-        tables = []
+        tables, tps = [], 0.0
         for topic in topics:
             config = broker.topics.get(topic)
             if config is None:
@@ -87,11 +87,10 @@ class StatsProcessor:
                 }
             body = message_queue_table(topic, broker.config.broker_name, table)
             tables.append(body[1:-1])
-        # RocketMQ's consumeTps is left out: the broker does not count pulls per group.
+            tps += broker.stats.consume_tps(topic, group)
         entries = b",".join(t for t in tables if t)
-        return RemotingCommand.response_to(
-            request, ResponseCode.SUCCESS, body=b'{"offsetTable":{' + entries + b"}}"
-        )
+        body = b'{"consumeTps":%s,"offsetTable":{%s}}' % (json.dumps(tps).encode(), entries)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def runtime_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """RocketMQ's KVTable of store and traffic figures, every value a string, as

@@ -108,8 +108,9 @@ def topic_status(namesrv_addr: str, topic: str) -> None:
 @click.option("-g", "--group", required=True, help="Consumer group.")
 @click.option("-t", "--topic", help="Only this topic [default: every topic of the group].")
 def consumer_progress(namesrv_addr: str, group: str, topic: str | None) -> None:
-    """The group's offset against each queue's max offset, and the difference (lag)."""
-    progress = _ask(namesrv_addr, lambda a: a.consumer_progress(group, topic))
+    """The group's offset against each queue's max offset, the difference (lag), and the
+    group's consume rate."""
+    stats = _ask(namesrv_addr, lambda a: a.consume_stats(group, topic))
     rows: list[tuple[object, ...]] = [
         (
             "#Topic",
@@ -121,7 +122,7 @@ def consumer_progress(namesrv_addr: str, group: str, topic: str | None) -> None:
             "#LastTime",
         )
     ]
-    for mq, p in progress.items():
+    for mq, p in stats.queues.items():
         rows.append(
             (
                 mq.topic,
@@ -134,7 +135,9 @@ def consumer_progress(namesrv_addr: str, group: str, topic: str | None) -> None:
             )
         )
     _table(rows)
-    click.echo(f"Diff Total: {sum(p.lag for p in progress.values())}")
+    click.echo()
+    click.echo(f"Consume TPS: {stats.consume_tps:.2f}")
+    click.echo(f"Diff Total: {stats.lag}")
 
 
 @admin.command("update-topic")
