@@ -529,6 +529,10 @@ def validate_topic(topic: str, internal: bool = False) -> None:
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode`` of ``s``: RocketMQ's tag code and index key hash."""
 
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """``(store host "ip:port", CommitLog offset)`` of an offset message id, as
+    ``VIEW_MESSAGE_BY_ID`` needs them; ``ValueError`` for anything else."""
+
 def message_ids(head: bytes, count: int) -> list[str]:
     """``count`` producer message ids: ``head`` (the id's bytes before its counter) in
     upper-case hex, each followed by the next value of the process's 16-bit counter."""

@@ -16,6 +16,7 @@ from tests import helpers
 from tests.compat.servers import create_topic, serving
 from tests.helpers import fast_config
 
+from pyrmq import _core
 from pyrmq.client.admin import Admin
 from pyrmq.client.api import ClientAPI, PullStatus
 from pyrmq.client.message import Message, MessageQueue, SendResult, SendStatus
@@ -23,8 +24,9 @@ from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
 from pyrmq.errors import BrokerError, NoRouteError
 from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import PullMessageRequestHeader
-from pyrmq.remoting.protocol import PullSysFlag
+from pyrmq.remoting.protocol import PullSysFlag, RequestCode, ResponseCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -371,3 +373,132 @@ def test_the_admin_command_creates_and_deletes_topics(addrs: tuple[str, str]) ->
     status = pyrmq_admin("topic-status", "-n", namesrv, "-t", topic)
     assert status.returncode == 1
     assert topic in status.stderr
+
+
+def test_messages_are_found_by_key_by_producer_id_and_by_offset_id(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic = "TopicAdminQuery"
+    create_topic(broker, topic, 2)
+
+    async def scenario() -> None:
+        async with Producer("PG_ADMIN_QUERY", client_config=fast_config(namesrv)) as producer:
+            sent = [
+                await producer.send(Message(topic, b"first", keys=["order-1", "shared"])),
+                await producer.send(Message(topic, b"second", keys=["order-2", "shared"])),
+                await producer.send(Message(topic, b"third", keys="order-3")),
+            ]
+            # The same producer id sent twice, as a producer retrying a send does.
+            again = Message(topic, b"again", properties={"UNIQ_KEY": sent[2].msg_id})
+            resent = await producer.send(again)
+        assert resent.msg_id == sent[2].msg_id
+        async with Admin(namesrv) as admin:
+            await routed(admin, topic)
+            shared = await admin.query_message(topic, "shared")
+            assert [m.body for m in shared] == [b"first", b"second"]
+            assert [m.msg_id for m in shared] == [sent[0].msg_id, sent[1].msg_id]
+            assert [m.queue_offset for m in shared] == [sent[0].queue_offset, sent[1].queue_offset]
+            assert [m.body for m in await admin.query_message(topic, "order-3")] == [b"third"]
+            assert await admin.query_message(topic, "order") == []
+            with pytest.raises(NoRouteError):
+                await admin.query_message("TopicAdminQueryNowhere", "shared")
+            # The store-time range bounds the search.
+            first = shared[0].store_timestamp
+            assert await admin.query_message(topic, "shared", end_ms=first - 1) == []
+            later = await admin.query_message(topic, "shared", begin_ms=shared[1].store_timestamp)
+            assert [m.body for m in later] == [b"second"]
+
+            twice = await admin.query_message_by_unique_key(topic, sent[2].msg_id)
+            assert [m.body for m in twice] == [b"third", b"again"]
+            assert await admin.query_message_by_unique_key(topic, sent[0].msg_id + "0") == []
+
+            viewed = await admin.view_message(sent[1].offset_msg_id)
+            assert (viewed.body, viewed.topic, viewed.keys) == (b"second", topic, "order-2 shared")
+            assert viewed.message_queue == sent[1].message_queue
+            assert viewed.offset_msg_id == sent[1].offset_msg_id
+            with pytest.raises(ValueError, match="not an offset message id"):
+                await admin.view_message("not-an-id")
+            # A well-formed id past the end of the broker's log.
+            host, port = broker.split(":")
+            beyond = "".join(f"{int(p):02X}" for p in host.split(".")) + f"{int(port):08X}"
+            with pytest.raises(BrokerError, match="can not find message"):
+                await admin.view_message(beyond + f"{2**40:016X}")
+
+    run(scenario)
+
+
+def test_a_query_by_producer_id_returns_every_copy_whatever_it_asked_for(
+    addrs: tuple[str, str],
+) -> None:
+    namesrv, broker = addrs
+    topic = "TopicAdminUnique"
+    create_topic(broker, topic, 1)
+
+    async def scenario() -> None:
+        async with Producer("PG_ADMIN_UNIQUE", client_config=fast_config(namesrv)) as producer:
+            results = [
+                await producer.send(Message(topic, f"copy{i}", properties={"UNIQ_KEY": "U1"}))
+                for i in range(3)
+            ]
+        assert {r.msg_id for r in results} == {"U1"}
+        remoting = RemotingClient()
+        try:
+
+            async def query(extra: dict[str, str]) -> int:
+                ext = {"topic": topic, "key": "U1", "maxNum": "1", "beginTimestamp": "0"}
+                ext |= {"endTimestamp": str(2**62), **extra}
+                request = RemotingCommand.request(RequestCode.QUERY_MESSAGE, ext)
+                response = await remoting.invoke(broker, request, 3.0)
+                assert response.code == ResponseCode.SUCCESS
+                return len(_core.decode_messages(response.body))
+
+            # maxNum holds for a key query; a query by producer id returns up to 32 regardless,
+            # as RocketMQ's broker answers one.
+            assert await query({}) == 1
+            assert await query({"_UNIQUE_KEY_QUERY": "true"}) == 3
+        finally:
+            await remoting.close()
+
+    run(scenario)
+
+
+def test_the_admin_command_finds_messages(addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic = "TopicAdminQueryCli"
+    create_topic(broker, topic, 1)
+
+    async def scenario() -> SendResult:
+        async with Producer("PG_ADMIN_QUERY_CLI", client_config=fast_config(namesrv)) as producer:
+            result = await producer.send(Message(topic, "héllo", tags="TagQ", keys="cli-key"))
+        async with Admin(namesrv) as admin:
+            await routed(admin, topic)
+        return result
+
+    sent = asyncio.run(scenario())
+
+    by_key = pyrmq_admin("query-msg-by-key", "-n", namesrv, "-t", topic, "-k", "cli-key")
+    assert by_key.returncode == 0, by_key.stderr
+    lines = by_key.stdout.splitlines()
+    assert lines[0].split() == ["#Message", "ID", "#Broker", "Name", "#QID", "#Offset"]
+    assert lines[1].split()[0] == sent.msg_id
+    assert lines[1].split()[2:] == ["0", str(sent.queue_offset)]
+
+    for args in (
+        ("query-msg-by-id", "-i", sent.offset_msg_id),
+        ("query-msg-by-unique-key", "-t", topic, "-i", sent.msg_id),
+    ):
+        shown = pyrmq_admin(*args[:1], "-n", namesrv, *args[1:])
+        assert shown.returncode == 0, shown.stderr
+        fields = dict(line.split(":", 1) for line in shown.stdout.splitlines())
+        assert fields["OffsetID"].strip() == sent.offset_msg_id
+        assert fields["Topic"].strip() == topic
+        assert fields["Tags"].strip() == "[TagQ]"
+        assert fields["Keys"].strip() == "[cli-key]"
+        assert fields["Message Body"].strip() == "héllo"
+
+    bad = pyrmq_admin("query-msg-by-id", "-n", namesrv, "-i", "nonsense")
+    assert bad.returncode == 1
+    assert "not an offset message id" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    missing = pyrmq_admin("query-msg-by-unique-key", "-n", namesrv, "-t", topic, "-i", "NOPE")
+    assert missing.returncode == 1
+    assert "no message of topic" in missing.stderr

@@ -1,7 +1,9 @@
 """What operators ask of a cluster, as RocketMQ's ``mqadmin`` asks it: the brokers of each
 cluster (``clusterList``), each queue's offsets (``topicStatus``), a consumer group's lag
-(``consumerProgress``), a broker's runtime figures (``brokerStatus``), and topics created or
-deleted on every broker of a cluster (``updateTopic``, ``deleteTopic``).
+(``consumerProgress``), a broker's runtime figures (``brokerStatus``), topics created or
+deleted on every broker of a cluster (``updateTopic``, ``deleteTopic``), and messages found
+by key, by the producer's message id or by offset message id (``queryMsgByKey``,
+``queryMsgByUniqueKey``, ``queryMsgById``).
 
 Example (against a running ``pyrmq serve``)::
 
@@ -13,9 +15,12 @@ Example (against a running ``pyrmq serve``)::
 import dataclasses
 import json
 import re
+import time
 from types import TracebackType
 from typing import Self
 
+from pyrmq import _core
+from pyrmq._core import MessageExt
 from pyrmq.client.api import LANGUAGE
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import (
@@ -33,6 +38,8 @@ from pyrmq.remoting.headers import (
     DeleteTopicRequestHeader,
     GetConsumeStatsRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    QueryMessageRequestHeader,
+    ViewMessageRequestHeader,
 )
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
@@ -194,15 +201,18 @@ class Admin:
             )
         return addrs
 
-    async def topic_status(self, topic: str) -> dict[MessageQueue, TopicOffset]:
-        """Every queue of ``topic`` on every broker that holds it; NoRouteError if none does."""
+    async def _route(self, topic: str) -> TopicRoute:
         addr, response = await self._ask_namesrv(
             RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
         )
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             raise NoRouteError(f"no broker holds topic {topic}")
         self._check(addr, response)
-        route = TopicRoute.parse(topic, response.body)
+        return TopicRoute.parse(topic, response.body)
+
+    async def topic_status(self, topic: str) -> dict[MessageQueue, TopicOffset]:
+        """Every queue of ``topic`` on every broker that holds it; NoRouteError if none does."""
+        route = await self._route(topic)
         header = GetTopicStatsInfoRequestHeader(topic=topic).to_ext()
         out: dict[MessageQueue, TopicOffset] = {}
         for data in route.brokers.values():
@@ -261,3 +271,63 @@ class Admin:
         answer = self._check(addr, await self._call(addr, RequestCode.GET_BROKER_RUNTIME_INFO))
         table = json.loads(answer.body).get("table") or {}
         return {str(k): str(v) for k, v in table.items()}
+
+    async def query_message(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_num: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` with ``key`` among their keys, stored from ``begin_ms`` to
+        ``end_ms`` (default: now), from every broker that holds the topic, oldest first.
+        Each broker returns at most ``max_num`` (64 at most)."""
+        found = await self._query(topic, key, max_num, begin_ms, end_ms, unique=False)
+        # The brokers' index finds keys by hash: a colliding key is no match.
+        return [m for m in found if key in m.keys.split(" ")]
+
+    async def query_message_by_unique_key(self, topic: str, uniq_key: str) -> list[MessageExt]:
+        """Messages of ``topic`` whose producer's id (``UNIQ_KEY``) is ``uniq_key``, oldest
+        first: one, or more when the producer sent it again after a failed attempt."""
+        found = await self._query(topic, uniq_key, 32, 0, None, unique=True)
+        return [m for m in found if m.get_property("UNIQ_KEY") == uniq_key]
+
+    async def _query(
+        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int | None, *, unique: bool
+    ) -> list[MessageExt]:
+        route = await self._route(topic)
+        end = time.time_ns() // 1_000_000 if end_ms is None else end_ms
+        ext = QueryMessageRequestHeader(
+            topic=topic, key=key, max_num=max_num, begin_timestamp=begin_ms, end_timestamp=end
+        ).to_ext()
+        if unique:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        found: list[MessageExt] = []
+        for name, data in route.brokers.items():
+            if data.master is None:
+                continue
+            response = await self._call(data.master, RequestCode.QUERY_MESSAGE, ext)
+            if response.code == ResponseCode.QUERY_NOT_FOUND:
+                continue
+            self._check(data.master, response)
+            found.extend(_core.decode_received(response.body, name))
+        return sorted(found, key=lambda m: (m.store_timestamp, m.broker_name, m.commit_log_offset))
+
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """The message an offset message id names, from the broker that stored it (``mqadmin
+        queryMsgById``). ValueError if it is no offset message id; BrokerError if the
+        broker has no message there."""
+        addr, offset = _core.decode_offset_msg_id(offset_msg_id)
+        response = self._check(
+            addr,
+            await self._call(
+                addr,
+                RequestCode.VIEW_MESSAGE_BY_ID,
+                ViewMessageRequestHeader(offset=offset).to_ext(),
+            ),
+        )
+        names = [b.broker_name for b in await self.clusters() if addr in b.addrs.values()]
+        [message] = _core.decode_received(response.body, names[0] if names else "")
+        return message

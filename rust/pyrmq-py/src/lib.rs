@@ -42,6 +42,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(message::encode_batch, m)?)?;
     m.add_function(wrap_pyfunction!(message::encode_message, m)?)?;
     m.add_function(wrap_pyfunction!(message::java_string_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(message::decode_offset_msg_id, m)?)?;
     m.add_function(wrap_pyfunction!(message::message_ids, m)?)?;
     m.add_function(wrap_pyfunction!(message::validate_topic, m)?)?;
     m.add_function(wrap_pyfunction!(remoting::decode_frames, m)?)?;

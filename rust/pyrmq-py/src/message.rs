@@ -229,6 +229,21 @@ pub fn java_string_hash(s: &str) -> i32 {
     message::java_string_hash(s)
 }
 
+/// The store host (`ip:port`) and CommitLog offset an offset message id names, as
+/// `VIEW_MESSAGE_BY_ID` needs them. Raises `ValueError` for anything else, a producer's
+/// `UNIQ_KEY` included.
+#[pyfunction]
+pub fn decode_offset_msg_id(msg_id: &str) -> PyResult<(String, i64)> {
+    message::decode_offset_msg_id(msg_id)
+        .map(|(host, offset)| (host.to_string(), offset))
+        .ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "{msg_id:?} is not an offset message id (32 or 56 hex digits: store host, port, \
+                 CommitLog offset)"
+            ))
+        })
+}
+
 /// RocketMQ's topic rule, as the store applies it: 1..=127 characters of `[%|a-zA-Z0-9_-]`, and
 /// (unless `internal`) not a topic only the broker writes. Raises `InvalidTopicError` or
 /// `SystemTopicError`.

@@ -37,6 +37,12 @@ log = logging.getLogger(__name__)
 # deleted, with the broker-only ones the store names (RocketMQ's TopicValidator).
 _RESERVED_TOPICS = frozenset({"TBW102", "RMQ_SYS_TRACE_TOPIC", "BenchmarkTest"})
 
+QUERY_MAX_NUM = 64
+"""Most messages one QUERY_MESSAGE returns (RocketMQ's ``maxMsgsNumBatch``)."""
+UNIQUE_KEY_QUERY_MAX_NUM = 32
+"""What a query by the producer's message id returns at most, whatever it asked for
+(RocketMQ's ``defaultQueryMaxNum``)."""
+
 
 class AdminProcessor:
     def __init__(self, broker: "BrokerController") -> None:
@@ -116,11 +122,14 @@ class AdminProcessor:
 
     async def query_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = QueryMessageRequestHeader.from_ext(request.ext_fields)
+        max_num = max(1, min(header.max_num, QUERY_MAX_NUM))
+        if request.ext_fields.get("_UNIQUE_KEY_QUERY") == "true":
+            max_num = UNIQUE_KEY_QUERY_MAX_NUM
         store = self.broker.store
         found = store.query_message(
             header.topic,
             header.key,
-            max_count=max(1, min(header.max_num, 64)),
+            max_count=max_num,
             begin_ms=header.begin_timestamp,
             end_ms=header.end_timestamp,
         )

@@ -1,7 +1,8 @@
 """``pyrmq admin``: the cluster's brokers, a topic's queues, a group's lag and a broker's
 figures, as RocketMQ's ``mqadmin clusterList``, ``topicStatus``, ``consumerProgress`` and
 ``brokerStatus`` print them; topics created and deleted as ``updateTopic`` and ``deleteTopic``
-do."""
+do; messages found as ``queryMsgByKey``, ``queryMsgById`` and ``queryMsgByUniqueKey`` find
+them."""
 
 import asyncio
 import datetime
@@ -10,6 +11,7 @@ from typing import TypeVar
 
 import click
 
+from pyrmq._core import MessageExt
 from pyrmq.client.admin import Admin
 from pyrmq.errors import PyrmqError
 
@@ -31,7 +33,7 @@ def _ask(namesrv_addr: str, question: Callable[[Admin], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(run())
-    except PyrmqError as e:
+    except (PyrmqError, ValueError) as e:
         raise click.ClickException(str(e)) from e
 
 
@@ -192,3 +194,75 @@ def broker_status(namesrv_addr: str, broker_addr: str) -> None:
     width = max(map(len, info), default=0)
     for key in sorted(info):
         click.echo(f"{key.ljust(width)} : {info[key]}")
+
+
+def _print_message(msg: MessageExt) -> None:
+    fields = [
+        ("OffsetID", msg.offset_msg_id),
+        ("MsgId", msg.msg_id),
+        ("Topic", msg.topic),
+        ("Tags", f"[{msg.tags or ''}]"),
+        ("Keys", f"[{msg.keys}]"),
+        ("Broker Name", msg.broker_name),
+        ("Queue ID", msg.queue_id),
+        ("Queue Offset", msg.queue_offset),
+        ("CommitLog Offset", msg.commit_log_offset),
+        ("Reconsume Times", msg.reconsume_times),
+        ("Born Timestamp", _time(msg.born_timestamp)),
+        ("Store Timestamp", _time(msg.store_timestamp)),
+        ("Born Host", msg.born_host),
+        ("Store Host", msg.store_host),
+        ("System Flag", msg.stored.sys_flag),
+        ("Properties", msg.properties),
+        ("Message Body", msg.body.decode("utf-8", "backslashreplace")),
+    ]
+    for name, value in fields:
+        click.echo(f"{name + ':':<20} {value}")
+
+
+@admin.command("query-msg-by-key")
+@_NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-k", "--key", required=True, help="A key the producer set (KEYS).")
+@click.option(
+    "-b", "--begin", "begin_ms", default=0, help="Stored at or after, ms since the epoch."
+)
+@click.option("-e", "--end", "end_ms", type=int, help="Stored at or before [default: now].")
+@click.option(
+    "-c", "--max-num", default=32, show_default=True, help="At most this many per broker."
+)
+def query_msg_by_key(
+    namesrv_addr: str, topic: str, key: str, begin_ms: int, end_ms: int | None, max_num: int
+) -> None:
+    """The messages with a key, from the brokers' index, oldest first."""
+    found = _ask(
+        namesrv_addr,
+        lambda a: a.query_message(topic, key, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms),
+    )
+    rows: list[tuple[object, ...]] = [("#Message ID", "#Broker Name", "#QID", "#Offset")]
+    rows += [(m.msg_id, m.broker_name, m.queue_id, m.queue_offset) for m in found]
+    _table(rows)
+
+
+@admin.command("query-msg-by-id")
+@_NAMESRV
+@click.option("-i", "--msg-id", required=True, help="Offset message id (a send's offsetMsgId).")
+def query_msg_by_id(namesrv_addr: str, msg_id: str) -> None:
+    """The message an offset message id names, every field."""
+    _print_message(_ask(namesrv_addr, lambda a: a.view_message(msg_id)))
+
+
+@admin.command("query-msg-by-unique-key")
+@_NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-i", "--msg-id", required=True, help="The producer's message id (UNIQ_KEY).")
+def query_msg_by_unique_key(namesrv_addr: str, topic: str, msg_id: str) -> None:
+    """The message a producer's message id names, every field (each copy if it was sent
+    more than once)."""
+    found = _ask(namesrv_addr, lambda a: a.query_message_by_unique_key(topic, msg_id))
+    if not found:
+        raise click.ClickException(f"no message of topic {topic} has message id {msg_id}")
+    for i, msg in enumerate(found):
+        if i:
+            click.echo()
+        _print_message(msg)
