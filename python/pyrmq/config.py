@@ -64,6 +64,9 @@ ROCKETMQ_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
         "maxMessageSize": "max_message_size",
         "maxTransferBytesOnMessageInMemory": "max_transfer_bytes_on_message_in_memory",
         "maxTransferCountOnMessageInMemory": "max_transfer_count_on_message_in_memory",
+        "maxTransferBytesOnMessageInDisk": "max_transfer_bytes_on_message_in_disk",
+        "maxTransferCountOnMessageInDisk": "max_transfer_count_on_message_in_disk",
+        "accessMessageInMemoryMaxRatio": "access_message_in_memory_max_ratio",
         "messageIndexEnable": "message_index_enable",
         "maxHashSlotNum": "max_hash_slot_num",
         "maxIndexNum": "max_index_num",
@@ -134,6 +137,12 @@ class StoreConfig:
     max_transfer_bytes_on_message_in_memory: int = 1024 * 256
     # Message budget of one get() batch served from memory.
     max_transfer_count_on_message_in_memory: int = 32
+    # The budgets of a batch the page cache has likely dropped, read from the disk: messages
+    # further behind the end of the CommitLog than access_message_in_memory_max_ratio percent
+    # of the machine's memory.
+    max_transfer_bytes_on_message_in_disk: int = 1024 * 64
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40
     # Build the key index behind query_message().
     message_index_enable: bool = True
     # Hash slots in one index file.
@@ -323,6 +332,9 @@ _INT_RANGES: Final[Mapping[str, tuple[int, int]]] = MappingProxyType(
         "max_message_size": (1, _I32_MAX),
         "max_transfer_bytes_on_message_in_memory": (1, _I64_MAX),
         "max_transfer_count_on_message_in_memory": (1, _I32_MAX),
+        "max_transfer_bytes_on_message_in_disk": (1, _I32_MAX),
+        "max_transfer_count_on_message_in_disk": (1, _I32_MAX),
+        "access_message_in_memory_max_ratio": (0, 100),
         "max_hash_slot_num": (1, _I32_MAX),
         "max_index_num": (1, _I32_MAX),
         "max_queue_nums_per_topic": (1, _I32_MAX + 1),

@@ -407,6 +407,29 @@ def test_max_count_and_max_bytes(open_store):
     assert (tail.queue_offsets, tail.next_begin_offset) == ([45, 46, 47, 48, 49], 50)
 
 
+def test_a_batch_far_behind_the_log_end_gets_the_on_disk_limits(open_store, tmp_path):
+    # With a ratio of 0 every record but the last byte counts as dropped from the page cache.
+    cold = open_store(
+        access_message_in_memory_max_ratio=0,
+        max_transfer_count_on_message_in_disk=5,
+        max_transfer_bytes_on_message_in_disk=3_000,
+    )
+    cold.put_batch("TopicCold", [b"x" * 100] * 20)
+    cold.put_batch("TopicCold", [b"y" * 1000] * 20)
+    got = cold.get("TopicCold", 0, 0, max_count=32)
+    assert (got.queue_offsets, got.next_begin_offset) == ([0, 1, 2, 3, 4], 5)
+    big = cold.get("TopicCold", 0, 20, max_count=32)
+    assert big.queue_offsets == [20, 21]  # 3,000 bytes hold two records of over 1,000
+    assert big.next_begin_offset == 22
+    # A byte limit of the caller's replaces both: it asked for what it reads.
+    asked = cold.get("TopicCold", 0, 0, max_count=32, max_bytes=1 << 20)
+    assert asked.message_count == 32
+    # With the default ratio (40% of memory) the same batches count as in memory.
+    warm = open_store(tmp_path / "warm", max_transfer_count_on_message_in_disk=5)
+    warm.put_batch("TopicCold", [b"x" * 100] * 40)
+    assert warm.get("TopicCold", 0, 0, max_count=32).message_count == 32
+
+
 def test_get_statuses(open_store, tmp_path):
     root = tmp_path / "store"
     store = open_store(root)

@@ -73,6 +73,15 @@ fn config_from_dict(path: PathBuf, dict: Option<&Bound<'_, PyDict>>) -> PyResult
                 "max_transfer_count_on_message_in_memory" => {
                     c.max_transfer_count_on_message_in_memory = v.extract()?;
                 }
+                "max_transfer_bytes_on_message_in_disk" => {
+                    c.max_transfer_bytes_on_message_in_disk = v.extract()?;
+                }
+                "max_transfer_count_on_message_in_disk" => {
+                    c.max_transfer_count_on_message_in_disk = v.extract()?;
+                }
+                "access_message_in_memory_max_ratio" => {
+                    c.access_message_in_memory_max_ratio = v.extract()?;
+                }
                 "message_index_enable" => c.message_index_enable = v.extract()?,
                 "max_hash_slot_num" => c.max_hash_slot_num = v.extract()?,
                 "max_index_num" => c.max_index_num = v.extract()?,

@@ -56,6 +56,12 @@ pub struct StoreConfig {
     pub max_message_size_bytes: u32,
     pub max_transfer_bytes_on_message_in_memory: u32,
     pub max_transfer_count_on_message_in_memory: u32,
+    /// The smaller batch limits of a get whose messages lie further behind the end of the
+    /// CommitLog than `access_message_in_memory_max_ratio` percent of the machine's memory:
+    /// pages the page cache has likely dropped, which a slow consumer reads from the disk.
+    pub max_transfer_bytes_on_message_in_disk: u32,
+    pub max_transfer_count_on_message_in_disk: u32,
+    pub access_message_in_memory_max_ratio: u32,
     pub message_index_enable: bool,
     pub max_hash_slot_num: u32,
     pub max_index_num: u32,
@@ -90,6 +96,9 @@ impl Default for StoreConfig {
             max_message_size_bytes: 4 * 1024 * 1024,
             max_transfer_bytes_on_message_in_memory: 256 * 1024,
             max_transfer_count_on_message_in_memory: 32,
+            max_transfer_bytes_on_message_in_disk: 64 * 1024,
+            max_transfer_count_on_message_in_disk: 8,
+            access_message_in_memory_max_ratio: 40,
             message_index_enable: true,
             max_hash_slot_num: 5_000_000,
             max_index_num: 20_000_000,

@@ -132,6 +132,18 @@ pub struct GetRequest<'a> {
     pub tags_codes: Option<&'a [i64]>,
 }
 
+/// The machine's physical memory, from `sysconf`; 0 if unknown.
+fn physical_memory_bytes() -> u64 {
+    // SAFETY: sysconf reads system constants and has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    u64::try_from(pages).unwrap_or(0) * u64::try_from(page).unwrap_or(0)
+}
+
 pub(crate) struct Inner {
     pub(crate) config: StoreConfig,
     pub(crate) commit_log: CommitLog,
@@ -146,6 +158,9 @@ pub(crate) struct Inner {
     deleted: DeletedTopics,
     /// CommitLog offset up to which every record's units and index entries are written.
     dispatched: AtomicU64,
+    /// How far behind the end of the CommitLog a record may lie and still count as in the
+    /// page cache (RocketMQ's `accessMessageInMemoryMaxRatio` of the machine's memory).
+    in_memory_bytes: u64,
     closed: AtomicBool,
     pub(crate) disk_full: AtomicBool,
     abort_path: PathBuf,
@@ -212,6 +227,8 @@ impl MessageStore {
         let arrivals =
             Arrivals::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
         let delays = DelayOffsets::load(&root.join("config").join("delayOffset.json"))?;
+        let in_memory_bytes =
+            physical_memory_bytes() / 100 * u64::from(config.access_message_in_memory_max_ratio);
         let inner = Inner {
             config,
             commit_log,
@@ -223,6 +240,7 @@ impl MessageStore {
             delays,
             deleted,
             dispatched: AtomicU64::new(0),
+            in_memory_bytes,
             closed: AtomicBool::new(false),
             disk_full: AtomicBool::new(false),
             abort_path,
@@ -1308,6 +1326,16 @@ impl Inner {
             .max_bytes
             .unwrap_or(self.config.max_transfer_bytes_on_message_in_memory)
             as usize;
+        // Without a byte limit of the caller's, a batch of records the page cache has likely
+        // dropped gets RocketMQ's smaller on-disk limits, so that a consumer far behind reads
+        // the disk in small steps and leaves the page cache to those who keep up.
+        let disk_limits = req.max_bytes.is_none().then(|| {
+            (
+                self.config.max_transfer_bytes_on_message_in_disk as usize,
+                self.config.max_transfer_count_on_message_in_disk.max(1) as usize,
+            )
+        });
+        let log_end = self.commit_log.max_offset();
         // As RocketMQ: examine at least 800 units (16,000 bytes) per call, so a sparse tag
         // filter still makes progress.
         let max_units = (max_count as u64).max(800);
@@ -1321,7 +1349,15 @@ impl Inner {
         out.status = GetMessageStatus::NoMatchedMessage;
         out.next_begin_offset = scanned_to;
         for u in units {
-            if !out.records.is_empty() && out.total_bytes + u.size as usize > max_bytes {
+            let (cap_bytes, cap_count) = match disk_limits {
+                Some(limits) if log_end.saturating_sub(u.phy_offset) > self.in_memory_bytes => {
+                    limits
+                }
+                _ => (max_bytes, max_count),
+            };
+            if !out.records.is_empty()
+                && (out.total_bytes + u.size as usize > cap_bytes || out.records.len() >= cap_count)
+            {
                 out.next_begin_offset = u.queue_offset;
                 break;
             }
