@@ -371,6 +371,15 @@ class MessageStore:
     def delayed_deliveries(self) -> tuple[int, int]:
         """``(messages, bytes)`` of delayed messages stored again under their real topics since
         the store opened (by the schedule service or :meth:`deliver_due`)."""
+    def retention(self) -> dict[str, int | str]:
+        """The retention settings in force, by :class:`~pyrmq.config.StoreConfig` field name
+        (``RETENTION_FIELDS``)."""
+    def set_retention(self, settings: dict[str, int | str]) -> None:
+        """Changes retention settings (``RETENTION_FIELDS``) of the open store, as RocketMQ's
+        ``updateBrokerConfig`` changes ``fileReservedTime``; the others keep their values. The
+        next retention pass uses them, and a changed ``disk_space_warning_level_ratio`` is
+        checked at once. Raises ConfigError for any other key or a bad value and changes
+        nothing."""
     def check_disk(self) -> float | None:
         """Re-reads disk usage and updates ``is_disk_full``.
 

@@ -21,10 +21,13 @@ __all__ = [
     "ASYNC_FLUSH",
     "CQ_STORE_UNIT_SIZE",
     "FLUSH_DISK_TYPES",
+    "RETENTION_FIELDS",
     "ROCKETMQ_ALIASES",
     "SYNC_FLUSH",
     "StoreConfig",
     "parse_delay_levels",
+    "parse_properties",
+    "rocketmq_key",
 ]
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,17 @@ ROCKETMQ_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
     }
 )
 """RocketMQ property key -> StoreConfig field. ``maped*`` is the spelling of RocketMQ before 4.4."""
+
+RETENTION_FIELDS: Final = frozenset(
+    {
+        "file_reserved_time_hours",
+        "delete_when",
+        "disk_max_used_space_ratio",
+        "disk_space_clean_forcibly_ratio",
+        "disk_space_warning_level_ratio",
+    }
+)
+"""The StoreConfig fields an open store can change (``MessageStore.set_retention``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,7 +212,7 @@ class StoreConfig:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read store config {os.fspath(path)!r}: {exc}") from exc
-        properties = _parse_properties(text, source=os.fspath(path))
+        properties = parse_properties(text, source=os.fspath(path))
         entries = [(key, _resolve_key(key), value) for key, value in properties.items()]
         return cls._build(entries, source=os.fspath(path))
 
@@ -358,6 +372,12 @@ _ROCKETMQ_KEY: Final = {name: key for key, name in reversed([*ROCKETMQ_ALIASES.i
 """Field -> its current RocketMQ key, used to label problems."""
 
 
+def rocketmq_key(field: str) -> str:
+    """The RocketMQ key of a StoreConfig field (its current spelling), or the field's name
+    for pyrmq's own settings."""
+    return _ROCKETMQ_KEY.get(field, field)
+
+
 def _resolve_key(key: str) -> str | None:
     if key in _FIELD_TYPES:
         return key
@@ -503,8 +523,12 @@ def _logical_lines(text: str) -> Iterable[str]:
         yield pending
 
 
-def _parse_properties(text: str, *, source: str) -> dict[str, str]:
-    """Parse Java properties text; a repeated key keeps its last value, as java.util.Properties."""
+def parse_properties(text: str, *, source: str = "properties") -> dict[str, str]:
+    r"""Parse Java properties text; a repeated key keeps its last value, as java.util.Properties.
+
+    >>> parse_properties("# retention\nfileReservedTime = 48\ndeleteWhen: 01;04")
+    {'fileReservedTime': '48', 'deleteWhen': '01;04'}
+    """
     properties: dict[str, str] = {}
     for line in _logical_lines(text):
         end = 0

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pyrmq.broker.config import BrokerConfig
+from pyrmq.broker.config import BrokerConfig, setting_key, write_settings
 from pyrmq.config import SYNC_FLUSH
 from pyrmq.errors import ConfigError
 
@@ -67,3 +67,31 @@ def test_unknown_keys_are_warned_about(caplog: pytest.LogCaptureFixture) -> None
         BrokerConfig.from_mapping({"noSuchKey": "1"})
 
     assert "noSuchKey" in caplog.text
+
+
+def test_settings_are_reported_under_rocketmq_keys(tmp_path: Path) -> None:
+    path = tmp_path / "broker.conf"
+    path.write_text(BROKER_CONF.format(store=tmp_path / "store"))
+    settings = BrokerConfig.from_properties(path).to_properties()
+    assert settings["brokerName"] == "broker-b"
+    assert settings["autoCreateTopicEnable"] == "false"
+    assert settings["mappedFileSizeCommitLog"] == "1048576"
+    assert settings["fileReservedTime"] == "72"
+    assert settings["brokerConfigPath"] == str(path)
+    assert "mapedFileSizeCommitLog" not in settings
+    assert {setting_key(k) for k in ("mapedFileSizeCommitLog", "mapped_file_size_commit_log")} == {
+        "mappedFileSizeCommitLog"
+    }
+    assert setting_key("noSuchSetting") is None
+
+
+def test_written_settings_replace_their_lines_and_keep_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "broker.conf"
+    path.write_text("# keep me\nfile_reserved_time_hours = 72\n\nbrokerName=b\n")
+    write_settings(path, {"fileReservedTime": "24", "deleteWhen": "01;13"})
+    assert path.read_text() == (
+        "# keep me\nfile_reserved_time_hours=24\n\nbrokerName=b\ndeleteWhen=01;13\n"
+    )
+    config = BrokerConfig.from_properties(path)
+    assert (config.store.file_reserved_time_hours, config.store.delete_when) == (24, "01;13")
+    assert not list(tmp_path.glob("*.tmp"))

@@ -2,14 +2,16 @@
 
 import dataclasses
 import logging
+import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig
+from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, rocketmq_key
 from pyrmq.errors import ConfigError
 
-__all__ = ["BrokerConfig"]
+__all__ = ["BrokerConfig", "setting_key", "write_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,9 @@ _ALIASES = {
     "flushConsumerOffsetInterval": "flush_consumer_offset_interval_ms",
     "channelExpiredTimeout": "channel_expired_timeout_ms",
     "maxReconsumeTimes": "max_reconsume_times",
+    "brokerConfigPath": "broker_config_path",
 }
+_KEYS = {name: key for key, name in _ALIASES.items()}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +59,9 @@ class BrokerConfig:
     channel_expired_timeout_ms: int = 120_000
     # Deliveries before a message goes to %DLQ%<group> (the group's retryMaxTimes).
     max_reconsume_times: int = 16
+    # The broker.conf these settings came from, where settings changed while the broker runs
+    # are written (RocketMQ's brokerConfigPath); empty: such changes last until it stops.
+    broker_config_path: str = ""
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
@@ -122,7 +129,64 @@ class BrokerConfig:
             if not sep:
                 key, _, value = line.partition(":")
             values[key.strip()] = value.strip()
+        values.setdefault("brokerConfigPath", str(path))
         return cls.from_mapping(values, base=base)
+
+    def to_properties(self) -> dict[str, str]:
+        """Every setting, broker's and store's, under its RocketMQ key (GET_BROKER_CONFIG)."""
+        out = {
+            _KEYS.get(f.name, f.name): _format(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "store"
+        }
+        for f in dataclasses.fields(self.store):
+            out[rocketmq_key(f.name)] = _format(getattr(self.store, f.name))
+        return out
+
+
+def setting_key(key: str) -> str | None:
+    """The key :meth:`BrokerConfig.to_properties` reports a setting under, for any of its
+    spellings (RocketMQ's, old or current, or the field name); None for no setting."""
+    broker_field = _ALIASES.get(key, key)
+    if broker_field in _BROKER_FIELDS:
+        return _KEYS.get(broker_field, broker_field)
+    store_field = ROCKETMQ_ALIASES.get(key, key)
+    if store_field in _STORE_FIELDS:
+        return rocketmq_key(store_field)
+    return None
+
+
+_KEY_OF_LINE = re.compile(r"^[ \t\f]*([^#!=: \t\f][^=: \t\f]*)")
+
+
+def write_settings(path: str | Path, updates: Mapping[str, str]) -> None:
+    """Sets ``updates`` (by :func:`setting_key`) in the properties file at ``path``: a line
+    that sets one gets its new value, under the key it was written with; the others are
+    appended. Comments and every other line stay as they were. The file is replaced whole
+    (written aside, synced, renamed), so a crash leaves the old or the new one."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    pending = dict(updates)
+    for i, line in enumerate(lines):
+        match = _KEY_OF_LINE.match(line)
+        key = setting_key(match.group(1)) if match else None
+        if key in pending:
+            lines[i] = f"{match.group(1)}={pending.pop(key)}"  # type: ignore[union-attr]
+    lines += [f"{key}={value}" for key, value in pending.items()]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _format(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+_BROKER_FIELDS = frozenset(f.name for f in dataclasses.fields(BrokerConfig) if f.name != "store")
+_STORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StoreConfig))
 
 
 def _store_mapping(store: StoreConfig) -> dict[str, object]:

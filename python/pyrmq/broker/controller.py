@@ -13,6 +13,7 @@ from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.processors.admin import AdminProcessor
 from pyrmq.broker.processors.client_manage import ClientManageProcessor
+from pyrmq.broker.processors.config import ConfigProcessor
 from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processors.pull import PullProcessor
 from pyrmq.broker.processors.send import SendProcessor
@@ -71,6 +72,7 @@ class BrokerController:
             ConsumerManageProcessor(self),
             AdminProcessor(self),
             StatsProcessor(self),
+            ConfigProcessor(self),
         ):
             processor.install(self.server)
         self.server.on_disconnect.append(self._client_disconnected)

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import re
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Self
 
@@ -30,6 +31,7 @@ from pyrmq.client.route import (
     loads_queue_table,
     queue_table,
 )
+from pyrmq.config import parse_properties
 from pyrmq.errors import BrokerError, NoRouteError, PyrmqError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
@@ -120,9 +122,9 @@ class Admin:
         await self._remoting.close()
 
     async def _call(
-        self, addr: str, code: int, ext: dict[str, str] | None = None
+        self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b""
     ) -> RemotingCommand:
-        request = RemotingCommand.request(code, ext)
+        request = RemotingCommand.request(code, ext, body)
         request.language = LANGUAGE
         return await self._remoting.invoke(addr, request, self.timeout_s)
 
@@ -331,3 +333,22 @@ class Admin:
         names = [b.broker_name for b in await self.clusters() if addr in b.addrs.values()]
         [message] = _core.decode_received(response.body, names[0] if names else "")
         return message
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """Every setting of the broker at ``addr`` under its RocketMQ key (``mqadmin
+        getBrokerConfig``)."""
+        answer = self._check(addr, await self._call(addr, RequestCode.GET_BROKER_CONFIG))
+        return parse_properties(answer.body.decode("utf-8", "replace"), source=addr)
+
+    async def update_broker_config(self, addr: str, settings: Mapping[str, object]) -> None:
+        """Changes settings of the broker at ``addr`` while it runs (``mqadmin
+        updateBrokerConfig``): all of them, or none and a BrokerError that says why. A pyrmq
+        broker changes its retention settings (``fileReservedTime``, ``deleteWhen``, the disk
+        ratios) this way and refuses the others, which take effect only at a start."""
+        body = "".join(f"{key}={_setting(value)}\n" for key, value in settings.items())
+        response = await self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body.encode())
+        self._check(addr, response)
+
+
+def _setting(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

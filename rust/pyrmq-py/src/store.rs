@@ -7,7 +7,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
-use pyrmq_store::config::parse_delay_levels;
+use pyrmq_store::config::{parse_delay_levels, parse_delete_when, Retention};
 use pyrmq_store::message::{self, BatchItem, MessageInput};
 use pyrmq_store::store::{normalize_host, PutEntry, PutOutcome, PutStatus};
 use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig, TimeBoundary};
@@ -51,12 +51,8 @@ fn config_from_dict(path: PathBuf, dict: Option<&Bound<'_, PyDict>>) -> PyResult
                 "file_reserved_time_hours" => c.file_reserved_time_hours = v.extract()?,
                 "delete_when" => {
                     let s: String = v.extract()?;
-                    c.delete_when_hours = s
-                        .split(';')
-                        .filter(|h| !h.trim().is_empty())
-                        .map(|h| h.trim().parse::<u32>().ok().filter(|h| *h < 24))
-                        .collect::<Option<Vec<_>>>()
-                        .ok_or_else(|| PyValueError::new_err(format!("bad delete_when {s:?}")))?;
+                    c.delete_when_hours = parse_delete_when(&s)
+                        .map_err(|_| PyValueError::new_err(format!("bad delete_when {s:?}")))?;
                 }
                 "clean_resource_interval_ms" => c.clean_resource_interval_ms = v.extract()?,
                 "disk_max_used_space_ratio" => c.disk_max_used_space_ratio = v.extract()?,
@@ -910,6 +906,55 @@ impl PyMessageStore {
     /// (messages, bytes) of delayed messages delivered since the store opened.
     fn delayed_deliveries(&self) -> (u64, u64) {
         self.store.delayed_deliveries()
+    }
+
+    /// The retention settings in force, by StoreConfig field name.
+    fn retention<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = self.store.retention();
+        let out = PyDict::new(py);
+        out.set_item("file_reserved_time_hours", r.file_reserved_time_hours)?;
+        let hours: Vec<String> = r.delete_when_hours.iter().map(|h| format!("{h:02}")).collect();
+        out.set_item("delete_when", hours.join(";"))?;
+        out.set_item("disk_max_used_space_ratio", r.disk_max_used_space_ratio)?;
+        out.set_item(
+            "disk_space_clean_forcibly_ratio",
+            r.disk_space_clean_forcibly_ratio,
+        )?;
+        out.set_item(
+            "disk_space_warning_level_ratio",
+            r.disk_space_warning_level_ratio,
+        )?;
+        Ok(out)
+    }
+
+    /// Changes retention settings (StoreConfig field names, RETENTION_FIELDS) of the open
+    /// store; the others keep their values. Raises ConfigError for any other key or a bad
+    /// value, and then changes nothing.
+    fn set_retention(&self, settings: &Bound<'_, PyDict>) -> PyResult<()> {
+        let mut r: Retention = self.store.retention();
+        for (k, v) in settings.iter() {
+            let key: String = k.extract()?;
+            match key.as_str() {
+                "file_reserved_time_hours" => r.file_reserved_time_hours = v.extract()?,
+                "delete_when" => {
+                    r.delete_when_hours =
+                        parse_delete_when(&v.extract::<String>()?).map_err(errors::to_py)?;
+                }
+                "disk_max_used_space_ratio" => r.disk_max_used_space_ratio = v.extract()?,
+                "disk_space_clean_forcibly_ratio" => {
+                    r.disk_space_clean_forcibly_ratio = v.extract()?;
+                }
+                "disk_space_warning_level_ratio" => {
+                    r.disk_space_warning_level_ratio = v.extract()?;
+                }
+                _ => {
+                    return Err(ConfigError::new_err(format!(
+                        "{key} cannot change while the store is open; only retention settings can"
+                    )))
+                }
+            }
+        }
+        self.store.set_retention(r).map_err(errors::to_py)
     }
 
     /// Re-reads disk usage; returns the used fraction of the store's fullest file system.

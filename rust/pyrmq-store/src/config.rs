@@ -114,7 +114,70 @@ impl Default for StoreConfig {
     }
 }
 
+/// The settings that decide what the store keeps, which may change while it is open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub file_reserved_time_hours: u64,
+    pub delete_when_hours: Vec<u32>,
+    pub disk_max_used_space_ratio: u32,
+    pub disk_space_clean_forcibly_ratio: u32,
+    pub disk_space_warning_level_ratio: u32,
+}
+
+impl Retention {
+    pub fn validate(&self) -> StoreResult<()> {
+        let ratios = [
+            ("disk_max_used_space_ratio", self.disk_max_used_space_ratio),
+            (
+                "disk_space_clean_forcibly_ratio",
+                self.disk_space_clean_forcibly_ratio,
+            ),
+            (
+                "disk_space_warning_level_ratio",
+                self.disk_space_warning_level_ratio,
+            ),
+        ];
+        let mut problems: Vec<String> = ratios
+            .iter()
+            .filter(|(_, r)| !(1..=100).contains(r))
+            .map(|(name, r)| format!("{name} {r} is not in [1, 100]"))
+            .collect();
+        if let Some(h) = self.delete_when_hours.iter().find(|h| **h > 23) {
+            problems.push(format!("delete_when hour {h} is not in 0..23"));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(StoreError::Config(problems.join("; ")))
+        }
+    }
+}
+
+/// Parses RocketMQ's `deleteWhen` ("04" or "01;04;23"): local hours of the day.
+pub fn parse_delete_when(text: &str) -> StoreResult<Vec<u32>> {
+    text.split(';')
+        .filter(|h| !h.trim().is_empty())
+        .map(|h| {
+            h.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|h| *h < 24)
+                .ok_or_else(|| StoreError::Config(format!("bad delete_when {text:?}")))
+        })
+        .collect()
+}
+
 impl StoreConfig {
+    pub fn retention(&self) -> Retention {
+        Retention {
+            file_reserved_time_hours: self.file_reserved_time_hours,
+            delete_when_hours: self.delete_when_hours.clone(),
+            disk_max_used_space_ratio: self.disk_max_used_space_ratio,
+            disk_space_clean_forcibly_ratio: self.disk_space_clean_forcibly_ratio,
+            disk_space_warning_level_ratio: self.disk_space_warning_level_ratio,
+        }
+    }
+
     pub fn validate(&self) -> StoreResult<()> {
         let mut problems = Vec::new();
         if self.mapped_file_size_commit_log < 4096 {

@@ -22,7 +22,7 @@ use smallvec::SmallVec;
 use crate::checkpoint::{Checkpoint, CheckpointFile};
 use crate::clock;
 use crate::commit_log::{CommitLog, RecoveryReport, FENCE_LEN};
-use crate::config::{FlushDiskType, StoreConfig};
+use crate::config::{FlushDiskType, Retention, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::deleted_topics::DeletedTopics;
 use crate::error::{StoreError, StoreResult};
@@ -161,6 +161,8 @@ pub(crate) struct Inner {
     /// How far behind the end of the CommitLog a record may lie and still count as in the
     /// page cache (RocketMQ's `accessMessageInMemoryMaxRatio` of the machine's memory).
     in_memory_bytes: u64,
+    /// What the store keeps: `config`'s retention settings, or what replaced them since.
+    retention: RwLock<Retention>,
     closed: AtomicBool,
     pub(crate) disk_full: AtomicBool,
     abort_path: PathBuf,
@@ -229,6 +231,7 @@ impl MessageStore {
         let delays = DelayOffsets::load(&root.join("config").join("delayOffset.json"))?;
         let in_memory_bytes =
             physical_memory_bytes() / 100 * u64::from(config.access_message_in_memory_max_ratio);
+        let retention = RwLock::new(config.retention());
         let inner = Inner {
             config,
             commit_log,
@@ -241,6 +244,7 @@ impl MessageStore {
             deleted,
             dispatched: AtomicU64::new(0),
             in_memory_bytes,
+            retention,
             closed: AtomicBool::new(false),
             disk_full: AtomicBool::new(false),
             abort_path,
@@ -480,6 +484,23 @@ impl MessageStore {
     pub fn delete_expired_files(&self, now_ms: i64, force: bool) -> StoreResult<usize> {
         self.inner.check_open()?;
         self.inner.delete_expired_files(now_ms, force)
+    }
+
+    /// The retention settings in force.
+    pub fn retention(&self) -> Retention {
+        self.inner.retention.read().clone()
+    }
+
+    /// Replaces the retention settings while the store is open, as RocketMQ's
+    /// `updateBrokerConfig` changes `fileReservedTime` or `deleteWhen`: the next retention pass
+    /// and disk check use them, and the disk check runs at once for a changed warning level.
+    pub fn set_retention(&self, retention: Retention) -> StoreResult<()> {
+        self.inner.check_open()?;
+        retention.validate()?;
+        log::info!("retention now {retention:?}");
+        *self.inner.retention.write() = retention;
+        self.inner.update_disk_full();
+        Ok(())
     }
 
     pub fn is_disk_full(&self) -> bool {
@@ -940,7 +961,7 @@ impl Inner {
             return Err(StoreError::DiskFull(format!(
                 "disk use of {} is above diskSpaceWarningLevelRatio {}%",
                 paths.join(" or "),
-                self.config.disk_space_warning_level_ratio
+                self.retention.read().disk_space_warning_level_ratio
             )));
         }
 
@@ -1514,14 +1535,15 @@ impl Inner {
     /// Used fraction of the store's fullest file system, and whether writes must be refused.
     pub(crate) fn update_disk_full(&self) -> Option<f64> {
         let (ratio, path) = self.fullest_disk()?;
-        let full = ratio * 100.0 > f64::from(self.config.disk_space_warning_level_ratio);
+        let warning_level = self.retention.read().disk_space_warning_level_ratio;
+        let full = ratio * 100.0 > f64::from(warning_level);
         let was = self.disk_full.swap(full, Ordering::AcqRel);
         if full && !was {
             log::error!(
-                "disk use {:.1}% of {} is above diskSpaceWarningLevelRatio {}%: refusing writes",
+                "disk use {:.1}% of {} is above diskSpaceWarningLevelRatio {warning_level}%: \
+                 refusing writes",
                 ratio * 100.0,
                 path.display(),
-                self.config.disk_space_warning_level_ratio
             );
         } else if was && !full {
             log::info!("disk use back to {:.1}%: accepting writes", ratio * 100.0);
@@ -1535,14 +1557,15 @@ impl Inner {
     /// active segment is never deleted. Queues, then index files, follow the new minimum.
     pub(crate) fn delete_expired_files(&self, now_ms: i64, force: bool) -> StoreResult<usize> {
         let ratio = self.fullest_disk().map_or(0.0, |(r, _)| r) * 100.0;
+        let retention = self.retention.read().clone();
         let delete_hour =
-            clock::local_hour(now_ms).is_some_and(|h| self.config.delete_when_hours.contains(&h));
-        let space_tight = ratio > f64::from(self.config.disk_max_used_space_ratio);
-        let forcibly = ratio > f64::from(self.config.disk_space_clean_forcibly_ratio);
+            clock::local_hour(now_ms).is_some_and(|h| retention.delete_when_hours.contains(&h));
+        let space_tight = ratio > f64::from(retention.disk_max_used_space_ratio);
+        let forcibly = ratio > f64::from(retention.disk_space_clean_forcibly_ratio);
         if !(delete_hour || space_tight || force || forcibly) {
             return Ok(0);
         }
-        let expire_ms = self.config.file_reserved_time_hours as i64 * 3_600_000;
+        let expire_ms = retention.file_reserved_time_hours as i64 * 3_600_000;
         let mut deleted = 0;
         // RocketMQ deletes at most 10 segments per pass to spread the I/O.
         while deleted < 10 {

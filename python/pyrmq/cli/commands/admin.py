@@ -2,7 +2,8 @@
 figures, as RocketMQ's ``mqadmin clusterList``, ``topicStatus``, ``consumerProgress`` and
 ``brokerStatus`` print them; topics created and deleted as ``updateTopic`` and ``deleteTopic``
 do; messages found as ``queryMsgByKey``, ``queryMsgById`` and ``queryMsgByUniqueKey`` find
-them."""
+them; a broker's settings shown and changed as ``getBrokerConfig`` and ``updateBrokerConfig``
+do."""
 
 import asyncio
 import datetime
@@ -266,3 +267,27 @@ def query_msg_by_unique_key(namesrv_addr: str, topic: str, msg_id: str) -> None:
         if i:
             click.echo()
         _print_message(msg)
+
+
+@admin.command("get-broker-config")
+@_NAMESRV
+@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+def get_broker_config(namesrv_addr: str, broker_addr: str) -> None:
+    """Every setting of a broker, one ``key = value`` per line."""
+    settings = _ask(namesrv_addr, lambda a: a.broker_config(broker_addr))
+    width = max(map(len, settings), default=0)
+    for key in sorted(settings):
+        click.echo(f"{key.ljust(width)} = {settings[key]}")
+
+
+@admin.command("update-broker-config")
+@_NAMESRV
+@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option("-k", "--key", required=True, help="Setting, e.g. fileReservedTime.")
+@click.option("-v", "--value", required=True, help="Its new value.")
+def update_broker_config(namesrv_addr: str, broker_addr: str, key: str, value: str) -> None:
+    """Change a setting of a running broker: its retention (fileReservedTime, deleteWhen,
+    diskMaxUsedSpaceRatio, diskSpaceCleanForciblyRatio, diskSpaceWarningLevelRatio), which
+    it also writes to its configuration file."""
+    _ask(namesrv_addr, lambda a: a.update_broker_config(broker_addr, {key: value}))
+    click.echo(f"update broker config success, {broker_addr}")

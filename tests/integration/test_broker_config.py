@@ -1,0 +1,154 @@
+"""A running broker's settings, read and changed as ``mqadmin getBrokerConfig`` and
+``updateBrokerConfig`` do, against a real ``pyrmq serve`` started from a broker.conf: retention
+changes at once and survives a restart; other settings are refused whole."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests import helpers
+from tests.compat.servers import create_topic, serving
+from tests.helpers import fast_config
+
+from pyrmq.client.admin import Admin
+from pyrmq.client.message import Message, SendStatus
+from pyrmq.client.producer import Producer
+from pyrmq.errors import BrokerError
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+run = helpers.run
+
+CONF = """\
+# retention, as shipped
+fileReservedTime = 72
+deleteWhen=04
+mappedFileSizeCommitLog=65536
+cleanResourceInterval=200
+! another comment style
+brokerName=broker-conf
+"""
+EVERY_HOUR = ";".join(f"{h:02}" for h in range(24))
+
+
+def pyrmq_admin(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyrmq.cli.main", "admin", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_retention_changes_while_the_broker_runs_and_survives_a_restart(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(CONF)
+    topic = "TopicRetentionLive"
+
+    with serving(tmp_path, "-c", str(conf)) as server:
+        namesrv, broker = server.addresses()
+        create_topic(broker, topic, 1)
+
+        async def scenario() -> None:
+            async with Producer("PG_RETENTION", client_config=fast_config(namesrv)) as producer:
+                for i in range(600):  # about 300 KB: five 64 KiB segments
+                    sent = await producer.send(Message(topic, b"r" * 300 + str(i).encode()))
+                    assert sent.status is SendStatus.OK
+            async with Admin(namesrv) as admin:
+                settings = await admin.broker_config(broker)
+                assert settings["fileReservedTime"] == "72"
+                assert settings["deleteWhen"] == "04"
+                assert settings["brokerName"] == "broker-conf"
+                assert settings["brokerConfigPath"] == str(conf)
+                assert settings["mappedFileSizeCommitLog"] == "65536"
+
+                # Refused whole: a setting that needs a start, one that does not exist, a bad
+                # value. Nothing changes, in the broker or in its file.
+                refusals = {
+                    "take effect only when the broker starts": {
+                        "fileReservedTime": 0,
+                        "mappedFileSizeCommitLog": 1 << 20,
+                    },
+                    "no such settings: fileReservedTimes": {"fileReservedTimes": 0},
+                    "diskMaxUsedSpaceRatio": {"diskMaxUsedSpaceRatio": 0},
+                }
+                for reason, change in refusals.items():
+                    with pytest.raises(BrokerError, match=reason):
+                        await admin.update_broker_config(broker, change)
+                assert await admin.broker_config(broker) == settings
+                assert conf.read_text() == CONF
+
+                info = await admin.broker_runtime_info(broker)
+                assert int(info["commitLogMinOffset"]) == 0
+                await admin.update_broker_config(
+                    broker, {"fileReservedTime": 0, "deleteWhen": EVERY_HOUR}
+                )
+                changed = await admin.broker_config(broker)
+                assert (changed["fileReservedTime"], changed["deleteWhen"]) == ("0", EVERY_HOUR)
+                # The next retention pass (every 200 ms here) deletes every full segment.
+                deadline = time.monotonic() + 20
+                while int(info["commitLogMinOffset"]) == 0:
+                    assert time.monotonic() < deadline, "no segment was deleted"
+                    await asyncio.sleep(0.1)
+                    info = await admin.broker_runtime_info(broker)
+                assert int(info["commitLogMinOffset"]) % 65536 == 0
+                [status] = (await admin.topic_status(topic)).values()
+                assert 0 < status.min_offset < status.max_offset == 600
+
+        run(scenario)
+
+    # Written to the broker.conf in place, comments and all.
+    assert conf.read_text() == CONF.replace("fileReservedTime = 72", "fileReservedTime=0").replace(
+        "deleteWhen=04", f"deleteWhen={EVERY_HOUR}"
+    )
+    with serving(tmp_path, "-c", str(conf)) as server:
+        namesrv, broker = server.addresses()
+        shown = pyrmq_admin("get-broker-config", "-n", namesrv, "-b", broker)
+        assert shown.returncode == 0, shown.stderr
+        lines = {
+            k.strip(): v.strip()
+            for k, _, v in (ln.partition("=") for ln in shown.stdout.splitlines())
+        }
+        assert (lines["fileReservedTime"], lines["deleteWhen"]) == ("0", EVERY_HOUR)
+
+        updated = pyrmq_admin(
+            "update-broker-config",
+            "-n",
+            namesrv,
+            "-b",
+            broker,
+            "-k",
+            "fileReservedTime",
+            "-v",
+            "48",
+        )
+        assert updated.returncode == 0, updated.stderr
+        assert "fileReservedTime=48" in conf.read_text()
+        refused = pyrmq_admin(
+            "update-broker-config", "-n", namesrv, "-b", broker, "-k", "listenPort", "-v", "1"
+        )
+        assert refused.returncode == 1
+        assert "listenPort take effect only when the broker starts" in refused.stderr
+        assert "Traceback" not in refused.stderr
+
+
+def test_without_a_configuration_file_a_change_lasts_until_the_broker_stops(
+    tmp_path: Path,
+) -> None:
+    with serving(tmp_path) as server:
+        namesrv, broker = server.addresses()
+
+        async def scenario() -> None:
+            async with Admin(namesrv) as admin:
+                assert (await admin.broker_config(broker))["brokerConfigPath"] == ""
+                await admin.update_broker_config(broker, {"diskMaxUsedSpaceRatio": 60})
+                assert (await admin.broker_config(broker))["diskMaxUsedSpaceRatio"] == "60"
+
+        run(scenario)
+    assert not list(tmp_path.glob("*.conf*"))
