@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pyrmq.errors import ConfigError, DiskFullError
 from pyrmq.store import GetMessageStatus, MessageStore
 
 pytestmark = pytest.mark.integration
@@ -284,3 +285,43 @@ def test_reads_racing_retention_never_see_garbage(open_store, tmp_path, record_d
     assert GetMessageStatus.OFFSET_TOO_SMALL in statuses
     for q in (0, 1):
         check_queue(store, q, sent[q])
+
+
+def test_retention_settings_change_while_the_store_is_open(open_store, tmp_path):
+    root = tmp_path / "store"
+    store = open_store(root, **CONFIG)
+    sent = fill(store, 4)
+    before = segments(root)
+    now = time.time_ns() // 1_000_000
+    noon = at_local_hour(now, 12)
+    assert store.delete_expired_files(noon) == 0  # 04 is the delete hour, 72 h the reserve
+    store.set_retention({"delete_when": "12;13", "file_reserved_time_hours": 0})
+    assert store.retention() == {
+        "file_reserved_time_hours": 0,
+        "delete_when": "12;13",
+        **NEVER_TIGHT,
+    }
+    assert store.delete_expired_files(noon) == 3
+    assert segments(root) == before[-2:]
+    for q in (0, 1):
+        check_queue(store, q, sent[q])
+
+    # A warning level below the disk's use refuses writes at once, and lifting it lets them in.
+    store.set_retention({"disk_space_warning_level_ratio": 1})
+    assert store.is_disk_full
+    with pytest.raises(DiskFullError, match="diskSpaceWarningLevelRatio 1%"):
+        store.put("TopicOld", b"refused")
+    store.set_retention({"disk_space_warning_level_ratio": 100})
+    assert not store.is_disk_full
+    store.put("TopicOld", b"accepted")
+
+    # Anything else, or a bad value, is refused and changes nothing.
+    settled = store.retention()
+    for bad, reason in (
+        ({"mapped_file_size_commit_log": SEGMENT * 2}, "cannot change while the store is open"),
+        ({"file_reserved_time_hours": 1, "disk_max_used_space_ratio": 0}, "not in \\[1, 100\\]"),
+        ({"delete_when": "24"}, "bad delete_when"),
+    ):
+        with pytest.raises(ConfigError, match=reason):
+            store.set_retention(bad)
+    assert store.retention() == settled
