@@ -913,7 +913,11 @@ impl PyMessageStore {
         let r = self.store.retention();
         let out = PyDict::new(py);
         out.set_item("file_reserved_time_hours", r.file_reserved_time_hours)?;
-        let hours: Vec<String> = r.delete_when_hours.iter().map(|h| format!("{h:02}")).collect();
+        let hours: Vec<String> = r
+            .delete_when_hours
+            .iter()
+            .map(|h| format!("{h:02}"))
+            .collect();
         out.set_item("delete_when", hours.join(";"))?;
         out.set_item("disk_max_used_space_ratio", r.disk_max_used_space_ratio)?;
         out.set_item(
