@@ -24,6 +24,7 @@ __all__ = [
     "build_profile",
     "decode_frames",
     "decode_messages",
+    "decode_offset_msg_id",
     "decode_received",
     "encode_batch",
     "encode_command",
