@@ -24,16 +24,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 run = helpers.run
 
-CONF = """\
+DELETE_HOUR = f"{(time.localtime().tm_hour + 12) % 24:02}"  # not now: retention waits for it
+CONF = f"""\
 # retention, as shipped
 fileReservedTime = 72
-deleteWhen=04
+deleteWhen={DELETE_HOUR}
 mappedFileSizeCommitLog=65536
 cleanResourceInterval=200
 ! another comment style
 brokerName=broker-conf
 """
 EVERY_HOUR = ";".join(f"{h:02}" for h in range(24))
+
+
+async def send(namesrv: str, topic: str, count: int) -> None:
+    async with Producer("PG_RETENTION", client_config=fast_config(namesrv)) as producer:
+        for i in range(count):
+            sent = await producer.send(Message(topic, b"r" * 300 + str(i).encode()))
+            assert sent.status is SendStatus.OK
 
 
 def pyrmq_admin(*args: str) -> subprocess.CompletedProcess[str]:
@@ -56,14 +64,11 @@ def test_retention_changes_while_the_broker_runs_and_survives_a_restart(tmp_path
         create_topic(broker, topic, 1)
 
         async def scenario() -> None:
-            async with Producer("PG_RETENTION", client_config=fast_config(namesrv)) as producer:
-                for i in range(600):  # about 300 KB: five 64 KiB segments
-                    sent = await producer.send(Message(topic, b"r" * 300 + str(i).encode()))
-                    assert sent.status is SendStatus.OK
+            await send(namesrv, topic, 600)  # about 300 KB: five 64 KiB segments
             async with Admin(namesrv) as admin:
                 settings = await admin.broker_config(broker)
                 assert settings["fileReservedTime"] == "72"
-                assert settings["deleteWhen"] == "04"
+                assert settings["deleteWhen"] == DELETE_HOUR
                 assert settings["brokerName"] == "broker-conf"
                 assert settings["brokerConfigPath"] == str(conf)
                 assert settings["mappedFileSizeCommitLog"] == "65536"
@@ -86,26 +91,41 @@ def test_retention_changes_while_the_broker_runs_and_survives_a_restart(tmp_path
 
                 info = await admin.broker_runtime_info(broker)
                 assert int(info["commitLogMinOffset"]) == 0
-                await admin.update_broker_config(
-                    broker, {"fileReservedTime": 0, "deleteWhen": EVERY_HOUR}
-                )
-                changed = await admin.broker_config(broker)
-                assert (changed["fileReservedTime"], changed["deleteWhen"]) == ("0", EVERY_HOUR)
-                # The next retention pass (every 200 ms here) deletes every full segment.
-                deadline = time.monotonic() + 20
-                while int(info["commitLogMinOffset"]) == 0:
-                    assert time.monotonic() < deadline, "no segment was deleted"
-                    await asyncio.sleep(0.1)
-                    info = await admin.broker_runtime_info(broker)
-                assert int(info["commitLogMinOffset"]) % 65536 == 0
+                await admin.update_broker_config(broker, {"fileReservedTime": 0})
+                assert (await admin.broker_config(broker))["fileReservedTime"] == "0"
+                # Every full segment has expired now, but it is not the delete hour: five
+                # retention passes (every 200 ms here) delete nothing...
+                await asyncio.sleep(1.0)
+                info = await admin.broker_runtime_info(broker)
+                assert int(info["commitLogMinOffset"]) == 0
+                # ...until an operator asks.
+                answer = await admin.delete_expired_commit_log(broker)
+                deleted = int(answer.split()[0])
+                assert deleted >= 3, answer
+                info = await admin.broker_runtime_info(broker)
+                first_kept = int(info["commitLogMinOffset"])
+                assert first_kept == deleted * 65536
                 [status] = (await admin.topic_status(topic)).values()
                 assert 0 < status.min_offset < status.max_offset == 600
+
+                # With every hour a delete hour, the passes delete what expires from then on.
+                await send(namesrv, topic, 600)
+                await admin.update_broker_config(broker, {"deleteWhen": EVERY_HOUR})
+                assert (await admin.broker_config(broker))["deleteWhen"] == EVERY_HOUR
+                deadline = time.monotonic() + 20
+                while int(info["commitLogMinOffset"]) == first_kept:
+                    assert time.monotonic() < deadline, "the delete hour deleted nothing"
+                    await asyncio.sleep(0.1)
+                    info = await admin.broker_runtime_info(broker)
+                [status] = (await admin.topic_status(topic)).values()
+                assert first_kept < int(info["commitLogMinOffset"])
+                assert status.max_offset == 1200
 
         run(scenario)
 
     # Written to the broker.conf in place, comments and all.
     assert conf.read_text() == CONF.replace("fileReservedTime = 72", "fileReservedTime=0").replace(
-        "deleteWhen=04", f"deleteWhen={EVERY_HOUR}"
+        f"deleteWhen={DELETE_HOUR}", f"deleteWhen={EVERY_HOUR}"
     )
     with serving(tmp_path, "-c", str(conf)) as server:
         namesrv, broker = server.addresses()
@@ -130,6 +150,9 @@ def test_retention_changes_while_the_broker_runs_and_survives_a_restart(tmp_path
         )
         assert updated.returncode == 0, updated.stderr
         assert "fileReservedTime=48" in conf.read_text()
+        deleted = pyrmq_admin("delete-expired-commit-log", "-n", namesrv, "-b", broker)
+        assert deleted.returncode == 0, deleted.stderr
+        assert deleted.stdout.strip().endswith("expired CommitLog segments deleted")
         refused = pyrmq_admin(
             "update-broker-config", "-n", namesrv, "-b", broker, "-k", "listenPort", "-v", "1"
         )

@@ -349,6 +349,13 @@ class Admin:
         response = await self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body.encode())
         self._check(addr, response)
 
+    async def delete_expired_commit_log(self, addr: str) -> str:
+        """Has the broker at ``addr`` delete its CommitLog segments older than its
+        ``fileReservedTime`` now, whatever the hour (``mqadmin deleteExpiredCommitLog``);
+        returns what it answered."""
+        response = await self._call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG)
+        return self._check(addr, response).remark or ""
+
 
 def _setting(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)

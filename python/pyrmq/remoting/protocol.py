@@ -147,6 +147,7 @@ class RequestCode(enum.IntEnum):
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
+    DELETE_EXPIRED_COMMITLOG = 329
 
 
 class PullSysFlag(enum.IntFlag):

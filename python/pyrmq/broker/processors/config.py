@@ -1,5 +1,6 @@
 """GET_BROKER_CONFIG and UPDATE_BROKER_CONFIG: the broker's settings as ``mqadmin
-getBrokerConfig`` shows them, and the ones it changes while it runs (``updateBrokerConfig``).
+getBrokerConfig`` shows them, and the ones it changes while it runs (``updateBrokerConfig``);
+DELETE_EXPIRED_COMMITLOG: retention at once, whatever the hour (``deleteExpiredCommitLog``).
 
 The store's retention settings change at once and are written to the broker's configuration
 file, so that a restart keeps them. Any other setting takes effect only when the broker starts,
@@ -41,6 +42,7 @@ class ConfigProcessor:
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.GET_BROKER_CONFIG, self.get_config)
         server.register(RequestCode.UPDATE_BROKER_CONFIG, self.update_config)
+        server.register(RequestCode.DELETE_EXPIRED_COMMITLOG, self.delete_expired)
 
     async def get_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Every setting as ``key=value`` lines, with the version of the settings."""
@@ -61,6 +63,16 @@ class ConfigProcessor:
         except (ConfigError, OSError) as e:
             return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def delete_expired(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Deletes the CommitLog segments older than ``fileReservedTime`` now, as the delete
+        hour would; the remark says how many went."""
+        store = self.broker.store
+        deleted = await asyncio.to_thread(store.delete_expired_files, force=True)
+        log.info("deleted %d expired CommitLog segments on request", deleted)
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, remark=f"{deleted} expired CommitLog segments deleted"
+        )
 
     async def _update(self, values: dict[str, str]) -> None:
         if not values:

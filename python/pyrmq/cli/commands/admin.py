@@ -291,3 +291,13 @@ def update_broker_config(namesrv_addr: str, broker_addr: str, key: str, value: s
     it also writes to its configuration file."""
     _ask(namesrv_addr, lambda a: a.update_broker_config(broker_addr, {key: value}))
     click.echo(f"update broker config success, {broker_addr}")
+
+
+@admin.command("delete-expired-commit-log")
+@_NAMESRV
+@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+def delete_expired_commit_log(namesrv_addr: str, broker_addr: str) -> None:
+    """Delete a broker's CommitLog segments older than its fileReservedTime now, whatever
+    the hour of its deleteWhen."""
+    answer = _ask(namesrv_addr, lambda a: a.delete_expired_commit_log(broker_addr))
+    click.echo(f"{broker_addr}: {answer}")
