@@ -502,3 +502,60 @@ def test_the_admin_command_finds_messages(addrs: tuple[str, str]) -> None:
     missing = pyrmq_admin("query-msg-by-unique-key", "-n", namesrv, "-t", topic, "-i", "NOPE")
     assert missing.returncode == 1
     assert "no message of topic" in missing.stderr
+
+
+def test_a_consume_queue_shows_where_each_message_lies_and_who_takes_it(
+    addrs: tuple[str, str],
+) -> None:
+    namesrv, broker = addrs
+    topic, group = "TopicAdminCq", "CG_ADMIN_CQ"
+    create_topic(broker, topic, 1)
+
+    async def scenario() -> None:
+        async with Producer("PG_ADMIN_CQ", client_config=fast_config(namesrv)) as producer:
+            tags = ["TagA", "TagB", "TagA", "TagC", "TagA"]
+            sent = [
+                await producer.send(Message(topic, f"cq{i}", tags=t)) for i, t in enumerate(tags)
+            ]
+        consumer = PushConsumer(group, client_config=fast_config(namesrv))
+        consumer.subscribe(topic, "TagA || TagC", lambda msgs, ctx: None)
+        async with Admin(namesrv) as admin:
+            view = await admin.query_consume_queue(broker, topic, 0, 1, 3)
+            assert (view.min_offset, view.max_offset, view.subscription) == (0, 5, None)
+            assert [u.queue_offset for u in view.units] == [1, 2, 3]
+            phys = [_core.decode_offset_msg_id(r.offset_msg_id)[1] for r in sent]
+            assert [u.phy_offset for u in view.units] == phys[1:4]
+            assert [u.tags_code for u in view.units] == [
+                _core.java_string_hash(t) for t in tags[1:4]
+            ]
+            assert all(u.size > len("cq0") for u in view.units)
+            assert not any(u.taken for u in view.units)
+
+            await consumer.start()
+            try:
+                deadline = time.monotonic() + 10
+                while (
+                    await admin.query_consume_queue(broker, topic, 0, group=group)
+                ).subscription is None:
+                    assert time.monotonic() < deadline, "the consumer never registered"
+                    await asyncio.sleep(0.1)
+                view = await admin.query_consume_queue(broker, topic, 0, count=100, group=group)
+            finally:
+                await consumer.shutdown()
+            assert view.subscription == "TagA || TagC"
+            assert [u.taken for u in view.units] == [True, False, True, True, True]
+            assert [u.queue_offset for u in view.units] == [0, 1, 2, 3, 4]
+
+            assert (await admin.query_consume_queue(broker, topic, 0, 5)).units == []
+            with pytest.raises(BrokerError, match="3@TopicAdminCq is not exist"):
+                await admin.query_consume_queue(broker, topic, 3)
+
+    run(scenario)
+
+    shown = pyrmq_admin("query-cq", "-n", namesrv, "-b", broker, "-t", topic, "-q", "0", "-c", "2")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"queue 0@{topic}: min offset 0, max 5"
+    assert lines[1].split() == ["#Offset", "#CommitLog", "Offset", "#Size", "#Tags", "Code"]
+    assert [line.split()[0] for line in lines[2:]] == ["0", "1"]
+    assert lines[2].split()[3] == str(_core.java_string_hash("TagA"))

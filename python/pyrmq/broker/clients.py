@@ -48,6 +48,19 @@ class Subscription:
             return cls(topic, "*", None)
         return cls(topic, expr, tuple(_core.java_string_hash(t) for t in tags))
 
+    def to_json(self) -> dict[str, object]:
+        """RocketMQ's SubscriptionData, as the broker reports a group's subscription."""
+        tags = [] if self.tags_codes is None else [t.strip() for t in self.expression.split("||")]
+        return {
+            "classFilterMode": False,
+            "codeSet": list(self.tags_codes or ()),
+            "expressionType": "TAG",
+            "subString": self.expression,
+            "subVersion": 0,
+            "tagsSet": [t for t in tags if t],
+            "topic": self.topic,
+        }
+
 
 @dataclasses.dataclass(slots=True)
 class ConsumerInfo:

@@ -40,12 +40,21 @@ from pyrmq.remoting.headers import (
     DeleteTopicRequestHeader,
     GetConsumeStatsRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    QueryConsumeQueueRequestHeader,
     QueryMessageRequestHeader,
     ViewMessageRequestHeader,
 )
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
-__all__ = ["Admin", "ClusterBroker", "ConsumeStats", "ConsumerProgress", "TopicOffset"]
+__all__ = [
+    "Admin",
+    "ClusterBroker",
+    "ConsumeQueueUnit",
+    "ConsumeQueueView",
+    "ConsumeStats",
+    "ConsumerProgress",
+    "TopicOffset",
+]
 
 MASTER_ID = 0
 
@@ -86,6 +95,31 @@ class ConsumeStats:
     @property
     def lag(self) -> int:
         return sum(p.lag for p in self.queues.values())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumeQueueUnit:
+    """One unit of a ConsumeQueue: where its message lies in the CommitLog."""
+
+    queue_offset: int
+    phy_offset: int
+    size: int
+    tags_code: int
+    """The hash of the message's tag (for SCHEDULE_TOPIC_XXXX: when it falls due)."""
+    taken: bool
+    """Whether the group asked about takes the message (False when none was)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumeQueueView:
+    """Units of one ConsumeQueue, as ``mqadmin queryCq`` shows them."""
+
+    min_offset: int
+    max_offset: int
+    units: list[ConsumeQueueUnit]
+    subscription: str | None
+    """The expression the group subscribed with; None when no group was asked about or it
+    has no live consumer of the topic."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -355,6 +389,42 @@ class Admin:
         returns what it answered."""
         response = await self._call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG)
         return self._check(addr, response).remark or ""
+
+    async def query_consume_queue(
+        self,
+        addr: str,
+        topic: str,
+        queue_id: int,
+        index: int = 0,
+        count: int = 10,
+        *,
+        group: str | None = None,
+    ) -> ConsumeQueueView:
+        """``count`` units of a ConsumeQueue of the broker at ``addr`` from queue offset
+        ``index`` on (``mqadmin queryCq``), and with ``group``, whether its subscription takes
+        each. BrokerError if the broker holds no message of that queue."""
+        header = QueryConsumeQueueRequestHeader(
+            topic=topic, queue_id=queue_id, index=index, count=count, consumer_group=group
+        ).to_ext()
+        answer = self._check(addr, await self._call(addr, RequestCode.QUERY_CONSUME_QUEUE, header))
+        body = json.loads(answer.body)
+        units = [
+            ConsumeQueueUnit(
+                index + i,
+                int(u["physicOffset"]),
+                int(u["physicSize"]),
+                int(u["tagsCode"]),
+                bool(u.get("eval", False)),
+            )
+            for i, u in enumerate(body.get("queueData") or [])
+        ]
+        sub = body.get("subscriptionData")
+        return ConsumeQueueView(
+            int(body.get("minQueueIndex", 0)),
+            int(body.get("maxQueueIndex", 0)),
+            units,
+            str(sub["subString"]) if sub else None,
+        )
 
 
 def _setting(value: object) -> str:

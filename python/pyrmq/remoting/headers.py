@@ -44,6 +44,7 @@ __all__ = [
     "GetTopicStatsInfoRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
+    "QueryConsumeQueueRequestHeader",
     "QueryConsumerOffsetRequestHeader",
     "QueryMessageRequestHeader",
     "RegisterBrokerRequestHeader",
@@ -978,6 +979,40 @@ class ViewMessageRequestHeader:
 
     def to_ext(self) -> dict[str, str]:
         return _ext([("offset", self.offset)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueryConsumeQueueRequestHeader:
+    """QUERY_CONSUME_QUEUE (321): ``count`` units of a ConsumeQueue from unit ``index``, with
+    whether a group's subscription takes each."""
+
+    topic: str
+    queue_id: int
+    index: int
+    count: int
+    consumer_group: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            topic=f.text("topic"),
+            queue_id=f.i32("queueId"),
+            index=f.i64("index"),
+            count=f.i32("count"),
+            consumer_group=f.opt_text("consumerGroup"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("topic", self.topic),
+                ("queueId", self.queue_id),
+                ("index", self.index),
+                ("count", self.count),
+                ("consumerGroup", self.consumer_group),
+            ]
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,7 +4,7 @@ DELETE_TOPIC_IN_BROKER, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, INVOKE_BROKER_TO_RESE
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
@@ -14,6 +14,7 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
+    QueryConsumeQueueRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
     ViewMessageRequestHeader,
@@ -42,6 +43,8 @@ QUERY_MAX_NUM = 64
 UNIQUE_KEY_QUERY_MAX_NUM = 32
 """What a query by the producer's message id returns at most, whatever it asked for
 (RocketMQ's ``defaultQueryMaxNum``)."""
+QUERY_CONSUME_QUEUE_MAX_UNITS = 10_000
+"""Most ConsumeQueue units one QUERY_CONSUME_QUEUE returns."""
 
 
 class AdminProcessor:
@@ -53,6 +56,7 @@ class AdminProcessor:
         server.register(RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic)
         server.register(RequestCode.QUERY_MESSAGE, self.query_message)
         server.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message)
+        server.register(RequestCode.QUERY_CONSUME_QUEUE, self.query_consume_queue)
         server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
 
     async def create_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -163,6 +167,55 @@ class AdminProcessor:
                 remark=f"can not find message by the offset, {header.offset}",
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=raw)
+
+    async def query_consume_queue(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """Units of a ConsumeQueue from ``index`` on (``mqadmin queryCq``): CommitLog offset,
+        size and tag code of each, the queue's min and max offsets, and for a consumer group
+        its subscription and whether it takes each unit (``eval``; RocketMQ works that out
+        only for SQL filters). The body is built after the units are read: RocketMQ 4 encodes
+        it before and always answers an empty one."""
+        header = QueryConsumeQueueRequestHeader.from_ext(request.ext_fields)
+        topic, queue_id, store = header.topic, header.queue_id, self.broker.store
+        max_offset = store.max_offset(topic, queue_id)
+        if max_offset == 0:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"{queue_id}@{topic} is not exist!"
+            )
+        body: dict[str, object] = {
+            "maxQueueIndex": max_offset,
+            "minQueueIndex": store.min_offset(topic, queue_id),
+        }
+        taken: Callable[[int], bool] | None = None
+        if header.consumer_group is not None:
+            sub = self.broker.clients.subscription(header.consumer_group, topic)
+            if sub is None:
+                body["filterData"] = f"{header.consumer_group}@{topic} is not online!"
+            else:
+                body["subscriptionData"] = sub.to_json()
+                codes = sub.tags_codes
+                taken = (lambda _: True) if codes is None else (lambda code: code in codes)
+        count = max(0, min(header.count, QUERY_CONSUME_QUEUE_MAX_UNITS))
+        units = store.consume_queue_units(topic, queue_id, max(header.index, 0), count)
+        remark = None
+        if not units:
+            remark = f"Index {header.index} of {queue_id}@{topic} is not exist!"
+        body["queueData"] = [
+            {
+                "eval": taken(tags_code) if taken else False,
+                "physicOffset": phy_offset,
+                "physicSize": size,
+                "tagsCode": tags_code,
+            }
+            for _, phy_offset, size, tags_code in units
+        ]
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.SUCCESS,
+            remark=remark,
+            body=json.dumps(body, separators=(",", ":")).encode(),
+        )
 
     async def reset_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Moves a consumer group's offsets on one topic to a point in time (``mqadmin

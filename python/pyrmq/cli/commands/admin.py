@@ -301,3 +301,36 @@ def delete_expired_commit_log(namesrv_addr: str, broker_addr: str) -> None:
     the hour of its deleteWhen."""
     answer = _ask(namesrv_addr, lambda a: a.delete_expired_commit_log(broker_addr))
     click.echo(f"{broker_addr}: {answer}")
+
+
+@admin.command("query-cq")
+@_NAMESRV
+@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-q", "--queue-id", required=True, type=int, help="Queue id.")
+@click.option("-i", "--index", default=0, show_default=True, help="First queue offset.")
+@click.option("-c", "--count", default=10, show_default=True, help="Units to show.")
+@click.option("-g", "--group", help="Also show whether this group takes each message.")
+def query_cq(
+    namesrv_addr: str,
+    broker_addr: str,
+    topic: str,
+    queue_id: int,
+    index: int,
+    count: int,
+    group: str | None,
+) -> None:
+    """A ConsumeQueue's units: each message's CommitLog offset, size and tag code."""
+    view = _ask(
+        namesrv_addr,
+        lambda a: a.query_consume_queue(broker_addr, topic, queue_id, index, count, group=group),
+    )
+    click.echo(f"queue {queue_id}@{topic}: min offset {view.min_offset}, max {view.max_offset}")
+    if group is not None:
+        click.echo(f"{group} subscribes with: {view.subscription or '- (no live consumer)'}")
+    header: tuple[object, ...] = ("#Offset", "#CommitLog Offset", "#Size", "#Tags Code")
+    rows = [header + (("#Taken",) if group is not None else ())]
+    for u in view.units:
+        row: tuple[object, ...] = (u.queue_offset, u.phy_offset, u.size, u.tags_code)
+        rows.append(row + ((str(u.taken).lower(),) if group is not None else ()))
+    _table(rows)
