@@ -1,5 +1,5 @@
 """Helpers shared by the client tests in ``integration/`` and ``compat/``: run a scenario with a
-deadline, poll for a condition, and client intervals short enough for tests.
+deadline, poll for a condition, client intervals short enough for tests, and ``pyrmq admin``.
 
 Test modules import it as ``tests.helpers`` (pytest's importlib mode makes ``tests`` importable
 from the root of the checkout, as it does ``tests.compat.servers``).
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import select
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyrmq.client.instance import ClientConfig
 
-__all__ = ["eventually", "fast_config", "readable", "run"]
+__all__ = ["eventually", "fast_config", "pyrmq_admin", "readable", "run"]
 
 
 def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 60.0) -> None:
@@ -56,3 +58,14 @@ def fast_config(namesrv: str, **overrides: Any) -> ClientConfig:
         "poll_name_server_interval_s": 1.0,
     }
     return ClientConfig(**{**settings, **overrides})
+
+
+def pyrmq_admin(*args: str) -> subprocess.CompletedProcess[str]:
+    """``pyrmq admin ARGS`` in a child process; its output, whatever its exit status."""
+    return subprocess.run(
+        [sys.executable, "-m", "pyrmq.cli.main", "admin", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

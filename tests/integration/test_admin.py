@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +12,7 @@ from typing import Any
 import pytest
 from tests import helpers
 from tests.compat.servers import create_topic, serving
-from tests.helpers import fast_config
+from tests.helpers import fast_config, pyrmq_admin
 
 from pyrmq import _core
 from pyrmq.client.admin import Admin
@@ -239,16 +237,6 @@ def test_broker_runtime_info_counts_what_was_stored_and_served(addrs: tuple[str,
             assert [(b.broker_name, b.addrs) for b in clusters] == [(broker_name, {0: broker})]
 
     run(scenario)
-
-
-def pyrmq_admin(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pyrmq.cli.main", "admin", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_the_admin_command_prints_status_lag_and_figures(addrs: tuple[str, str]) -> None:

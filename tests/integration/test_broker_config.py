@@ -5,15 +5,13 @@ changes at once and survives a restart; other settings are refused whole."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from tests import helpers
 from tests.compat.servers import create_topic, serving
-from tests.helpers import fast_config
+from tests.helpers import fast_config, pyrmq_admin
 
 from pyrmq.client.admin import Admin
 from pyrmq.client.message import Message, SendStatus
@@ -42,16 +40,6 @@ async def send(namesrv: str, topic: str, count: int) -> None:
         for i in range(count):
             sent = await producer.send(Message(topic, b"r" * 300 + str(i).encode()))
             assert sent.status is SendStatus.OK
-
-
-def pyrmq_admin(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pyrmq.cli.main", "admin", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_retention_changes_while_the_broker_runs_and_survives_a_restart(tmp_path: Path) -> None:

@@ -192,6 +192,10 @@ SAMPLES: list[Any] = [
     h.GetTopicStatsInfoRequestHeader(topic="T"),
     h.GetConsumeStatsRequestHeader(consumer_group="G", topic="T"),
     h.GetConsumeStatsRequestHeader(consumer_group="G"),
+    h.QueryConsumeQueueRequestHeader(topic="T", queue_id=1, index=10, count=5),
+    h.QueryConsumeQueueRequestHeader(
+        topic="T", queue_id=0, index=0, count=10, consumer_group="G"
+    ),
 ]  # fmt: skip
 
 

@@ -50,6 +50,12 @@ def _table(rows: list[tuple[object, ...]]) -> None:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _pairs(values: dict[str, str], sep: str) -> None:
+    width = max(map(len, values), default=0)
+    for key in sorted(values):
+        click.echo(f"{key.ljust(width)} {sep} {values[key]}")
+
+
 @click.group("admin")
 def admin() -> None:
     """Ask a running cluster for its brokers, offsets and lag."""
@@ -191,10 +197,7 @@ def delete_topic(namesrv_addr: str, topic: str, cluster: str | None) -> None:
 @click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
 def broker_status(namesrv_addr: str, broker_addr: str) -> None:
     """The broker's runtime figures, one ``key : value`` per line."""
-    info = _ask(namesrv_addr, lambda a: a.broker_runtime_info(broker_addr))
-    width = max(map(len, info), default=0)
-    for key in sorted(info):
-        click.echo(f"{key.ljust(width)} : {info[key]}")
+    _pairs(_ask(namesrv_addr, lambda a: a.broker_runtime_info(broker_addr)), ":")
 
 
 def _print_message(msg: MessageExt) -> None:
@@ -274,10 +277,7 @@ def query_msg_by_unique_key(namesrv_addr: str, topic: str, msg_id: str) -> None:
 @click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
 def get_broker_config(namesrv_addr: str, broker_addr: str) -> None:
     """Every setting of a broker, one ``key = value`` per line."""
-    settings = _ask(namesrv_addr, lambda a: a.broker_config(broker_addr))
-    width = max(map(len, settings), default=0)
-    for key in sorted(settings):
-        click.echo(f"{key.ljust(width)} = {settings[key]}")
+    _pairs(_ask(namesrv_addr, lambda a: a.broker_config(broker_addr)), "=")
 
 
 @admin.command("update-broker-config")
