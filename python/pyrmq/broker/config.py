@@ -2,13 +2,13 @@
 
 import dataclasses
 import logging
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, rocketmq_key
+from pyrmq.broker.state.json_file import write_atomic
+from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_properties, rocketmq_key
 from pyrmq.errors import ConfigError
 
 __all__ = ["BrokerConfig", "setting_key", "write_settings"]
@@ -119,16 +119,8 @@ class BrokerConfig:
 
     @classmethod
     def from_properties(cls, path: str | Path, *, base: "BrokerConfig | None" = None) -> Self:
-        """Reads a RocketMQ broker.conf (key=value lines, '#' comments)."""
-        values: dict[str, str] = {}
-        for line in Path(path).read_text().splitlines():
-            line = line.strip()
-            if not line or line.startswith(("#", "!")):
-                continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                key, _, value = line.partition(":")
-            values[key.strip()] = value.strip()
+        """Reads a RocketMQ broker.conf (Java properties: ``key=value`` lines, comments)."""
+        values = parse_properties(Path(path).read_text(encoding="utf-8"), source=str(path))
         values.setdefault("brokerConfigPath", str(path))
         return cls.from_mapping(values, base=base)
 
@@ -169,16 +161,11 @@ def write_settings(path: str | Path, updates: Mapping[str, str]) -> None:
     pending = dict(updates)
     for i, line in enumerate(lines):
         match = _KEY_OF_LINE.match(line)
-        key = setting_key(match.group(1)) if match else None
-        if key in pending:
-            lines[i] = f"{match.group(1)}={pending.pop(key)}"  # type: ignore[union-attr]
+        if match and (key := setting_key(match.group(1))) in pending:
+            lines[i] = f"{match.group(1)}={pending.pop(key)}"
     lines += [f"{key}={value}" for key, value in pending.items()]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    # No backup: the broker must find its configuration file at every moment.
+    write_atomic(path, ("\n".join(lines) + "\n").encode(), backup=False)
 
 
 def _format(value: object) -> str:

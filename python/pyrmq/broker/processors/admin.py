@@ -4,7 +4,7 @@ DELETE_TOPIC_IN_BROKER, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, INVOKE_BROKER_TO_RESE
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
@@ -187,15 +187,13 @@ class AdminProcessor:
             "maxQueueIndex": max_offset,
             "minQueueIndex": store.min_offset(topic, queue_id),
         }
-        taken: Callable[[int], bool] | None = None
+        sub = None
         if header.consumer_group is not None:
             sub = self.broker.clients.subscription(header.consumer_group, topic)
             if sub is None:
                 body["filterData"] = f"{header.consumer_group}@{topic} is not online!"
             else:
                 body["subscriptionData"] = sub.to_json()
-                codes = sub.tags_codes
-                taken = (lambda _: True) if codes is None else (lambda code: code in codes)
         count = max(0, min(header.count, QUERY_CONSUME_QUEUE_MAX_UNITS))
         units = store.consume_queue_units(topic, queue_id, max(header.index, 0), count)
         remark = None
@@ -203,7 +201,7 @@ class AdminProcessor:
             remark = f"Index {header.index} of {queue_id}@{topic} is not exist!"
         body["queueData"] = [
             {
-                "eval": taken(tags_code) if taken else False,
+                "eval": sub is not None and (sub.tags_codes is None or tags_code in sub.tags_codes),
                 "physicOffset": phy_offset,
                 "physicSize": size,
                 "tagsCode": tags_code,

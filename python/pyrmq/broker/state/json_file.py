@@ -16,17 +16,18 @@ def store_json(path: Path, value: object) -> None:
     write_atomic(path, json.dumps(value, indent=2, sort_keys=True).encode())
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replaces ``path`` with ``data`` atomically (write, fsync, rename); the previous version
-    is kept as ``path.bak``. Nothing but system calls: run on a worker thread, it hardly holds
-    the GIL, so the event loop does not wait for it."""
+def write_atomic(path: Path, data: bytes, *, backup: bool = True) -> None:
+    """Replaces ``path`` with ``data`` atomically (write, fsync, rename); with ``backup`` the
+    previous version is kept as ``path.bak`` (and for a moment only there). Nothing but system
+    calls: run on a worker thread, it hardly holds the GIL, so the event loop does not wait
+    for it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    if path.exists():
+    if backup and path.exists():
         os.replace(path, path.with_name(path.name + ".bak"))
     os.replace(tmp, path)
 

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import click
 
+from pyrmq import _core
 from pyrmq._core import MessageExt
 from pyrmq.client.admin import Admin
 from pyrmq.errors import PyrmqError
@@ -34,7 +35,7 @@ def _ask(namesrv_addr: str, question: Callable[[Admin], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(run())
-    except (PyrmqError, ValueError) as e:
+    except PyrmqError as e:
         raise click.ClickException(str(e)) from e
 
 
@@ -253,6 +254,10 @@ def query_msg_by_key(
 @click.option("-i", "--msg-id", required=True, help="Offset message id (a send's offsetMsgId).")
 def query_msg_by_id(namesrv_addr: str, msg_id: str) -> None:
     """The message an offset message id names, every field."""
+    try:
+        _core.decode_offset_msg_id(msg_id)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from e
     _print_message(_ask(namesrv_addr, lambda a: a.view_message(msg_id)))
 
 
