@@ -334,6 +334,10 @@ def test_a_deleted_topic_loses_its_route_messages_and_offsets(addrs: tuple[str, 
             for reserved in ("TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"):
                 with pytest.raises(BrokerError, match="system topic"):
                     await admin.delete_topic(reserved)
+            # A name that is a path, not a topic, is refused before anything is touched.
+            for bad in ("..", "../config", "%RETRY%x/.."):
+                with pytest.raises(BrokerError, match="illegal characters"):
+                    await admin.delete_topic(bad)
 
             # Sent to again, it is created afresh: its queues start at offset 0.
             again = await send(namesrv, topic, 1)

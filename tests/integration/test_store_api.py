@@ -278,6 +278,20 @@ def test_query_message_by_keys_and_uniq_key_within_a_time_range(open_store):
     assert store.query_message("TopicQ", "shared", begin_ms=last + 1) == []
 
 
+def test_query_message_finds_an_early_match_behind_many_later_ones(open_store, wait_until):
+    """The index keeps whole seconds, so messages stored just after ``end_ms`` are candidates
+    too, newest first. However many there are, the ones inside the range are still found."""
+    store = open_store()
+    first = store.put("TopicQ", b"first", keys="k")
+    t = first.store_timestamp_ms
+    wait_until(lambda: time.time_ns() // 1_000_000 > t, 1.0, "a new ms")
+    for i in range(400):
+        store.put("TopicQ", b"later-%d" % i, keys="k")
+    for max_count in (32, 1):
+        found = store.query_message("TopicQ", "k", begin_ms=t, end_ms=t, max_count=max_count)
+        assert [m.body for m in found] == [b"first"]
+
+
 def test_offsets_times_and_offset_for_time(open_store, wait_until):
     store = open_store()
     assert store.earliest_store_time("TopicTime", 0) is None

@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from pyrmq.errors import (
+    ConfigError,
     InvalidQueueIdError,
     InvalidTopicError,
     MessageIllegalError,
@@ -307,6 +308,15 @@ def test_every_call_after_close_raises_store_closed(open_store):
         lambda: store.query_message("TopicGood", "x"),
         lambda: store.flush(),
         lambda: store.delete_expired_files(force=True),
+        # Queries that would otherwise answer from the closed store's last state.
+        lambda: store.min_offset("TopicGood", 0),
+        lambda: store.max_offset("TopicGood", 0),
+        lambda: store.offset_for_time("TopicGood", 0, 0),
+        lambda: store.earliest_store_time("TopicGood", 0),
+        lambda: store.store_time("TopicGood", 0, 0),
+        lambda: store.consume_queue_units("TopicGood", 0, 0, 10),
+        lambda: store.scan_consume_queue("TopicGood", 0, 0, 10),
+        lambda: store.queue_ids(),
     ]
     for call in calls:
         with pytest.raises(StoreClosedError):
@@ -324,3 +334,48 @@ def test_opening_an_open_directory_twice_fails(open_store, tmp_path, make_config
     store.close()
     again = open_store()
     assert [m.body for m in again.get("TopicGood", 0, 0).messages()] == [b"x", b"y"]
+
+
+def test_opening_a_commit_log_another_store_uses_fails(open_store, tmp_path):
+    """Two roots sharing one CommitLog directory would append over each other's records."""
+    shared = {"store_path_commit_log": str(tmp_path / "shared-log")}
+    first = open_store(tmp_path / "a", **shared)
+    r = first.put("TopicGood", b"first")
+    with pytest.raises(StoreIOError, match="in use"):
+        open_store(tmp_path / "b", **shared)
+    assert first.put("TopicGood", b"second").phy_offset > r.phy_offset
+    first.close()
+    again = open_store(tmp_path / "b", **shared)
+    assert again.look_message_by_offset(r.phy_offset).body == b"first"
+
+
+def test_an_empty_store_path_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="empty"):
+        MessageStore.open("", background_services=False)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("sys_flag", [0x10, 0x20, 0x30])
+def test_host_family_bits_in_sys_flag_follow_the_hosts(open_store, tmp_path, sys_flag):
+    """The bits that say a host is IPv6 decide a record's layout: the store sets them from
+    the hosts, whatever the caller claims, and the record reads back whole."""
+    store = open_store()
+    r = store.put("TopicGood", b"claims-v6", sys_flag=sys_flag | 0x1)
+    store.put("TopicGood", b"after")
+    got = store.get("TopicGood", 0, 0)
+    assert got.corrupt_offsets == []
+    assert [m.body for m in got.messages()] == [b"claims-v6", b"after"]
+    m = store.look_message_by_offset(r.phy_offset)
+    assert (m.body, m.sys_flag) == (b"claims-v6", 0x1)
+    store.close()
+    store = open_store()
+    assert store.recovery["truncated_bytes"] == 0
+    assert [m.body for m in store.get("TopicGood", 0, 0).messages()] == [b"claims-v6", b"after"]
+
+
+def test_a_huge_max_count_reads_what_there_is(open_store):
+    store = open_store(max_transfer_count_on_message_in_memory=2**31 - 1)
+    store.put_batch("TopicGood", [b"a", b"b", b"c"])
+    got = store.get("TopicGood", 0, 0, max_count=2**31 - 1)
+    assert [m.body for m in got.messages()] == [b"a", b"b", b"c"]

@@ -4,12 +4,18 @@ recovery after a crash brings the deleted messages back."""
 
 from __future__ import annotations
 
+import json
+import random
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import SMALL_STORE
 
 from pyrmq.errors import InvalidTopicError
 from pyrmq.store import GetMessageStatus
@@ -124,6 +130,85 @@ def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(
     )
     assert [t for t, _ in store.queue_ids() if t == "TopicGone"] == []
     assert store.put("TopicGone", b"new", queue_id=0).queue_offset == 0
+
+
+@pytest.mark.parametrize("name", ["..", "../outside", "/tmp", "TopicKeep/0", ".", ""])
+def test_a_name_that_is_no_topic_deletes_nothing(
+    tmp_path: Path, open_store: Callable[..., Any], name: str
+) -> None:
+    """A topic name is a path component under ``consumequeue/``: one that is not a valid
+    topic name is refused before anything is touched."""
+    root = tmp_path / "store"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_bytes(b"x")
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    fill(store)
+    with pytest.raises(InvalidTopicError):
+        store.delete_topic(name)
+    assert (outside / "precious").read_bytes() == b"x"
+    assert bodies(store, "TopicKeep", 1) == [b"keep-%d" % i for i in range(1, 30, 2)]
+    assert len(bodies(store, "TopicGone", 3)) == 10
+    store.close()
+    store = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    assert bodies(store, "TopicKeep", 0) == [b"keep-%d" % i for i in range(0, 30, 2)]
+
+
+_DELETER = """
+import json, sys
+from pyrmq.store import MessageStore
+store = MessageStore.open(sys.argv[1], json.loads(sys.argv[2]), background_services=False)
+print("deleting", flush=True)
+store.delete_topic("TopicGone")
+print("deleted", flush=True)
+"""
+
+
+def test_a_process_killed_while_deleting_a_topic_leaves_a_store_that_opens(
+    tmp_path: Path, open_store: Callable[..., Any]
+) -> None:
+    """SIGKILL at random moments of a deletion that removes thousands of one-unit queue
+    files: the next open succeeds every time, with the topic either whole or gone, and the
+    other topics untouched."""
+    template = tmp_path / "template"
+    config = {**SMALL_STORE, "mapped_file_size_consume_queue": 20}
+    store = open_store(template, **config)
+    for i in range(500):
+        for q in range(4):
+            store.put("TopicGone", b"gone-%d" % i, queue_id=q)
+    for i in range(20):
+        store.put("TopicKeep", b"keep-%d" % i, queue_id=0)
+    store.close()
+    rng = random.Random(7)
+    outcomes = set()
+    for attempt in range(8):
+        root = tmp_path / f"run{attempt}"
+        shutil.copytree(template, root)
+        with subprocess.Popen(
+            [sys.executable, "-c", _DELETER, str(root), json.dumps(config)],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as child:
+            try:
+                assert child.stdout is not None
+                assert child.stdout.readline().strip() == "deleting"
+                time.sleep(rng.uniform(0.0, 0.03))
+            finally:
+                child.kill()
+        store = open_store(root, **config)
+        gone = sorted(q for t, q in store.queue_ids() if t == "TopicGone")
+        assert gone in ([], [0, 1, 2, 3])
+        outcomes.add(bool(gone))
+        for q in gone:
+            got = []
+            while (batch := store.get("TopicGone", q, len(got))).status is GetMessageStatus.FOUND:
+                got += [m.body for m in batch.messages()]
+            assert got == [b"gone-%d" % i for i in range(500)]
+        assert bodies(store, "TopicKeep", 0) == [b"keep-%d" % i for i in range(20)]
+        leftovers = [p.name for p in (root / "consumequeue").iterdir() if p.name[0] == "."]
+        assert leftovers == []
+        store.close()
+    assert outcomes, "every attempt reopened"
 
 
 def test_the_deletion_is_forgotten_once_retention_removed_its_records(

@@ -127,6 +127,50 @@ def test_segment_that_cannot_be_created_gives_disk_full(tmp_path):
         assert r.phy_offset == 2 * segment
 
 
+_UNINDEXABLE = """
+import json, resource, signal, sys
+from pyrmq.store import MessageStore
+config = json.loads(sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+# Room for a CommitLog segment and queue files, not for an index file.
+resource.setrlimit(resource.RLIMIT_FSIZE, (128 * 1024, resource.RLIM_INFINITY))
+store = MessageStore.open(sys.argv[1], config, background_services=False)
+acked = [store.put("TopicIdx", b"m%d" % i, keys=f"k{i}").phy_offset for i in range(20)]
+found = sum(len(store.query_message("TopicIdx", f"k{i}")) for i in range(20))
+store.close()
+print(json.dumps({"acked": acked, "found": found}))
+"""
+
+
+def test_messages_the_index_could_not_take_are_indexed_at_the_next_open(tmp_path):
+    """An index file that cannot be created (file-size limit) fails no put: the messages are
+    stored, and the next open, with room again, indexes them."""
+    root = tmp_path / "store"
+    config = {
+        "mapped_file_size_commit_log": 64 * 1024,
+        "mapped_file_size_consume_queue": 20 * 100,
+        "max_hash_slot_num": 100,
+        "max_index_num": 10_000,  # 200 KiB a file
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _UNINDEXABLE, str(root), json.dumps(config)],
+        capture_output=True,
+        env=child_env(),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    assert report["found"] == 0
+    assert list((root / "index").iterdir()) == []
+
+    from pyrmq.config import StoreConfig
+
+    with MessageStore.open(root, StoreConfig(**config), background_services=False) as store:
+        for i, phy in enumerate(report["acked"]):
+            assert [m.phy_offset for m in store.query_message("TopicIdx", f"k{i}")] == [phy]
+
+
 @pytest.mark.skipif(not can_mount_tmpfs(), reason="cannot mount a private tmpfs here")
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_full_file_system_gives_disk_full_and_the_data_survives(tmp_path, flush):

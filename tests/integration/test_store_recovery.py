@@ -1,12 +1,17 @@
 """Damage written to the CommitLog files behind the store's back: a flipped byte in place is
 reported and kept, a torn tail is cut back to the last intact put."""
 
+import json
 import os
 import random
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from tests.conftest import SMALL_STORE
 
 from pyrmq.errors import ConfigError, CorruptRecordError, StoreError
 from pyrmq.store import GetMessageStatus, MessageStore
@@ -452,6 +457,44 @@ def test_index_files_of_another_geometry_are_indexed_again(open_store, tmp_path)
     assert store.max_offset("TopicIdx", 0) == 120
     files = list((root / "index").iterdir())
     assert [f.stat().st_size for f in files] == [40 + 128 * 4 + 300 * 20]
+
+
+_REOPEN = """
+import json, sys
+from pyrmq.store import MessageStore
+MessageStore.open(sys.argv[1], json.loads(sys.argv[2]), background_services=False)
+print("opened", flush=True)
+"""
+
+
+def test_an_open_killed_while_it_indexes_again_leaves_the_index_to_the_next_one(
+    open_store, tmp_path
+):
+    """The open that drops index files of another geometry is SIGKILLed as soon as they are
+    gone, before it has indexed their records again: the next open does it."""
+    root = tmp_path / "store"
+    store = open_store(root, max_hash_slot_num=5000, max_index_num=400000)
+    n = 40_000
+    for i in range(n):
+        store.put("TopicIdx", b"idx-%d" % i, queue_id=i % 4, keys=f"k{i}")
+    store.close()
+    old = sorted((root / "index").iterdir())
+    reindexed = {**SMALL_STORE, "max_hash_slot_num": 4000, "max_index_num": 400000}
+    with subprocess.Popen(
+        [sys.executable, "-c", _REOPEN, str(root), json.dumps(reindexed)],
+        stdout=subprocess.DEVNULL,
+    ) as child:
+        try:
+            deadline = time.monotonic() + 60
+            while all(f.exists() for f in old) and child.poll() is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.0005)
+        finally:
+            child.kill()
+
+    store = open_store(root, **reindexed)
+    for i in range(0, n, 97):
+        assert [m.body for m in store.query_message("TopicIdx", f"k{i}")] == [b"idx-%d" % i]
 
 
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["first", "middle", "last"])

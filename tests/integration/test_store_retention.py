@@ -306,12 +306,16 @@ def test_retention_settings_change_while_the_store_is_open(open_store, tmp_path)
     for q in (0, 1):
         check_queue(store, q, sent[q])
 
+    # A clock before every segment's time expires none of them.
+    assert store.delete_expired_files(-(2**63), force=True) == 0
+    assert segments(root) == before[-2:]
+
     # A warning level below the disk's use refuses writes at once, and lifting it lets them in.
-    store.set_retention({"disk_space_warning_level_ratio": 1})
+    store.set_retention({"disk_space_warning_level_ratio": 1, "disk_space_clean_forcibly_ratio": 1})
     assert store.is_disk_full
     with pytest.raises(DiskFullError, match="diskSpaceWarningLevelRatio 1%"):
         store.put("TopicOld", b"refused")
-    store.set_retention({"disk_space_warning_level_ratio": 100})
+    store.set_retention(NEVER_TIGHT)
     assert not store.is_disk_full
     store.put("TopicOld", b"accepted")
 
@@ -321,6 +325,8 @@ def test_retention_settings_change_while_the_store_is_open(open_store, tmp_path)
         ({"mapped_file_size_commit_log": SEGMENT * 2}, "cannot change while the store is open"),
         ({"file_reserved_time_hours": 1, "disk_max_used_space_ratio": 0}, "not in \\[1, 100\\]"),
         ({"delete_when": "24"}, "bad delete_when"),
+        ({"file_reserved_time_hours": 2**62}, "file_reserved_time_hours .* is not in"),
+        ({"disk_space_warning_level_ratio": 50}, "above disk_space_warning_level_ratio 50"),
     ):
         with pytest.raises(ConfigError, match=reason):
             store.set_retention(bad)

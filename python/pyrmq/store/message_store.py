@@ -7,6 +7,7 @@ from typing import Self
 
 from pyrmq import _core
 from pyrmq.config import StoreConfig
+from pyrmq.errors import ConfigError
 
 __all__ = ["GetResult", "MessageStore", "PutResult", "StoredMessage"]
 
@@ -57,10 +58,13 @@ class MessageStore(_core.MessageStore):
                 "config must be a StoreConfig or a mapping of its keys, "
                 f"not {type(config).__name__}"
             )
+        root = os.fspath(path)
+        if not root:
+            raise ConfigError("the store path is empty")
         settings = config.to_core()
-        settings["store_path_root_dir"] = os.fspath(path)
+        settings["store_path_root_dir"] = root
         settings["background_services"] = background_services
-        return cls(os.fspath(path), settings)
+        return cls(root, settings)
 
     def __enter__(self) -> Self:
         return self

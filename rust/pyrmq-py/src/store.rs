@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyrmq_store::config::{parse_delay_levels, parse_delete_when, Retention};
 use pyrmq_store::message::{self, BatchItem, MessageInput};
 use pyrmq_store::store::{normalize_host, PutEntry, PutOutcome, PutStatus};
-use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig, TimeBoundary};
+use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig, StoreError, TimeBoundary};
 
 use crate::errors::{self, ConfigError};
 use crate::gil;
@@ -247,6 +247,17 @@ pub struct PyPutResult {
     #[pyo3(get)]
     end_offset: u64,
     host: SocketAddr,
+}
+
+impl PyMessageStore {
+    /// The store, for queries that would answer from a closed store's stale state.
+    fn live(&self) -> PyResult<&MessageStore> {
+        if self.store.is_closed() {
+            Err(errors::to_py(StoreError::Closed))
+        } else {
+            Ok(&self.store)
+        }
+    }
 }
 
 #[pymethods]
@@ -745,13 +756,13 @@ impl PyMessageStore {
     }
 
     /// The smallest queue offset still stored.
-    fn min_offset(&self, topic: &str, queue_id: i32) -> u64 {
-        self.store.min_offset(topic, queue_id)
+    fn min_offset(&self, topic: &str, queue_id: i32) -> PyResult<u64> {
+        Ok(self.live()?.min_offset(topic, queue_id))
     }
 
     /// The next free queue offset.
-    fn max_offset(&self, topic: &str, queue_id: i32) -> u64 {
-        self.store.max_offset(topic, queue_id)
+    fn max_offset(&self, topic: &str, queue_id: i32) -> PyResult<u64> {
+        Ok(self.live()?.max_offset(topic, queue_id))
     }
 
     /// The queue offset at `boundary` ("lower" or "upper") of `timestamp_ms`.
@@ -773,19 +784,21 @@ impl PyMessageStore {
                 )))
             }
         };
-        let store = &self.store;
+        let store = self.live()?;
         Ok(py.detach(|| store.offset_for_time(topic, queue_id, timestamp_ms, boundary)))
     }
 
     /// Store time of the oldest message still in the queue.
-    fn earliest_store_time(&self, topic: &str, queue_id: i32) -> Option<i64> {
-        self.store.earliest_store_time(topic, queue_id)
+    fn earliest_store_time(&self, topic: &str, queue_id: i32) -> PyResult<Option<i64>> {
+        Ok(self.live()?.earliest_store_time(topic, queue_id))
     }
 
     /// Store time of the message at `queue_offset`.
-    fn store_time(&self, topic: &str, queue_id: i32, queue_offset: i64) -> Option<i64> {
-        let queue_offset = u64::try_from(queue_offset).ok()?;
-        self.store.store_time(topic, queue_id, queue_offset)
+    fn store_time(&self, topic: &str, queue_id: i32, queue_offset: i64) -> PyResult<Option<i64>> {
+        let store = self.live()?;
+        Ok(u64::try_from(queue_offset)
+            .ok()
+            .and_then(|offset| store.store_time(topic, queue_id, offset)))
     }
 
     /// First CommitLog offset still on disk.
@@ -818,8 +831,8 @@ impl PyMessageStore {
     }
 
     /// Every (topic, queue id) with a ConsumeQueue.
-    fn queue_ids(&self) -> Vec<(String, i32)> {
-        self.store.queue_ids()
+    fn queue_ids(&self) -> PyResult<Vec<(String, i32)>> {
+        Ok(self.live()?.queue_ids())
     }
 
     /// Counts units of a ConsumeQueue range passing a tag filter (the scan loop, in Rust).
@@ -836,7 +849,7 @@ impl PyMessageStore {
         let codes = tag_codes(tags)?;
         let start_offset = limit("start_offset", start_offset)?;
         let max_units = limit("max_units", max_units)?;
-        let store = &self.store;
+        let store = self.live()?;
         Ok(py.detach(|| {
             store
                 .scan_consume_queue(topic, queue_id, start_offset, max_units, codes.as_deref())
@@ -855,7 +868,7 @@ impl PyMessageStore {
         let start_offset = limit("start_offset", start_offset)?;
         let max_units = limit("max_units", max_units)?;
         Ok(self
-            .store
+            .live()?
             .consume_queue_units(topic, queue_id, start_offset, max_units)
             .into_iter()
             .map(|u| (u.queue_offset, u.phy_offset, u.size, u.tags_code))

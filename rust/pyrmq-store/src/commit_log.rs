@@ -353,6 +353,9 @@ impl CommitLog {
         if target > from {
             self.files.flush(from, target)?;
             self.flushed.fetch_max(target, Ordering::AcqRel);
+            // Appenders waiting for their bytes, whoever flushed them (the group-commit
+            // service, an explicit flush, the last one at close).
+            self.flushes.advance();
             // A request above `from` was either covered now or left a request for the next
             // flush, which signals in its turn: none is missed.
             if self.nowait_requested.load(Ordering::Acquire) > from {
@@ -426,11 +429,9 @@ impl CommitLog {
         self.last_flush_us
             .store(began.elapsed().as_micros() as u64, Ordering::Release);
         self.last_cover.store(covered, Ordering::Release);
-        self.flushes.advance();
-        if let Ok(to) = result {
-            self.note_round(to.saturating_sub(from));
-        }
-        result.map(|_| ())
+        let to = result?;
+        self.note_round(to.saturating_sub(from));
+        Ok(())
     }
 
     /// Folds a round's size into the average that decides how segments are reserved ahead.

@@ -114,6 +114,9 @@ impl Default for StoreConfig {
     }
 }
 
+/// The longest `fileReservedTime` whose milliseconds an `i64` holds.
+const MAX_RESERVED_HOURS: u64 = i64::MAX as u64 / 3_600_000;
+
 /// The settings that decide what the store keeps, which may change while it is open.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Retention {
@@ -144,6 +147,19 @@ impl Retention {
             .collect();
         if let Some(h) = self.delete_when_hours.iter().find(|h| **h > 23) {
             problems.push(format!("delete_when hour {h} is not in 0..23"));
+        }
+        if self.file_reserved_time_hours > MAX_RESERVED_HOURS {
+            problems.push(format!(
+                "file_reserved_time_hours {} is not in [0, {MAX_RESERVED_HOURS}]",
+                self.file_reserved_time_hours
+            ));
+        }
+        if self.disk_space_clean_forcibly_ratio > self.disk_space_warning_level_ratio {
+            problems.push(format!(
+                "disk_space_clean_forcibly_ratio {} is above disk_space_warning_level_ratio {}: \
+                 writes would be refused before the forced clean-up could make room",
+                self.disk_space_clean_forcibly_ratio, self.disk_space_warning_level_ratio
+            ));
         }
         if problems.is_empty() {
             Ok(())

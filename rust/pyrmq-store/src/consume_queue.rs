@@ -51,24 +51,25 @@ pub struct ConsumeQueue {
 }
 
 impl ConsumeQueue {
-    /// Opens the queue in `dir` and finds its max offset: the first unwritten unit of the last file.
+    /// Opens the queue in `dir` and finds its max offset: past the last written unit of the
+    /// last file holding any.
     pub fn load(dir: &Path, topic: &str, queue_id: i32, file_size: u64) -> StoreResult<Self> {
         let files = MappedFileQueue::load(dir, file_size, Allocation::Reserve)?;
         let units_per_file = file_size / CQ_UNIT_SIZE;
-        // The max offset is the first unwritten unit of the last file holding any: a file
-        // after it was created ahead of its writer (or just before a crash) and is empty.
+        // A file after that one was created ahead of its writer (or just before a crash) and is
+        // empty. The last written unit, not the first unwritten one, ends the queue: a queue
+        // rebuilt after retention starts in the middle of its first file, with nothing before.
         let (min, max) = match files.first() {
             Some(first) => {
                 let min = first.file_from_offset() / CQ_UNIT_SIZE;
                 let mut max = min;
                 for file in files.snapshot().iter().rev() {
-                    let written =
-                        file.slice(0, file_size as usize)
-                            .chunks_exact(CQ_UNIT_SIZE as usize)
-                            .position(|u| unit_size(u) == 0)
-                            .unwrap_or(units_per_file as usize) as u64;
-                    if written > 0 {
-                        max = file.file_from_offset() / CQ_UNIT_SIZE + written;
+                    let last = file
+                        .slice(0, file_size as usize)
+                        .chunks_exact(CQ_UNIT_SIZE as usize)
+                        .rposition(|u| unit_size(u) != 0);
+                    if let Some(last) = last {
+                        max = file.file_from_offset() / CQ_UNIT_SIZE + last as u64 + 1;
                         break;
                     }
                 }

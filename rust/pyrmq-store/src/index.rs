@@ -156,6 +156,10 @@ pub struct IndexService {
     files: Mutex<Vec<IndexFile>>,
     /// CommitLog ranges of the records that index files dropped at load had indexed.
     dropped: Vec<(u64, u64)>,
+    /// Those files, until [`Self::discard_dropped`] removes them.
+    dropped_paths: Vec<PathBuf>,
+    /// Files that filled up since the last flush, which still has to sync their tails.
+    filled: Mutex<Vec<Arc<MappedFile>>>,
 }
 
 impl IndexService {
@@ -175,6 +179,7 @@ impl IndexService {
         names.sort_unstable();
         let mut files = Vec::new();
         let mut dropped = Vec::new();
+        let mut dropped_paths = Vec::new();
         for (stamp, path) in names {
             // Index files were fully reserved when created.
             let len = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -205,8 +210,7 @@ impl IndexService {
                             |(a, b)| format!("commit-log offsets {a} to {b}")
                         )
                     );
-                    std::fs::remove_file(&path)
-                        .map_err(|e| StoreError::io("removing", &path, e))?;
+                    dropped_paths.push(path);
                     dropped.extend(range);
                 }
             }
@@ -217,7 +221,18 @@ impl IndexService {
             entries,
             files: Mutex::new(files),
             dropped,
+            dropped_paths,
+            filled: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Removes the index files dropped at load. Call it once the checkpoint no longer counts
+    /// their records as indexed.
+    pub fn discard_dropped(&mut self) -> StoreResult<()> {
+        for path in self.dropped_paths.drain(..) {
+            std::fs::remove_file(&path).map_err(|e| StoreError::io("removing", &path, e))?;
+        }
+        Ok(())
     }
 
     /// Where recovery must start for the records of index files dropped at load to be indexed
@@ -251,6 +266,9 @@ impl IndexService {
         let mut files = self.files.lock();
         for key in keys {
             if files.last().is_none_or(IndexFile::is_full) {
+                if let Some(full) = files.last() {
+                    self.filled.lock().push(Arc::clone(&full.file));
+                }
                 let size = HEADER_LEN + self.slots * SLOT_LEN + self.entries * ENTRY_LEN;
                 let mut stamp = now_ms().max(0) as u64;
                 if let Some(last) = files.last() {
@@ -272,8 +290,9 @@ impl IndexService {
         Ok(())
     }
 
-    /// Candidate record offsets for `key` (prefixed `topic#`), newest first, without duplicates.
-    pub fn query(&self, key: &str, begin_ms: i64, end_ms: i64, max: usize) -> Vec<i64> {
+    /// Candidate record offsets for `key` (prefixed `topic#`), newest first, without
+    /// duplicates, and whether `max` cut them short.
+    pub fn query(&self, key: &str, begin_ms: i64, end_ms: i64, max: usize) -> (Vec<i64>, bool) {
         let files = self.files.lock();
         let mut out = Vec::new();
         for f in files.iter().rev() {
@@ -285,17 +304,23 @@ impl IndexService {
             }
             f.query(key, begin_ms, end_ms, max, &mut out);
         }
+        let cut = out.len() >= max;
         let mut seen = std::collections::HashSet::new();
         out.retain(|p| seen.insert(*p));
-        out
+        (out, cut)
     }
 
     pub fn flush(&self) -> StoreResult<()> {
         // msync outside the lock: over a whole index file it takes milliseconds, and `put`
         // (every append) needs the lock meanwhile.
+        let filled = std::mem::take(&mut *self.filled.lock());
         let last = self.files.lock().last().map(|f| Arc::clone(&f.file));
-        if let Some(file) = last {
-            file.flush_range(0, file.file_size())?;
+        for (i, file) in filled.iter().chain(&last).enumerate() {
+            if let Err(e) = file.flush_range(0, file.file_size()) {
+                // Synced again by the next flush.
+                self.filled.lock().extend(filled.into_iter().skip(i));
+                return Err(e);
+            }
         }
         Ok(())
     }

@@ -162,15 +162,22 @@ pub struct Assigned {
     pub store_host: SocketAddr,
 }
 
-/// Writes one record into `out`, which must be exactly `record_len(..)` bytes.
-pub fn encode_into(out: &mut [u8], msg: &MessageInput<'_>, crc: u32, at: &Assigned) {
-    let mut sys_flag = msg.sys_flag & !(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6);
-    if msg.born_host.is_ipv6() {
+/// The record's `SYSFLAG`: the caller's, with the host-family bits set from the hosts
+/// themselves, whatever the caller claimed (they decide the record's layout).
+pub fn stored_sys_flag(sys_flag: i32, born_host: &SocketAddr, store_host: &SocketAddr) -> i32 {
+    let mut sys_flag = sys_flag & !(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6);
+    if born_host.is_ipv6() {
         sys_flag |= SYSFLAG_BORNHOST_V6;
     }
-    if at.store_host.is_ipv6() {
+    if store_host.is_ipv6() {
         sys_flag |= SYSFLAG_STOREHOST_V6;
     }
+    sys_flag
+}
+
+/// Writes one record into `out`, which must be exactly `record_len(..)` bytes.
+pub fn encode_into(out: &mut [u8], msg: &MessageInput<'_>, crc: u32, at: &Assigned) {
+    let sys_flag = stored_sys_flag(msg.sys_flag, &msg.born_host, &at.store_host);
     let total = out.len();
     let mut w = Writer { buf: out, pos: 0 };
     w.u32(total as u32);

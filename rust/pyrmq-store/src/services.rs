@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::clock;
 use crate::config::FlushDiskType;
+use crate::error::{StoreError, StoreResult};
 use crate::store::Inner;
 
 struct Stop {
@@ -43,24 +44,49 @@ pub(crate) struct Services {
 /// Rate limit for errors a service loop may repeat every turn.
 const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(f)
-        .expect("spawning a store service thread")
-}
-
 impl Services {
-    pub(crate) fn start(inner: &Arc<Inner>) -> Self {
-        let stop = Arc::new(Stop {
-            flag: AtomicBool::new(false),
-            lock: Mutex::new(()),
-            cv: Condvar::new(),
-        });
-        let mut threads = Vec::new();
+    /// Starts every service, or none: a thread that cannot be spawned (a thread limit) stops
+    /// the ones already running and fails the open.
+    pub(crate) fn start(inner: &Arc<Inner>) -> StoreResult<Self> {
+        let mut services = Self {
+            stop: Arc::new(Stop {
+                flag: AtomicBool::new(false),
+                lock: Mutex::new(()),
+                cv: Condvar::new(),
+            }),
+            inner: inner.clone(),
+            threads: Vec::new(),
+        };
+        match services.spawn_all() {
+            Ok(()) => Ok(services),
+            Err(e) => {
+                services.stop();
+                Err(e)
+            }
+        }
+    }
+
+    fn spawn(&mut self, name: &str, f: impl FnOnce() + Send + 'static) -> StoreResult<()> {
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(f)
+            .map_err(|e| {
+                StoreError::io(
+                    "starting a service thread for",
+                    &self.inner.config.store_path_root_dir,
+                    e,
+                )
+            })?;
+        self.threads.push(thread);
+        Ok(())
+    }
+
+    fn spawn_all(&mut self) -> StoreResult<()> {
+        let (stop, inner) = (self.stop.clone(), self.inner.clone());
+        let inner = &inner;
 
         let (s, i) = (stop.clone(), inner.clone());
-        threads.push(spawn("pyrmq-flush-commitlog", move || {
+        self.spawn("pyrmq-flush-commitlog", move || {
             let mut last_error: Option<Instant> = None;
             loop {
                 let result = match i.config.flush_disk_type {
@@ -87,10 +113,10 @@ impl Services {
                     }
                 }
             }
-        }));
+        })?;
 
         let (s, i) = (stop.clone(), inner.clone());
-        threads.push(spawn("pyrmq-flush-logics", move || {
+        self.spawn("pyrmq-flush-logics", move || {
             let mut last_error: Option<Instant> = None;
             while !s.sleep(Duration::from_millis(
                 i.config.flush_interval_consume_queue_ms,
@@ -102,15 +128,15 @@ impl Services {
                     }
                 }
             }
-        }));
+        })?;
 
         let i = inner.clone();
-        threads.push(spawn("pyrmq-populate", move || {
+        self.spawn("pyrmq-populate", move || {
             i.commit_log.populator().run();
-        }));
+        })?;
 
         let (s, i) = (stop.clone(), inner.clone());
-        threads.push(spawn("pyrmq-schedule", move || {
+        self.spawn("pyrmq-schedule", move || {
             // As RocketMQ's ScheduleMessageService: look again within 100 ms, sooner when a
             // message falls due; after a failed put (a full disk), in 10 s.
             loop {
@@ -126,23 +152,19 @@ impl Services {
                     break;
                 }
             }
-        }));
+        })?;
 
         let (s, i) = (stop.clone(), inner.clone());
-        threads.push(spawn("pyrmq-clean", move || {
+        self.spawn("pyrmq-clean", move || {
             while !s.sleep(Duration::from_millis(i.config.clean_resource_interval_ms)) {
                 i.update_disk_full();
                 if let Err(e) = i.delete_expired_files(clock::now_ms(), false) {
                     log::error!("retention pass failed: {e}");
                 }
             }
-        }));
+        })?;
 
-        Self {
-            stop,
-            inner: inner.clone(),
-            threads,
-        }
+        Ok(())
     }
 
     pub(crate) fn stop(self) {

@@ -9,6 +9,7 @@
 //!
 //! See LOCKING.md for the reasoning.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -158,6 +159,13 @@ pub(crate) struct Inner {
     deleted: DeletedTopics,
     /// CommitLog offset up to which every record's units and index entries are written.
     dispatched: AtomicU64,
+    /// The first record whose index entries could not be written (a full disk), or
+    /// `u64::MAX`: checkpoints claim the index durable only below it, so the next open
+    /// indexes that record and those after it again.
+    index_behind: AtomicU64,
+    /// Records below this offset have their index entries on disk (the checkpoint's word);
+    /// `None` without a checkpoint, when recovery asks the index itself.
+    index_durable: Option<u64>,
     /// How far behind the end of the CommitLog a record may lie and still count as in the
     /// page cache (RocketMQ's `accessMessageInMemoryMaxRatio` of the machine's memory).
     in_memory_bytes: u64,
@@ -166,8 +174,9 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     pub(crate) disk_full: AtomicBool,
     abort_path: PathBuf,
-    /// Held (flock) while open; released by `close` so the directory can be reopened.
-    lock_file: parking_lot::Mutex<Option<File>>,
+    /// Held (flock) while open: the root's `lock` file, and a CommitLog directory kept outside
+    /// the root. Released by `close` so the store can be reopened.
+    lock_file: parking_lot::Mutex<Vec<File>>,
 }
 
 pub struct MessageStore {
@@ -195,6 +204,18 @@ impl MessageStore {
         if lock_file.try_lock().is_err() {
             return Err(StoreError::Locked(root));
         }
+        let mut locks = vec![lock_file];
+        // A CommitLog kept elsewhere is locked too (its directory itself), so two stores with
+        // different roots never append to one log.
+        if let Some(dir) = &config.store_path_commit_log {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::io("creating directory", dir, e))?;
+            let dir_lock = File::open(dir).map_err(|e| StoreError::io("opening", dir, e))?;
+            if dir_lock.try_lock().is_err() {
+                return Err(StoreError::Locked(dir.clone()));
+            }
+            locks.push(dir_lock);
+        }
         let abort_path = root.join("abort");
         let abnormal = abort_path.exists();
         let checkpoint = CheckpointFile::new(&root);
@@ -217,15 +238,27 @@ impl MessageStore {
         deleted.prune(commit_log.min_offset())?;
         let mut queues = load_queues(&config)?;
         drop_deleted_queues(&mut queues, &deleted, &config)?;
+        let mut loaded = loaded;
         let index = if config.message_index_enable {
-            Some(IndexService::load(
+            let mut index = IndexService::load(
                 &config.index_dir(),
                 config.max_hash_slot_num,
                 config.max_index_num,
-            )?)
+            )?;
+            // The checkpoint forgets the dropped files' records before the files go, so that a
+            // crash before they are indexed again still has them indexed at the next open.
+            if let (Some(from), Some(cp)) = (index.dropped_from(), loaded.checkpoint.as_mut()) {
+                if from < cp.index_flushed {
+                    cp.index_flushed = from;
+                    checkpoint.store(cp)?;
+                }
+            }
+            index.discard_dropped()?;
+            Some(index)
         } else {
             None
         };
+        let index_durable = loaded.checkpoint.map(|cp| cp.index_flushed);
         let arrivals =
             Arrivals::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
         let delays = DelayOffsets::load(&root.join("config").join("delayOffset.json"))?;
@@ -243,12 +276,14 @@ impl MessageStore {
             delays,
             deleted,
             dispatched: AtomicU64::new(0),
+            index_behind: AtomicU64::new(u64::MAX),
+            index_durable,
             in_memory_bytes,
             retention,
             closed: AtomicBool::new(false),
             disk_full: AtomicBool::new(false),
             abort_path,
-            lock_file: parking_lot::Mutex::new(Some(lock_file)),
+            lock_file: parking_lot::Mutex::new(locks),
         };
         // As RocketMQ's reput service does, dispatch again from the end of the furthest queue
         // when that lies before the checkpoint: ConsumeQueues removed while the store was
@@ -276,10 +311,11 @@ impl MessageStore {
         std::fs::write(&inner.abort_path, b"")
             .map_err(|e| StoreError::io("creating", &inner.abort_path, e))?;
         let inner = Arc::new(inner);
-        let services = inner
-            .config
-            .background_services
-            .then(|| Services::start(&inner));
+        let services = if inner.config.background_services {
+            Some(Services::start(&inner)?)
+        } else {
+            None
+        };
         Ok(Self {
             inner,
             services: parking_lot::Mutex::new(services),
@@ -531,11 +567,22 @@ impl MessageStore {
         tags_codes: Option<Vec<i64>>,
     ) {
         let queue = self.inner.queue(topic, queue_id);
+        let had_queue = queue.is_some();
         self.inner
             .hold
             .hold(id, topic, queue_id, queue_offset, tags_codes, || {
                 queue.as_ref().map_or(0, |q| q.max_offset())
             });
+        // The first put to a new queue may have created and published it after the lookup
+        // above, its arrival finding no pull held yet.
+        if !had_queue {
+            if let Some(q) = self.inner.queue(topic, queue_id) {
+                let max = q.max_offset();
+                if max > queue_offset {
+                    self.inner.hold.on_arrival(topic, queue_id, max, None);
+                }
+            }
+        }
     }
 
     /// Removes a held pull whose time ran out; false if it was already woken.
@@ -588,7 +635,7 @@ impl MessageStore {
                 log::error!("removing {}: {e}", self.inner.abort_path.display());
             })
         });
-        self.inner.lock_file.lock().take();
+        self.inner.lock_file.lock().clear();
         flushed?;
         if marked.is_err() {
             return Err(StoreError::io(
@@ -628,26 +675,39 @@ fn drop_deleted_queues(
     }
     for (topic, queue_id) in stale {
         queues.remove(&topic, queue_id);
-        let dir = config
-            .consume_queue_dir()
-            .join(&topic)
-            .join(queue_id.to_string());
         log::warn!(
-            "removing {}: its topic was deleted before the store stopped",
-            dir.display()
+            "removing consume queue {topic}/{queue_id}: its topic was deleted before the store \
+             stopped"
         );
-        remove_dir(&dir)?;
+        remove_queue_dir(&config.consume_queue_dir(), &format!("{topic}/{queue_id}"))?;
     }
     Ok(())
 }
 
-fn remove_dir(dir: &Path) -> StoreResult<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(StoreError::io("removing", dir, e))
-        }
-        _ => Ok(()),
+/// Prefix of a ConsumeQueue directory being removed; no topic name contains a dot.
+const REMOVING_PREFIX: &str = ".removing-";
+
+/// Removes `cq_root/rel` (a topic's or a queue's directory) as one step: renamed out of the
+/// way first, then emptied, so that a crash never leaves a queue with some of its files (its
+/// next open would find a gap), only a directory that the next open removes.
+fn remove_queue_dir(cq_root: &Path, rel: &str) -> StoreResult<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = cq_root.join(rel);
+    let doomed = cq_root.join(format!(
+        "{REMOVING_PREFIX}{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    match std::fs::rename(&dir, &doomed) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StoreError::io("removing", &dir, e)),
     }
+    if let Err(e) = std::fs::remove_dir_all(&doomed) {
+        // The queue is gone either way; the next open removes what is left.
+        log::warn!("removing {}: {e}", doomed.display());
+    }
+    Ok(())
 }
 
 fn load_queues(config: &StoreConfig) -> StoreResult<QueueMap<Arc<ConsumeQueue>>> {
@@ -659,6 +719,12 @@ fn load_queues(config: &StoreConfig) -> StoreResult<QueueMap<Arc<ConsumeQueue>>>
         let Some(topic) = topic_dir.file_name().to_str().map(str::to_owned) else {
             continue;
         };
+        if topic.starts_with(REMOVING_PREFIX) {
+            // Renamed by a removal the process did not finish.
+            let path = topic_dir.path();
+            std::fs::remove_dir_all(&path).map_err(|e| StoreError::io("removing", &path, e))?;
+            continue;
+        }
         if message::validate_topic(&topic).is_err() || !topic_dir.path().is_dir() {
             continue;
         }
@@ -697,6 +763,9 @@ struct Prepared<'a> {
     /// (a transaction half or rollback).
     slot: usize,
 }
+
+/// Index candidates a key query examines at most: each costs a CommitLog read.
+const QUERY_CANDIDATES_MAX: usize = 1 << 16;
 
 /// Queue units whose buffer a put keeps for the next one (96 KiB); a bigger group's is freed.
 const UNITS_KEEP: usize = 4096;
@@ -901,6 +970,7 @@ impl Inner {
             .collect();
         let mut rewritten_at = rewrites.iter().map(|(i, _)| *i).zip(&rewritten).peekable();
         let crc = message::BodyCrc::new();
+        let store_host = SocketAddr::V4(self.config.store_host);
         let mut prepared: Vec<Prepared<'_>> = Vec::with_capacity(msgs.len());
         let mut records_len = 0u64;
         for (i, m) in msgs.iter().enumerate() {
@@ -920,10 +990,8 @@ impl Inner {
                     p.slot != NO_SLOT,
                 )
             } else {
-                let mut sys_flag = input.sys_flag;
-                if input.born_host.is_ipv6() {
-                    sys_flag |= message::SYSFLAG_BORNHOST_V6;
-                }
+                let sys_flag =
+                    message::stored_sys_flag(input.sys_flag, &input.born_host, &store_host);
                 let tx = input.sys_flag & SYSFLAG_TRANSACTION_MASK;
                 (
                     message::record_len(
@@ -965,7 +1033,6 @@ impl Inner {
             )));
         }
 
-        let store_host = SocketAddr::V4(self.config.store_host);
         let mut st = self.commit_log.lock();
         self.check_open()?;
         // Resolve every queue and make room for its units before writing a byte. A slot is
@@ -1085,7 +1152,7 @@ impl Inner {
                     properties: props,
                     sys_flag: p.input.sys_flag,
                 };
-                if !index_record(index, &d, false) {
+                if !index_record(index, &d, &self.index_behind) {
                     keyless = Some(props);
                 }
             }
@@ -1160,11 +1227,15 @@ impl Inner {
         }
         // Under the put lock no put of the topic is half dispatched, and the deletion lies
         // past every record of the topic so far.
+        message::validate_topic(topic).map_err(|reason| StoreError::InvalidTopic {
+            topic: topic.to_owned(),
+            reason,
+        })?;
         let _st = self.commit_log.lock();
         self.check_open()?;
         self.deleted.record(topic, self.commit_log.max_offset())?;
         let removed = self.queues.write().remove_topic(topic);
-        remove_dir(&self.config.consume_queue_dir().join(topic))?;
+        remove_queue_dir(&self.config.consume_queue_dir(), topic)?;
         log::info!("deleted topic {topic}: {} queues", removed.len());
         Ok(removed.len())
     }
@@ -1185,7 +1256,16 @@ impl Inner {
     /// with a tag code, its queue unit, published. A put writes its entries and units itself.
     fn redispatch(&self, d: &Dispatch<'_>, unit_tags_code: Option<i64>) {
         if let Some(index) = self.index.as_ref() {
-            index_record(index, d, true);
+            let indexed = match self.index_durable {
+                Some(durable) => d.phy < durable,
+                None => {
+                    index.last_indexed_phy().is_some_and(|p| (d.phy as i64) < p)
+                        && !index.was_dropped(d.phy)
+                }
+            };
+            if !indexed {
+                index_record(index, d, &self.index_behind);
+            }
         }
         if let Some(tags_code) = unit_tags_code {
             match self.queue_or_create(d.topic, d.queue_id) {
@@ -1288,7 +1368,7 @@ impl Inner {
         self.checkpoint.store(&Checkpoint {
             commit_log_flushed: cl_flushed,
             logics_flushed: dispatched,
-            index_flushed: dispatched,
+            index_flushed: dispatched.min(self.index_behind.load(Ordering::Acquire)),
             written_at_ms: clock::now_ms(),
         })?;
         Ok(cl_flushed)
@@ -1360,7 +1440,7 @@ impl Inner {
         // As RocketMQ: examine at least 800 units (16,000 bytes) per call, so a sparse tag
         // filter still makes progress.
         let max_units = (max_count as u64).max(800);
-        let mut units = Vec::with_capacity(max_count);
+        let mut units = Vec::with_capacity(max_count.min(1024));
         let scanned_to = q.scan(offset, max_units, req.tags_codes, max_count, &mut units);
         if scanned_to == offset && units.is_empty() {
             out.status = GetMessageStatus::OffsetFoundNull;
@@ -1446,38 +1526,47 @@ impl Inner {
         let Some(index) = &self.index else {
             return Vec::new();
         };
+        let indexed_key = format!("{topic}#{key}");
         let mut out = Vec::new();
-        // Hash collisions are filtered below, so ask for more candidates than wanted.
-        for phy in index.query(
-            &format!("{topic}#{key}"),
-            begin_ms,
-            end_ms,
-            max.saturating_mul(4).max(64),
-        ) {
-            if out.len() >= max {
-                break;
+        let mut checked = HashSet::new();
+        // Candidates include hash collisions and, as index times are whole seconds, messages
+        // up to a second past `end_ms`, all filtered below: ask for more than wanted, and for
+        // more again while the filter leaves too few.
+        let mut limit = max.saturating_mul(4).max(64);
+        loop {
+            let (candidates, cut) = index.query(&indexed_key, begin_ms, end_ms, limit);
+            for phy in candidates {
+                if out.len() >= max {
+                    break;
+                }
+                if !checked.insert(phy) {
+                    continue;
+                }
+                let Ok(Some(raw)) = self.look(phy as u64) else {
+                    continue;
+                };
+                let Ok(rec) = message::decode(&raw, false) else {
+                    continue;
+                };
+                if self.deleted.covers(rec.topic, phy as u64) {
+                    continue;
+                }
+                let keys_match = rec
+                    .property(PROPERTY_KEYS)
+                    .is_some_and(|ks| ks.split(' ').any(|k| k == key))
+                    || rec.property(PROPERTY_UNIQ_KEY_SHORT) == Some(key);
+                if rec.topic == topic
+                    && keys_match
+                    && (begin_ms..=end_ms).contains(&rec.store_timestamp_ms)
+                {
+                    out.push(raw);
+                }
             }
-            let Ok(Some(raw)) = self.look(phy as u64) else {
-                continue;
-            };
-            let Ok(rec) = message::decode(&raw, false) else {
-                continue;
-            };
-            if self.deleted.covers(rec.topic, phy as u64) {
-                continue;
+            if out.len() >= max || !cut || limit >= QUERY_CANDIDATES_MAX {
+                return out;
             }
-            let keys_match = rec
-                .property(PROPERTY_KEYS)
-                .is_some_and(|ks| ks.split(' ').any(|k| k == key))
-                || rec.property(PROPERTY_UNIQ_KEY_SHORT) == Some(key);
-            if rec.topic == topic
-                && keys_match
-                && (begin_ms..=end_ms).contains(&rec.store_timestamp_ms)
-            {
-                out.push(raw);
-            }
+            limit = limit.saturating_mul(4).min(QUERY_CANDIDATES_MAX);
         }
-        out
     }
 
     fn unit_store_time(&self, q: &ConsumeQueue, queue_offset: u64) -> Option<i64> {
@@ -1576,7 +1665,7 @@ impl Inner {
             let oldest = &files[0];
             let expired = oldest
                 .modified_ms()
-                .is_some_and(|m| now_ms - m >= expire_ms);
+                .is_some_and(|m| now_ms.saturating_sub(m) >= expire_ms);
             if !(expired || (forcibly && deleted == 0)) {
                 break;
             }
@@ -1636,7 +1725,7 @@ fn distinct_tags(codes: impl Iterator<Item = i64>, out: &mut SmallVec<[i64; 8]>)
 /// Recovery skips records the index already holds; a rolled-back transaction half is never
 /// indexed. Returns false only when the properties name no key, so that records sharing them
 /// need no look.
-fn index_record(index: &IndexService, d: &Dispatch<'_>, recovering: bool) -> bool {
+fn index_record(index: &IndexService, d: &Dispatch<'_>, behind: &AtomicU64) -> bool {
     if d.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK {
         return true;
     }
@@ -1644,12 +1733,6 @@ fn index_record(index: &IndexService, d: &Dispatch<'_>, recovering: bool) -> boo
         message::properties_named(d.properties, [PROPERTY_UNIQ_KEY_SHORT, PROPERTY_KEYS]);
     if uniq.is_none() && ks.is_none() {
         return false;
-    }
-    if recovering
-        && index.last_indexed_phy().is_some_and(|p| (d.phy as i64) < p)
-        && !index.was_dropped(d.phy)
-    {
-        return true;
     }
     // The keys share one buffer rather than a string each.
     let mut buf = String::with_capacity(
@@ -1670,7 +1753,13 @@ fn index_record(index: &IndexService, d: &Dispatch<'_>, recovering: bool) -> boo
     if !spans.is_empty() {
         let keys = spans.iter().map(|&(a, b)| &buf[a..b]);
         if let Err(e) = index.put(keys, d.phy as i64, d.store_ts, clock::now_ms) {
-            log::error!("indexing record at offset {} failed: {e}", d.phy);
+            if behind.fetch_min(d.phy, Ordering::AcqRel) == u64::MAX {
+                log::error!(
+                    "indexing the record at offset {} failed: {e}; the store indexes it and \
+                     the records after it again when it next opens",
+                    d.phy
+                );
+            }
         }
     }
     true

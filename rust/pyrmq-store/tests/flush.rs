@@ -70,3 +70,29 @@ fn the_group_commit_thread_covers_nowait_puts_and_signals_until_all_are_durable(
     assert!(store.flushed_phy_offset() >= last);
     assert!(ends.windows(2).all(|w| w[0] < w[1]));
 }
+
+#[test]
+fn a_waiting_sync_put_returns_once_any_flush_covers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.flush_disk_type = FlushDiskType::Sync;
+    // No group-commit thread: only the explicit flush below can make the put durable.
+    cfg.sync_flush_timeout_ms = 60_000;
+    let store = MessageStore::open(cfg).unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let bodies = vec![vec![1u8; 64]];
+            store
+                .put(&plain_inputs("TopicW", &bodies, 1), false)
+                .unwrap()
+        });
+        while store.max_offset("TopicW", 0) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        store.flush().unwrap();
+        // Released by the flush: after its timeout the put would say FLUSH_DISK_TIMEOUT.
+        let out = waiting.join().unwrap();
+        assert_eq!(out.status, PutStatus::PutOk);
+        assert!(store.flushed_phy_offset() >= out.end_offset);
+    });
+}

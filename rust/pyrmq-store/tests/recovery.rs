@@ -393,6 +393,50 @@ fn retention_moves_min_offsets_and_old_reads_get_offset_too_small() {
     assert_eq!(store.min_offset("TopicOld", 0), min);
 }
 
+#[test]
+fn a_queue_rebuilt_after_retention_keeps_its_offsets_at_later_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path())).unwrap();
+    for i in 0..200 {
+        put_one(&store, "TopicOld", 0, &body(i, 1500), b"");
+    }
+    let far_future = pyrmq_store::clock::now_ms() + 1000 * 3_600_000;
+    assert!(store.delete_expired_files(far_future, true).unwrap() >= 3);
+    let (min, max) = (
+        store.min_offset("TopicOld", 0),
+        store.max_offset("TopicOld", 0),
+    );
+    assert!(min > 0);
+    store.close().unwrap();
+    drop(store);
+    std::fs::remove_dir_all(dir.path().join("consumequeue")).unwrap();
+
+    // The rebuilt queue's first unit lies mid-file, with never-written units before it.
+    let store = MessageStore::open(config(dir.path())).unwrap();
+    assert_eq!(store.min_offset("TopicOld", 0), min);
+    assert_eq!(store.max_offset("TopicOld", 0), max);
+    // Another queue written since gives recovery an end to start from at the next open.
+    put_one(&store, "TopicNew", 0, &body(0, 10), b"");
+    store.close().unwrap();
+    drop(store);
+
+    for crashed in [false, true] {
+        if crashed {
+            std::fs::write(dir.path().join("abort"), b"").unwrap();
+        }
+        let store = MessageStore::open(config(dir.path())).unwrap();
+        assert_eq!(store.min_offset("TopicOld", 0), min);
+        assert_eq!(store.max_offset("TopicOld", 0), max);
+        let rest = read_all(&store, "TopicOld", 0);
+        assert_eq!(rest.len() as u64, max - min);
+        assert_eq!(rest[0], body(min as usize, 1500));
+        store.close().unwrap();
+    }
+    let store = MessageStore::open(config(dir.path())).unwrap();
+    let (queue_offset, _, _) = put_one(&store, "TopicOld", 0, &body(200, 10), b"");
+    assert_eq!(queue_offset, max, "queue offsets go on, never back");
+}
+
 /// Reopens a copy of the live store as after a crash: abort marker present, files as the
 /// page cache holds them.
 fn crashed_copy(live: &std::path::Path, to: &std::path::Path) -> MessageStore {

@@ -108,6 +108,15 @@ class AdminProcessor:
         name servers drop it from the route at the next registration, or when asked)."""
         header = DeleteTopicRequestHeader.from_ext(request.ext_fields)
         topic, broker = header.topic, self.broker
+        try:
+            # The name becomes a path under the store: "../config" names no topic.
+            _core.validate_topic(topic, internal=True)
+        except MessageIllegalError as e:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The specified topic[{topic}] contains illegal characters: {e}",
+            )
         if self._is_system_topic(topic):
             return RemotingCommand.response_to(
                 request,
