@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,15 @@ _spec.loader.exec_module(writer)
 
 def child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+
+
+def run_child(*args: str) -> Any:
+    """Runs ``python *args`` and returns the JSON report it printed."""
+    done = subprocess.run(
+        [sys.executable, *args], capture_output=True, env=child_env(), timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout)
 
 
 def can_mount_tmpfs() -> bool:
@@ -84,15 +94,7 @@ def test_usage_above_the_warning_level_refuses_writes(open_store, tmp_path):
 
 def test_segment_that_cannot_be_created_gives_disk_full(tmp_path):
     root = tmp_path / "store"
-    done = subprocess.run(
-        [sys.executable, str(WRITER), "fsize", str(root)],
-        capture_output=True,
-        env=child_env(),
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    report = json.loads(done.stdout)
+    report = run_child(str(WRITER), "fsize", str(root))
     acked = report["acked"]
     segment = writer.SEGMENT
 
@@ -152,15 +154,7 @@ def test_messages_the_index_could_not_take_are_indexed_at_the_next_open(tmp_path
         "max_hash_slot_num": 100,
         "max_index_num": 10_000,  # 200 KiB a file
     }
-    done = subprocess.run(
-        [sys.executable, "-c", _UNINDEXABLE, str(root), json.dumps(config)],
-        capture_output=True,
-        env=child_env(),
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    report = json.loads(done.stdout)
+    report = run_child("-c", _UNINDEXABLE, str(root), json.dumps(config))
     assert report["found"] == 0
     assert list((root / "index").iterdir()) == []
 

@@ -62,14 +62,8 @@ class AdminProcessor:
     async def create_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = CreateTopicRequestHeader.from_ext(request.ext_fields)
         topic = header.topic
-        try:
-            _core.validate_topic(topic, internal=True)
-        except MessageIllegalError as e:
-            return RemotingCommand.response_to(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"The specified topic[{topic}] contains illegal characters: {e}",
-            )
+        if illegal := _illegal_topic(request, topic):
+            return illegal
         if topic == self.broker.config.broker_cluster_name:
             return RemotingCommand.response_to(
                 request,
@@ -108,15 +102,8 @@ class AdminProcessor:
         name servers drop it from the route at the next registration, or when asked)."""
         header = DeleteTopicRequestHeader.from_ext(request.ext_fields)
         topic, broker = header.topic, self.broker
-        try:
-            # The name becomes a path under the store: "../config" names no topic.
-            _core.validate_topic(topic, internal=True)
-        except MessageIllegalError as e:
-            return RemotingCommand.response_to(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"The specified topic[{topic}] contains illegal characters: {e}",
-            )
+        if illegal := _illegal_topic(request, topic):
+            return illegal
         if self._is_system_topic(topic):
             return RemotingCommand.response_to(
                 request,
@@ -389,3 +376,17 @@ def reset_offset_body_for_cpp(topic: str, broker_name: str, offsets: Mapping[int
         for queue_id, offset in sorted(offsets.items())
     ]
     return json.dumps({"offsetTable": table}, separators=(",", ":")).encode()
+
+
+def _illegal_topic(request: RemotingCommand, topic: str) -> RemotingCommand | None:
+    """The refusal of a name that is no topic (it would name a path under the store, as
+    "../config" does), or None."""
+    try:
+        _core.validate_topic(topic, internal=True)
+    except MessageIllegalError as e:
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"The specified topic[{topic}] contains illegal characters: {e}",
+        )
+    return None
