@@ -337,6 +337,23 @@ def test_batch_and_compressed_batch_are_stored_message_by_message(tmp_path: Path
             assert q.code == ResponseCode.SUCCESS
             assert [m.body for m in records(q.body)] == [b"one"]
 
+            # A small body that inflates past maxMessageSize (4 MiB) is refused before it
+            # is inflated whole, and one cut short is refused too; the broker serves on.
+            bomb = zlib.compress(b"\0" * (64 << 20))
+            assert len(bomb) < 100_000
+            r3 = await c.send("TopicBatch", bomb, batch=True, sys_flag=1)
+            assert r3.code == ResponseCode.MESSAGE_ILLEGAL
+            assert "maxMessageSize" in r3.remark
+            cut = await c.send("TopicBatch", zlib.compress(big)[:-20], batch=True, sys_flag=1)
+            assert cut.code == ResponseCode.MESSAGE_ILLEGAL
+            # A batch larger than a message may be, or in a transaction, is refused whole.
+            huge = item(b"z" * (4 << 20), props(UNIQ_KEY="E"))
+            r4 = await c.send("TopicBatch", huge, batch=True)
+            assert r4.code == ResponseCode.MESSAGE_ILLEGAL
+            r5 = await c.send("TopicBatch", batch, batch=True, sys_flag=4)
+            assert r5.code == ResponseCode.MESSAGE_ILLEGAL
+            assert (await c.pull("TopicBatch", 0, 4)).code == ResponseCode.PULL_NOT_FOUND
+
     run(scenario)
 
 
@@ -465,6 +482,15 @@ def test_send_back_stores_the_message_in_the_retry_topic(tmp_path: Path) -> None
                 {"group": "CG", "delayLevel": 0, "offset": "999999"},
             )
             assert missing.code == ResponseCode.SYSTEM_ERROR
+            # A group whose retry topic would be no topic: refused, and no such topic made.
+            for group in ("a b", "x" * 130, "../g"):
+                bad = await c.call(
+                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    {"group": group, "delayLevel": 0, "offset": str(orig.phy_offset)},
+                )
+                assert bad.code == ResponseCode.SYSTEM_ERROR
+                assert c.broker.topics.get("%RETRY%" + group) is None
+                assert c.broker.topics.get("%DLQ%" + group) is None
 
     run(scenario)
 

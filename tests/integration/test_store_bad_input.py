@@ -258,6 +258,27 @@ def test_malformed_encoded_batch(store, tmp_path, batch):
     )
 
 
+def test_a_client_batch_larger_than_one_message_may_be_is_refused(store, tmp_path):
+    """RocketMQ's limit on a batch: its encoded body, like any message body."""
+    big = encoded_batch([b"x" * 100] * (MAX_BODY // 100))
+    assert len(big) > MAX_BODY
+    assert_refused(
+        store, tmp_path, MessageTooLargeError, lambda s: s.put_encoded_batch("TopicGood", big)
+    )
+
+
+@pytest.mark.parametrize("sys_flag", [0x4, 0x8, 0xC], ids=["prepared", "commit", "rollback"])
+def test_a_client_batch_in_a_transaction_is_refused(store, tmp_path, sys_flag):
+    """A transaction's half or end is one message; a batch with those bits would be stored
+    where no queue shows it."""
+    assert_refused(
+        store,
+        tmp_path,
+        MessageIllegalError,
+        lambda s: s.put_encoded_batch("TopicGood", GOOD, sys_flag=sys_flag),
+    )
+
+
 def test_empty_batch_is_refused(store, tmp_path):
     assert_refused(store, tmp_path, MessageIllegalError, lambda s: s.put_batch("TopicGood", []))
 

@@ -192,8 +192,22 @@ class Connection(asyncio.Protocol):
 
     def send(self, cmd: RemotingCommand) -> None:
         """Writes one frame; dropped silently if the connection is gone."""
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(encode(cmd))
+        if self._transport is None or self._transport.is_closing():
+            return
+        try:
+            frame = encode(cmd)
+        except ValueError as e:
+            if not cmd.is_response:
+                raise
+            # An answer too large for a frame (a header past 16 MiB): the client still gets
+            # one, and the connection, with its other requests in flight, stays up.
+            log.error("answer to opaque=%s cannot be sent: %s", cmd.opaque, e)
+            frame = encode(
+                RemotingCommand.response_to(
+                    cmd, ResponseCode.SYSTEM_ERROR, remark=f"the answer cannot be sent: {e}"
+                )
+            )
+        self._transport.write(frame)
 
     async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Sends a request to the client and waits for its answer."""

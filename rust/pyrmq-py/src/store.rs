@@ -618,6 +618,20 @@ impl PyMessageStore {
         wait_for_flush: bool,
     ) -> PyResult<PyPutResult> {
         let batch_body = Body::extract(batch_body)?;
+        // RocketMQ's checks of a client batch: no larger than one message may be, and never
+        // part of a transaction (its halves and ends are single messages).
+        let max = self.store.config().max_message_size_bytes;
+        if batch_body.as_slice().len() as u64 > u64::from(max) {
+            return Err(errors::to_py(StoreError::MessageTooLarge {
+                size_bytes: batch_body.as_slice().len() as u64,
+                max_bytes: u64::from(max),
+            }));
+        }
+        if sys_flag & message::SYSFLAG_TRANSACTION_MASK != 0 {
+            return Err(errors::illegal(
+                "a batch cannot be a transaction's message: its sys_flag has transaction bits",
+            ));
+        }
         let items = message::decode_client_batch(batch_body.as_slice())
             .map_err(|e| errors::illegal(format!("malformed batch body: {e}")))?;
         let born_host = parse_host(born_host)?;

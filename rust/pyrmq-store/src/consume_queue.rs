@@ -105,11 +105,14 @@ impl ConsumeQueue {
         self.min_offset.load(Ordering::Acquire)
     }
 
-    /// Creates the files needed to hold units up to (excluding) `end`. Nothing is written.
-    pub fn ensure_capacity(&self, end: u64) -> StoreResult<()> {
-        if end == 0 {
+    /// Creates the files needed to hold units `start..end`. Nothing is written.
+    pub fn ensure_capacity(&self, start: u64, end: u64) -> StoreResult<()> {
+        if end <= start {
             return Ok(());
         }
+        // The first unit's file first: a queue without files starts with the file holding
+        // it, and the files up to the last unit's follow it.
+        self.files.get_or_create(start * CQ_UNIT_SIZE)?;
         self.files
             .get_or_create((end - 1) * CQ_UNIT_SIZE)
             .map(|_| ())

@@ -9,7 +9,7 @@
 //! the registration sees the new max, or the arrival finds the pull in the table.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -92,7 +92,13 @@ impl HoldTable {
         max_offset: impl Fn() -> u64,
     ) {
         let mut held = self.held.lock();
+        // Counted before the max offset is read, as dispatch publishes before it reads the
+        // count (a SeqCst fence on each side): either this read sees the new max offset, or
+        // that arrival sees the count and waits for the table lock held here.
+        self.held_count.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if max_offset() > queue_offset {
+            self.held_count.fetch_sub(1, Ordering::AcqRel);
             drop(held);
             self.push_ready([(id, WakeReason::AtPark)]);
             return;
@@ -103,12 +109,13 @@ impl HoldTable {
                 queue_offset,
                 tags_codes,
             });
-        self.held_count.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Called by dispatch after publishing (topic, queue id) up to `max_offset` with messages
     /// carrying `tags` (`None`: unknown, wake everyone past their offset).
     pub fn on_arrival(&self, topic: &str, queue_id: i32, max_offset: u64, tags: Option<&[i64]>) {
+        // Pairs with the fence in `hold`: the max offset published before it is seen there.
+        fence(Ordering::SeqCst);
         if self.held_count() == 0 {
             return;
         }
@@ -191,6 +198,34 @@ impl HoldTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pull_parked_while_its_queue_moves_is_never_left_asleep() {
+        use std::sync::atomic::AtomicU64;
+        use std::sync::mpsc;
+        let t = HoldTable::new().unwrap();
+        let max = AtomicU64::new(5);
+        let (t, max) = (&t, &max);
+        std::thread::scope(|s| {
+            // The put lands between the parking pull's read of the max offset and its
+            // registration: it publishes 6 and reports the arrival meanwhile.
+            t.hold(1, "T", 0, 5, None, || {
+                let seen = max.load(Ordering::Acquire);
+                let (done, finished) = mpsc::channel();
+                s.spawn(move || {
+                    max.fetch_max(6, Ordering::AcqRel);
+                    t.on_arrival("T", 0, 6, None);
+                    let _ = done.send(());
+                });
+                // An arrival that sees the pull coming waits for the table; give one that
+                // does not the time to pass it by.
+                let _ = finished.recv_timeout(std::time::Duration::from_millis(50));
+                seen
+            });
+        });
+        assert_eq!(t.held_count(), 0);
+        assert_eq!(t.drain_ready(), vec![(1, WakeReason::Arrival)]);
+    }
 
     #[test]
     fn arrival_wakes_only_matching_pulls_past_their_offset() {

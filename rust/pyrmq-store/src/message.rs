@@ -553,6 +553,25 @@ pub fn properties_map(props: &[u8]) -> HashMap<String, String> {
         .collect()
 }
 
+/// The properties without the pairs named one of `names`, every other pair kept byte for
+/// byte (one that is not UTF-8 too), in order.
+pub fn without_properties(props: &[u8], names: &[&str]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(props.len());
+    for pair in segments(props).filter(|s| !s.is_empty()) {
+        if names
+            .iter()
+            .any(|n| value_if_named(pair, n.as_bytes()).is_some())
+        {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push(PROPERTY_SEPARATOR);
+        }
+        out.extend_from_slice(pair);
+    }
+    out
+}
+
 /// Encodes pairs as `name\x01value\x02` with no separator after the last pair (Java 4.9.7).
 pub fn encode_properties<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<u8> {
     let mut out = Vec::new();

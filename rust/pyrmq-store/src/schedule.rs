@@ -40,8 +40,11 @@ pub(crate) struct DelayOffsets {
     /// Held for a whole pass: passes never overlap, so none delivers a message twice.
     pass: Mutex<()>,
     /// Held while the file is written: the periodic flush and an explicit one may persist at
-    /// once, and would share the temporary file.
-    writing: Mutex<()>,
+    /// once, and would share the temporary file. Holds the number of the snapshot last
+    /// written, so that an older one, persisted late, never replaces it.
+    writing: Mutex<u64>,
+    /// Snapshots taken so far, numbered in the order of their contents.
+    taken: AtomicU64,
     /// Messages and bytes delivered since the store opened: puts the broker never sees, which
     /// its statistics still count, as RocketMQ's store statistics count every put.
     delivered: AtomicU64,
@@ -62,7 +65,8 @@ impl DelayOffsets {
             offsets: Mutex::new(offsets),
             dirty: AtomicBool::new(false),
             pass: Mutex::new(()),
-            writing: Mutex::new(()),
+            writing: Mutex::new(0),
+            taken: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             delivered_bytes: AtomicU64::new(0),
         })
@@ -91,21 +95,29 @@ impl DelayOffsets {
         }
     }
 
-    /// Takes the offsets to persist, if they changed: call before the CommitLog flush that
-    /// must cover the records they count, then [`Self::persist`] them.
-    pub(crate) fn take_changed(&self) -> Option<BTreeMap<u32, u64>> {
-        self.dirty
-            .swap(false, Ordering::AcqRel)
-            .then(|| self.snapshot())
+    /// Takes the offsets to persist, numbered, if they changed: call before the CommitLog
+    /// flush that must cover the records they count, then [`Self::persist`] them.
+    pub(crate) fn take_changed(&self) -> Option<(u64, BTreeMap<u32, u64>)> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        let offsets = self.offsets.lock();
+        let number = self.taken.fetch_add(1, Ordering::AcqRel) + 1;
+        Some((number, offsets.clone()))
     }
 
-    /// Writes `offsets` to the file (through a temporary file, synced, then renamed); on
-    /// failure they are marked changed again.
-    pub(crate) fn persist(&self, offsets: &BTreeMap<u32, u64>) -> StoreResult<()> {
-        let _writing = self.writing.lock();
+    /// Writes snapshot `number` to the file (through a temporary file, synced, then renamed),
+    /// unless a later one is there already: two flushes may persist out of order. On failure
+    /// the offsets are marked changed again.
+    pub(crate) fn persist(&self, number: u64, offsets: &BTreeMap<u32, u64>) -> StoreResult<()> {
+        let mut written = self.writing.lock();
+        if *written > number {
+            return Ok(());
+        }
         let result = state_file::write_json(&self.path, &encode(offsets));
-        if result.is_err() {
-            self.dirty.store(true, Ordering::Release);
+        match result {
+            Ok(()) => *written = number,
+            Err(_) => self.dirty.store(true, Ordering::Release),
         }
         result
     }
@@ -213,9 +225,7 @@ fn deliver(inner: &Inner, phy: u64) -> StoreResult<Option<u64>> {
             "the delayed record at offset {phy} names no real topic and queue"
         )));
     };
-    let properties = message::encode_properties(
-        message::iter_properties(rec.properties).filter(|(name, _)| *name != PROPERTY_DELAY),
-    );
+    let properties = message::without_properties(rec.properties, &[PROPERTY_DELAY]);
     let input = MessageInput {
         topic,
         queue_id,
@@ -243,8 +253,8 @@ mod tests {
         assert!(offsets.take_changed().is_none());
         offsets.set(1, 5);
         offsets.set(18, 2);
-        let changed = offsets.take_changed().unwrap();
-        offsets.persist(&changed).unwrap();
+        let (number, changed) = offsets.take_changed().unwrap();
+        offsets.persist(number, &changed).unwrap();
         assert!(offsets.take_changed().is_none());
         let again = DelayOffsets::load(&path).unwrap();
         assert_eq!(again.snapshot(), BTreeMap::from([(1, 5), (18, 2)]));
@@ -264,11 +274,29 @@ mod tests {
                 scope.spawn(move || {
                     for i in 0..200 {
                         let table = BTreeMap::from([(level, i)]);
-                        offsets.persist(&table).unwrap();
+                        offsets
+                            .persist(u64::from(level) * 1000 + i, &table)
+                            .unwrap();
                     }
                 });
             }
         });
+    }
+
+    #[test]
+    fn a_snapshot_persisted_late_never_replaces_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("delayOffset.json");
+        let offsets = DelayOffsets::load(&path).unwrap();
+        offsets.set(1, 5);
+        let older = offsets.take_changed().unwrap();
+        offsets.set(1, 9);
+        let newer = offsets.take_changed().unwrap();
+        assert!(newer.0 > older.0);
+        offsets.persist(newer.0, &newer.1).unwrap();
+        offsets.persist(older.0, &older.1).unwrap();
+        let again = DelayOffsets::load(&path).unwrap();
+        assert_eq!(again.snapshot(), BTreeMap::from([(1, 9)]));
     }
 
     #[test]

@@ -855,7 +855,11 @@ impl Inner {
                 max_bytes: u64::from(self.config.max_message_size_bytes),
             });
         }
-        if m.queue_id < 0 || m.queue_id as u32 >= self.config.max_queue_nums_per_topic {
+        // The store's own puts keep a queue id accepted before: a delayed message still
+        // reaches its queue after `maxQueueNumsPerTopic` was lowered, as in RocketMQ.
+        if m.queue_id < 0
+            || (!internal && m.queue_id as u32 >= self.config.max_queue_nums_per_topic)
+        {
             return Err(StoreError::InvalidQueueId {
                 queue_id: m.queue_id,
                 max: self.config.max_queue_nums_per_topic,
@@ -898,13 +902,16 @@ impl Inner {
             return Ok(None);
         }
         let level = (level as usize).min(levels.len());
-        let mut pairs: Vec<(&str, &str)> = message::iter_properties(m.properties)
-            .filter(|(n, _)| *n != PROPERTY_REAL_TOPIC && *n != PROPERTY_REAL_QUEUE_ID)
-            .collect();
-        let qid = m.queue_id.to_string();
-        pairs.push((PROPERTY_REAL_TOPIC, m.topic));
-        pairs.push((PROPERTY_REAL_QUEUE_ID, &qid));
-        let properties = message::encode_properties(pairs);
+        let mut properties = message::without_properties(
+            m.properties,
+            &[PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID],
+        );
+        message::push_property(&mut properties, PROPERTY_REAL_TOPIC, m.topic);
+        message::push_property(
+            &mut properties,
+            PROPERTY_REAL_QUEUE_ID,
+            &m.queue_id.to_string(),
+        );
         if properties.len() > MAX_PROPERTIES_LEN {
             return Err(StoreError::PropertiesTooLarge {
                 size_bytes: properties.len(),
@@ -1059,8 +1066,8 @@ impl Inner {
             queues[last].2 += 1;
             p.slot = last;
         }
-        for (q, _, end) in &queues {
-            q.ensure_capacity(*end)?;
+        for (q, start, end) in &queues {
+            q.ensure_capacity(*start, *end)?;
         }
         let res = self.commit_log.reserve(&mut st, group_len)?;
 
@@ -1355,8 +1362,8 @@ impl Inner {
         // Taken before the flush, so that every delivery they count is durable when they are.
         let delay_offsets = self.delays.take_changed();
         let cl_flushed = self.commit_log.flush()?;
-        if let Some(offsets) = delay_offsets {
-            self.delays.persist(&offsets)?;
+        if let Some((number, offsets)) = delay_offsets {
+            self.delays.persist(number, &offsets)?;
         }
         let queues: Vec<_> = self.queues.read().values().cloned().collect();
         for q in queues {

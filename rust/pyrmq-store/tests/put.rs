@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{body, born, config};
+use common::{body, born, config, plain_inputs, read_all};
 use pyrmq_store::message::{self, MessageInput};
 use pyrmq_store::store::SCHEDULE_TOPIC;
 use pyrmq_store::MessageStore;
@@ -210,4 +210,76 @@ proptest::proptest! {
         proptest::prop_assert!(store.recovery.corrupt_ranges.is_empty());
         proptest::prop_assert_eq!(store.recovery.truncated_bytes, 0);
     }
+}
+
+#[test]
+fn a_first_put_larger_than_a_queue_file_fills_several_new_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.mapped_file_size_commit_log = 1 << 20;
+    let store = MessageStore::open(cfg).unwrap();
+    // 256 units a queue file: the new queue needs three files at once.
+    let bodies: Vec<Vec<u8>> = (0..600).map(|i| body(i, 16)).collect();
+    let out = store
+        .put(&plain_inputs("TopicWide", &bodies, 1), false)
+        .unwrap();
+    assert_eq!(out.entries.len(), 600);
+    assert_eq!(store.max_offset("TopicWide", 0), 600);
+    assert_eq!(read_all(&store, "TopicWide", 0), bodies);
+    // The queue goes on from there.
+    let more = vec![body(600, 16)];
+    let out = store
+        .put(&plain_inputs("TopicWide", &more, 1), false)
+        .unwrap();
+    assert_eq!(out.entries[0].queue_offset, 600);
+}
+
+#[test]
+fn a_delayed_message_keeps_every_property_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_queue_nums_per_topic = 16;
+    // A pair that is not UTF-8 is no concern of the store's: it travels as it came.
+    let props = b"DELAY\x011\x02K\x01\xff\xfe\x02TAGS\x01t".to_vec();
+    {
+        let store = MessageStore::open(cfg.clone()).unwrap();
+        let input = MessageInput {
+            topic: "TopicLater",
+            queue_id: 10,
+            flag: 0,
+            body: b"later",
+            properties: &props,
+            sys_flag: 0,
+            born_timestamp_ms: 1,
+            born_host: born(),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        store.put(&[input], false).unwrap();
+        store.close().unwrap();
+    }
+    // Queues were fewer by the time it fell due: it still reaches the queue it was sent to.
+    cfg.max_queue_nums_per_topic = 8;
+    let store = MessageStore::open(cfg).unwrap();
+    let pass = store
+        .deliver_due(pyrmq_store::clock::now_ms() + 3_600_000)
+        .unwrap();
+    assert_eq!(pass.delivered, 1);
+    let got = store
+        .get(&pyrmq_store::GetRequest {
+            topic: "TopicLater",
+            queue_id: 10,
+            queue_offset: 0,
+            max_count: 32,
+            max_bytes: None,
+            tags_codes: None,
+        })
+        .unwrap();
+    assert_eq!(got.records.len(), 1);
+    let rec = message::decode(got.records[0].bytes(), true).unwrap();
+    assert_eq!(rec.body, b"later");
+    assert_eq!(
+        rec.properties,
+        &b"K\x01\xff\xfe\x02TAGS\x01t\x02REAL_TOPIC\x01TopicLater\x02REAL_QID\x0110"[..]
+    );
 }

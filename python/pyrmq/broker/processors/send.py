@@ -125,11 +125,24 @@ class SendProcessor:
         if batch:
             if sys_flag & SYSFLAG_COMPRESSED:
                 # C++ 1.2.3 compresses whole batches: inflate, then store each uncompressed.
+                # No further than a batch may be: a small body can inflate to gigabytes.
+                limit = broker.config.store.max_message_size
+                inflater = zlib.decompressobj()
                 try:
-                    body = zlib.decompress(body)
+                    body = inflater.decompress(body, limit + 1)
                 except zlib.error as e:
                     return self._error(
                         request, ResponseCode.MESSAGE_ILLEGAL, f"compressed batch: {e}"
+                    )
+                if len(body) > limit:
+                    return self._error(
+                        request,
+                        ResponseCode.MESSAGE_ILLEGAL,
+                        f"compressed batch inflates past maxMessageSize {limit}",
+                    )
+                if not inflater.eof:
+                    return self._error(
+                        request, ResponseCode.MESSAGE_ILLEGAL, "compressed batch is truncated"
                     )
                 sys_flag &= ~SYSFLAG_COMPRESSED
             if "DELAY" in parse_properties(properties):
@@ -237,6 +250,11 @@ class SendProcessor:
         """Stores a message a consumer failed to the group's retry topic (or its DLQ)."""
         header = ConsumerSendMsgBackRequestHeader.from_ext(request.ext_fields)
         broker = self.broker
+        try:
+            # The group names its retry and dead-letter topics; refused before either exists.
+            _core.validate_topic(RETRY_PREFIX + header.group, internal=True)
+        except MessageIllegalError as e:
+            return self._error(request, ResponseCode.SYSTEM_ERROR, f"group {header.group!r}: {e}")
         try:
             original = broker.store.look_message_by_offset(header.offset)
         except StoreError as e:
