@@ -7,7 +7,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
-use pyrmq_store::config::{parse_delay_levels, parse_delete_when, Retention};
+use pyrmq_store::config::{parse_delay_levels, parse_delete_when};
 use pyrmq_store::message::{self, BatchItem, MessageInput};
 use pyrmq_store::store::{normalize_host, PutEntry, PutOutcome, PutStatus};
 use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig, StoreError, TimeBoundary};
@@ -15,6 +15,15 @@ use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig, StoreErr
 use crate::errors::{self, ConfigError};
 use crate::gil;
 use crate::message::PyStoredMessage;
+
+/// The settings (StoreConfig field names) an open store changes.
+const RETENTION_KEYS: [&str; 5] = [
+    "file_reserved_time_hours",
+    "delete_when",
+    "disk_max_used_space_ratio",
+    "disk_space_clean_forcibly_ratio",
+    "disk_space_warning_level_ratio",
+];
 
 /// Copying a batch into its buffer releases the GIL above this many bytes.
 const DETACHED_COPY_BYTES: usize = 64 * 1024;
@@ -24,7 +33,15 @@ fn config_from_dict(path: PathBuf, dict: Option<&Bound<'_, PyDict>>) -> PyResult
         store_path_root_dir: path,
         ..StoreConfig::default()
     };
-    let Some(dict) = dict else { return Ok(c) };
+    if let Some(dict) = dict {
+        apply_settings(&mut c, dict)?;
+    }
+    Ok(c)
+}
+
+/// Sets the fields `dict` names (StoreConfig field names) on `c`; a ConfigError names every
+/// key that was unknown or had a bad value.
+fn apply_settings(c: &mut StoreConfig, dict: &Bound<'_, PyDict>) -> PyResult<()> {
     let mut problems = Vec::new();
     for (k, v) in dict.iter() {
         let key: String = k.extract()?;
@@ -109,7 +126,7 @@ fn config_from_dict(path: PathBuf, dict: Option<&Bound<'_, PyDict>>) -> PyResult
     if !problems.is_empty() {
         return Err(ConfigError::new_err(problems.join("; ")));
     }
-    Ok(c)
+    Ok(())
 }
 
 fn parse_host(s: Option<&str>) -> PyResult<SocketAddr> {
@@ -962,30 +979,20 @@ impl PyMessageStore {
     /// store; the others keep their values. Raises ConfigError for any other key or a bad
     /// value, and then changes nothing.
     fn set_retention(&self, settings: &Bound<'_, PyDict>) -> PyResult<()> {
-        let mut r: Retention = self.store.retention();
-        for (k, v) in settings.iter() {
-            let key: String = k.extract()?;
-            match key.as_str() {
-                "file_reserved_time_hours" => r.file_reserved_time_hours = v.extract()?,
-                "delete_when" => {
-                    r.delete_when_hours =
-                        parse_delete_when(&v.extract::<String>()?).map_err(errors::to_py)?;
-                }
-                "disk_max_used_space_ratio" => r.disk_max_used_space_ratio = v.extract()?,
-                "disk_space_clean_forcibly_ratio" => {
-                    r.disk_space_clean_forcibly_ratio = v.extract()?;
-                }
-                "disk_space_warning_level_ratio" => {
-                    r.disk_space_warning_level_ratio = v.extract()?;
-                }
-                _ => {
-                    return Err(ConfigError::new_err(format!(
-                        "{key} cannot change while the store is open; only retention settings can"
-                    )))
-                }
+        for key in settings.keys() {
+            let key: String = key.extract()?;
+            if !RETENTION_KEYS.contains(&key.as_str()) {
+                return Err(ConfigError::new_err(format!(
+                    "{key} cannot change while the store is open; only retention settings can"
+                )));
             }
         }
-        self.store.set_retention(r).map_err(errors::to_py)
+        let mut c = self.store.config().clone();
+        c.set_retention(self.store.retention());
+        apply_settings(&mut c, settings)?;
+        self.store
+            .set_retention(c.retention())
+            .map_err(errors::to_py)
     }
 
     /// Re-reads disk usage; returns the used fraction of the store's fullest file system.

@@ -184,6 +184,15 @@ pub fn parse_delete_when(text: &str) -> StoreResult<Vec<u32>> {
 }
 
 impl StoreConfig {
+    /// Takes `r` as its retention settings.
+    pub fn set_retention(&mut self, r: Retention) {
+        self.file_reserved_time_hours = r.file_reserved_time_hours;
+        self.delete_when_hours = r.delete_when_hours;
+        self.disk_max_used_space_ratio = r.disk_max_used_space_ratio;
+        self.disk_space_clean_forcibly_ratio = r.disk_space_clean_forcibly_ratio;
+        self.disk_space_warning_level_ratio = r.disk_space_warning_level_ratio;
+    }
+
     pub fn retention(&self) -> Retention {
         Retention {
             file_reserved_time_hours: self.file_reserved_time_hours,

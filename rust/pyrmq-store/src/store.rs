@@ -288,18 +288,11 @@ impl MessageStore {
         // As RocketMQ's reput service does, dispatch again from the end of the furthest queue
         // when that lies before the checkpoint: ConsumeQueues removed while the store was
         // closed are rebuilt from the CommitLog. Records of index files dropped at load (another
-        // geometry) are indexed again the same way.
+        // geometry) are indexed again too: the checkpoint no longer counts them as indexed.
         let start = loaded
             .checkpoint
             .map_or(0, |cp| cp.recovery_start())
-            .min(inner.queues_end())
-            .min(
-                inner
-                    .index
-                    .as_ref()
-                    .and_then(IndexService::dropped_from)
-                    .unwrap_or(u64::MAX),
-            );
+            .min(inner.queues_end());
         if abnormal {
             log::warn!(
                 "store {} was not shut down cleanly; recovering from offset {start}",
