@@ -101,7 +101,7 @@ class PropertiesTooLargeError(MessageIllegalError):
 
 
 class InvalidQueueIdError(MessageIllegalError):
-    """The queue id is negative or not below the per-topic queue limit."""
+    """The queue id is negative, not below the per-topic queue limit, or beyond 32 bits."""
 
 
 class SystemTopicError(MessageIllegalError):

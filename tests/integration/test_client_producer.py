@@ -364,6 +364,15 @@ def test_client_side_checks_raise_typed_errors_and_send_nothing(tmp_path: Path) 
                         lambda: p.send(ok, queue=MessageQueue("TopicOther", "broker-a", 0)),
                         MessageIllegalError,
                     ),
+                    (
+                        lambda: p.send(Message("TopicChecks", b"x", properties={"p": "\udc80"})),
+                        MessageIllegalError,
+                    ),
+                    (
+                        lambda: p.send_batch([Message("TopicChecks", b"x", flag=2**31)]),
+                        MessageIllegalError,
+                    ),
+                    (lambda: p.send(Message("Topic\udc80", b"x")), InvalidTopicError),
                 ]
                 for i, (call, error) in enumerate(cases):
                     with pytest.raises(error):

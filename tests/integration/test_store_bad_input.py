@@ -184,6 +184,79 @@ def test_queue_id_out_of_range(store, tmp_path, queue_id):
     )
 
 
+@pytest.mark.parametrize("queue_id", [2**31, -(2**31) - 1, 2**64])
+def test_queue_id_beyond_32_bits(store, tmp_path, queue_id):
+    for call in (
+        lambda s: s.put("TopicGood", b"x", queue_id=queue_id),
+        lambda s: s.put_batch("TopicGood", [b"x"], queue_id=queue_id),
+        lambda s: s.put_encoded_batch("TopicGood", encoded_batch([b"x"]), queue_id=queue_id),
+    ):
+        assert_refused(store, tmp_path, InvalidQueueIdError, call)
+    with pytest.raises(InvalidQueueIdError):
+        store.get("TopicGood", queue_id, 0)
+    with pytest.raises(InvalidQueueIdError):
+        store.max_offset("TopicGood", queue_id)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"flag": 2**31},
+        {"sys_flag": -(2**31) - 1},
+        {"born_timestamp_ms": 2**63},
+        {"reconsume_times": 2**40},
+        {"prepared_transaction_offset": -(2**63) - 1},
+    ],
+    ids=repr,
+)
+def test_record_fields_beyond_their_width(store, tmp_path, kwargs):
+    assert_refused(
+        store, tmp_path, MessageIllegalError, lambda s: s.put("TopicGood", b"x", **kwargs)
+    )
+
+
+LONE_SURROGATE = "\udc80"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"tags": LONE_SURROGATE},
+        {"keys": LONE_SURROGATE},
+        {"keys": ["k", LONE_SURROGATE]},
+        {"properties": {"name": LONE_SURROGATE}},
+        {"properties": {LONE_SURROGATE: "v"}},
+        {"properties": "a\x01" + LONE_SURROGATE},
+        {"born_host": LONE_SURROGATE},
+    ],
+    ids=repr,
+)
+def test_text_utf8_cannot_encode(store, tmp_path, kwargs):
+    assert_refused(
+        store, tmp_path, MessageIllegalError, lambda s: s.put("TopicGood", b"x", **kwargs)
+    )
+
+
+def test_a_topic_utf8_cannot_encode(store, tmp_path):
+    topic = "Topic" + LONE_SURROGATE
+    assert_refused(store, tmp_path, InvalidTopicError, lambda s: s.put(topic, b"x"))
+    with pytest.raises(InvalidTopicError):
+        store.max_offset(topic, 0)
+    with pytest.raises(MessageIllegalError):
+        store.get("TopicGood", 0, 0, tags=LONE_SURROGATE)
+    with pytest.raises(MessageIllegalError):
+        store.query_message("TopicGood", LONE_SURROGATE)
+
+
+def test_offsets_and_times_beyond_64_bits_are_clamped(store):
+    assert store.get("TopicGood", 0, 2**64).status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
+    assert store.look_message_by_offset(2**70) is None
+    assert store.look_message_by_offset(-(2**70)) is None
+    found = store.query_message("TopicGood", "seed", begin_ms=-(2**70), end_ms=2**70)
+    assert [m.body for m in found] == [b"seed"]
+    assert store.offset_for_time("TopicGood", 0, 2**70) == 1
+
+
 def test_highest_queue_id_is_accepted(store):
     assert store.put("TopicGood", b"x", queue_id=MAX_QUEUES - 1).queue_id == MAX_QUEUES - 1
 

@@ -8,6 +8,7 @@
 
 use pyo3::prelude::*;
 
+mod args;
 mod errors;
 mod gil;
 mod message;

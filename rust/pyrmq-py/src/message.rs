@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::OnceLock;
 
+use crate::args::{text_of, Field, Topic};
+
 /// A message as stored: every field of the record, decoded.
 ///
 /// Numbers, the topic and the body are decoded at once; the hosts, the message id and the
@@ -249,8 +251,8 @@ pub fn decode_offset_msg_id(msg_id: &str) -> PyResult<(String, i64)> {
 /// `SystemTopicError`.
 #[pyfunction]
 #[pyo3(signature = (topic, internal=false))]
-pub fn validate_topic(topic: &str, internal: bool) -> PyResult<()> {
-    message::check_topic(topic, internal).map_err(crate::errors::to_py)
+pub fn validate_topic(topic: Topic<'_>, internal: bool) -> PyResult<()> {
+    message::check_topic(&topic, internal).map_err(crate::errors::to_py)
 }
 
 /// One message checked the way RocketMQ's client checks it before sending (a non-empty body
@@ -280,12 +282,12 @@ fn checked_message<'py>(
              {max_size}"
         )));
     }
-    let flag: i32 = item.getattr(pyo3::intern!(py, "flag"))?.extract()?;
+    let Field(flag) = item.getattr(pyo3::intern!(py, "flag"))?.extract()?;
     let mut props = Vec::new();
     let dict = item.getattr(pyo3::intern!(py, "properties"))?;
     for (k, v) in dict.cast::<PyDict>()?.iter() {
-        let name = k.cast::<PyString>()?.to_str()?;
-        let value = v.cast::<PyString>()?.to_str()?;
+        let name = text_of(k.cast::<PyString>()?, "a property name")?;
+        let value = text_of(v.cast::<PyString>()?, "a property value")?;
         let bad = |s: &str| s.bytes().any(|b| b == 1 || b == 2);
         if name.is_empty() || bad(name) || bad(value) {
             return Err(crate::errors::illegal(format!(
@@ -322,13 +324,14 @@ fn checked_message<'py>(
 pub fn encode_message(
     py: Python<'_>,
     message: &Bound<'_, PyAny>,
-    topic: &str,
+    topic: Topic<'_>,
     max_size: usize,
 ) -> PyResult<Py<PyString>> {
-    let (_, _, props) = checked_message(message, topic, max_size, false)?;
+    let (_, _, props) = checked_message(message, &topic, max_size, false)?;
     // Built from str keys and values and ASCII separators, so always UTF-8.
-    let text = std::str::from_utf8(&props)
-        .map_err(|e| crate::errors::illegal(format!("properties of a message to {topic}: {e}")))?;
+    let text = std::str::from_utf8(&props).map_err(|e| {
+        crate::errors::illegal(format!("properties of a message to {}: {e}", &*topic))
+    })?;
     Ok(PyString::new(py, text).unbind())
 }
 
@@ -339,9 +342,10 @@ pub fn encode_message(
 pub fn encode_batch(
     py: Python<'_>,
     messages: &Bound<'_, PyAny>,
-    topic: &str,
+    topic: Topic<'_>,
     max_size: usize,
 ) -> PyResult<Py<PyBytes>> {
+    let topic: &str = &topic;
     // Bodies are borrowed, not copied, until the one final encode.
     let mut parts = Vec::new();
     let mut total = 0usize;

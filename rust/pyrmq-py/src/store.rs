@@ -12,6 +12,7 @@ use pyrmq_store::message::{self, BatchItem, MessageInput};
 use pyrmq_store::store::{normalize_host, PutEntry, PutOutcome, PutStatus};
 use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig, StoreError, TimeBoundary};
 
+use crate::args::{text_of, Bound64, Field, QueueId, Text, Topic};
 use crate::errors::{self, ConfigError};
 use crate::gil;
 use crate::message::PyStoredMessage;
@@ -129,6 +130,11 @@ fn apply_settings(c: &mut StoreConfig, dict: &Bound<'_, PyDict>) -> PyResult<()>
     Ok(())
 }
 
+/// A put's born time: the caller's, else now.
+fn born_or_now(born_timestamp_ms: Option<Field<i64>>) -> i64 {
+    born_timestamp_ms.map_or_else(pyrmq_store::clock::now_ms, |b| b.0)
+}
+
 fn parse_host(s: Option<&str>) -> PyResult<SocketAddr> {
     match s {
         None => Ok(SocketAddr::from(([127, 0, 0, 1], 0))),
@@ -161,13 +167,16 @@ fn encode_properties(
     let mut out: Vec<u8> = Vec::with_capacity(128);
     if let Some(p) = properties {
         if let Ok(s) = p.cast::<PyString>() {
-            out.extend_from_slice(s.to_str()?.as_bytes());
+            out.extend_from_slice(text_of(s, "the properties")?.as_bytes());
         } else if let Ok(d) = p.cast::<PyDict>() {
             for (k, v) in d.iter() {
                 let (Ok(k), Ok(v)) = (k.cast::<PyString>(), v.cast::<PyString>()) else {
                     return Err(errors::illegal("property names and values must be str"));
                 };
-                let (k, v) = (k.to_str()?, v.to_str()?);
+                let (k, v) = (
+                    text_of(k, "a property name")?,
+                    text_of(v, "a property value")?,
+                );
                 check_property_text(k, "property name")?;
                 check_property_text(v, "property value")?;
                 if k.is_empty() {
@@ -187,14 +196,20 @@ fn encode_properties(
     }
     if let Some(k) = keys {
         if let Ok(s) = k.cast::<PyString>() {
-            let joined = s.to_str()?;
+            let joined = text_of(s, "the keys")?;
             check_property_text(joined, "keys")?;
             message::push_property(&mut out, message::PROPERTY_KEYS, joined);
         } else {
-            let parts: Vec<String> = k
-                .extract()
-                .map_err(|_| errors::illegal("keys must be a str or a sequence of str"))?;
-            let joined = parts.join(" ");
+            let not_keys = || errors::illegal("keys must be a str or a sequence of str");
+            let mut joined = String::new();
+            for part in k.try_iter().map_err(|_| not_keys())? {
+                let part = part?;
+                let part = part.cast::<PyString>().map_err(|_| not_keys())?;
+                if !joined.is_empty() {
+                    joined.push(' ');
+                }
+                joined.push_str(text_of(part, "a key")?);
+            }
             check_property_text(&joined, "keys")?;
             message::push_property(&mut out, message::PROPERTY_KEYS, &joined);
         }
@@ -484,7 +499,7 @@ fn tag_codes(tags: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
     let Some(t) = tags else { return Ok(None) };
     let names: Vec<String> = if let Ok(s) = t.cast::<PyString>() {
         // As RocketMQ: "*" means every tag only as the whole expression; within one it is a tag.
-        let s = s.to_str()?.trim();
+        let s = text_of(s, "the tags")?.trim();
         let names: Vec<String> = s
             .split("||")
             .map(|p| p.trim().to_owned())
@@ -519,40 +534,47 @@ impl PyMessageStore {
         Ok(Self { store })
     }
 
-    #[pyo3(signature = (topic, body, *, queue_id=0, tags=None, keys=None, properties=None, flag=0,
-        sys_flag=0, born_timestamp_ms=None, born_host=None, reconsume_times=0,
-        prepared_transaction_offset=0, internal=false, wait_for_flush=true))]
+    #[pyo3(
+        signature = (topic, body, *, queue_id=QueueId(0), tags=None, keys=None, properties=None,
+            flag=Field(0), sys_flag=Field(0), born_timestamp_ms=None, born_host=None,
+            reconsume_times=Field(0), prepared_transaction_offset=Field(0), internal=false,
+            wait_for_flush=true),
+        text_signature = "($self, topic, body, *, queue_id=0, tags=None, keys=None, \
+            properties=None, flag=0, sys_flag=0, born_timestamp_ms=None, \
+            born_host=None, reconsume_times=0, prepared_transaction_offset=0, \
+            internal=False, wait_for_flush=True)"
+    )]
     fn put(
         &self,
         py: Python<'_>,
-        topic: &str,
+        topic: Topic<'_>,
         body: &Bound<'_, PyAny>,
-        queue_id: i32,
-        tags: Option<&str>,
+        queue_id: QueueId,
+        tags: Option<Text<'_>>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        flag: i32,
-        sys_flag: i32,
-        born_timestamp_ms: Option<i64>,
-        born_host: Option<&str>,
-        reconsume_times: i32,
-        prepared_transaction_offset: i64,
+        flag: Field<i32>,
+        sys_flag: Field<i32>,
+        born_timestamp_ms: Option<Field<i64>>,
+        born_host: Option<Text<'_>>,
+        reconsume_times: Field<i32>,
+        prepared_transaction_offset: Field<i64>,
         internal: bool,
         wait_for_flush: bool,
     ) -> PyResult<PyPutResult> {
         let body = Body::extract(body)?;
-        let props = encode_properties(properties, tags, keys)?;
+        let props = encode_properties(properties, tags.as_deref(), keys)?;
         let input = MessageInput {
-            topic,
-            queue_id,
-            flag,
+            topic: &topic,
+            queue_id: queue_id.0,
+            flag: flag.0,
             body: body.as_slice(),
             properties: &props,
-            sys_flag,
-            born_timestamp_ms: born_timestamp_ms.unwrap_or_else(pyrmq_store::clock::now_ms),
-            born_host: parse_host(born_host)?,
-            reconsume_times,
-            prepared_transaction_offset,
+            sys_flag: sys_flag.0,
+            born_timestamp_ms: born_or_now(born_timestamp_ms),
+            born_host: parse_host(born_host.as_deref())?,
+            reconsume_times: reconsume_times.0,
+            prepared_transaction_offset: prepared_transaction_offset.0,
         };
         put(
             py,
@@ -564,27 +586,33 @@ impl PyMessageStore {
     }
 
     /// Appends `bodies` to one queue as one group, all sharing tags, keys and properties.
-    #[pyo3(signature = (topic, bodies, *, queue_id=0, tags=None, keys=None, properties=None,
-        flag=0, sys_flag=0, born_timestamp_ms=None, born_host=None, internal=false, wait_for_flush=true))]
+    #[pyo3(
+        signature = (topic, bodies, *, queue_id=QueueId(0), tags=None, keys=None, properties=None,
+            flag=Field(0), sys_flag=Field(0), born_timestamp_ms=None, born_host=None,
+            internal=false, wait_for_flush=true),
+        text_signature = "($self, topic, bodies, *, queue_id=0, tags=None, keys=None, \
+            properties=None, flag=0, sys_flag=0, born_timestamp_ms=None, \
+            born_host=None, internal=False, wait_for_flush=True)"
+    )]
     fn put_batch(
         &self,
         py: Python<'_>,
-        topic: &str,
+        topic: Topic<'_>,
         bodies: &Bound<'_, PyAny>,
-        queue_id: i32,
-        tags: Option<&str>,
+        queue_id: QueueId,
+        tags: Option<Text<'_>>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        flag: i32,
-        sys_flag: i32,
-        born_timestamp_ms: Option<i64>,
-        born_host: Option<&str>,
+        flag: Field<i32>,
+        sys_flag: Field<i32>,
+        born_timestamp_ms: Option<Field<i64>>,
+        born_host: Option<Text<'_>>,
         internal: bool,
         wait_for_flush: bool,
     ) -> PyResult<PyPutResult> {
-        let props = encode_properties(properties, tags, keys)?;
-        let born_host = parse_host(born_host)?;
-        let born = born_timestamp_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
+        let props = encode_properties(properties, tags.as_deref(), keys)?;
+        let born_host = parse_host(born_host.as_deref())?;
+        let born = born_or_now(born_timestamp_ms);
         let owned: Vec<Body<'_>> = if let Ok(list) = bodies.cast::<PyList>() {
             let mut owned = Vec::with_capacity(list.len());
             for b in list.iter() {
@@ -603,12 +631,12 @@ impl PyMessageStore {
         let inputs: Vec<MessageInput<'_>> = owned
             .iter()
             .map(|b| MessageInput {
-                topic,
-                queue_id,
-                flag,
+                topic: &topic,
+                queue_id: queue_id.0,
+                flag: flag.0,
                 body: b.as_slice(),
                 properties: &props,
-                sys_flag,
+                sys_flag: sys_flag.0,
                 born_timestamp_ms: born,
                 born_host,
                 reconsume_times: 0,
@@ -619,18 +647,24 @@ impl PyMessageStore {
     }
 
     /// Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue.
-    #[pyo3(signature = (topic, batch_body, *, queue_id=0, sys_flag=0, born_timestamp_ms=None,
-        born_host=None, reconsume_times=0, internal=false, wait_for_flush=true))]
+    #[pyo3(
+        signature = (topic, batch_body, *, queue_id=QueueId(0), sys_flag=Field(0),
+            born_timestamp_ms=None, born_host=None, reconsume_times=Field(0), internal=false,
+            wait_for_flush=true),
+        text_signature = "($self, topic, batch_body, *, queue_id=0, sys_flag=0, \
+            born_timestamp_ms=None, born_host=None, reconsume_times=0, \
+            internal=False, wait_for_flush=True)"
+    )]
     fn put_encoded_batch(
         &self,
         py: Python<'_>,
-        topic: &str,
+        topic: Topic<'_>,
         batch_body: &Bound<'_, PyAny>,
-        queue_id: i32,
-        sys_flag: i32,
-        born_timestamp_ms: Option<i64>,
-        born_host: Option<&str>,
-        reconsume_times: i32,
+        queue_id: QueueId,
+        sys_flag: Field<i32>,
+        born_timestamp_ms: Option<Field<i64>>,
+        born_host: Option<Text<'_>>,
+        reconsume_times: Field<i32>,
         internal: bool,
         wait_for_flush: bool,
     ) -> PyResult<PyPutResult> {
@@ -644,27 +678,27 @@ impl PyMessageStore {
                 max_bytes: u64::from(max),
             }));
         }
-        if sys_flag & message::SYSFLAG_TRANSACTION_MASK != 0 {
+        if sys_flag.0 & message::SYSFLAG_TRANSACTION_MASK != 0 {
             return Err(errors::illegal(
                 "a batch cannot be a transaction's message: its sys_flag has transaction bits",
             ));
         }
         let items = message::decode_client_batch(batch_body.as_slice())
             .map_err(|e| errors::illegal(format!("malformed batch body: {e}")))?;
-        let born_host = parse_host(born_host)?;
-        let born = born_timestamp_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
+        let born_host = parse_host(born_host.as_deref())?;
+        let born = born_or_now(born_timestamp_ms);
         let inputs: Vec<MessageInput<'_>> = items
             .iter()
             .map(|it: &BatchItem<'_>| MessageInput {
-                topic,
-                queue_id,
+                topic: &topic,
+                queue_id: queue_id.0,
                 flag: it.flag,
                 body: it.body,
                 properties: it.properties,
-                sys_flag,
+                sys_flag: sys_flag.0,
                 born_timestamp_ms: born,
                 born_host,
-                reconsume_times,
+                reconsume_times: reconsume_times.0,
                 prepared_transaction_offset: 0,
             })
             .collect();
@@ -673,25 +707,30 @@ impl PyMessageStore {
 
     /// Reads up to `max_count` messages (or `max_bytes`) from `queue_offset` on, keeping those
     /// whose tag matches `tags` ("*", "TagA || TagB", or a list of tags).
-    #[pyo3(signature = (topic, queue_id, queue_offset, *, max_count=32, max_bytes=None, tags=None))]
+    #[pyo3(
+        signature = (topic, queue_id, queue_offset, *, max_count=Bound64(32), max_bytes=None,
+            tags=None),
+        text_signature = "($self, topic, queue_id, queue_offset, *, max_count=32, \
+            max_bytes=None, tags=None)"
+    )]
     fn get(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
-        queue_offset: i64,
-        max_count: i64,
-        max_bytes: Option<i64>,
+        topic: Topic<'_>,
+        queue_id: QueueId,
+        queue_offset: Bound64,
+        max_count: Bound64,
+        max_bytes: Option<Bound64>,
         tags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyGetResult> {
         let codes = tag_codes(tags)?;
         let store = &self.store;
         let req = GetRequest {
-            topic,
-            queue_id,
-            queue_offset,
-            max_count: limit("max_count", max_count)?,
-            max_bytes: max_bytes.map(|b| limit("max_bytes", b)).transpose()?,
+            topic: &topic,
+            queue_id: queue_id.0,
+            queue_offset: queue_offset.0,
+            max_count: limit("max_count", max_count.0)?,
+            max_bytes: max_bytes.map(|b| limit("max_bytes", b.0)).transpose()?,
             tags_codes: codes.as_deref(),
         };
         let out = gil::run(py, || store.get(&req))?;
@@ -729,13 +768,13 @@ impl PyMessageStore {
     fn look_message_by_offset(
         &self,
         py: Python<'_>,
-        phy_offset: i64,
+        phy_offset: Bound64,
     ) -> PyResult<Option<PyStoredMessage>> {
-        if phy_offset < 0 {
+        let Ok(phy_offset) = u64::try_from(phy_offset.0) else {
             return Ok(None);
-        }
+        };
         let store = &self.store;
-        let raw = gil::run(py, || store.look_message_by_offset(phy_offset as u64))?;
+        let raw = gil::run(py, || store.look_message_by_offset(phy_offset))?;
         raw.map(|r| PyStoredMessage::decode(py, &r)).transpose()
     }
 
@@ -743,13 +782,13 @@ impl PyMessageStore {
     fn look_record<'py>(
         &self,
         py: Python<'py>,
-        phy_offset: i64,
+        phy_offset: Bound64,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        if phy_offset < 0 {
+        let Ok(phy_offset) = u64::try_from(phy_offset.0) else {
             return Ok(None);
-        }
+        };
         let store = &self.store;
-        let raw = gil::run(py, || store.look_message_by_offset(phy_offset as u64))?;
+        let raw = gil::run(py, || store.look_message_by_offset(phy_offset))?;
         Ok(raw.map(|r| PyBytes::new(py, &r)))
     }
 
@@ -757,29 +796,32 @@ impl PyMessageStore {
     fn view_message_by_id(
         &self,
         py: Python<'_>,
-        msg_id: &str,
+        msg_id: Text<'_>,
     ) -> PyResult<Option<PyStoredMessage>> {
         let store = &self.store;
-        let raw = gil::run(py, || store.view_message_by_id(msg_id))?;
+        let raw = gil::run(py, || store.view_message_by_id(&msg_id))?;
         raw.map(|r| PyStoredMessage::decode(py, &r)).transpose()
     }
 
     /// Messages of `topic` with `key` among their KEYS or as UNIQ_KEY, newest first.
-    #[pyo3(signature = (topic, key, *, max_count=32, begin_ms=0, end_ms=None))]
+    #[pyo3(
+        signature = (topic, key, *, max_count=Bound64(32), begin_ms=Bound64(0), end_ms=None),
+        text_signature = "($self, topic, key, *, max_count=32, begin_ms=0, end_ms=None)"
+    )]
     fn query_message(
         &self,
         py: Python<'_>,
-        topic: &str,
-        key: &str,
-        max_count: i64,
-        begin_ms: i64,
-        end_ms: Option<i64>,
+        topic: Topic<'_>,
+        key: Text<'_>,
+        max_count: Bound64,
+        begin_ms: Bound64,
+        end_ms: Option<Bound64>,
     ) -> PyResult<Vec<PyStoredMessage>> {
         let store = &self.store;
-        let max_count = limit("max_count", max_count)?;
-        let end_ms = end_ms.unwrap_or(i64::MAX);
+        let max_count = limit("max_count", max_count.0)?;
+        let end_ms = end_ms.map_or(i64::MAX, |e| e.0);
         let raws = gil::run(py, || {
-            store.query_message(topic, key, max_count, begin_ms, end_ms)
+            store.query_message(&topic, &key, max_count, begin_ms.0, end_ms)
         })?;
         raws.iter()
             .map(|r| PyStoredMessage::decode(py, r))
@@ -787,13 +829,13 @@ impl PyMessageStore {
     }
 
     /// The smallest queue offset still stored.
-    fn min_offset(&self, topic: &str, queue_id: i32) -> PyResult<u64> {
-        Ok(self.live()?.min_offset(topic, queue_id))
+    fn min_offset(&self, topic: Topic<'_>, queue_id: QueueId) -> PyResult<u64> {
+        Ok(self.live()?.min_offset(&topic, queue_id.0))
     }
 
     /// The next free queue offset.
-    fn max_offset(&self, topic: &str, queue_id: i32) -> PyResult<u64> {
-        Ok(self.live()?.max_offset(topic, queue_id))
+    fn max_offset(&self, topic: Topic<'_>, queue_id: QueueId) -> PyResult<u64> {
+        Ok(self.live()?.max_offset(&topic, queue_id.0))
     }
 
     /// The queue offset at `boundary` ("lower" or "upper") of `timestamp_ms`.
@@ -801,9 +843,9 @@ impl PyMessageStore {
     fn offset_for_time(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
-        timestamp_ms: i64,
+        topic: Topic<'_>,
+        queue_id: QueueId,
+        timestamp_ms: Bound64,
         boundary: &str,
     ) -> PyResult<u64> {
         let boundary = match boundary {
@@ -816,20 +858,25 @@ impl PyMessageStore {
             }
         };
         let store = self.live()?;
-        Ok(py.detach(|| store.offset_for_time(topic, queue_id, timestamp_ms, boundary)))
+        Ok(py.detach(|| store.offset_for_time(&topic, queue_id.0, timestamp_ms.0, boundary)))
     }
 
     /// Store time of the oldest message still in the queue.
-    fn earliest_store_time(&self, topic: &str, queue_id: i32) -> PyResult<Option<i64>> {
-        Ok(self.live()?.earliest_store_time(topic, queue_id))
+    fn earliest_store_time(&self, topic: Topic<'_>, queue_id: QueueId) -> PyResult<Option<i64>> {
+        Ok(self.live()?.earliest_store_time(&topic, queue_id.0))
     }
 
     /// Store time of the message at `queue_offset`.
-    fn store_time(&self, topic: &str, queue_id: i32, queue_offset: i64) -> PyResult<Option<i64>> {
+    fn store_time(
+        &self,
+        topic: Topic<'_>,
+        queue_id: QueueId,
+        queue_offset: Bound64,
+    ) -> PyResult<Option<i64>> {
         let store = self.live()?;
-        Ok(u64::try_from(queue_offset)
+        Ok(u64::try_from(queue_offset.0)
             .ok()
-            .and_then(|offset| store.store_time(topic, queue_id, offset)))
+            .and_then(|offset| store.store_time(&topic, queue_id.0, offset)))
     }
 
     /// First CommitLog offset still on disk.
@@ -871,19 +918,25 @@ impl PyMessageStore {
     fn scan_consume_queue(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
-        start_offset: i64,
-        max_units: i64,
+        topic: Topic<'_>,
+        queue_id: QueueId,
+        start_offset: Bound64,
+        max_units: Bound64,
         tags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         let codes = tag_codes(tags)?;
-        let start_offset = limit("start_offset", start_offset)?;
-        let max_units = limit("max_units", max_units)?;
+        let start_offset = limit("start_offset", start_offset.0)?;
+        let max_units = limit("max_units", max_units.0)?;
         let store = self.live()?;
         Ok(py.detach(|| {
             store
-                .scan_consume_queue(topic, queue_id, start_offset, max_units, codes.as_deref())
+                .scan_consume_queue(
+                    &topic,
+                    queue_id.0,
+                    start_offset,
+                    max_units,
+                    codes.as_deref(),
+                )
                 .0
         }))
     }
@@ -891,16 +944,16 @@ impl PyMessageStore {
     /// Raw units `(queue_offset, phy_offset, size, tags_code)` from `start_offset`.
     fn consume_queue_units(
         &self,
-        topic: &str,
-        queue_id: i32,
-        start_offset: i64,
-        max_units: i64,
+        topic: Topic<'_>,
+        queue_id: QueueId,
+        start_offset: Bound64,
+        max_units: Bound64,
     ) -> PyResult<Vec<(u64, u64, u32, i64)>> {
-        let start_offset = limit("start_offset", start_offset)?;
-        let max_units = limit("max_units", max_units)?;
+        let start_offset = limit("start_offset", start_offset.0)?;
+        let max_units = limit("max_units", max_units.0)?;
         Ok(self
             .live()?
-            .consume_queue_units(topic, queue_id, start_offset, max_units)
+            .consume_queue_units(&topic, queue_id.0, start_offset, max_units)
             .into_iter()
             .map(|u| (u.queue_offset, u.phy_offset, u.size, u.tags_code))
             .collect())
@@ -917,11 +970,11 @@ impl PyMessageStore {
     fn delete_expired_files(
         &self,
         py: Python<'_>,
-        now_ms: Option<i64>,
+        now_ms: Option<Bound64>,
         force: bool,
     ) -> PyResult<usize> {
         let store = &self.store;
-        let now = now_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
+        let now = now_ms.map_or_else(pyrmq_store::clock::now_ms, |n| n.0);
         gil::run(py, || store.delete_expired_files(now, force))
     }
 
@@ -929,17 +982,17 @@ impl PyMessageStore {
     /// returns how many. The schedule service does this by itself while background services
     /// run.
     #[pyo3(signature = (now_ms=None))]
-    fn deliver_due(&self, py: Python<'_>, now_ms: Option<i64>) -> PyResult<usize> {
+    fn deliver_due(&self, py: Python<'_>, now_ms: Option<Bound64>) -> PyResult<usize> {
         let store = &self.store;
-        let now = now_ms.unwrap_or_else(pyrmq_store::clock::now_ms);
+        let now = now_ms.map_or_else(pyrmq_store::clock::now_ms, |n| n.0);
         gil::run(py, || store.deliver_due(now).map(|pass| pass.delivered))
     }
 
     /// Deletes the topic's ConsumeQueues; returns how many there were. Its messages are no
     /// longer readable or found by key, and a later put starts again at queue offset 0.
-    fn delete_topic(&self, py: Python<'_>, topic: &str) -> PyResult<usize> {
+    fn delete_topic(&self, py: Python<'_>, topic: Topic<'_>) -> PyResult<usize> {
         let store = &self.store;
-        gil::run(py, || store.delete_topic(topic))
+        gil::run(py, || store.delete_topic(&topic))
     }
 
     /// Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX.
@@ -1026,14 +1079,14 @@ impl PyMessageStore {
     fn hold_pull(
         &self,
         pull_id: u64,
-        topic: &str,
-        queue_id: i32,
+        topic: Topic<'_>,
+        queue_id: QueueId,
         queue_offset: u64,
         tags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let codes = tag_codes(tags)?;
         self.store
-            .hold_pull(pull_id, topic, queue_id, queue_offset, codes);
+            .hold_pull(pull_id, &topic, queue_id.0, queue_offset, codes);
         Ok(())
     }
 

@@ -867,11 +867,7 @@ impl Inner {
                 size_bytes: m.properties.len(),
             });
         }
-        if memchr::memchr(0, m.properties).is_some() && std::str::from_utf8(m.properties).is_err() {
-            return Err(StoreError::IllegalMessage(
-                "properties are not valid UTF-8".to_owned(),
-            ));
-        }
+        // Bytes, as RocketMQ stores a client batch's: readers skip a pair that is not UTF-8.
         Ok(())
     }
 
