@@ -322,6 +322,10 @@ class MessageStore:
         """
     def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
         """Store timestamp of the queue's first message, or None."""
+    def offset_in_disk(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether the message at ``queue_offset`` lies further behind the CommitLog's end than
+        ``accessMessageInMemoryMaxRatio`` of memory (RocketMQ's ``checkInDiskByConsumeOffset``);
+        False when there is no such message."""
     def store_time(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
         """Store timestamp of the message at ``queue_offset``, or None."""
     @property

@@ -294,7 +294,8 @@ def parse_delay_levels(text: str) -> list[int]:
     Raises:
         ValueError: A token is not a positive number followed by s, m, h or d, or there is none.
     """
-    tokens = text.split()
+    # ASCII whitespace only, as the store splits it (str.split would also split at \x1c-\x1f).
+    tokens = re.findall(r"[^ \t\n\r\f\v]+", text)
     if not tokens:
         raise ValueError("needs at least one level")
     levels = []
@@ -333,8 +334,8 @@ def _check_ipv4_host(text: str) -> None:
 
 _INT_RANGES: Final[Mapping[str, tuple[int, int]]] = MappingProxyType(
     {
-        "mapped_file_size_commit_log": (1, _I64_MAX),
-        "mapped_file_size_consume_queue": (CQ_STORE_UNIT_SIZE, _I64_MAX),
+        "mapped_file_size_commit_log": (4096, _I32_MAX),
+        "mapped_file_size_consume_queue": (CQ_STORE_UNIT_SIZE, _I32_MAX),
         "flush_interval_commit_log_ms": (1, _I64_MAX),
         "flush_interval_consume_queue_ms": (1, _I64_MAX),
         "sync_flush_timeout_ms": (1, _I64_MAX),
@@ -344,13 +345,13 @@ _INT_RANGES: Final[Mapping[str, tuple[int, int]]] = MappingProxyType(
         "disk_space_clean_forcibly_ratio": (1, 100),
         "disk_space_warning_level_ratio": (1, 100),
         "max_message_size": (1, _I32_MAX),
-        "max_transfer_bytes_on_message_in_memory": (1, _I64_MAX),
+        "max_transfer_bytes_on_message_in_memory": (1, _I32_MAX),
         "max_transfer_count_on_message_in_memory": (1, _I32_MAX),
         "max_transfer_bytes_on_message_in_disk": (1, _I32_MAX),
         "max_transfer_count_on_message_in_disk": (1, _I32_MAX),
         "access_message_in_memory_max_ratio": (0, 100),
         "max_hash_slot_num": (1, _I32_MAX),
-        "max_index_num": (1, _I32_MAX),
+        "max_index_num": (2, _I32_MAX),
         "max_queue_nums_per_topic": (1, _I32_MAX + 1),
     }
 )

@@ -115,7 +115,9 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(tmp_path: Path, **broker_changes: Any) -> AsyncIterator[Cluster]:
+async def cluster(
+    tmp_path: Path, *, store_changes: dict[str, Any] | None = None, **broker_changes: Any
+) -> AsyncIterator[Cluster]:
     namesrv = NameServer(NamesrvConfig(listen_port=0))
     await namesrv.start()
     store = StoreConfig(
@@ -124,6 +126,7 @@ async def cluster(tmp_path: Path, **broker_changes: Any) -> AsyncIterator[Cluste
         mapped_file_size_consume_queue=20 * 1000,
         max_hash_slot_num=100,
         max_index_num=1000,
+        **(store_changes or {}),
     )
     config = dataclasses.replace(
         BrokerConfig(listen_port=0, namesrv_addr=namesrv.address, store=store), **broker_changes
@@ -357,6 +360,34 @@ def test_batch_and_compressed_batch_are_stored_message_by_message(tmp_path: Path
     run(scenario)
 
 
+@pytest.mark.parametrize(("in_memory_ratio", "answer"), [(40, "0"), (0, None)])
+def test_a_new_groups_offset_is_0_while_its_queue_starts_at_0_in_memory(
+    tmp_path: Path, in_memory_ratio: int, answer: str | None
+) -> None:
+    """QUERY_CONSUMER_OFFSET without a stored offset: 0 while the queue's first message is in
+    memory (a consumer then misses nothing sent before its first commit), else QUERY_NOT_FOUND
+    and the client's consumeFromWhere decides. A ratio of 0 leaves every message to the disk."""
+
+    async def scenario() -> None:
+        changes = {"access_message_in_memory_max_ratio": in_memory_ratio}
+        async with cluster(tmp_path, store_changes=changes) as c:
+
+            async def query(topic: str) -> tuple[int, str | None]:
+                q = await c.call(
+                    RequestCode.QUERY_CONSUMER_OFFSET,
+                    {"consumerGroup": "CG_NEW", "topic": topic, "queueId": 0},
+                )
+                return q.code, q.ext_fields.get("offset")
+
+            assert await query("TopicEmpty") == (ResponseCode.SUCCESS, "0")
+            for i in range(3):
+                assert (await c.send("TopicSent", b"m%d" % i)).code == ResponseCode.SUCCESS
+            expected = ResponseCode.SUCCESS if answer else ResponseCode.QUERY_NOT_FOUND
+            assert await query("TopicSent") == (expected, answer)
+
+    run(scenario)
+
+
 def test_heartbeat_consumer_list_offsets_and_notification(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with cluster(tmp_path) as c:
@@ -406,7 +437,8 @@ def test_heartbeat_consumer_list_offsets_and_notification(tmp_path: Path) -> Non
                 RequestCode.QUERY_CONSUMER_OFFSET,
                 {"consumerGroup": "CG_PUSH", "topic": "TopicTest", "queueId": 0},
             )
-            assert q.code == ResponseCode.QUERY_NOT_FOUND
+            # No offset yet, and the queue still starts at 0 in memory: RocketMQ answers 0.
+            assert (q.code, q.ext_fields["offset"]) == (ResponseCode.SUCCESS, "0")
             await c.call(
                 RequestCode.UPDATE_CONSUMER_OFFSET,
                 {

@@ -238,24 +238,6 @@ def test_put_encoded_batch_round_trips_the_client_format(open_store):
     assert [m.flag for m in store.query_message("TopicEnc", "UNIQ-0001")] == [7]
 
 
-@pytest.mark.parametrize(
-    "raw",
-    [b"GBK\x01\xd6\xd0\xce\xc4", b"NUL\x01a\x00\xff", b"\xff\x01v"],
-    ids=["not-utf8", "nul-and-not-utf8", "name-not-utf8"],
-)
-def test_client_batch_properties_are_stored_as_bytes(open_store, raw):
-    """A client's properties are stored byte for byte, as RocketMQ stores them; readers that
-    need text skip the pair that is not UTF-8 and keep the rest."""
-    store = open_store()
-    props = raw + b"\x02TAGS\x01TagA\x02KEYS\x01k1"
-    item = struct.pack(">iiiii", 20 + 4 + 2 + len(props), 0, 0, 0, 4) + b"body"
-    sent = store.put_encoded_batch("TopicRaw", item + struct.pack(">h", len(props)) + props)
-    assert stored_properties(store.look_record(sent.phy_offset)) == props
-    [m] = store.get("TopicRaw", 0, 0).messages()
-    assert m.properties == {"TAGS": "TagA", "KEYS": "k1"}
-    assert [m.body for m in store.query_message("TopicRaw", "k1")] == [b"body"]
-
-
 def test_lookups_by_offset_and_id(open_store):
     store = open_store(store_host=STORE_HOST)
     sent = [store.put("TopicLook", f"body-{i}".encode(), queue_id=i % 2) for i in range(10)]

@@ -331,6 +331,18 @@ def test_malformed_encoded_batch(store, tmp_path, batch):
     )
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [b"TAGS\x01\xd6\xd0\xce\xc4", b"NUL\x01a\x00\xff", b"\xff\x01v"],
+    ids=["not-utf8", "nul-and-not-utf8", "name-not-utf8"],
+)
+def test_client_batch_properties_that_are_not_utf8_are_refused(store, tmp_path, raw):
+    """Every reader takes properties as text (tag codes, keys, clients' maps): bytes that are
+    not UTF-8 would make a message's tags and keys vanish."""
+    batch = encoded_batch([b"x"], raw + b"\x02KEYS\x01k1")
+    assert_refused(store, tmp_path, MessageIllegalError, lambda s: s.put_encoded_batch("T", batch))
+
+
 def test_a_client_batch_larger_than_one_message_may_be_is_refused(store, tmp_path):
     """RocketMQ's limit on a batch: its encoded body, like any message body."""
     big = encoded_batch([b"x" * 100] * (MAX_BODY // 100))
@@ -443,11 +455,50 @@ def test_opening_a_commit_log_another_store_uses_fails(open_store, tmp_path):
     assert again.look_message_by_offset(r.phy_offset).body == b"first"
 
 
+@pytest.mark.parametrize("order", ["default-first", "named-first"])
+def test_naming_another_stores_default_commit_log_fails(open_store, tmp_path, order):
+    """A store's own ``<root>/commitlog`` is locked as well as a directory named elsewhere."""
+    owner = {"root": tmp_path / "a"}
+    borrower = {"root": tmp_path / "b", "store_path_commit_log": str(tmp_path / "a" / "commitlog")}
+    first, second = (owner, borrower) if order == "default-first" else (borrower, owner)
+    opened = open_store(first.pop("root"), **first)
+    r = opened.put("TopicGood", b"first")
+    with pytest.raises(StoreIOError, match="in use"):
+        open_store(second.pop("root"), **second)
+    assert opened.put("TopicGood", b"second").phy_offset > r.phy_offset
+    assert [m.body for m in opened.get("TopicGood", 0, 0).messages()] == [b"first", b"second"]
+
+
 def test_an_empty_store_path_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="empty"):
         MessageStore.open("", background_services=False)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("file_reserved_time_hours", 2**63),
+        ("flush_interval_commit_log_ms", 0),
+        ("clean_resource_interval_ms", 0),
+        ("disk_space_warning_level_ratio", 0),
+        ("disk_max_used_space_ratio", 500),
+        ("disk_space_clean_forcibly_ratio", 95),
+        ("delete_when", ""),
+        ("delete_when", "4;;5"),
+        ("max_message_size", 0),
+        ("mapped_file_size_commit_log", 2**40),
+        ("mapped_file_size_consume_queue", 20 * 2**40),
+        ("message_delay_level", "1s\x1f2s"),
+        ("message_delay_level", "1é"),
+    ],
+)
+def test_the_extension_checks_settings_as_store_config_does(tmp_path, setting, value):
+    """``MessageStore(path, settings)``, below ``open``, refuses what StoreConfig refuses."""
+    with pytest.raises(ConfigError, match=setting):
+        MessageStore(str(tmp_path), {setting: value, "background_services": False})
+    assert not (tmp_path / "commitlog").exists()
 
 
 @pytest.mark.parametrize("sys_flag", [0x10, 0x20, 0x30])

@@ -514,3 +514,94 @@ def test_a_shortened_index_file_is_indexed_again(open_store, tmp_path, which):
         assert [m.body for m in store.query_message("TopicIdx", f"k{i}")] == [b"idx-%d" % i]
     shared = store.query_message("TopicIdx", "shared", max_count=1000)
     assert sorted(m.body for m in shared) == sorted(b"idx-%d" % i for i in range(120))
+
+
+def test_an_index_file_whose_header_counts_past_its_entries_is_indexed_again(open_store, tmp_path):
+    root = tmp_path / "store"
+    config = {"max_hash_slot_num": 64, "max_index_num": 100}
+    store = open_store(root, **config)
+    for i in range(50):
+        store.put("TopicIdx", b"idx-%d" % i, keys=f"k{i}")
+    store.close()
+    [index] = (root / "index").iterdir()
+    with open(index, "r+b") as f:
+        f.seek(36)
+        f.write((2**31 - 1).to_bytes(4, "big"))  # index_count
+        f.seek(40)
+        f.write((0x1000_0000).to_bytes(4, "big") * 64)  # every slot past the entries
+
+    store = open_store(root, **config)
+    for i in range(50):
+        assert [m.body for m in store.query_message("TopicIdx", f"k{i}")] == [b"idx-%d" % i]
+    store.put("TopicIdx", b"after", keys="k-after")
+    assert [m.body for m in store.query_message("TopicIdx", "k-after")] == [b"after"]
+
+
+def test_twenty_digit_names_beyond_64_bits_are_foreign_files(open_store, tmp_path):
+    root = tmp_path / "store"
+    store = open_store(root)
+    store.put("TopicFar", b"kept", keys="k")
+    store.close()
+    foreign = "9" * 20
+    places = [root / "commitlog", root / "consumequeue" / "TopicFar" / "0", root / "index"]
+    for place in places:
+        (place / foreign).write_bytes(b"not ours")
+
+    store = open_store(root)
+    assert [m.body for m in store.get("TopicFar", 0, 0).messages()] == [b"kept"]
+    assert [m.body for m in store.query_message("TopicFar", "k")] == [b"kept"]
+    store.close()
+    assert all((place / foreign).read_bytes() == b"not ours" for place in places)
+
+
+def test_a_commit_log_directory_short_of_the_checkpoint_is_refused(open_store, tmp_path):
+    """Pointing storePathCommitLog at another (empty) directory, or a disk not mounted, must not
+    cut the queues down to it."""
+    root = tmp_path / "store"
+    store = open_store(root)
+    for i in range(5):
+        store.put("TopicMoved", b"m%d" % i)
+    store.close()
+    with pytest.raises(ConfigError, match="checkpoint"):
+        open_store(root, store_path_commit_log=str(tmp_path / "elsewhere"))
+    store = open_store(root)
+    assert [m.body for m in store.get("TopicMoved", 0, 0).messages()] == [
+        b"m%d" % i for i in range(5)
+    ]
+
+
+def test_a_queue_unit_pointing_past_the_log_is_rebuilt_from_its_record(open_store, tmp_path):
+    root = tmp_path / "store"
+    store = open_store(root)
+    for i in range(25):
+        store.put("TopicUnit", b"msg-%d" % i)
+    store.close()
+    [cq] = (root / "consumequeue" / "TopicUnit" / "0").iterdir()
+    with open(cq, "r+b") as f:
+        f.seek(24 * 20)
+        f.write((10**15).to_bytes(8, "big") + (200).to_bytes(4, "big") + bytes(8))
+
+    store = open_store(root)
+    assert store.max_offset("TopicUnit", 0) == 25
+    [m] = store.get("TopicUnit", 0, 24).messages()
+    assert (m.body, m.queue_offset) == (b"msg-24", 24)
+    assert store.put("TopicUnit", b"new").queue_offset == 25
+
+
+def test_a_damaged_unit_inside_a_queue_is_reported_and_the_rest_read(open_store, tmp_path):
+    root = tmp_path / "store"
+    store = open_store(root)
+    for i in range(25):
+        store.put("TopicUnit", b"msg-%d" % i)
+    end = store.max_phy_offset
+    store.close()
+    [cq] = (root / "consumequeue" / "TopicUnit" / "0").iterdir()
+    with open(cq, "r+b") as f:
+        f.seek(12 * 20)
+        f.write(end.to_bytes(8, "big") + (200).to_bytes(4, "big") + bytes(8))
+
+    store = open_store(root)
+    got = store.get("TopicUnit", 0, 0, max_count=100)
+    assert got.corrupt_offsets == [12]
+    assert [m.body for m in got.messages()] == [b"msg-%d" % i for i in range(25) if i != 12]
+    assert got.next_begin_offset == 25

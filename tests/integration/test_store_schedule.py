@@ -62,6 +62,8 @@ def test_a_delayed_message_waits_for_its_level_then_arrives_as_sent(
     assert msg.properties["user"] == "value"
     # As RocketMQ, the delivered copy keeps where it was bound for.
     assert (msg.properties["REAL_TOPIC"], msg.properties["REAL_QID"]) == ("TopicDelay", "2")
+    # Stored by the broker itself, nobody waits for it (RocketMQ's WAIT=false).
+    assert msg.properties["WAIT"] == "false"
     assert msg.phy_offset != sent.phy_offset
     # Delivered once: later passes find nothing more.
     assert store.deliver_due(due + 60_000) == 0

@@ -353,7 +353,7 @@ def test_from_env_reports_bad_values_with_the_variable_name() -> None:
 INVALID_VALUES = {
     "store_path_root_dir": ("  ", "must be a non-blank path without NUL"),
     "store_path_commit_log": ("/a;/b", "several CommitLog directories (';') are not supported"),
-    "mapped_file_size_commit_log": (0, "must be in [1, 9223372036854775807]"),
+    "mapped_file_size_commit_log": (0, "must be in [4096, 2147483647]"),
     "mapped_file_size_consume_queue": (6000010, "must be a multiple of 20"),
     "flush_disk_type": ("sync_flush", "must be ASYNC_FLUSH or SYNC_FLUSH"),
     "flush_interval_commit_log_ms": (-1, "must be in [1, "),
@@ -373,7 +373,7 @@ INVALID_VALUES = {
     "access_message_in_memory_max_ratio": (101, "must be in [0, 100]"),
     "message_index_enable": (1, "expected bool"),
     "max_hash_slot_num": (0, "must be in [1, 2147483647]"),
-    "max_index_num": (-5, "must be in [1, 2147483647]"),
+    "max_index_num": (-5, "must be in [2, 2147483647]"),
     "message_delay_level": ("1s 5x", "level '5x' is not a number followed by s, m, h or d"),
     "check_crc_on_recover": ("true", "expected bool"),
     "store_host": ("localhost:10911", "'localhost' is not an IPv4 address"),

@@ -866,6 +866,19 @@ impl PyMessageStore {
         Ok(self.live()?.earliest_store_time(&topic, queue_id.0))
     }
 
+    /// Whether the message at `queue_offset` lies further behind the CommitLog's end than the
+    /// share of memory the page cache likely keeps (False when there is none).
+    fn offset_in_disk(
+        &self,
+        topic: Topic<'_>,
+        queue_id: QueueId,
+        queue_offset: Bound64,
+    ) -> PyResult<bool> {
+        let store = self.live()?;
+        Ok(u64::try_from(queue_offset.0)
+            .is_ok_and(|offset| store.offset_in_disk(&topic, queue_id.0, offset)))
+    }
+
     /// Store time of the message at `queue_offset`.
     fn store_time(
         &self,

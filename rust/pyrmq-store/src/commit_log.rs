@@ -690,16 +690,13 @@ impl CommitLog {
         st.last_store_timestamp_ms = st.last_store_timestamp_ms.max(ts);
     }
 
-    /// Removes the oldest segment unless it holds the write position (or was prepared after
-    /// it); returns its end offset.
-    pub fn delete_oldest_segment(&self) -> StoreResult<Option<u64>> {
-        // Never the writer's segment, nor one prepared after it.
+    /// Removes the oldest segment if it starts at `start` (the one the caller judged) and does
+    /// not hold the write position (nor was prepared after it); returns its end offset.
+    pub fn delete_oldest_segment(&self, start: u64) -> StoreResult<Option<u64>> {
         let written = self.max_offset();
-        if self
-            .files
-            .first()
-            .is_none_or(|f| f.file_from_offset() + f.file_size() > written)
-        {
+        if self.files.first().is_none_or(|f| {
+            f.file_from_offset() != start || f.file_from_offset() + f.file_size() > written
+        }) {
             return Ok(None);
         }
         Ok(self

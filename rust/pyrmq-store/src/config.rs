@@ -148,6 +148,9 @@ impl Retention {
         if let Some(h) = self.delete_when_hours.iter().find(|h| **h > 23) {
             problems.push(format!("delete_when hour {h} is not in 0..23"));
         }
+        if self.delete_when_hours.is_empty() {
+            problems.push("delete_when needs one or more hours".to_owned());
+        }
         if self.file_reserved_time_hours > MAX_RESERVED_HOURS {
             problems.push(format!(
                 "file_reserved_time_hours {} is not in [0, {MAX_RESERVED_HOURS}]",
@@ -172,7 +175,6 @@ impl Retention {
 /// Parses RocketMQ's `deleteWhen` ("04" or "01;04;23"): local hours of the day.
 pub fn parse_delete_when(text: &str) -> StoreResult<Vec<u32>> {
     text.split(';')
-        .filter(|h| !h.trim().is_empty())
         .map(|h| {
             h.trim()
                 .parse::<u32>()
@@ -203,23 +205,104 @@ impl StoreConfig {
         }
     }
 
+    /// Checks every setting, RocketMQ's bounds among them (sizes and counts are Java ints);
+    /// the error lists each problem found.
     pub fn validate(&self) -> StoreResult<()> {
+        const INT_MAX: u64 = i32::MAX as u64;
         let mut problems = Vec::new();
-        if self.mapped_file_size_commit_log < 4096 {
-            problems.push("mapped_file_size_commit_log must be at least 4096".to_owned());
+        let sizes = [
+            (
+                "mapped_file_size_commit_log",
+                self.mapped_file_size_commit_log,
+                4096,
+            ),
+            (
+                "mapped_file_size_consume_queue",
+                self.mapped_file_size_consume_queue,
+                20,
+            ),
+            (
+                "max_message_size",
+                u64::from(self.max_message_size_bytes),
+                1,
+            ),
+            (
+                "max_transfer_bytes_on_message_in_memory",
+                u64::from(self.max_transfer_bytes_on_message_in_memory),
+                1,
+            ),
+            (
+                "max_transfer_count_on_message_in_memory",
+                u64::from(self.max_transfer_count_on_message_in_memory),
+                1,
+            ),
+            (
+                "max_transfer_bytes_on_message_in_disk",
+                u64::from(self.max_transfer_bytes_on_message_in_disk),
+                1,
+            ),
+            (
+                "max_transfer_count_on_message_in_disk",
+                u64::from(self.max_transfer_count_on_message_in_disk),
+                1,
+            ),
+            ("max_hash_slot_num", u64::from(self.max_hash_slot_num), 1),
+            ("max_index_num", u64::from(self.max_index_num), 2),
+            (
+                "max_queue_nums_per_topic",
+                u64::from(self.max_queue_nums_per_topic),
+                1,
+            ),
+        ];
+        for (name, value, min) in sizes {
+            // A queue id below the limit must fit an i32, so the limit may be one above.
+            let max = if name == "max_queue_nums_per_topic" {
+                INT_MAX + 1
+            } else {
+                INT_MAX
+            };
+            if !(min..=max).contains(&value) {
+                problems.push(format!("{name} {value} is not in [{min}, {max}]"));
+            }
         }
-        if self.mapped_file_size_consume_queue == 0
-            || !self.mapped_file_size_consume_queue.is_multiple_of(20)
-        {
-            problems.push(
-                "mapped_file_size_consume_queue must be a positive multiple of 20".to_owned(),
-            );
+        if !self.mapped_file_size_consume_queue.is_multiple_of(20) {
+            problems.push(format!(
+                "mapped_file_size_consume_queue {} is not a multiple of 20 (the unit size)",
+                self.mapped_file_size_consume_queue
+            ));
         }
-        if self.max_hash_slot_num == 0 || self.max_index_num < 2 {
-            problems.push("max_hash_slot_num must be > 0 and max_index_num >= 2".to_owned());
+        // A period of zero would spin a service thread.
+        let periods = [
+            (
+                "flush_interval_commit_log_ms",
+                self.flush_interval_commit_log_ms,
+            ),
+            (
+                "flush_interval_consume_queue_ms",
+                self.flush_interval_consume_queue_ms,
+            ),
+            ("sync_flush_timeout_ms", self.sync_flush_timeout_ms),
+            (
+                "clean_resource_interval_ms",
+                self.clean_resource_interval_ms,
+            ),
+        ];
+        for (name, value) in periods {
+            if !(1..=i64::MAX as u64).contains(&value) {
+                problems.push(format!("{name} {value} is not in [1, {}]", i64::MAX));
+            }
         }
-        if self.max_queue_nums_per_topic == 0 {
-            problems.push("max_queue_nums_per_topic must be > 0".to_owned());
+        if self.access_message_in_memory_max_ratio > 100 {
+            problems.push(format!(
+                "access_message_in_memory_max_ratio {} is not in [0, 100]",
+                self.access_message_in_memory_max_ratio
+            ));
+        }
+        if self.message_delay_level_ms.is_empty() || self.message_delay_level_ms.contains(&0) {
+            problems.push("message_delay_level needs one or more levels above zero".to_owned());
+        }
+        if let Err(StoreError::Config(retention)) = self.retention().validate() {
+            problems.push(retention);
         }
         if problems.is_empty() {
             Ok(())
@@ -245,19 +328,106 @@ impl StoreConfig {
 
 /// Parses RocketMQ's `messageDelayLevel` ("1s 5s 10m 2h 1d") into milliseconds.
 pub fn parse_delay_levels(text: &str) -> StoreResult<Vec<u64>> {
-    text.split_whitespace()
+    let bad = |level: &str| StoreError::Config(format!("bad delay level {level:?}"));
+    text.split_ascii_whitespace()
         .map(|level| {
-            let (num, unit) = level.split_at(level.len().saturating_sub(1));
-            let factor = match unit {
-                "s" => 1000,
-                "m" => 60_000,
-                "h" => 3_600_000,
-                "d" => 86_400_000,
-                _ => return Err(StoreError::Config(format!("bad delay level {level:?}"))),
+            let factor: u64 = match level.as_bytes().last() {
+                Some(b's') => 1000,
+                Some(b'm') => 60_000,
+                Some(b'h') => 3_600_000,
+                Some(b'd') => 86_400_000,
+                _ => return Err(bad(level)),
             };
+            // The unit is one ASCII byte, so the number is the rest.
+            let num = &level[..level.len() - 1];
+            if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad(level));
+            }
             num.parse::<u64>()
-                .map(|n| n * factor)
-                .map_err(|_| StoreError::Config(format!("bad delay level {level:?}")))
+                .ok()
+                .and_then(|n| n.checked_mul(factor))
+                .filter(|ms| (1..=i64::MAX as u64).contains(ms))
+                .ok_or_else(|| bad(level))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(c: &StoreConfig) -> String {
+        match c.validate() {
+            Err(StoreError::Config(p)) => p,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        StoreConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn every_bad_setting_is_named() {
+        let c = StoreConfig {
+            mapped_file_size_commit_log: 1 << 31,
+            mapped_file_size_consume_queue: 30,
+            flush_interval_commit_log_ms: 0,
+            clean_resource_interval_ms: 0,
+            max_message_size_bytes: 0,
+            max_transfer_bytes_on_message_in_memory: u32::MAX,
+            access_message_in_memory_max_ratio: 101,
+            message_delay_level_ms: vec![],
+            file_reserved_time_hours: u64::MAX,
+            delete_when_hours: vec![],
+            disk_space_warning_level_ratio: 0,
+            ..StoreConfig::default()
+        };
+        let p = problems(&c);
+        for name in [
+            "mapped_file_size_commit_log",
+            "mapped_file_size_consume_queue 30 is not a multiple of 20",
+            "flush_interval_commit_log_ms",
+            "clean_resource_interval_ms",
+            "max_message_size",
+            "max_transfer_bytes_on_message_in_memory",
+            "access_message_in_memory_max_ratio",
+            "message_delay_level",
+            "file_reserved_time_hours",
+            "delete_when needs",
+            "disk_space_warning_level_ratio",
+        ] {
+            assert!(p.contains(name), "{name} missing from {p}");
+        }
+    }
+
+    #[test]
+    fn delay_levels_parse_only_numbers_with_a_unit() {
+        assert_eq!(
+            parse_delay_levels("1s 2m\t1h\n1d").unwrap(),
+            [1000, 120_000, 3_600_000, 86_400_000]
+        );
+        for bad in [
+            "1é",
+            "é",
+            "+5s",
+            "s",
+            "0s",
+            "5x",
+            "1s\u{1f}2s",
+            "9999999999999999999d",
+        ] {
+            assert!(parse_delay_levels(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn delete_hours_refuse_empty_and_out_of_range_tokens() {
+        assert_eq!(parse_delete_when("04").unwrap(), [4]);
+        assert_eq!(parse_delete_when(" 01; 23 ").unwrap(), [1, 23]);
+        for bad in ["", "4;;5", "04;", "24", "x"] {
+            assert!(parse_delete_when(bad).is_err(), "{bad:?} parsed");
+        }
+    }
 }

@@ -60,8 +60,15 @@ impl IndexFile {
     fn end_phy(&self) -> i64 {
         self.read_i64(24)
     }
+    /// The next entry number, within the file even if its header was damaged.
     fn count(&self) -> u64 {
-        u64::try_from(self.read_i32(36)).unwrap_or(0).max(1)
+        u64::try_from(self.read_i32(36))
+            .unwrap_or(0)
+            .clamp(1, self.entries)
+    }
+    /// Whether the header's entry count fits the file (a damaged header does not).
+    fn count_fits(&self) -> bool {
+        u64::try_from(self.read_i32(36)).is_ok_and(|n| n <= self.entries)
     }
     fn is_full(&self) -> bool {
         self.count() >= self.entries
@@ -172,7 +179,10 @@ impl IndexService {
             let entry = entry.map_err(|e| StoreError::io("listing", dir, e))?;
             if let Some(n) = entry.file_name().to_str() {
                 if n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()) {
-                    names.push((n.parse().expect("digits"), entry.path()));
+                    // Twenty digits above u64::MAX name no index file of ours.
+                    if let Ok(stamp) = n.parse() {
+                        names.push((stamp, entry.path()));
+                    }
                 }
             }
         }
@@ -184,20 +194,27 @@ impl IndexService {
             // Index files were fully reserved when created.
             let len = std::fs::metadata(&path).map_or(0, |m| m.len());
             let opened = if len == size {
-                MappedFile::open(&path, stamp, size, Allocation::Reserve).map_err(|e| e.to_string())
+                MappedFile::open(&path, stamp, size, Allocation::Reserve)
+                    .map_err(|e| e.to_string())
+                    .and_then(|file| {
+                        let file = IndexFile {
+                            file: Arc::new(file),
+                            slots,
+                            entries,
+                        };
+                        if file.count_fits() {
+                            Ok(file)
+                        } else {
+                            Err(format!("its header counts more than its {entries} entries"))
+                        }
+                    })
             } else {
                 Err(format!(
                     "{len} bytes where maxHashSlotNum {slots} and maxIndexNum {entries} make {size}"
                 ))
             };
             match opened {
-                Ok(file) => {
-                    files.push(IndexFile {
-                        file: Arc::new(file),
-                        slots,
-                        entries,
-                    });
-                }
+                Ok(file) => files.push(file),
                 Err(e) => {
                     // An index file of another geometry (config changed) or cut short: the index
                     // is derived data, so drop it and index its records again.

@@ -27,7 +27,11 @@ impl MappedFileQueue {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
-                names.push((name.parse().expect("20 digits parse"), entry.path()));
+                // Twenty digits above u64::MAX name no segment; like other foreign names,
+                // such a file is left alone.
+                if let Ok(offset) = name.parse() {
+                    names.push((offset, entry.path()));
+                }
             }
         }
         names.sort_unstable();

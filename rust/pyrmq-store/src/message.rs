@@ -55,6 +55,8 @@ pub const PROPERTY_UNIQ_KEY_SHORT: &str = "UNIQ_KEY";
 pub const PROPERTY_DELAY: &str = "DELAY";
 pub const PROPERTY_REAL_TOPIC: &str = "REAL_TOPIC";
 pub const PROPERTY_REAL_QUEUE_ID: &str = "REAL_QID";
+/// "false" on a message the broker stores itself (a delayed one falling due), as RocketMQ marks it.
+pub const PROPERTY_WAIT: &str = "WAIT";
 
 /// Bytes before the body with IPv4 born and store hosts.
 pub const FIXED_LEN_V4: usize = 88;

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use crate::error::{StoreError, StoreResult};
 use crate::message::{
-    self, MessageInput, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+    self, MessageInput, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_WAIT,
 };
 use crate::state_file;
 use crate::store::{Inner, SCHEDULE_TOPIC};
@@ -124,7 +124,10 @@ impl DelayOffsets {
 }
 
 fn parse(value: &serde_json::Value) -> Result<BTreeMap<u32, u64>, String> {
-    let Some(table) = value.get("offsetTable") else {
+    let document = value
+        .as_object()
+        .ok_or_else(|| "not a JSON object".to_owned())?;
+    let Some(table) = document.get("offsetTable") else {
         return Ok(BTreeMap::new());
     };
     let table = table
@@ -225,7 +228,9 @@ fn deliver(inner: &Inner, phy: u64) -> StoreResult<Option<u64>> {
             "the delayed record at offset {phy} names no real topic and queue"
         )));
     };
-    let properties = message::without_properties(rec.properties, &[PROPERTY_DELAY]);
+    let mut properties =
+        message::without_properties(rec.properties, &[PROPERTY_DELAY, PROPERTY_WAIT]);
+    message::push_property(&mut properties, PROPERTY_WAIT, "false");
     let input = MessageInput {
         topic,
         queue_id,
@@ -306,6 +311,9 @@ mod tests {
             br#"{"offsetTable":[]}"#,
             br#"{"offsetTable":{"x":1}}"#,
             br#"{"offsetTable":{"1":-1}}"#,
+            b"[]",
+            br#""x""#,
+            b"5",
         ] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("delayOffset.json");

@@ -177,6 +177,8 @@ pub(crate) struct Inner {
     /// Held (flock) while open: the root's `lock` file, and a CommitLog directory kept outside
     /// the root. Released by `close` so the store can be reopened.
     lock_file: parking_lot::Mutex<Vec<File>>,
+    /// Held through a retention pass.
+    cleaning: parking_lot::Mutex<()>,
 }
 
 pub struct MessageStore {
@@ -204,18 +206,16 @@ impl MessageStore {
         if lock_file.try_lock().is_err() {
             return Err(StoreError::Locked(root));
         }
-        let mut locks = vec![lock_file];
-        // A CommitLog kept elsewhere is locked too (its directory itself), so two stores with
-        // different roots never append to one log.
-        if let Some(dir) = &config.store_path_commit_log {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::io("creating directory", dir, e))?;
-            let dir_lock = File::open(dir).map_err(|e| StoreError::io("opening", dir, e))?;
-            if dir_lock.try_lock().is_err() {
-                return Err(StoreError::Locked(dir.clone()));
-            }
-            locks.push(dir_lock);
+        // The CommitLog's directory is locked too, wherever it is, so that two stores with
+        // different roots never append to one log (one naming the other's default directory as
+        // its storePathCommitLog).
+        let dir = config.commit_log_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| StoreError::io("creating directory", &dir, e))?;
+        let dir_lock = File::open(&dir).map_err(|e| StoreError::io("opening", &dir, e))?;
+        if dir_lock.try_lock().is_err() {
+            return Err(StoreError::Locked(dir));
         }
+        let locks = vec![lock_file, dir_lock];
         let abort_path = root.join("abort");
         let abnormal = abort_path.exists();
         let checkpoint = CheckpointFile::new(&root);
@@ -234,10 +234,35 @@ impl MessageStore {
         let commit_log = CommitLog::load(cl_files)
             .map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
         commit_log.check_fenced(loaded.ours)?;
+        let files_end = commit_log
+            .files()
+            .last()
+            .map_or(0, |f| f.file_from_offset() + f.file_size());
+        // Durable data past every segment means these are not the segments the checkpoint was
+        // written for (another storePathCommitLog, a disk not mounted): recovering would cut
+        // every queue down to them.
+        if let Some(cp) = loaded
+            .checkpoint
+            .filter(|cp| cp.commit_log_flushed > files_end)
+        {
+            return Err(StoreError::Config(format!(
+                "the checkpoint has the CommitLog durable up to offset {}, but the segments in {} \
+                 end at {files_end}: is that the store's CommitLog directory? Removing {} opens \
+                 the store with the segments there",
+                cp.commit_log_flushed,
+                config.commit_log_dir().display(),
+                root.join("checkpoint").display()
+            )));
+        }
         let deleted = DeletedTopics::load(&root.join("config").join("deletedTopics.json"))?;
         deleted.prune(commit_log.min_offset())?;
         let mut queues = load_queues(&config)?;
         drop_deleted_queues(&mut queues, &deleted, &config)?;
+        // A unit past every segment is damage; cut before the queues' end decides where
+        // recovery starts, so that the records of the units it hides are dispatched again.
+        for q in queues.values() {
+            q.truncate_beyond(files_end)?;
+        }
         let mut loaded = loaded;
         let index = if config.message_index_enable {
             let mut index = IndexService::load(
@@ -284,6 +309,7 @@ impl MessageStore {
             disk_full: AtomicBool::new(false),
             abort_path,
             lock_file: parking_lot::Mutex::new(locks),
+            cleaning: parking_lot::Mutex::new(()),
         };
         // As RocketMQ's reput service does, dispatch again from the end of the furthest queue
         // when that lies before the checkpoint: ConsumeQueues removed while the store was
@@ -443,6 +469,26 @@ impl MessageStore {
     }
 
     /// Store time of the message at `queue_offset`.
+    /// Whether the message at `queue_offset` lies further behind the CommitLog's end than
+    /// `accessMessageInMemoryMaxRatio` of memory, where the page cache has likely dropped it
+    /// (RocketMQ's `checkInDiskByConsumeOffset`). False when there is no such message.
+    pub fn offset_in_disk(&self, topic: &str, queue_id: i32, queue_offset: u64) -> bool {
+        let Some(q) = self.inner.queue(topic, queue_id) else {
+            return false;
+        };
+        let mut unit = Vec::with_capacity(1);
+        q.scan(queue_offset, 1, None, 1, &mut unit);
+        unit.first().is_some_and(|u| {
+            u.queue_offset == queue_offset
+                && self
+                    .inner
+                    .commit_log
+                    .max_offset()
+                    .saturating_sub(u.phy_offset)
+                    > self.inner.in_memory_bytes
+        })
+    }
+
     pub fn store_time(&self, topic: &str, queue_id: i32, queue_offset: u64) -> Option<i64> {
         let q = self.inner.queue(topic, queue_id)?;
         self.inner.unit_store_time(&q, queue_offset)
@@ -867,7 +913,13 @@ impl Inner {
                 size_bytes: m.properties.len(),
             });
         }
-        // Bytes, as RocketMQ stores a client batch's: readers skip a pair that is not UTF-8.
+        // Names and values are text to every reader (tag codes, keys, clients' property maps),
+        // and the broker's single sends already refuse headers that are not UTF-8.
+        if std::str::from_utf8(m.properties).is_err() {
+            return Err(StoreError::IllegalMessage(
+                "properties are not valid UTF-8".to_owned(),
+            ));
+        }
         Ok(())
     }
 
@@ -1458,17 +1510,24 @@ impl Inner {
                 out.next_begin_offset = u.queue_offset;
                 break;
             }
-            let Some((file, rel)) = self.commit_log.record_bytes(u.phy_offset, u.size) else {
+            let found = self.commit_log.record_bytes(u.phy_offset, u.size);
+            if found.is_none() && u.phy_offset < self.commit_log.min_offset() {
                 if out.records.is_empty() {
                     out.status = GetMessageStatus::MessageWasRemoving;
                 }
                 continue;
-            };
-            let raw = file.slice(rel, u.size as usize);
-            let problem = match message::decode(raw, true) {
-                Ok(rec) if rec.phy_offset as u64 == u.phy_offset && rec.topic == req.topic => None,
-                Ok(_) => Some("the record belongs to another queue".to_owned()),
-                Err(e) => Some(e.to_string()),
+            }
+            // A unit readers see has its bytes written: outside them, the unit is damaged.
+            let problem = match &found {
+                None => Some("the unit points past the CommitLog's data".to_owned()),
+                Some((file, rel)) => match message::decode(file.slice(*rel, u.size as usize), true)
+                {
+                    Ok(rec) if rec.phy_offset as u64 == u.phy_offset && rec.topic == req.topic => {
+                        None
+                    }
+                    Ok(_) => Some("the record belongs to another queue".to_owned()),
+                    Err(e) => Some(e.to_string()),
+                },
             };
             if let Some(problem) = problem {
                 log::error!(
@@ -1481,6 +1540,7 @@ impl Inner {
                 out.corrupt_offsets.push(u.queue_offset);
                 continue;
             }
+            let Some((file, rel)) = found else { continue };
             out.total_bytes += u.size as usize;
             out.records.push(FoundRecord {
                 file,
@@ -1650,7 +1710,10 @@ impl Inner {
         if !(delete_hour || space_tight || force || forcibly) {
             return Ok(0);
         }
-        let expire_ms = retention.file_reserved_time_hours as i64 * 3_600_000;
+        let expire_ms = i64::try_from(retention.file_reserved_time_hours)
+            .map_or(i64::MAX, |h| h.saturating_mul(3_600_000));
+        // One pass at a time: two would each judge the same oldest segment and delete two.
+        let _pass = self.cleaning.lock();
         let mut deleted = 0;
         // RocketMQ deletes at most 10 segments per pass to spread the I/O.
         while deleted < 10 {
@@ -1665,7 +1728,11 @@ impl Inner {
             if !(expired || (forcibly && deleted == 0)) {
                 break;
             }
-            if self.commit_log.delete_oldest_segment()?.is_none() {
+            if self
+                .commit_log
+                .delete_oldest_segment(oldest.file_from_offset())?
+                .is_none()
+            {
                 break;
             }
             log::info!("deleted commit log segment {}", oldest.path().display());

@@ -106,9 +106,17 @@ class ConsumerManageProcessor:
         header = QueryConsumerOffsetRequestHeader.from_ext(request.ext_fields)
         offset = self.broker.offsets.query(header.consumer_group, header.topic, header.queue_id)
         if offset is None:
-            # No stored offset: the client starts where its consumeFromWhere says (a brand-new
-            # group with CONSUME_FROM_LAST_OFFSET asks GET_MAX_OFFSET) rather than being sent
-            # to offset 0 and replaying history (apache/rocketmq#334).
+            store = self.broker.store
+            # As RocketMQ: a group new to a queue that still starts at 0, with its first
+            # message not yet left to the disk, starts at 0, so that nothing sent before its
+            # first commit is skipped (a crash before that commit included). Otherwise the
+            # client starts where its consumeFromWhere says.
+            if store.min_offset(header.topic, header.queue_id) == 0 and not store.offset_in_disk(
+                header.topic, header.queue_id, 0
+            ):
+                return RemotingCommand.response_to(
+                    request, ResponseCode.SUCCESS, ext_fields={"offset": "0"}
+                )
             return RemotingCommand.response_to(
                 request,
                 ResponseCode.QUERY_NOT_FOUND,
