@@ -25,6 +25,7 @@ from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codec import encode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.server import WRITE_HIGH_WATER_BYTES
 
 pytestmark = pytest.mark.integration
 
@@ -572,6 +573,51 @@ def test_bad_input_gets_an_answer_or_loses_only_its_connection(tmp_path: Path) -
             length = struct.unpack(">I", await reader.readexactly(4))[0]
             answer = await reader.readexactly(length)
             assert b'"offset":"1"' in answer
+            writer.close()
+
+    run(scenario)
+
+
+def test_a_client_that_does_not_read_its_answers_stops_being_read(tmp_path: Path) -> None:
+    """Pipelined pulls whose answers the client leaves unread: the broker buffers a bounded
+    amount of answers and reads no more requests until they drain, then answers every one."""
+    pulls = 200
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            for _ in range(40):
+                assert (await c.send("TopicSlow", bytes(8000))).code == ResponseCode.SUCCESS
+            host, port = c.broker.address.split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.transport.pause_reading()
+            request = RemotingCommand.request(
+                RequestCode.PULL_MESSAGE,
+                {
+                    "consumerGroup": "CG",
+                    "topic": "TopicSlow",
+                    "queueId": "0",
+                    "queueOffset": "0",
+                    "maxMsgNums": "32",
+                    "sysFlag": "4",
+                    "commitOffset": "0",
+                    "subVersion": "0",
+                    "suspendTimeoutMillis": "0",
+                    "subscription": "*",
+                },
+            )
+            writer.write(encode(request) * pulls)  # about 260 KB of answer each
+            await writer.drain()
+            await asyncio.sleep(1)
+            mine = writer.get_extra_info("sockname")[1]
+            [conn] = [x for x in c.broker.server.connections if x.peer[1] == mine]
+            assert conn._transport is not None
+            buffered = conn._transport.get_write_buffer_size()
+            assert buffered < WRITE_HIGH_WATER_BYTES + (1 << 20), buffered
+            writer.transport.resume_reading()
+            for _ in range(pulls):
+                length = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), 10))[0]
+                frame = await reader.readexactly(length)
+                assert b'"code":0' in frame[:400]
             writer.close()
 
     run(scenario)

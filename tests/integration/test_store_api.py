@@ -1,6 +1,8 @@
 """The store's Python API end to end: what a put stores is what a get, a lookup or a query
 returns, byte for byte and field by field."""
 
+import array
+import ctypes
 import os
 import shutil
 import struct
@@ -9,7 +11,7 @@ import time
 import pytest
 
 from pyrmq import _core
-from pyrmq.errors import ConfigError, MessageTooLargeError
+from pyrmq.errors import ConfigError, MessageIllegalError, MessageTooLargeError
 from pyrmq.store import GetMessageStatus, MessageStore, PutStatus
 
 pytestmark = pytest.mark.integration
@@ -236,6 +238,28 @@ def test_put_encoded_batch_round_trips_the_client_format(open_store):
     ]
     assert [m.body for m in store.query_message("TopicEnc", "k2")] == [b"alpha"]
     assert [m.flag for m in store.query_message("TopicEnc", "UNIQ-0001")] == [7]
+
+
+def test_bodies_may_be_any_buffer(open_store):
+    """As ``bytes(obj)`` reads them: whatever the buffer's item format or layout."""
+    store = open_store()
+    bodies = [
+        b"bytes",
+        bytearray(b"bytearray"),
+        memoryview(b"0123456789")[::2],
+        array.array("i", [1, -2, 3]),
+        array.array("b", [-1, 2]),
+        (ctypes.c_ubyte * 3)(7, 8, 9),
+        (ctypes.c_char * 2)(b"a", b"b"),
+        memoryview(bytes(range(12))).cast("B", (3, 4)),
+    ]
+    for body in bodies:
+        store.put("TopicBuffers", body)
+    store.put_batch("TopicBuffers", bodies)
+    got = [m.body for m in store.get("TopicBuffers", 0, 0, max_count=100).messages()]
+    assert got == [bytes(b) for b in bodies] * 2
+    with pytest.raises(MessageIllegalError, match="buffer"):
+        store.put("TopicBuffers", "text")
 
 
 def test_lookups_by_offset_and_id(open_store):

@@ -1,6 +1,7 @@
 """Refused input: a typed error, nothing written, and the store still usable afterwards."""
 
 import hashlib
+import logging
 import os
 import struct
 
@@ -398,6 +399,23 @@ def test_negative_counts_name_the_argument(store, case):
     assert store.store_time("TopicGood", 0, -1) is None
 
 
+def test_an_exception_raised_while_the_store_logs_reaches_the_caller(open_store, monkeypatch):
+    """The store logs through ``logging``: what a handler or filter raises there comes out of
+    the call as itself (not as a SystemError), and the work is done."""
+
+    class Failing(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            raise LookupError("filter failed")
+
+    # Without the group-commit thread a SYNC_FLUSH put times out, and warns on this thread.
+    store = open_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=1)
+    monkeypatch.setattr(logging.getLogger("pyrmq_store.store"), "filters", [Failing()])
+    with pytest.raises(LookupError, match="filter failed"):
+        store.put("TopicLogged", b"x")
+    monkeypatch.undo()
+    assert [m.body for m in store.get("TopicLogged", 0, 0).messages()] == [b"x"]
+
+
 def test_every_call_after_close_raises_store_closed(open_store):
     store = open_store()
     r = store.put("TopicGood", b"x")
@@ -423,6 +441,9 @@ def test_every_call_after_close_raises_store_closed(open_store):
         lambda: store.consume_queue_units("TopicGood", 0, 0, 10),
         lambda: store.scan_consume_queue("TopicGood", 0, 0, 10),
         lambda: store.queue_ids(),
+        lambda: store.offset_in_disk("TopicGood", 0, 0),
+        # Nothing would ever wake a pull parked on a closed store.
+        lambda: store.hold_pull(1, "TopicGood", 0, 1),
     ]
     for call in calls:
         with pytest.raises(StoreClosedError):

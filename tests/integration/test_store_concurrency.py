@@ -170,3 +170,24 @@ def test_close_racing_puts_loses_nothing_that_was_acknowledged(
             got = store.get("TopicClose", q, qo, max_count=1)
             assert got.phy_offsets == [phy]
             assert got.messages()[0].body == body
+
+
+def test_a_second_close_returns_once_the_first_has_flushed_and_unlocked(open_store, tmp_path):
+    root = tmp_path / "store"
+    lazy = {"flush_interval_commit_log_ms": 60_000, "flush_interval_consume_queue_ms": 60_000}
+    for _ in range(3):
+        store = open_store(root, background_services=True, **lazy)
+        body = bytes(3000)
+        for i in range(2000):
+            store.put("TopicClose", body, queue_id=i % 4, keys=f"k{i}")
+        first = threading.Thread(target=store.close)
+        first.start()
+        while not store.closed:
+            pass
+        store.close()
+        # Returned only once the first close let go of the directory: it opens at once.
+        again = open_store(root)
+        assert again.recovery["records"] == 0
+        assert again.max_offset("TopicClose", 3) % 500 == 0
+        again.close()
+        first.join()

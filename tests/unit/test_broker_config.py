@@ -62,6 +62,35 @@ def test_bad_values_are_reported_together() -> None:
     assert len(err.value.problems) == 2
 
 
+def test_a_setting_under_two_spellings_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "broker.conf"
+    path.write_text(
+        "mapedFileSizeCommitLog=1048576\nmappedFileSizeCommitLog=2097152\n"
+        "listenPort=10911\nlisten_port=10912\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        BrokerConfig.from_properties(path)
+
+    assert err.value.problems == (
+        "mappedFileSizeCommitLog: mapped_file_size_commit_log is already given as "
+        "mapedFileSizeCommitLog",
+        "listen_port: listen_port is already given as listenPort",
+    )
+
+
+@pytest.mark.parametrize("raw", ["1_0911", "\u0664", "0x10", "1e3", ""])
+def test_integers_are_decimal_digits(raw: str) -> None:
+    with pytest.raises(ConfigError, match="decimal integer"):
+        BrokerConfig.from_mapping({"listenPort": raw})
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "broker.conf"
+    path.write_bytes("brokerName=br\u00f6ker\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="UTF-8"):
+        BrokerConfig.from_properties(path)
+
+
 def test_unknown_keys_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         BrokerConfig.from_mapping({"noSuchKey": "1"})

@@ -89,8 +89,16 @@ class BrokerConfig:
         broker_values: dict[str, Any] = {}
         store_values: dict[str, object] = {}
         problems = []
+        given_as: dict[str, str] = {}
         for key, raw in values.items():
             name = _ALIASES.get(key, key)
+            # One setting under two spellings (mapedFileSizeCommitLog, mappedFileSizeCommitLog):
+            # neither may silently win.
+            setting = name if name in broker_fields else ROCKETMQ_ALIASES.get(key, key)
+            if setting in given_as:
+                problems.append(f"{key}: {setting} is already given as {given_as[setting]}")
+                continue
+            given_as[setting] = key
             if name in broker_fields:
                 try:
                     broker_values[name] = _convert(broker_fields[name].type, raw)
@@ -120,7 +128,11 @@ class BrokerConfig:
     @classmethod
     def from_properties(cls, path: str | Path, *, base: "BrokerConfig | None" = None) -> Self:
         """Reads a RocketMQ broker.conf (Java properties: ``key=value`` lines, comments)."""
-        values = parse_properties(Path(path).read_text(encoding="utf-8"), source=str(path))
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path} is not UTF-8 text: {e}") from e
+        values = parse_properties(text, source=str(path))
         values.setdefault("brokerConfigPath", str(path))
         return cls.from_mapping(values, base=base)
 
@@ -193,5 +205,8 @@ def _convert(kind: object, raw: object) -> object:
     if kind in (int, "int"):
         if isinstance(raw, bool):
             raise ValueError(f"{raw!r} is not an integer")
-        return int(str(raw).strip())
+        text = str(raw).strip()
+        if re.fullmatch(r"[+-]?[0-9]+", text) is None:
+            raise ValueError(f"{raw!r} is not a decimal integer")
+        return int(text)
     return str(raw)

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import time
 
+from pyrmq.errors import ConfigError
 from pyrmq.remoting.server import RemotingServer
 
 from .processor import NamesrvProcessor
@@ -27,6 +28,10 @@ class NamesrvConfig:
     scan_not_active_broker_interval_ms: int = 10_000
     # A broker silent this long is dropped (brokerChannelExpiredTime).
     broker_channel_expired_time_ms: int = 120_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.listen_port <= 65535:
+            raise ConfigError(f"listen_port {self.listen_port} is not a port (0..65535)")
 
 
 class NameServer:

@@ -10,7 +10,8 @@ answers by opaque.
 
 Failures stay with their connection: a malformed frame closes that connection only, an unknown
 code gets REQUEST_CODE_NOT_SUPPORTED, a handler that raises gets SYSTEM_ERROR. Nothing else is
-disturbed.
+disturbed. A client that does not read its answers stops being read: once a connection's unsent
+answers pass ``WRITE_HIGH_WATER_BYTES``, its requests wait until they drain.
 """
 
 import asyncio
@@ -31,6 +32,9 @@ __all__ = ["Connection", "Handler", "InlineHandler", "RemotingServer"]
 log = logging.getLogger(__name__)
 
 _opaques = itertools.count(1 << 30)
+
+WRITE_HIGH_WATER_BYTES = 4 << 20
+"""Unsent answer bytes above which a connection's requests are no longer read."""
 
 
 class Handler(Protocol):
@@ -65,10 +69,14 @@ class Connection(asyncio.Protocol):
         self.peer_address = "0.0.0.0:0"
         """``host:port`` of the peer (every stored message names its sender's)."""
         self.closed = asyncio.Event()
+        self._writing_paused = False
+        # Requests decoded but not yet served while answers wait to drain.
+        self._backlog: list[RemotingCommand] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport).
         self._transport = cast(asyncio.Transport, transport)
+        self._transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
         self._loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         if peer:
@@ -88,8 +96,17 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection peer=%s: %s", self.peer_address, e)
             self.close()
             return
+        if self._backlog:
+            self._backlog.extend(commands)
+        else:
+            self._dispatch(commands)
+
+    def _dispatch(self, commands: list[RemotingCommand]) -> None:
         inline = self._server.inline_handlers
-        for cmd in commands:
+        for i, cmd in enumerate(commands):
+            if self._writing_paused:
+                self._backlog = commands[i:]
+                return
             if cmd.is_response:
                 fut = self._pending.pop(cmd.opaque, None)
                 if fut is not None and not fut.done():
@@ -100,6 +117,20 @@ class Connection(asyncio.Protocol):
                 self._serve_inline(handler, cmd)
             else:
                 self._spawn(self._serve(cmd))
+
+    def pause_writing(self) -> None:
+        # The client reads its answers slower than it sends requests: stop reading them.
+        self._writing_paused = True
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        backlog, self._backlog = self._backlog, []
+        self._dispatch(backlog)
+        transport = self._transport
+        if not self._writing_paused and transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         loop = self._loop

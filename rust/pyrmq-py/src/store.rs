@@ -252,9 +252,16 @@ impl Body<'_> {
         if let Ok(b) = obj.cast::<PyBytes>() {
             return Ok(Body::Borrowed(b.clone()));
         }
-        let buf = pyo3::buffer::PyBuffer::<u8>::get(obj)
-            .map_err(|_| errors::illegal("expected bytes or a byte buffer"))?;
-        Ok(Body::Owned(buf.to_vec(obj.py())?))
+        if let Ok(buf) = pyo3::buffer::PyBuffer::<u8>::get(obj) {
+            return Ok(Body::Owned(buf.to_vec(obj.py())?));
+        }
+        // Any other buffer (array('i'), ctypes arrays, ...): its bytes, as bytes(obj) gives them.
+        let view = pyo3::types::PyMemoryView::from(obj)
+            .map_err(|_| errors::illegal("expected bytes or a buffer"))?;
+        Ok(Body::Borrowed(
+            view.call_method0(pyo3::intern!(obj.py(), "tobytes"))?
+                .cast_into::<PyBytes>()?,
+        ))
     }
 
     pub fn as_slice(&self) -> &[u8] {
@@ -1098,7 +1105,8 @@ impl PyMessageStore {
         tags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let codes = tag_codes(tags)?;
-        self.store
+        // Nothing would ever wake a pull parked on a closed store.
+        self.live()?
             .hold_pull(pull_id, &topic, queue_id.0, queue_offset, codes);
         Ok(())
     }

@@ -184,6 +184,8 @@ pub(crate) struct Inner {
 pub struct MessageStore {
     inner: Arc<Inner>,
     services: parking_lot::Mutex<Option<Services>>,
+    /// Held through `close`: a second caller returns only once the first has finished.
+    closing: parking_lot::Mutex<()>,
     pub recovery: RecoveryReport,
 }
 
@@ -338,6 +340,7 @@ impl MessageStore {
         Ok(Self {
             inner,
             services: parking_lot::Mutex::new(services),
+            closing: parking_lot::Mutex::new(()),
             recovery,
         })
     }
@@ -657,6 +660,7 @@ impl MessageStore {
     /// Stops the services, flushes everything, writes the checkpoint and removes the abort
     /// marker, so the next open knows the shutdown was clean. Idempotent.
     pub fn close(&self) -> StoreResult<()> {
+        let _closing = self.closing.lock();
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }

@@ -19,6 +19,7 @@ from pyrmq.namesrv import NameServer, NamesrvConfig
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE = Path("~/.pyrmq/store")
+PORT = click.IntRange(0, 65535)
 LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 
 
@@ -114,23 +115,33 @@ def _broker_config(
     flush: str | None,
     namesrv_addr: str | None,
 ) -> BrokerConfig:
+    # The store's default root is pyrmq's, unless the file or --store names one.
+    base = BrokerConfig()
+    base = dataclasses.replace(
+        base,
+        store=dataclasses.replace(base.store, store_path_root_dir=str(DEFAULT_STORE.expanduser())),
+    )
     try:
-        config = BrokerConfig.from_properties(config_file) if config_file else BrokerConfig()
+        config = BrokerConfig.from_properties(config_file, base=base) if config_file else base
     except (ConfigError, OSError) as e:
         raise click.UsageError(f"{config_file}: {e}") from e
     store_config = config.store
-    if store is not None or config_file is None:
-        root = (store or DEFAULT_STORE).expanduser()
-        store_config = dataclasses.replace(store_config, store_path_root_dir=str(root))
+    if store is not None:
+        store_config = dataclasses.replace(
+            store_config, store_path_root_dir=str(store.expanduser())
+        )
     if flush is not None:
         kind = "SYNC_FLUSH" if flush == "sync" else "ASYNC_FLUSH"
         store_config = dataclasses.replace(store_config, flush_disk_type=kind)
-    config = dataclasses.replace(config, store=store_config)
+    changes: dict[str, object] = {"store": store_config}
     if port is not None:
-        config = dataclasses.replace(config, listen_port=port)
+        changes["listen_port"] = port
     if namesrv_addr is not None:
-        config = dataclasses.replace(config, namesrv_addr=namesrv_addr)
-    return config
+        changes["namesrv_addr"] = namesrv_addr
+    try:
+        return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from e
 
 
 @click.command("serve")
@@ -139,8 +150,10 @@ def _broker_config(
     type=click.Path(file_okay=False, path_type=Path),
     help=f"Store directory [default: {DEFAULT_STORE}].",
 )
-@click.option("--namesrv-port", default=9876, show_default=True, help="Name server port; 0: any.")
-@click.option("--broker-port", type=int, help="Broker port [default: 10911]; 0: any.")
+@click.option(
+    "--namesrv-port", default=9876, show_default=True, type=PORT, help="Name server port; 0: any."
+)
+@click.option("--broker-port", type=PORT, help="Broker port [default: 10911]; 0: any.")
 @click.option("--flush", type=click.Choice(["sync", "async"]), help="flushDiskType [async].")
 @click.option(
     "-c",
@@ -167,7 +180,7 @@ def serve(
 
 
 @click.command("namesrv")
-@click.option("--port", default=9876, show_default=True, help="Listen port; 0: any.")
+@click.option("--port", default=9876, show_default=True, type=PORT, help="Listen port; 0: any.")
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")
 def namesrv(port: int, log_level: str, log_file: Path | None) -> None:
@@ -186,7 +199,7 @@ def namesrv(port: int, log_level: str, log_file: Path | None) -> None:
     help="A RocketMQ broker.conf.",
 )
 @click.option("--store", type=click.Path(file_okay=False, path_type=Path), help="Store directory.")
-@click.option("--port", type=int, help="Listen port (overrides listenPort).")
+@click.option("--port", type=PORT, help="Listen port (overrides listenPort).")
 @click.option("--flush", type=click.Choice(["sync", "async"]), help="flushDiskType.")
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from pyrmq.config import StoreConfig
+from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.store import GetMessageStatus, MessageStore
 
 TOPIC = "DemoTopic"
@@ -23,8 +24,16 @@ QUEUES = 4
     show_default=True,
     help="Store directory (created if missing; reopened and recovered if it exists).",
 )
-@click.option("--count", default=200_000, show_default=True, help="Messages to append.")
-@click.option("--size", default=128, show_default=True, help="Body size in bytes.")
+@click.option(
+    "--count",
+    default=200_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Messages to append.",
+)
+@click.option(
+    "--size", default=128, show_default=True, type=click.IntRange(min=1), help="Body size in bytes."
+)
 @click.option(
     "--flush",
     type=click.Choice(["async", "sync"]),
@@ -43,13 +52,19 @@ def store_demo(
     store_dir: Path, count: int, size: int, flush: str, config_file: Path | None
 ) -> None:
     """Append messages in batches of 32, read them back by queue and key, and report."""
-    config = StoreConfig.from_properties(config_file) if config_file else StoreConfig()
+    try:
+        config = StoreConfig.from_properties(config_file) if config_file else StoreConfig()
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from e
     flush_type = "SYNC_FLUSH" if flush == "sync" else "ASYNC_FLUSH"
     settings = dataclasses.replace(config, flush_disk_type=flush_type)
-    store_dir.mkdir(parents=True, exist_ok=True)
 
     started = time.perf_counter()
-    with MessageStore.open(store_dir, settings) as store:
+    try:
+        store = MessageStore.open(store_dir, settings)
+    except (PyrmqError, OSError) as e:
+        raise click.ClickException(f"cannot open the store: {e}") from e
+    with store:
         opened = time.perf_counter() - started
         recovery = store.recovery
         click.echo(f"store        {store_dir} ({flush_type}), opened in {opened * 1000:.1f} ms")
@@ -61,15 +76,19 @@ def store_demo(
         before = [store.max_offset(TOPIC, q) for q in range(QUEUES)]
 
         body = os.urandom(size)
-        batches = max(1, count // 32)
+        batches = -(-count // 32)
         started = time.perf_counter()
         last = None
         for i in range(batches):
             last = store.put_batch(
-                TOPIC, [body] * 32, queue_id=i % QUEUES, tags=f"Tag{i % 3}", keys=[f"batch-{i}"]
+                TOPIC,
+                [body] * min(32, count - 32 * i),
+                queue_id=i % QUEUES,
+                tags=f"Tag{i % 3}",
+                keys=[f"batch-{i}"],
             )
         elapsed = time.perf_counter() - started
-        sent = batches * 32
+        sent = count
         click.echo(
             f"append       {sent:,} x {size} B in batches of 32: "
             f"{sent / elapsed:,.0f} msgs/s, {sent * size / elapsed / 1e6:,.1f} MB/s"

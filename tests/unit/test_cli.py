@@ -1,0 +1,86 @@
+"""The server commands' options: what they refuse before starting anything, and where the
+store goes."""
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pyrmq.cli.commands.serve import _broker_config
+from pyrmq.cli.main import main
+from pyrmq.errors import ConfigError
+from pyrmq.namesrv import NamesrvConfig
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--namesrv-port", "70000"],
+        ["serve", "--broker-port", "65536"],
+        ["namesrv", "--port", "-1"],
+        ["broker", "--port", "70000"],
+    ],
+    ids=" ".join,
+)
+def test_a_port_outside_0_to_65535_is_a_usage_error(args: list[str]) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "not in the range 0<=x<=65535" in result.output
+
+
+def test_a_name_server_port_outside_0_to_65535_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="not a port"):
+        NamesrvConfig(listen_port=70000)
+
+
+def test_a_config_file_that_names_no_store_keeps_the_default_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    conf = tmp_path / "broker.conf"
+    conf.write_text("flushDiskType=SYNC_FLUSH\n")
+    config = _broker_config(conf, None, None, None, None)
+    assert config.store.store_path_root_dir == str(tmp_path / ".pyrmq" / "store")
+    assert config.store.flush_disk_type == "SYNC_FLUSH"
+
+    conf.write_text(f"storePathRootDir={tmp_path / 'named'}\n")
+    assert _broker_config(conf, None, None, None, None).store.store_path_root_dir == str(
+        tmp_path / "named"
+    )
+    chosen = _broker_config(conf, tmp_path / "flag", None, None, None)
+    assert chosen.store.store_path_root_dir == str(tmp_path / "flag")
+
+
+def test_a_config_file_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_bytes("brokerName=br\u00f6ker\n".encode("latin-1"))
+    result = CliRunner().invoke(main, ["broker", "-c", str(conf)])
+    assert result.exit_code == 2, result.output
+    assert "UTF-8" in result.output
+
+
+def test_store_demo_appends_exactly_the_count(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["store-demo", "--store", str(tmp_path), "--count", "50"])
+    assert result.exit_code == 0, result.output
+    assert "append       50 x 128 B" in result.output
+    assert "DemoTopic: q0=32, q1=18, q2=0, q3=0" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--size", "-1"], "-1 is not in the range x>=1"), (["--count", "0"], "x>=1")],
+)
+def test_store_demo_refuses_bad_options(tmp_path: Path, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["store-demo", "--store", str(tmp_path), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_store_demo_reports_a_bad_config_file(tmp_path: Path) -> None:
+    conf = tmp_path / "store.conf"
+    conf.write_text("flushIntervalCommitLog=0\n")
+    result = CliRunner().invoke(
+        main, ["store-demo", "--store", str(tmp_path / "s"), "-c", str(conf)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "flushIntervalCommitLog" in result.output
