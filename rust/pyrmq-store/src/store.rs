@@ -174,8 +174,8 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     pub(crate) disk_full: AtomicBool,
     abort_path: PathBuf,
-    /// Held (flock) while open: the root's `lock` file, and a CommitLog directory kept outside
-    /// the root. Released by `close` so the store can be reopened.
+    /// Held (flock) while open: the root's `lock` file and the CommitLog's directory.
+    /// Released by `close` so the store can be reopened.
     lock_file: parking_lot::Mutex<Vec<File>>,
     /// Held through a retention pass.
     cleaning: parking_lot::Mutex<()>,
@@ -471,7 +471,6 @@ impl MessageStore {
         self.inner.unit_store_time(&q, q.min_offset())
     }
 
-    /// Store time of the message at `queue_offset`.
     /// Whether the message at `queue_offset` lies further behind the CommitLog's end than
     /// `accessMessageInMemoryMaxRatio` of memory, where the page cache has likely dropped it
     /// (RocketMQ's `checkInDiskByConsumeOffset`). False when there is no such message.
@@ -492,6 +491,7 @@ impl MessageStore {
         })
     }
 
+    /// Store time of the message at `queue_offset`.
     pub fn store_time(&self, topic: &str, queue_id: i32, queue_offset: u64) -> Option<i64> {
         let q = self.inner.queue(topic, queue_id)?;
         self.inner.unit_store_time(&q, queue_offset)

@@ -239,8 +239,10 @@ fn a_delayed_message_keeps_every_property_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     cfg.max_queue_nums_per_topic = 16;
-    // A pair that is not UTF-8 is no concern of the store's: it travels as it came.
-    let props = b"DELAY\x011\x02K\x01\xff\xfe\x02TAGS\x01t".to_vec();
+    // Every pair but DELAY travels as it came, byte for byte.
+    let props = "DELAY\x011\x02K\x01\u{e9}t\u{e9}\x02TAGS\x01t"
+        .as_bytes()
+        .to_vec();
     {
         let store = MessageStore::open(cfg.clone()).unwrap();
         let input = MessageInput {
@@ -280,6 +282,7 @@ fn a_delayed_message_keeps_every_property_byte_for_byte() {
     assert_eq!(rec.body, b"later");
     assert_eq!(
         rec.properties,
-        &b"K\x01\xff\xfe\x02TAGS\x01t\x02REAL_TOPIC\x01TopicLater\x02REAL_QID\x0110"[..]
+        "K\x01\u{e9}t\u{e9}\x02TAGS\x01t\x02REAL_TOPIC\x01TopicLater\x02REAL_QID\x0110\x02WAIT\x01false"
+            .as_bytes()
     );
 }
