@@ -386,6 +386,121 @@ def test_a_queue_dropped_from_the_assignment_commits_its_consume_offset(
     run(scenario)
 
 
+def test_the_message_an_async_for_body_raised_on_is_not_committed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with client_cluster(tmp_path) as c:
+            await c.create_topic("LiteRaise", 1)
+            (q0,) = queues("LiteRaise", 1)
+            async with Producer("PG", c.namesrv_addr) as p:
+                await send_to(p, q0, [f"m{n}" for n in range(10)])
+            consumer = LitePullConsumer("CG_RAISE", c.namesrv_addr, consume_from_where=FIRST)
+            consumer.assign([q0])
+            finished = []
+            async with consumer:
+                with pytest.raises(LookupError):
+                    async with contextlib.aclosing(aiter(consumer)) as it:
+                        async for msg in it:
+                            if msg.body == b"m5":
+                                raise LookupError("cannot handle m5")
+                            finished.append(msg.body)
+            assert finished == [f"m{n}".encode() for n in range(5)]
+            assert c.broker(0).offsets.query("CG_RAISE", "LiteRaise", 0) == 5
+
+    run(scenario)
+
+
+def test_without_auto_commit_only_commit_stores_a_seek(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with client_cluster(tmp_path) as c:
+            await c.create_topic("LiteSeek", 1)
+            (q0,) = queues("LiteSeek", 1)
+            offsets = c.broker(0).offsets
+            async with Producer("PG", c.namesrv_addr) as p:
+                await send_to(p, q0, [f"m{n}" for n in range(10)])
+            kept = LitePullConsumer(
+                "CG_SEEK", c.namesrv_addr, consume_from_where=FIRST, auto_commit=False
+            )
+            kept.assign([q0])
+            async with kept:
+                assert len(await poll_n(kept, 10)) == 10
+                await kept.commit()
+                await kept.seek(q0, 2)
+                assert offsets_of(await kept.poll(timeout_s=3))[0] == 2
+            assert offsets.query("CG_SEEK", "LiteSeek", 0) == 10
+
+            fresh = LitePullConsumer("CG_SEEK_NEW", c.namesrv_addr, auto_commit=False)
+            fresh.assign([q0])
+            async with fresh:
+                await fresh.seek_to_end(q0)
+            # What the broker answered at the start (0: the queue starts in memory), not 10.
+            assert offsets.query("CG_SEEK_NEW", "LiteSeek", 0) == 0
+
+    run(scenario)
+
+
+def test_a_queue_handed_over_before_anything_was_polled_loses_nothing(tmp_path: Path) -> None:
+    """CONSUME_FROM_LAST_OFFSET on a broker that keeps nothing in memory: the first consumer
+    starts every queue at its end and commits that start, messages arrive, and a second one
+    takes half the queues before the first polled anything. It must resume where the first
+    started them, not at the (newer) end."""
+
+    async def scenario() -> None:
+        async with client_cluster(tmp_path, store=ON_DISK) as c:
+            await c.create_topic("LiteHandover", 4)
+            mqs = queues("LiteHandover", 4)
+
+            def consumer(name: str) -> LitePullConsumer:
+                cons = LitePullConsumer(
+                    "CG_HANDOVER", c.namesrv_addr, instance_name=name, auto_commit_interval_s=0.2
+                )
+                cons.subscribe("LiteHandover")
+                return cons
+
+            async with Producer("PG", c.namesrv_addr) as p:
+                for mq in mqs:
+                    await send_to(p, mq, ["old"])
+                first = consumer("first")
+                async with first:
+                    await eventually(
+                        lambda: (
+                            len(first.assignment()) == 4
+                            and all(s.pull_offset == 1 for s in first._assigned.values())
+                        ),
+                        5.0,
+                        "every queue started at its end",
+                    )
+                    await eventually(
+                        lambda: all(
+                            c.broker(0).offsets.query("CG_HANDOVER", "LiteHandover", q) == 1
+                            for q in range(4)
+                        ),
+                        5.0,
+                        "the starts committed",
+                    )
+                    for i, mq in enumerate(mqs):
+                        await send_to(p, mq, [f"new{i}"])
+                    second = consumer("second")
+                    async with second:
+                        await eventually(
+                            lambda: len(first.assignment()) == len(second.assignment()) == 2,
+                            10.0,
+                            "the queues shared",
+                        )
+                        got: list[bytes] = []
+
+                        async def poll_both() -> bool:
+                            for cons in (first, second):
+                                got.extend(m.body for m in await cons.poll(timeout_s=0.1))
+                            return len(got) >= 4
+
+                        for _ in range(50):
+                            if await poll_both():
+                                break
+                        assert sorted(got) == [f"new{i}".encode() for i in range(4)]
+
+    run(scenario)
+
+
 # --- pause and flow control --------------------------------------------------------------------
 
 
@@ -605,7 +720,8 @@ def test_async_for_yields_new_messages_and_ends_at_shutdown(tmp_path: Path) -> N
                 await send_to(p, q0, ["d"])
                 await eventually(lambda: consumer._assigned[q0].consume_offset == 5, 5.0, "d")
                 await consumer.shutdown()
-                assert await asyncio.wait_for(task, 2.0) == [b"d"]
+                # The loop stopped at "c" without asking for the next: it comes again.
+                assert await asyncio.wait_for(task, 2.0) == [b"c", b"d"]
                 assert c.broker(0).offsets.query("CG_ITER", "LiteIter", 0) == 5
 
     run(scenario)

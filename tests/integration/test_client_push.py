@@ -264,13 +264,68 @@ def test_async_for_gets_the_messages_and_ends_at_shutdown(addrs: tuple[str, str]
         await c.shutdown()
         await asyncio.wait_for(task, 5)  # the loop ended with the consumer
         assert sorted(got) == sorted(f"a{i}".encode() for i in range(20))
-        # Every message counts as consumed, the last one too (acknowledged at shutdown): the
-        # committed offsets cover all 20.
+        # Every message counts as consumed, the last one too (the loop asked for the next
+        # one): the committed offsets cover all 20.
         offsets = [
             await committed_offset(broker, "CG_ASYNC_FOR", MessageQueue(topic, "broker-a", q))
             for q in range(2)
         ]
         assert sum(o or 0 for o in offsets) == 20, offsets
+
+    run(scenario)
+
+
+def test_the_message_an_async_for_body_holds_at_shutdown_is_delivered_again(
+    addrs: tuple[str, str],
+) -> None:
+    namesrv, broker = addrs
+    topic, group = "TopicAsyncForStop", "CG_ASYNC_FOR_STOP"
+    create_topic(broker, topic, 1)
+
+    def consumer_of_group() -> PushConsumer:
+        c = PushConsumer(
+            group,
+            client_config=fast_config(namesrv),
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        )
+        c.subscribe(topic)
+        return c
+
+    async def scenario() -> None:
+        await send_bodies(namesrv, topic, [b"m%d" % i for i in range(10)])
+        first = consumer_of_group()
+        await first.start()
+        finished: list[bytes] = []
+        holding = asyncio.Event()
+
+        async def handle() -> None:
+            async for m in first:
+                if m.body == b"m5":
+                    holding.set()
+                    await asyncio.sleep(30)  # still at it when the consumer stops
+                finished.append(m.body)
+
+        task = asyncio.get_running_loop().create_task(handle())
+        await asyncio.wait_for(holding.wait(), 10)
+        await first.shutdown()
+        task.cancel()
+        assert finished == [b"m%d" % i for i in range(5)]
+
+        second = consumer_of_group()
+        await second.start()
+        again: list[bytes] = []
+
+        async def resume() -> None:
+            async for m in second:
+                again.append(m.body)
+
+        task = asyncio.get_running_loop().create_task(resume())
+        try:
+            await eventually(lambda: b"m9" in again, what="the rest of the queue")
+        finally:
+            await second.shutdown()
+            await asyncio.wait_for(task, 5)
+        assert again == [b"m%d" % i for i in range(5, 10)]
 
     run(scenario)
 

@@ -637,7 +637,9 @@ class PushConsumer(_Client):
     """A blocking push consumer: :meth:`subscribe` with a callback, then :meth:`start`.
 
     A new group starts at the end of each queue (``CONSUME_FROM_LAST_OFFSET``), so it gets the
-    messages sent after it started; :meth:`set_consume_from_where` changes that.
+    messages sent after it started; :meth:`set_consume_from_where` changes that. As in
+    RocketMQ, a queue that still starts at offset 0 with its first message in the broker's
+    memory is the exception: the broker has a new group start it at 0.
 
     >>> from pyrmq.client import ConsumeStatus, PushConsumer
     >>> def callback(msg):

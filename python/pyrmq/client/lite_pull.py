@@ -474,7 +474,8 @@ class LitePullConsumer(ClientLifecycle):
         state.batches.clear()
         state.pull_offset = offset
         state.consume_offset = offset
-        if self._store is not None:
+        # Without auto-commit only commit() moves what the group has stored.
+        if self.auto_commit and self._store is not None:
             self._store.update(state.mq, offset, increase_only=False)
         self._start_task(state)
 
@@ -494,6 +495,12 @@ class LitePullConsumer(ClientLifecycle):
                     if state.epoch != epoch:
                         return
                     state.pull_offset = offset
+                    if state.consume_offset < 0:
+                        # As the push consumer records its start: a queue that moves to another
+                        # consumer before anything of it was polled resumes here, not at that
+                        # consumer's own start (the end, by default), which would skip what
+                        # arrived meanwhile.
+                        state.consume_offset = offset
                     log.info("group=%s starts %s at offset %d", self.group, mq, offset)
                 started = time.monotonic()
                 result = await self._pull_once(state, state.pull_offset)
@@ -608,22 +615,23 @@ class LitePullConsumer(ClientLifecycle):
     async def __aiter__(self) -> AsyncIterator[MessageExt]:
         """Yields messages as :meth:`poll` returns them, until shutdown.
 
-        A batch counts as consumed once the loop asks for the message after its last one, so
-        auto-commit never covers a message the loop body has not finished.
+        A message counts as consumed once the loop asks for the next one, so auto-commit never
+        covers a message the loop body has not finished: the one at which the loop stops (a
+        ``break``, an exception, shutdown) is delivered again.
         """
         while self._instance is not None:
             taken = await self._take(self.poll_timeout_s)
             if taken is None:
                 continue
             state, pq, msgs = taken
-            handed = 0
+            finished = 0
             try:
                 for msg in msgs:
-                    handed += 1
                     yield msg
+                    finished += 1
             finally:
-                self._mark_consumed(state, pq, msgs[:handed])
-                rest = msgs[handed:]
+                self._mark_consumed(state, pq, msgs[:finished])
+                rest = msgs[finished:]
                 if rest and state.pq is pq and self._assigned.get(state.mq) is state:
                     state.batches.appendleft(rest)
                     self._ready.set()

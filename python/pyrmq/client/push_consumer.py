@@ -236,9 +236,9 @@ class PushConsumer(ClientLifecycle):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._unacked is not None:
-            self._ack(*self._unacked)
-            self._unacked = None
+        # The message an `async for` body holds was not finished: left in its queue, it holds
+        # the committed offset back and is delivered again.
+        self._unacked = None
         if self._inbox is not None:
             self._inbox.put_nowait(None)  # ends `async for`
         if self._service is not None:
