@@ -396,13 +396,17 @@ def test_the_message_an_async_for_body_raised_on_is_not_committed(tmp_path: Path
             consumer = LitePullConsumer("CG_RAISE", c.namesrv_addr, consume_from_where=FIRST)
             consumer.assign([q0])
             finished = []
+
+            async def handle() -> None:
+                async with contextlib.aclosing(aiter(consumer)) as it:
+                    async for msg in it:
+                        if msg.body == b"m5":
+                            raise LookupError("cannot handle m5")
+                        finished.append(msg.body)
+
             async with consumer:
                 with pytest.raises(LookupError):
-                    async with contextlib.aclosing(aiter(consumer)) as it:
-                        async for msg in it:
-                            if msg.body == b"m5":
-                                raise LookupError("cannot handle m5")
-                            finished.append(msg.body)
+                    await handle()
             assert finished == [f"m{n}".encode() for n in range(5)]
             assert c.broker(0).offsets.query("CG_RAISE", "LiteRaise", 0) == 5
 
