@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from tests import helpers
-from tests.compat.servers import create_topic, serving
+from tests.compat.servers import ServerProcess, create_topic, serving
 from tests.helpers import fast_config, pyrmq_admin
 
 from pyrmq import _core
@@ -551,3 +552,42 @@ def test_a_consume_queue_shows_where_each_message_lies_and_who_takes_it(
     assert lines[1].split() == ["#Offset", "#CommitLog", "Offset", "#Size", "#Tags", "Code"]
     assert [line.split()[0] for line in lines[2:]] == ["0", "1"]
     assert lines[2].split()[3] == str(_core.java_string_hash("TagA"))
+
+
+def test_cluster_list_shows_every_broker_when_one_does_not_answer(tmp_path: Any) -> None:
+    """A broker the name server still lists (hung, or gone without closing its connection)
+    is shown without figures; the others are shown as usual."""
+    (tmp_path / "a").mkdir()
+    with serving(tmp_path / "a") as first:
+        namesrv, broker_a = first.addresses()
+        conf = tmp_path / "broker-b.conf"
+        conf.write_text("brokerName=broker-b\n")
+        second = ServerProcess(
+            [
+                "broker",
+                "-n",
+                namesrv,
+                "-c",
+                str(conf),
+                "--store",
+                str(tmp_path / "b"),
+                "--port",
+                "0",
+            ],
+            tmp_path / "b.log",
+        )
+        try:
+            [broker_b] = second.addresses()
+            second.proc.send_signal(signal.SIGSTOP)
+            try:
+                out = pyrmq_admin("cluster-list", "-n", namesrv)
+            finally:
+                second.proc.send_signal(signal.SIGCONT)
+        finally:
+            assert second.stop() == 0
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[1]: line.split() for line in out.stdout.splitlines()[1:]}
+    assert rows.keys() == {"broker-a", "broker-b"}
+    assert rows["broker-a"][3] == broker_a
+    assert rows["broker-b"][3:] == [broker_b, "0", "0", "0"]
+    assert broker_b in out.stderr

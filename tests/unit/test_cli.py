@@ -1,6 +1,7 @@
-"""The server commands' options: what they refuse before starting anything, and where the
-store goes."""
+"""The server commands' options and addresses: what they refuse before starting anything, and
+where the store goes."""
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -8,8 +9,13 @@ from click.testing import CliRunner
 
 from pyrmq.cli.commands.serve import _broker_config
 from pyrmq.cli.main import main
-from pyrmq.errors import ConfigError
+from pyrmq.client.admin import Admin
+from pyrmq.client.instance import ClientConfig
+from pyrmq.errors import ConfigError, RemotingError
 from pyrmq.namesrv import NamesrvConfig
+from pyrmq.remoting.addresses import split_addresses
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
 
 
 @pytest.mark.parametrize(
@@ -84,3 +90,32 @@ def test_store_demo_reports_a_bad_config_file(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2, result.output
     assert "flushIntervalCommitLog" in result.output
+
+
+@pytest.mark.parametrize("entry", ["127.0.0.1", "localhost:98x6", ":9876", "h:65536"])
+def test_a_name_server_address_that_is_not_host_port_is_refused(entry: str) -> None:
+    listed = f"{entry};127.0.0.1:9876"
+    with pytest.raises(ConfigError, match="not host:port"):
+        ClientConfig(namesrv_addr=listed)
+    with pytest.raises(ConfigError, match="not host:port"):
+        Admin(listed)
+    result = CliRunner().invoke(main, ["broker", "-n", listed, "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "not host:port" in result.output
+
+
+def test_name_server_lists_split_on_semicolons_and_commas() -> None:
+    assert split_addresses(" a:1; b:2 ,c:3;; ") == ["a:1", "b:2", "c:3"]
+    assert ClientConfig(namesrv_addr="a:1;b:2").namesrv_list == ["a:1", "b:2"]
+
+
+def test_connecting_to_an_address_without_a_port_is_a_remoting_error() -> None:
+    async def connect() -> None:
+        client = RemotingClient()
+        try:
+            with pytest.raises(RemotingError, match="cannot connect to 127.0.0.1"):
+                await client.invoke("127.0.0.1", RemotingCommand.request(26, {}), timeout_s=1)
+        finally:
+            await client.close()
+
+    asyncio.run(connect())

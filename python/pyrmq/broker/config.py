@@ -10,6 +10,7 @@ from typing import Any, Self
 from pyrmq.broker.state.json_file import write_atomic
 from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_properties, rocketmq_key
 from pyrmq.errors import ConfigError
+from pyrmq.remoting.addresses import split_addresses
 
 __all__ = ["BrokerConfig", "setting_key", "write_settings"]
 
@@ -72,12 +73,16 @@ class BrokerConfig:
             problems.append("default_topic_queue_nums must be positive")
         if self.broker_id < 0:
             problems.append("broker_id must be >= 0")
+        try:
+            split_addresses(self.namesrv_addr)
+        except ValueError as e:
+            problems.append(f"namesrv_addr: {e}")
         if problems:
             raise ConfigError("; ".join(problems), problems=problems)
 
     @property
     def namesrv_addrs(self) -> list[str]:
-        return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
+        return split_addresses(self.namesrv_addr)
 
     @classmethod
     def from_mapping(

@@ -14,7 +14,6 @@ Example (against a running ``pyrmq serve``)::
 
 import dataclasses
 import json
-import re
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -32,7 +31,8 @@ from pyrmq.client.route import (
     queue_table,
 )
 from pyrmq.config import parse_properties
-from pyrmq.errors import BrokerError, NoRouteError, PyrmqError
+from pyrmq.errors import BrokerError, ConfigError, NoRouteError, PyrmqError
+from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
@@ -135,9 +135,12 @@ class Admin:
     """Asks the name servers where brokers are and the brokers for their statistics."""
 
     def __init__(self, namesrv_addr: str = "127.0.0.1:9876", *, timeout_s: float = 3.0) -> None:
-        self.namesrv_addrs = [a.strip() for a in re.split(r"[;,]", namesrv_addr) if a.strip()]
+        try:
+            self.namesrv_addrs = split_addresses(namesrv_addr)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if not self.namesrv_addrs:
-            raise ValueError("no name server address given")
+            raise ConfigError("no name server address given")
         self.timeout_s = timeout_s
         self._remoting = RemotingClient()
 

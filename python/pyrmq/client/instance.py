@@ -13,7 +13,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import socket
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
@@ -23,7 +22,8 @@ from typing import Any, ClassVar, Protocol, Self
 from pyrmq.client.api import ClientAPI
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import TopicRoute, loads_queue_table
-from pyrmq.errors import ClientStateError, NoRouteError, PyrmqError
+from pyrmq.errors import ClientStateError, ConfigError, NoRouteError, PyrmqError
+from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -50,9 +50,15 @@ class ClientConfig:
     rebalance_interval_s: float = 20.0
     request_timeout_s: float = 3.0
 
+    def __post_init__(self) -> None:
+        try:
+            split_addresses(self.namesrv_addr)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
     @property
     def namesrv_list(self) -> list[str]:
-        return [a.strip() for a in re.split(r"[;,]", self.namesrv_addr) if a.strip()]
+        return split_addresses(self.namesrv_addr)
 
     def client_id(self) -> str:
         ip = self.client_ip or _local_ip()

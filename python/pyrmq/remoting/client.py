@@ -169,7 +169,8 @@ class RemotingClient:
                 loop.create_connection(lambda: _Channel(self, address), host, int(port)),
                 self.connect_timeout_s,
             )
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, ValueError) as e:
+            # ValueError: an address that is not host:port (no port, a port not a number).
             err = RemotingError(f"cannot connect to {address}: {e}")
             fut.set_exception(err)
             fut.exception()  # consumed here; waiters get it through shield

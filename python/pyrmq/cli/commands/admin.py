@@ -73,7 +73,13 @@ def cluster_list(namesrv_addr: str) -> None:
         ]
         for broker in await a.clusters():
             for bid, addr in sorted(broker.addrs.items()):
-                info = await a.broker_runtime_info(addr)
+                try:
+                    info = await a.broker_runtime_info(addr)
+                except PyrmqError as e:
+                    # Listed, but not answering (hung, or gone without closing its
+                    # connection): shown without figures, as mqadmin does.
+                    click.echo(f"{addr}: {e}", err=True)
+                    info = {}
                 rows.append(
                     (
                         broker.cluster,
