@@ -1,7 +1,8 @@
-"""Pure-Python store writing the same on-disk formats as pyrmq's Rust store.
+"""Pure-Python store writing pyrmq's record and ConsumeQueue layouts.
 
-It is the yardstick the benchmarks compare against: same record layout, same file layout, same
-work per message (CRC, offsets, message id, ConsumeQueue unit), written the way a careful Python
+It is the yardstick the benchmarks compare against: same record layout, same file layout, and
+per message a CRC, offsets, a message id and a ConsumeQueue unit (pyrmq also seals each put with
+a group fence, which this store does not write), written the way a careful Python
 programmer would (preallocated mmap segments, ``struct.pack_into`` straight into the map, one lock
 for writers, coalesced reads). It has no background services: async flush is left to the kernel
 and ``flush()``; sync flush msyncs the dirty commit-log pages inside ``put``.

@@ -47,7 +47,8 @@ class MessageStore(_core.MessageStore):
         ``config`` is a :class:`StoreConfig` or a mapping of its field names or RocketMQ's
         keys (``{"flushDiskType": "SYNC_FLUSH"}``); ``path`` overrides its root directory.
         ``background_services=False`` leaves flushing and retention to explicit calls, for
-        tests that drive time themselves.
+        tests that drive time themselves; under ``SYNC_FLUSH`` a put then waits out
+        ``sync_flush_timeout_ms`` unless it passes ``wait_for_flush=False``.
         """
         if config is None:
             config = StoreConfig()

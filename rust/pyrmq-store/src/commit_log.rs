@@ -498,12 +498,13 @@ impl CommitLog {
         )))
     }
 
-    /// Validates the log from the start of the segment holding `start` (as RocketMQ re-checks
-    /// its last files even after a clean stop) to its end, calls `on_record` with the offset
-    /// and bytes of every record at or after `start` in every intact group, then truncates the
-    /// torn tail. `start` must be a group boundary. Runs before any reader or writer exists.
+    /// Validates the log from `validate_from` (a group boundary at or before `start`) to its
+    /// end, calls `on_record` with the offset and bytes of every record at or after `start` in
+    /// every intact group, then truncates the torn tail. Runs before any reader or writer
+    /// exists.
     pub fn recover(
         &self,
+        validate_from: u64,
         start: u64,
         check_body_crc: bool,
         mut on_record: impl FnMut(u64, &[u8]) -> StoreResult<()>,
@@ -515,13 +516,16 @@ impl CommitLog {
             return Ok(report);
         };
         let dispatch_from = start.max(first);
-        let mut pos = dispatch_from - dispatch_from % size;
+        let mut pos = validate_from.clamp(first, dispatch_from);
         if self.files.find(pos).is_none() {
             // The checkpoint points past the last segment: start from the last one.
             pos = self.files.last().map_or(first, |f| f.file_from_offset());
         }
         let mut group_start = pos;
         let mut pending: Vec<(u64, u32)> = Vec::new();
+        // The data region the scan is in, (segment start, region end): asked for once per
+        // region, not per record (an lseek each).
+        let mut region = (u64::MAX, 0u64);
         loop {
             let Some(file) = self.files.find(pos) else {
                 break;
@@ -533,7 +537,10 @@ impl CommitLog {
                 continue;
             }
             // Bytes past the data region were never written: read them as the end of the log.
-            let readable = file.data_end_from(rel);
+            if region.0 != file.file_from_offset() || rel >= region.1 {
+                region = (file.file_from_offset(), file.data_end_from(rel));
+            }
+            let readable = region.1;
             if rel + 8 > readable {
                 if pending.is_empty() {
                     break;
@@ -570,13 +577,14 @@ impl CommitLog {
                         && fence_verifies(&file, rel, group_start) =>
                 {
                     let mut dispatched = 0u64;
+                    // A group never spans segments: its records are in this one.
+                    let base = file.file_from_offset();
                     for &(phy, len) in &pending {
-                        let f = self.files.find(phy).expect("segment of a pending record");
                         report.max_store_timestamp_ms = report
                             .max_store_timestamp_ms
-                            .max(store_timestamp(f.slice(phy - f.file_from_offset(), 88)));
+                            .max(store_timestamp(file.slice(phy - base, 88)));
                         if phy >= dispatch_from {
-                            on_record(phy, f.slice(phy - f.file_from_offset(), len as usize))?;
+                            on_record(phy, file.slice(phy - base, len as usize))?;
                             dispatched += 1;
                         }
                     }

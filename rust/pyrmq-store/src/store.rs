@@ -317,17 +317,27 @@ impl MessageStore {
         // when that lies before the checkpoint: ConsumeQueues removed while the store was
         // closed are rebuilt from the CommitLog. Records of index files dropped at load (another
         // geometry) are indexed again too: the checkpoint no longer counts them as indexed.
-        let start = loaded
-            .checkpoint
-            .map_or(0, |cp| cp.recovery_start())
-            .min(inner.queues_end());
+        let checkpointed = loaded.checkpoint.map_or(0, |cp| cp.recovery_start());
+        let start = checkpointed.min(inner.queues_end());
+        // Validation starts at a group boundary: the checkpoint's offsets are, a queue's end
+        // may fall inside a group, a segment's start is. Bytes below the checkpoint are durable;
+        // reads verify them anyway.
+        let validate_from = if start == checkpointed {
+            start
+        } else {
+            start - start % inner.commit_log.segment_size()
+        };
         if abnormal {
             log::warn!(
                 "store {} was not shut down cleanly; recovering from offset {start}",
                 root.display()
             );
         }
-        let recovery = inner.recover(start)?;
+        let recovery = inner.recover(validate_from, start)?;
+        // Store times never go back, even when no record lies past the checkpoint.
+        inner
+            .commit_log
+            .restore_last_store_timestamp(loaded.checkpoint.map_or(0, |cp| cp.written_at_ms));
         inner.update_disk_full();
         std::fs::write(&inner.abort_path, b"")
             .map_err(|e| StoreError::io("creating", &inner.abort_path, e))?;
@@ -1344,44 +1354,42 @@ impl Inner {
         }
     }
 
-    fn recover(&self, start: u64) -> StoreResult<RecoveryReport> {
+    fn recover(&self, validate_from: u64, start: u64) -> StoreResult<RecoveryReport> {
         let delays = &self.config.message_delay_level_ms;
-        let report =
-            self.commit_log
-                .recover(start, self.config.check_crc_on_recover, |phy, raw| {
-                    let Ok(rec) = message::decode(raw, false) else {
-                        return Ok(());
-                    };
-                    if self.deleted.covers(rec.topic, phy) {
-                        return Ok(());
-                    }
-                    let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
-                    // Transaction halves and rollbacks have no queue unit.
-                    let unit = (tx != SYSFLAG_TRANSACTION_PREPARED
-                        && tx != SYSFLAG_TRANSACTION_ROLLBACK)
-                        .then(|| {
-                            unit_tags_code(
-                                rec.topic,
-                                rec.properties,
-                                rec.store_timestamp_ms,
-                                delays,
-                            )
-                        });
-                    self.redispatch(
-                        &Dispatch {
-                            topic: rec.topic,
-                            queue_id: rec.queue_id,
-                            queue_offset: rec.queue_offset as u64,
-                            phy,
-                            size: rec.total_size,
-                            store_ts: rec.store_timestamp_ms,
-                            properties: rec.properties,
-                            sys_flag: rec.sys_flag,
-                        },
-                        unit,
-                    );
-                    Ok(())
-                })?;
+        let report = self.commit_log.recover(
+            validate_from,
+            start,
+            self.config.check_crc_on_recover,
+            |phy, raw| {
+                let Ok(rec) = message::decode(raw, false) else {
+                    return Ok(());
+                };
+                if self.deleted.covers(rec.topic, phy) {
+                    return Ok(());
+                }
+                let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
+                // Transaction halves and rollbacks have no queue unit.
+                let unit = (tx != SYSFLAG_TRANSACTION_PREPARED
+                    && tx != SYSFLAG_TRANSACTION_ROLLBACK)
+                    .then(|| {
+                        unit_tags_code(rec.topic, rec.properties, rec.store_timestamp_ms, delays)
+                    });
+                self.redispatch(
+                    &Dispatch {
+                        topic: rec.topic,
+                        queue_id: rec.queue_id,
+                        queue_offset: rec.queue_offset as u64,
+                        phy,
+                        size: rec.total_size,
+                        store_ts: rec.store_timestamp_ms,
+                        properties: rec.properties,
+                        sys_flag: rec.sys_flag,
+                    },
+                    unit,
+                );
+                Ok(())
+            },
+        )?;
         let end = report.end_offset;
         let cl_min = self.commit_log.min_offset();
         let queues: Vec<_> = self.queues.read().values().cloned().collect();
