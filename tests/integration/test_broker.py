@@ -96,23 +96,29 @@ class Cluster:
         max_nums: int = 32,
         timeout_s: float = 5.0,
     ) -> RemotingCommand:
-        flag = 4 | (2 if suspend_ms else 0)
         return await self.call(
             RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": group,
-                "topic": topic,
-                "queueId": queue_id,
-                "queueOffset": str(offset),
-                "maxMsgNums": max_nums,
-                "sysFlag": flag,
-                "commitOffset": "0",
-                "subVersion": "0",
-                "suspendTimeoutMillis": str(suspend_ms),
-                "subscription": sub,
-            },
+            pull_fields(topic, queue_id, offset, group, sub, suspend_ms, max_nums),
             timeout_s=timeout_s,
         )
+
+
+def pull_fields(
+    topic: str, queue_id: int, offset: int, group: str, sub: str, suspend_ms: int, max_nums: int
+) -> dict[str, Any]:
+    """A PULL_MESSAGE header's fields, with a subscription (and suspension if any)."""
+    return {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": queue_id,
+        "queueOffset": str(offset),
+        "maxMsgNums": max_nums,
+        "sysFlag": 4 | (2 if suspend_ms else 0),
+        "commitOffset": "0",
+        "subVersion": "0",
+        "suspendTimeoutMillis": str(suspend_ms),
+        "subscription": sub,
+    }
 
 
 @asynccontextmanager
@@ -590,20 +596,9 @@ def test_a_client_that_does_not_read_its_answers_stops_being_read(tmp_path: Path
             host, port = c.broker.address.split(":")
             reader, writer = await asyncio.open_connection(host, int(port))
             writer.transport.pause_reading()
+            fields = pull_fields("TopicSlow", 0, 0, "CG", "*", 0, 32)
             request = RemotingCommand.request(
-                RequestCode.PULL_MESSAGE,
-                {
-                    "consumerGroup": "CG",
-                    "topic": "TopicSlow",
-                    "queueId": "0",
-                    "queueOffset": "0",
-                    "maxMsgNums": "32",
-                    "sysFlag": "4",
-                    "commitOffset": "0",
-                    "subVersion": "0",
-                    "suspendTimeoutMillis": "0",
-                    "subscription": "*",
-                },
+                RequestCode.PULL_MESSAGE, {k: str(v) for k, v in fields.items()}
             )
             writer.write(encode(request) * pulls)  # about 260 KB of answer each
             await writer.drain()

@@ -494,10 +494,7 @@ impl MessageStore {
             u.queue_offset == queue_offset
                 && self
                     .inner
-                    .commit_log
-                    .max_offset()
-                    .saturating_sub(u.phy_offset)
-                    > self.inner.in_memory_bytes
+                    .in_disk(self.inner.commit_log.max_offset(), u.phy_offset)
         })
     }
 
@@ -854,6 +851,12 @@ impl Inner {
     }
 
     /// CommitLog offset past the last record any ConsumeQueue holds a unit for; 0 with none.
+    /// Whether the record at `phy` lies further behind `log_end` than the share of memory the
+    /// page cache likely keeps (`accessMessageInMemoryMaxRatio`).
+    fn in_disk(&self, log_end: u64, phy: u64) -> bool {
+        log_end.saturating_sub(phy) > self.in_memory_bytes
+    }
+
     fn queues_end(&self) -> u64 {
         self.queues
             .read()
@@ -1511,9 +1514,7 @@ impl Inner {
         out.next_begin_offset = scanned_to;
         for u in units {
             let (cap_bytes, cap_count) = match disk_limits {
-                Some(limits) if log_end.saturating_sub(u.phy_offset) > self.in_memory_bytes => {
-                    limits
-                }
+                Some(limits) if self.in_disk(log_end, u.phy_offset) => limits,
                 _ => (max_bytes, max_count),
             };
             if !out.records.is_empty()
@@ -1530,29 +1531,32 @@ impl Inner {
                 continue;
             }
             // A unit readers see has its bytes written: outside them, the unit is damaged.
-            let problem = match &found {
-                None => Some("the unit points past the CommitLog's data".to_owned()),
-                Some((file, rel)) => match message::decode(file.slice(*rel, u.size as usize), true)
-                {
-                    Ok(rec) if rec.phy_offset as u64 == u.phy_offset && rec.topic == req.topic => {
-                        None
-                    }
-                    Ok(_) => Some("the record belongs to another queue".to_owned()),
-                    Err(e) => Some(e.to_string()),
-                },
+            let checked = found
+                .ok_or_else(|| "the unit points past the CommitLog's data".to_owned())
+                .and_then(|(file, rel)| {
+                    let problem = match message::decode(file.slice(rel, u.size as usize), true) {
+                        Ok(r) if r.phy_offset as u64 == u.phy_offset && r.topic == req.topic => {
+                            None
+                        }
+                        Ok(_) => Some("the record belongs to another queue".to_owned()),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    problem.map_or(Ok((file, rel)), Err)
+                });
+            let (file, rel) = match checked {
+                Ok(found) => found,
+                Err(problem) => {
+                    log::error!(
+                        "corrupt record at offset {} (topic={} queue_id={} offset={}): {problem}",
+                        u.phy_offset,
+                        req.topic,
+                        req.queue_id,
+                        u.queue_offset
+                    );
+                    out.corrupt_offsets.push(u.queue_offset);
+                    continue;
+                }
             };
-            if let Some(problem) = problem {
-                log::error!(
-                    "corrupt record at offset {} (topic={} queue_id={} offset={}): {problem}",
-                    u.phy_offset,
-                    req.topic,
-                    req.queue_id,
-                    u.queue_offset
-                );
-                out.corrupt_offsets.push(u.queue_offset);
-                continue;
-            }
-            let Some((file, rel)) = found else { continue };
             out.total_bytes += u.size as usize;
             out.records.push(FoundRecord {
                 file,

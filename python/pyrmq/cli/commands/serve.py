@@ -12,6 +12,7 @@ import click
 
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.controller import BrokerController
+from pyrmq.config import StoreConfig
 from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.eventloop import loop_factory
 from pyrmq.namesrv import NameServer, NamesrvConfig
@@ -116,11 +117,7 @@ def _broker_config(
     namesrv_addr: str | None,
 ) -> BrokerConfig:
     # The store's default root is pyrmq's, unless the file or --store names one.
-    base = BrokerConfig()
-    base = dataclasses.replace(
-        base,
-        store=dataclasses.replace(base.store, store_path_root_dir=str(DEFAULT_STORE.expanduser())),
-    )
+    base = BrokerConfig(store=StoreConfig(store_path_root_dir=str(DEFAULT_STORE.expanduser())))
     try:
         config = BrokerConfig.from_properties(config_file, base=base) if config_file else base
     except (ConfigError, OSError) as e:
