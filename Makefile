@@ -75,7 +75,7 @@ wheel-check: ## build the release wheel, install it into a fresh virtualenv and 
 	trap 'rm -rf "$$(dirname "$$venv")"' EXIT; \
 	$(PYTHON) -m venv "$$venv"; \
 	"$$venv/bin/python" -m pip install --quiet --disable-pip-version-check $(WHEEL_DIR)/*.whl; \
-	cd / && "$$venv/bin/python" -c 'import pyrmq, pyrmq._core; print("wheel-check: imported pyrmq", pyrmq.__version__, "from", pyrmq.__file__)'; \
+	cd / && "$$venv/bin/python" -c 'import pyrmq, pyrmq._core; assert pyrmq._core.build_profile() == "release", pyrmq._core.build_profile(); print("wheel-check: imported pyrmq", pyrmq.__version__, "from", pyrmq.__file__)'; \
 	"$$venv/bin/pyrmq" --version
 
 .PHONY: test

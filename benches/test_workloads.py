@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from benches.report import ceiling_note
+from benches.report import ceiling_note, markdown
 from benches.workloads import (
     DiskCeiling,
     durable_write_latencies,
@@ -135,3 +135,29 @@ def test_the_ceiling_takes_the_fastest_way_and_credits_every_appender() -> None:
     assert "at most 256 messages per 160 µs: 1,600,000 msgs/s" in note
     assert note.endswith("pyrmq reached 25% of that")
     assert "pyrmq" not in ceiling_note(c.as_dict(), None)
+
+
+def test_markdown_table_gives_both_implementations_rates() -> None:
+    row = {
+        "benchmark": "append 4 KiB",
+        "target": ">= 1,000 MB/s",
+        "target_unit": "MB/s",
+        "target_met": True,
+        "ratio": 4.5,
+        "pyrmq": {"msgs_per_s": 1_000_000.0, "mb_per_s": 4096.0, "extra": {}},
+        "baseline": {"msgs_per_s": 222_222.0, "mb_per_s": 910.2, "extra": {}},
+    }
+    machine = {"cpu": "x", "cores": 2, "python": "3", "build_profile": "release", "mode": "quick"}
+    header, _, line = markdown([row], machine).splitlines()[2:5]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert dict(zip(names, cells, strict=True)) == {
+        "benchmark": "append 4 KiB",
+        "pyrmq msgs/s": "1,000,000",
+        "pyrmq MB/s": "4,096",
+        "baseline msgs/s": "222,222",
+        "baseline MB/s": "910",
+        "ratio": "4.50x",
+        "target": ">= 1,000 MB/s",
+        "met?": "met",
+    }

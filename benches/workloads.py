@@ -194,6 +194,16 @@ def pyrmq_available() -> bool:
     return True
 
 
+def not_built() -> str:
+    """Why pyrmq rows are skipped, naming the package that was imported: from a checkout, pytest
+    puts its ``python/`` first on the path, so a ``pip install .`` elsewhere is not the one used."""
+    try:
+        import pyrmq
+    except ImportError:
+        return "pyrmq is not importable"
+    return f"pyrmq._core is not built in {Path(pyrmq.__file__).parent} (maturin develop --release)"
+
+
 def build_profile() -> str:
     if not pyrmq_available():
         return "not built"
@@ -516,7 +526,7 @@ def open_store(
         return BaselineStore(Path(path), **kwargs)
     if impl == "pyrmq":
         if not pyrmq_available():
-            raise ImplementationUnavailable("pyrmq._core is not built")
+            raise ImplementationUnavailable(not_built())
         return PyrmqStore(Path(path), **kwargs, extra_config=pyrmq_config)
     raise ValueError(f"unknown implementation {impl!r}; expected one of {IMPLEMENTATIONS}")
 
@@ -577,7 +587,7 @@ def run_report(
     mode = "smoke" if args.quick else bench_mode()
     plan = plan_of(mode)
     if not pyrmq_available():
-        sys.stdout.write("pyrmq._core is not built: nothing to measure.\n")
+        sys.stdout.write(f"{not_built()}: nothing to measure.\n")
         return 0
     machine = {**machine_info(), "mode": mode, "wake": wake_costs()}
     started = time.perf_counter()

@@ -16,9 +16,8 @@ TARGETS: dict[str, str] = {}
 
 def require(impl: str) -> None:
     """Skip a pyrmq parameter until the extension is built."""
-    if impl == "pyrmq":
-        pytest.importorskip("pyrmq._core")
-        pytest.importorskip("pyrmq.store")
+    if impl == "pyrmq" and not w.pyrmq_available():
+        pytest.skip(w.not_built())
 
 
 def _workload_id(benchmark: Any) -> str:

@@ -580,5 +580,6 @@ def encode_command(
     value does not fit the chosen serialize type (e.g. a code above 32767 in a binary header).
     """
 
-def build_profile() -> Literal["release", "debug"]:
-    """The Cargo profile this extension was built with ("release" or "debug")."""
+def build_profile() -> str:
+    """How this extension was optimized: ``"release"`` (opt-level 3 without debug assertions),
+    ``"debug"`` (debug assertions on), or ``"opt-level N"`` for any other profile."""

@@ -19,7 +19,7 @@ IMPLS = list(w.IMPLEMENTATIONS)
 def skip_unless_available(impl: str) -> None:
     """asv skips a parameter combination whose setup raises NotImplementedError."""
     if impl == "pyrmq" and not w.pyrmq_available():
-        raise NotImplementedError("pyrmq._core is not built")
+        raise NotImplementedError(w.not_built())
 
 
 def close_if_open(bench: object) -> None:

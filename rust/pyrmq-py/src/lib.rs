@@ -16,13 +16,17 @@ mod received;
 mod remoting;
 mod store;
 
-/// The Cargo profile this extension was built with ("release" or "debug").
+/// How this extension was optimized: "release" (opt-level 3 without debug assertions), "debug"
+/// (debug assertions on), or "opt-level N" for any other profile.
 #[pyfunction]
-fn build_profile() -> &'static str {
+fn build_profile() -> String {
+    let opt = env!("PYRMQ_OPT_LEVEL");
     if cfg!(debug_assertions) {
-        "debug"
+        "debug".to_owned()
+    } else if opt == "3" {
+        "release".to_owned()
     } else {
-        "release"
+        format!("opt-level {opt}")
     }
 }
 
