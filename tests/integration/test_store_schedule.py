@@ -71,6 +71,29 @@ def test_a_delayed_message_waits_for_its_level_then_arrives_as_sent(
     assert store.delay_offsets() == {2: 1}
 
 
+def test_a_delayed_message_at_the_properties_limit_is_delivered(
+    open_store: Callable[..., Any],
+) -> None:
+    # Parked with its real topic and queue, the properties are exactly at the limit; delivery
+    # drops DELAY (8 bytes with its separators) and has no room left for WAIT=false (11).
+    store = open_store(message_delay_level=LEVELS)
+    topic, parked_extra = "TopicFull", len("\x02REAL_TOPIC\x01TopicFull\x02REAL_QID\x010")
+    base = {"DELAY": "1", "pad": ""}
+    size = len("DELAY\x011\x02pad\x01") + parked_extra
+    base["pad"] = "x" * (32767 - size)
+    sent = store.put(topic, b"full", properties=base)
+    [parked] = store.get(SCHEDULE, 0, 0).messages()
+    # V1 record: 88 fixed bytes, the body, a 1-byte topic length, the topic, a 2-byte length.
+    fixed = 88 + len(parked.body) + 1 + len(SCHEDULE) + 2
+    assert parked.store_size - fixed == 32767
+    assert store.deliver_due(sent.store_timestamp_ms + LEVEL_MS[1]) == 1
+    [msg] = store.get(topic, 0, 0).messages()
+    assert msg.body == b"full"
+    assert msg.properties["pad"] == base["pad"]
+    assert "DELAY" not in msg.properties
+    assert store.delay_offsets() == {1: 1}
+
+
 def test_each_level_delivers_in_order_and_independently(
     open_store: Callable[..., Any],
 ) -> None:

@@ -16,7 +16,8 @@ use parking_lot::Mutex;
 
 use crate::error::{StoreError, StoreResult};
 use crate::message::{
-    self, MessageInput, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_WAIT,
+    self, MessageInput, MAX_PROPERTIES_LEN, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC, PROPERTY_WAIT,
 };
 use crate::state_file;
 use crate::store::{Inner, SCHEDULE_TOPIC};
@@ -230,7 +231,13 @@ fn deliver(inner: &Inner, phy: u64) -> StoreResult<Option<u64>> {
     };
     let mut properties =
         message::without_properties(rec.properties, &[PROPERTY_DELAY, PROPERTY_WAIT]);
+    let kept = properties.len();
     message::push_property(&mut properties, PROPERTY_WAIT, "false");
+    // A record parked at the size limit has no room for the flag, and it was acknowledged:
+    // delivering it matters more than marking it.
+    if properties.len() > MAX_PROPERTIES_LEN {
+        properties.truncate(kept);
+    }
     let input = MessageInput {
         topic,
         queue_id,
