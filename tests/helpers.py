@@ -1,5 +1,6 @@
-"""Helpers shared by the client tests in ``integration/`` and ``compat/``: run a scenario with a
-deadline, poll for a condition, client intervals short enough for tests, and ``pyrmq admin``.
+"""Helpers shared by the tests in ``integration/`` and ``compat/``: run a scenario with a
+deadline, poll for a condition, client intervals short enough for tests, ``pyrmq admin``, and a
+client's batch body.
 
 Test modules import it as ``tests.helpers`` (pytest's importlib mode makes ``tests`` importable
 from the root of the checkout, as it does ``tests.compat.servers``).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import select
+import struct
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -16,7 +18,7 @@ from typing import Any
 
 from pyrmq.client.instance import ClientConfig
 
-__all__ = ["eventually", "fast_config", "pyrmq_admin", "readable", "run"]
+__all__ = ["client_batch", "eventually", "fast_config", "pyrmq_admin", "readable", "run"]
 
 
 def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 60.0) -> None:
@@ -69,3 +71,16 @@ def pyrmq_admin(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+def client_batch(items: list[tuple[int, bytes, dict[str, str]]]) -> bytes:
+    """RocketMQ's client batch body: per message totalSize | magic | bodyCRC | flag | bodyLen |
+    body | propertiesLen (i16) | properties, big-endian."""
+    out = bytearray()
+    for flag, body, props in items:
+        encoded = "\x02".join(f"{k}\x01{v}" for k, v in props.items()).encode()
+        total = 20 + len(body) + 2 + len(encoded)
+        out += struct.pack(">iiiii", total, 0, 0, flag, len(body))
+        out += body
+        out += struct.pack(">h", len(encoded)) + encoded
+    return bytes(out)

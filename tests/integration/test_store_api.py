@@ -9,6 +9,7 @@ import struct
 import time
 
 import pytest
+from tests.helpers import client_batch
 
 from pyrmq import _core
 from pyrmq.errors import ConfigError, MessageIllegalError, MessageTooLargeError
@@ -24,19 +25,6 @@ def offset_msg_id(store_host: str, phy_offset: int) -> str:
     ip, port = store_host.split(":")
     raw = bytes(int(p) for p in ip.split(".")) + struct.pack(">iq", int(port), phy_offset)
     return raw.hex().upper()
-
-
-def client_batch(items: list[tuple[int, bytes, dict[str, str]]]) -> bytes:
-    """RocketMQ's client batch body: per message totalSize | magic | bodyCRC | flag | bodyLen |
-    body | propertiesLen (i16) | properties, big-endian."""
-    out = bytearray()
-    for flag, body, props in items:
-        encoded = "\x02".join(f"{k}\x01{v}" for k, v in props.items()).encode()
-        total = 20 + len(body) + 2 + len(encoded)
-        out += struct.pack(">iiiii", total, 0, 0, flag, len(body))
-        out += body
-        out += struct.pack(">h", len(encoded)) + encoded
-    return bytes(out)
 
 
 def read_all(store: MessageStore, topic: str, queue_id: int, start: int = 0) -> list:

@@ -165,6 +165,90 @@ def test_messages_the_index_could_not_take_are_indexed_at_the_next_open(tmp_path
             assert [m.phy_offset for m in store.query_message("TopicIdx", f"k{i}")] == [phy]
 
 
+_INDEX_FULL_MID_BATCH = """
+import json, resource, signal, sys
+from pyrmq.store import MessageStore
+config = json.loads(sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+store = MessageStore.open(sys.argv[1], config, background_services=False)
+# 1,997 of the index file's 1,999 entries, then no room for a second index file (40 KiB):
+# the batch's third message is the first the index cannot take.
+singles = [store.put("TopicIdx", b"s%d" % i, keys=f"s{i}").phy_offset for i in range(1997)]
+resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 1024, resource.RLIM_INFINITY))
+batch = list(store.put_batch("TopicIdx", [b"b%d" % i for i in range(5)], keys="kb").phy_offsets)
+store.close()
+print(json.dumps({"singles": singles, "batch": batch}))
+"""
+
+
+def test_an_index_full_in_the_middle_of_a_batch_loses_nothing_at_the_next_open(tmp_path):
+    """The checkpoint must count the index durable only up to the batch's group: from the
+    middle of a group, the next open's validation would take the group for a torn tail."""
+    root = tmp_path / "store"
+    config = {
+        "mapped_file_size_commit_log": 1024 * 1024,
+        "mapped_file_size_consume_queue": 20 * 100,
+        "max_hash_slot_num": 100,
+        "max_index_num": 2000,
+    }
+    report = run_child("-c", _INDEX_FULL_MID_BATCH, str(root), json.dumps(config))
+    assert len(list((root / "index").iterdir())) == 1
+    from pyrmq.config import StoreConfig
+
+    for _ in range(2):
+        with MessageStore.open(root, StoreConfig(**config), background_services=False) as store:
+            assert store.recovery["truncated_bytes"] == 0
+            assert store.max_offset("TopicIdx", 0) == 1997 + 5
+            got = store.get("TopicIdx", 0, 1995, max_count=32)
+            assert [m.body for m in got.messages()] == [b"s1995", b"s1996"] + [
+                b"b%d" % i for i in range(5)
+            ]
+            found = store.query_message("TopicIdx", "kb", max_count=10)
+            assert sorted(m.phy_offset for m in found) == report["batch"]
+
+
+_REBUILD_WITHOUT_ROOM = """
+import json, resource, signal, sys
+from pyrmq.errors import DiskFullError
+from pyrmq.store import MessageStore
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+# Room for nothing larger than a checkpoint: no ConsumeQueue file can be made.
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+try:
+    MessageStore.open(sys.argv[1], json.loads(sys.argv[2]), background_services=False)
+except DiskFullError as e:
+    print(json.dumps({"error": str(e)}))
+else:
+    print(json.dumps({"error": None}))
+"""
+
+
+def test_consume_queues_that_cannot_be_rebuilt_fail_the_open_and_are_rebuilt_later(tmp_path):
+    """A queue rebuilt with a hole would hand out a queue offset a stored record has, and a
+    checkpoint written after it would claim the missing units: the open refuses instead."""
+    root = tmp_path / "store"
+    config = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 300}
+    from pyrmq.config import StoreConfig
+
+    with MessageStore.open(root, StoreConfig(**config), background_services=False) as store:
+        for i in range(10):
+            store.put("TopicA", b"a%d" % i)
+            store.put("TopicB", b"b%d" % i)
+        store.put("TopicA", b"a-last")
+    shutil.rmtree(root / "consumequeue")
+
+    report = run_child("-c", _REBUILD_WITHOUT_ROOM, str(root), json.dumps(config))
+    assert report["error"] is not None
+    assert "consumequeue" in report["error"]
+
+    with MessageStore.open(root, StoreConfig(**config), background_services=False) as store:
+        a = [m.body for m in store.get("TopicA", 0, 0, max_count=100).messages()]
+        b = [m.body for m in store.get("TopicB", 0, 0, max_count=100).messages()]
+        assert a == [b"a%d" % i for i in range(10)] + [b"a-last"]
+        assert b == [b"b%d" % i for i in range(10)]
+        assert store.put("TopicB", b"next").queue_offset == 10
+
+
 @pytest.mark.skipif(not can_mount_tmpfs(), reason="cannot mount a private tmpfs here")
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_full_file_system_gives_disk_full_and_the_data_survives(tmp_path, flush):

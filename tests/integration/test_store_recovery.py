@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import SMALL_STORE
+from tests.helpers import client_batch
 
 from pyrmq.errors import ConfigError, CorruptRecordError, StoreError
 from pyrmq.store import GetMessageStatus, MessageStore
@@ -305,9 +306,13 @@ def queue_state(store: MessageStore) -> dict[tuple[str, int], tuple[int, int, li
     return state
 
 
+@pytest.mark.parametrize("index", ["kept", "removed"])
 @pytest.mark.parametrize("reopen", ["clean", "crash"])
-def test_removed_consume_queues_are_rebuilt_from_the_commit_log(open_store, tmp_path, reopen):
-    """As RocketMQ's reput starts from the furthest queue's end: with none left, from the start."""
+def test_removed_consume_queues_are_rebuilt_from_the_commit_log(
+    open_store, tmp_path, reopen, index
+):
+    """As RocketMQ's reput starts from the furthest queue's end: with none left, from the start,
+    and an index directory removed with them is rebuilt too."""
     root = tmp_path / "store"
     store = open_store(root, mapped_file_size_commit_log=SEGMENT)
     for i in range(120):
@@ -318,6 +323,8 @@ def test_removed_consume_queues_are_rebuilt_from_the_commit_log(open_store, tmp_
     records = sum(high - low for low, high, _ in before.values())
     store.close()
     shutil.rmtree(root / "consumequeue")
+    if index == "removed":
+        shutil.rmtree(root / "index")
     if reopen == "crash":
         mark_crashed(root, lose_checkpoint=False)
 
@@ -327,6 +334,8 @@ def test_removed_consume_queues_are_rebuilt_from_the_commit_log(open_store, tmp_
     got = store.get("TopicRebuild", 1, 0, tags="TagA")
     assert [m.body for m in got.messages()] == [b"one-%d" % i for i in range(1, 120, 6)]
     assert [m.body for m in store.query_message("TopicRebuild", "last-key")] == [b"last"]
+    batch = store.query_message("TopicBatch", "b-key", max_count=100)
+    assert sorted(m.body for m in batch) == sorted(b"batch-%d" % i for i in range(40))
     # Reopening again finds every queue in place and dispatches nothing.
     store.close()
     assert open_store(root, mapped_file_size_commit_log=SEGMENT).recovery["records"] == 0
@@ -457,6 +466,28 @@ def test_index_files_of_another_geometry_are_indexed_again(open_store, tmp_path)
     assert store.max_offset("TopicIdx", 0) == 120
     files = list((root / "index").iterdir())
     assert [f.stat().st_size for f in files] == [40 + 128 * 4 + 300 * 20]
+
+
+@pytest.mark.parametrize("later", [False, True])
+def test_index_files_dropped_from_inside_a_group_lose_none_of_it(open_store, tmp_path, later):
+    """The first record the dropped file indexed may lie inside its group (a client batch whose
+    first message has no key): recovery starts there and must still find the group intact."""
+    root = tmp_path / "store"
+    items = [(0, b"no-key", {}), (0, b"keyed-1", {"KEYS": "k1"}), (0, b"keyed-2", {"KEYS": "k2"})]
+    store = open_store(root, max_hash_slot_num=100, max_index_num=1000)
+    sent = store.put_encoded_batch("TopicIdx", client_batch(items))
+    if later:
+        store.put("TopicIdx", b"after", keys="k3")
+    store.close()
+
+    store = open_store(root, max_hash_slot_num=100, max_index_num=2000)
+    assert store.recovery["truncated_bytes"] == 0
+    assert store.recovery["corrupt_ranges"] == []
+    got = store.get("TopicIdx", 0, 0, max_count=10)
+    assert [m.body for m in got.messages()] == [b for _, b, _ in items] + [b"after"] * later
+    for key, phy in (("k1", sent.phy_offsets[1]), ("k2", sent.phy_offsets[2])):
+        assert [m.phy_offset for m in store.query_message("TopicIdx", key)] == [phy]
+    assert store.put("TopicIdx", b"next").queue_offset == 3 + later
 
 
 _REOPEN = """

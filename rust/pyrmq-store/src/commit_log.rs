@@ -499,15 +499,15 @@ impl CommitLog {
     }
 
     /// Validates the log from `validate_from` (a group boundary at or before `start`) to its
-    /// end, calls `on_record` with the offset and bytes of every record at or after `start` in
-    /// every intact group, then truncates the torn tail. Runs before any reader or writer
+    /// end, calls `on_record` with its group's start, its offset and its bytes for every record
+    /// at or after `start` in every intact group, then truncates the torn tail. Runs before any reader or writer
     /// exists.
     pub fn recover(
         &self,
         validate_from: u64,
         start: u64,
         check_body_crc: bool,
-        mut on_record: impl FnMut(u64, &[u8]) -> StoreResult<()>,
+        mut on_record: impl FnMut(u64, u64, &[u8]) -> StoreResult<()>,
     ) -> StoreResult<RecoveryReport> {
         let size = self.segment_size();
         let mut report = RecoveryReport::default();
@@ -522,6 +522,7 @@ impl CommitLog {
             pos = self.files.last().map_or(first, |f| f.file_from_offset());
         }
         let mut group_start = pos;
+        let scan_start = pos;
         let mut pending: Vec<(u64, u32)> = Vec::new();
         // The data region the scan is in, (segment start, region end): asked for once per
         // region, not per record (an lseek each).
@@ -574,7 +575,11 @@ impl CommitLog {
                 FENCE_MAGIC_CODE
                     if total as usize == FENCE_LEN
                         && rel + 20 <= readable
-                        && fence_verifies(&file, rel, group_start) =>
+                        && (fence_verifies(&file, rel, group_start)
+                            // A checkpoint from an older build may name a record inside its
+                            // group: that first group's fence names where it really starts.
+                            || (group_start == scan_start
+                                && earlier_group_verifies(&file, rel, group_start))) =>
                 {
                     let mut dispatched = 0u64;
                     // A group never spans segments: its records are in this one.
@@ -584,7 +589,7 @@ impl CommitLog {
                             .max_store_timestamp_ms
                             .max(store_timestamp(file.slice(phy - base, 88)));
                         if phy >= dispatch_from {
-                            on_record(phy, file.slice(phy - base, len as usize))?;
+                            on_record(group_start, phy, file.slice(phy - base, len as usize))?;
                             dispatched += 1;
                         }
                     }
@@ -753,6 +758,15 @@ fn search_region(
         }
     }
     None
+}
+
+/// Whether the fence at `fence_rel` seals a group that starts before `from`, in this file.
+fn earlier_group_verifies(file: &MappedFile, fence_rel: u64, from: u64) -> bool {
+    let fence = file.slice(fence_rel, FENCE_LEN);
+    fence.len() == FENCE_LEN && {
+        let stored_start = u64::from_be_bytes(fence[8..16].try_into().expect("8 bytes"));
+        stored_start < from && fence_verifies(file, fence_rel, stored_start)
+    }
 }
 
 fn fence_verifies(file: &MappedFile, fence_rel: u64, group_start: u64) -> bool {

@@ -285,7 +285,13 @@ impl MessageStore {
         } else {
             None
         };
-        let index_durable = loaded.checkpoint.map(|cp| cp.index_flushed);
+        // An index with no entries (its directory removed to rebuild it, as with RocketMQ)
+        // holds nothing the checkpoint counts: whatever recovery dispatches is indexed again.
+        let index_durable = loaded.checkpoint.map(|cp| cp.index_flushed).filter(|_| {
+            index
+                .as_ref()
+                .is_none_or(|i| i.last_indexed_phy().is_some())
+        });
         let arrivals =
             Arrivals::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?;
         let delays = DelayOffsets::load(&root.join("config").join("delayOffset.json"))?;
@@ -319,8 +325,9 @@ impl MessageStore {
         // geometry) are indexed again too: the checkpoint no longer counts them as indexed.
         let checkpointed = loaded.checkpoint.map_or(0, |cp| cp.recovery_start());
         let start = checkpointed.min(inner.queues_end());
-        // Validation starts at a group boundary: the checkpoint's offsets are, a queue's end
-        // may fall inside a group, a segment's start is. Bytes below the checkpoint are durable;
+        // Validation starts at a group boundary or at a record of the group a fence ahead
+        // seals: the checkpoint's offsets are one or the other, a queue's end may fall inside
+        // a group, a segment's start is a boundary. Bytes below the checkpoint are durable;
         // reads verify them anyway.
         let validate_from = if start == checkpointed {
             start
@@ -835,6 +842,8 @@ struct Dispatch<'a> {
     queue_id: i32,
     queue_offset: u64,
     phy: u64,
+    /// Where the record's group starts: the checkpoint's offsets are group boundaries.
+    group: u64,
     size: u32,
     store_ts: i64,
     properties: &'a [u8],
@@ -1212,6 +1221,7 @@ impl Inner {
                     queue_id: p.input.queue_id,
                     queue_offset: e.queue_offset as u64,
                     phy: e.phy_offset as u64,
+                    group: res.phy,
                     size: e.size,
                     store_ts,
                     properties: props,
@@ -1319,7 +1329,9 @@ impl Inner {
 
     /// Recovery's dispatch of one record: its index entries, unless the index has them, and,
     /// with a tag code, its queue unit, published. A put writes its entries and units itself.
-    fn redispatch(&self, d: &Dispatch<'_>, unit_tags_code: Option<i64>) {
+    /// A unit that cannot be written fails the open: a queue with a hole would give the next
+    /// put a queue offset a stored record already has.
+    fn redispatch(&self, d: &Dispatch<'_>, unit_tags_code: Option<i64>) -> StoreResult<()> {
         if let Some(index) = self.index.as_ref() {
             let indexed = match self.index_durable {
                 Some(durable) => d.phy < durable,
@@ -1332,28 +1344,37 @@ impl Inner {
                 index_record(index, d, &self.index_behind);
             }
         }
-        if let Some(tags_code) = unit_tags_code {
-            match self.queue_or_create(d.topic, d.queue_id) {
-                Ok(q) => {
-                    let first = q.min_offset();
-                    if d.queue_offset >= first || q.max_offset() == 0 {
-                        match q.write_unit(d.queue_offset, d.phy, d.size, tags_code) {
-                            Ok(()) => q.publish(d.queue_offset + 1),
-                            Err(e) => log::error!(
-                                "rebuilding unit topic={} queue_id={} offset={}: {e}",
-                                d.topic,
-                                d.queue_id,
-                                d.queue_offset
-                            ),
-                        }
-                    }
-                }
-                Err(e) => log::error!(
-                    "opening queue topic={} queue_id={}: {e}",
+        let Some(tags_code) = unit_tags_code else {
+            return Ok(());
+        };
+        let written = self.queue_or_create(d.topic, d.queue_id).and_then(|q| {
+            if d.queue_offset >= q.min_offset() || q.max_offset() == 0 {
+                q.write_unit(d.queue_offset, d.phy, d.size, tags_code)?;
+                q.publish(d.queue_offset + 1);
+            }
+            Ok(())
+        });
+        match written {
+            Err(e @ (StoreError::DiskFull(_) | StoreError::Io { .. })) => {
+                log::error!(
+                    "rebuilding unit topic={} queue_id={} offset={}: {e}",
+                    d.topic,
+                    d.queue_id,
+                    d.queue_offset
+                );
+                Err(e)
+            }
+            // A record no queue can hold (a name or queue id this store refuses) stays unread.
+            Err(e) => {
+                log::error!(
+                    "record at offset {} has no queue: topic={} queue_id={}: {e}",
+                    d.phy,
                     d.topic,
                     d.queue_id
-                ),
+                );
+                Ok(())
             }
+            Ok(()) => Ok(()),
         }
     }
 
@@ -1363,7 +1384,7 @@ impl Inner {
             validate_from,
             start,
             self.config.check_crc_on_recover,
-            |phy, raw| {
+            |group, phy, raw| {
                 let Ok(rec) = message::decode(raw, false) else {
                     return Ok(());
                 };
@@ -1383,14 +1404,14 @@ impl Inner {
                         queue_id: rec.queue_id,
                         queue_offset: rec.queue_offset as u64,
                         phy,
+                        group,
                         size: rec.total_size,
                         store_ts: rec.store_timestamp_ms,
                         properties: rec.properties,
                         sys_flag: rec.sys_flag,
                     },
                     unit,
-                );
-                Ok(())
+                )
             },
         )?;
         let end = report.end_offset;
@@ -1832,7 +1853,7 @@ fn index_record(index: &IndexService, d: &Dispatch<'_>, behind: &AtomicU64) -> b
     if !spans.is_empty() {
         let keys = spans.iter().map(|&(a, b)| &buf[a..b]);
         if let Err(e) = index.put(keys, d.phy as i64, d.store_ts, clock::now_ms) {
-            if behind.fetch_min(d.phy, Ordering::AcqRel) == u64::MAX {
+            if behind.fetch_min(d.group, Ordering::AcqRel) == u64::MAX {
                 log::error!(
                     "indexing the record at offset {} failed: {e}; the store indexes it and \
                      the records after it again when it next opens",
