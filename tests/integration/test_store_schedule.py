@@ -6,6 +6,7 @@ store's own schedule service is under test."""
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pyrmq.errors import ConfigError
+from pyrmq.errors import ConfigError, StoreIOError
 from pyrmq.store import GetMessageStatus
 
 pytestmark = pytest.mark.integration
@@ -136,6 +137,32 @@ def test_delivery_progress_survives_a_reopen(
     assert store.deliver_due(t0 + 1_000 + 50) == 0
     assert store.deliver_due(t0 + 5_000 + 50) == 1
     assert bodies(store, "TopicReopen") == [b"m0", b"m1"]
+
+
+def test_delivery_progress_that_cannot_be_saved_holds_back_no_other_flush(
+    tmp_path: Path, open_store: Callable[..., Any]
+) -> None:
+    """delayOffset.json is replaced through a new file; when that fails (a full disk, here a
+    directory in the way), the queues and the checkpoint are still made durable, and the error
+    is raised after them."""
+    path = tmp_path / "store"
+    store = open_store(path, message_delay_level=LEVELS)
+    t0 = store.put("TopicSave", b"m0", properties={"DELAY": "1"}).store_timestamp_ms
+    store.flush()
+    (path / "config" / "delayOffset.json.tmp").mkdir(parents=True)
+    assert store.deliver_due(t0 + 1_000 + 50) == 1
+    with pytest.raises(StoreIOError, match=r"delayOffset\.json"):
+        store.flush()
+    checkpoint = (path / "checkpoint").read_bytes()
+    commit_log, logics = struct.unpack_from(">qq", checkpoint, 8)
+    assert commit_log == logics == store.max_phy_offset
+    # Saved once the way is clear, and kept across a reopen.
+    (path / "config" / "delayOffset.json.tmp").rmdir()
+    store.close()
+    store = open_store(path, message_delay_level=LEVELS)
+    assert store.delay_offsets() == {1: 1}
+    assert store.deliver_due(t0 + 60_000) == 0
+    assert bodies(store, "TopicSave") == [b"m0"]
 
 
 def test_a_malformed_delay_offset_file_stops_the_open_and_is_kept(

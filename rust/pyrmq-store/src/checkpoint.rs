@@ -12,8 +12,11 @@
 //! |  32 |    8 | written_at_ms                                                      |
 //! |  40 |    4 | crc32 of bytes 0..40                                               |
 //!
-//! All three offsets are append-group boundaries. A missing or damaged checkpoint makes
-//! recovery scan the CommitLog from its first segment: slower, never wrong.
+//! The offsets are append-group boundaries, except that `index_flushed` may name a record
+//! inside its group (the first record of index files dropped at open, or a checkpoint from
+//! before index failures were counted per group): recovery then finds the group's start in the
+//! fence ahead. A missing or damaged checkpoint makes recovery scan the CommitLog from its first
+//! segment: slower, never wrong.
 
 use std::path::{Path, PathBuf};
 

@@ -1439,9 +1439,12 @@ impl Inner {
         // Taken before the flush, so that every delivery they count is durable when they are.
         let delay_offsets = self.delays.take_changed();
         let cl_flushed = self.commit_log.flush()?;
-        if let Some((number, offsets)) = delay_offsets {
-            self.delays.persist(number, &offsets)?;
-        }
+        // delayOffset.json is replaced through a new file, which a full disk refuses; the
+        // queues and the checkpoint, written in place, still go, and the error after them.
+        let delays_saved = match delay_offsets {
+            Some((number, offsets)) => self.delays.persist(number, &offsets),
+            None => Ok(()),
+        };
         let queues: Vec<_> = self.queues.read().values().cloned().collect();
         for q in queues {
             q.flush()?;
@@ -1455,6 +1458,7 @@ impl Inner {
             index_flushed: dispatched.min(self.index_behind.load(Ordering::Acquire)),
             written_at_ms: clock::now_ms(),
         })?;
+        delays_saved?;
         Ok(cl_flushed)
     }
 
