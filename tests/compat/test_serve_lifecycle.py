@@ -155,3 +155,25 @@ def test_a_broker_conf_can_put_the_commit_log_on_a_disk_of_its_own(tmp_path: Pat
     assert os.listdir(commit_log) != []
     assert not (store / "commitlog").exists()
     assert (store / "config" / "topics.json").exists()
+
+
+def test_a_stop_that_cannot_save_the_offsets_still_closes_the_store_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """A full disk refuses the offsets' new file (here a directory is in its way): the store is
+    still closed cleanly, and the exit status tells that the stop was not."""
+    store = tmp_path / "store"
+    args = ["serve", "--store", str(store), "--namesrv-port", "0", "--broker-port", "0"]
+    server = ServerProcess(args, tmp_path / "serve.log")
+    _, broker = server.addresses()
+    assert send(broker, "TopicStop", b"kept").code == ResponseCode.SUCCESS
+    (store / "config" / "consumerOffset.json.tmp").mkdir(parents=True)
+    assert server.stop() != 0
+    log = (tmp_path / "serve.log").read_text()
+    assert "saving consumer offsets at stop failed" in log
+    assert "did not stop cleanly" in log
+    assert not (store / "abort").exists()
+    with MessageStore.open(store) as reopened:
+        assert reopened.recovery["records"] == 0
+        [message] = reopened.get("TopicStop", 0, 0).messages()
+        assert message.body == b"kept"

@@ -840,3 +840,116 @@ def test_reset_offset_by_time_moves_offsets_back_and_tells_each_consumer(tmp_pat
             assert "missing required field 'isForce'" in no_force.remark
 
     run(scenario)
+
+
+def test_a_sql92_subscription_is_refused_rather_than_read_as_tags(tmp_path: Path) -> None:
+    """As RocketMQ with enablePropertyFilter off. Read as tags, "a > 5" matched nothing, and
+    the consumer was told to move past every message."""
+    refused = "The broker does not support consumer to filter message by SQL92"
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            for i in range(3):
+                assert (await c.send("TopicSql", b"m%d" % i, props=props(a="10"))).code == 0
+            fields = pull_fields("TopicSql", 0, 0, "CG_SQL", "a > 5", 0, 32)
+            answer = await c.call(RequestCode.PULL_MESSAGE, {**fields, "expressionType": "SQL92"})
+            assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR, refused)
+            # The same subscription registered by a heartbeat, and a pull that relies on it.
+            beat = json.loads(consumer_heartbeat("cid-sql", "CG_SQL", "TopicSql"))
+            [sub] = beat["consumerDataSet"][0]["subscriptionDataSet"]
+            sub.update(subString="a > 5", expressionType="SQL92")
+            registered = await c.call(RequestCode.HEART_BEAT, {}, json.dumps(beat).encode())
+            assert registered.code == ResponseCode.SUCCESS
+            fields["sysFlag"] = 0
+            answer = await c.call(RequestCode.PULL_MESSAGE, fields)
+            assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR, refused)
+            # A tag expression still reads.
+            tagged = await c.pull("TopicSql", 0, 0, group="CG_TAG")
+            assert [r.body for r in records(tagged.body)] == [b"m0", b"m1", b"m2"]
+
+    run(scenario)
+
+
+def test_topic_creation_refuses_system_topics_and_queue_counts_the_store_cannot_hold(
+    tmp_path: Path,
+) -> None:
+    """A topic of 2**31 - 1 queues made one stats request loop on the event loop for good; TBW102
+    with no queues made every auto-created topic unusable."""
+    from pyrmq.remoting.headers import CreateTopicRequestHeader
+
+    def create(topic: str, nums: int) -> dict[str, str]:
+        header = CreateTopicRequestHeader(
+            topic=topic, default_topic="TBW102", read_queue_nums=nums, write_queue_nums=nums, perm=6
+        )
+        return header.to_ext()
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            for topic in ("SCHEDULE_TOPIC_XXXX", "TBW102", "RMQ_SYS_TRANS_HALF_TOPIC"):
+                answer = await c.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create(topic, 1))
+                assert answer.code == ResponseCode.SYSTEM_ERROR
+                assert answer.remark == f"The topic[{topic}] is conflict with system topic."
+            for nums in (0, -1, 1025, 2**31 - 1):
+                answer = await c.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create("TopicN", nums))
+                assert answer.code == ResponseCode.SYSTEM_ERROR, nums
+                assert "is not in [1, 1024]" in answer.remark
+            assert c.broker.topics.get("TopicN") is None
+            assert c.broker.topics.get("TBW102").write_queue_nums > 0
+            ok = await c.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create("TopicN", 1024))
+            assert ok.code == ResponseCode.SUCCESS
+            stats = await c.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "TopicN"})
+            # Keyed by MessageQueue objects, as fastjson writes them: not JSON a parser takes.
+            assert stats.code == ResponseCode.SUCCESS
+            assert stats.body.count(b'"queueId"') == 1024
+            assert (await c.send("TopicAuto", b"x")).code == ResponseCode.SUCCESS
+
+    run(scenario)
+
+
+def test_numbers_beyond_any_width_and_infinite_queue_ids_get_a_plain_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past 4,300 digits Python's int() raises its own error; a JSON Infinity cannot become an
+    int. Both are bad input, answered as such, without a traceback in the log."""
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            huge = "9" * 5000
+            answer = await c.call(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": huge})
+            assert answer.code == ResponseCode.SYSTEM_ERROR
+            assert "'queueId' is not an int32" in answer.remark
+            pull = await c.call(
+                RequestCode.PULL_MESSAGE, {**pull_fields("T", 0, 0, "CG", "*", 0, 32),
+                                           "queueOffset": huge}
+            )  # fmt: skip
+            assert pull.code == ResponseCode.SYSTEM_ERROR
+            assert "'queueOffset' is not an int64" in pull.remark
+            body = b'{"consumerGroup":"G","clientId":"c","mqSet":[{"topic":"T",'
+            body += b'"brokerName":"b","queueId":Infinity}]}'
+            lock = await c.call(RequestCode.LOCK_BATCH_MQ, {}, body)
+            assert lock.code == ResponseCode.SYSTEM_ERROR
+            assert "OverflowError" not in (lock.remark or "")
+            assert (await c.send("TopicAlive", b"still here")).code == ResponseCode.SUCCESS
+
+    with caplog.at_level("WARNING"):
+        run(scenario)
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
+def test_a_deleted_topics_offsets_are_gone_from_the_file_at_once(tmp_path: Path) -> None:
+    """Saved when the deletion is answered, not at the next periodic save: a crash before it
+    would bring the offsets back for a topic created again."""
+
+    async def scenario() -> None:
+        async with cluster(tmp_path, flush_consumer_offset_interval_ms=3_600_000) as c:
+            assert (await c.send("TopicGone", b"x")).code == ResponseCode.SUCCESS
+            c.broker.offsets.commit("CG_GONE", "TopicGone", 0, 1)
+            c.broker.offsets.commit("CG_GONE", "TopicKept", 0, 7)
+            c.broker.offsets.persist()
+            path = c.broker.offsets.path
+            assert "TopicGone@CG_GONE" in json.loads(path.read_text())["offsetTable"]
+            deleted = await c.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicGone"})
+            assert deleted.code == ResponseCode.SUCCESS
+            assert json.loads(path.read_text())["offsetTable"] == {"TopicKept@CG_GONE": {"0": 7}}
+
+    run(scenario)

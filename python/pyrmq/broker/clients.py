@@ -30,16 +30,27 @@ def _enum_name(value: object, names: dict[int, str]) -> str:
     return str(value)
 
 
+TAG = "TAG"
+"""The one expression type this broker filters by (RocketMQ's ``enablePropertyFilter`` off)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Subscription:
     topic: str
     expression: str
     # Tag hashes computed here: C++ 1.2.3 sends zeros in codeSet.
     tags_codes: tuple[int, ...] | None
+    # Another type (SQL92) is kept to be refused at pull, never read as tags.
+    expression_type: str = TAG
 
     @classmethod
-    def parse(cls, topic: str, expression: str) -> "Subscription":
+    def parse(
+        cls, topic: str, expression: str, expression_type: str | None = None
+    ) -> "Subscription":
+        kind = (expression_type or TAG).strip().upper() or TAG
         expr = (expression or "").strip()
+        if kind != TAG:
+            return cls(topic, expr, None, kind)
         if expr in ("", "*"):
             return cls(topic, "*", None)
         # As RocketMQ: "*" is "all" only as the whole expression; within one it is a tag.
@@ -54,7 +65,7 @@ class Subscription:
         return {
             "classFilterMode": False,
             "codeSet": list(self.tags_codes or ()),
-            "expressionType": "TAG",
+            "expressionType": self.expression_type,
             "subString": self.expression,
             "subVersion": 0,
             "tagsSet": [t for t in tags if t],
@@ -108,7 +119,9 @@ class ClientTable:
         for sub in data.get("subscriptionDataSet") or []:
             topic = str(sub.get("topic", ""))
             if topic:
-                subs[topic] = Subscription.parse(topic, str(sub.get("subString", "*")))
+                subs[topic] = Subscription.parse(
+                    topic, str(sub.get("subString", "*")), str(sub.get("expressionType") or TAG)
+                )
         members = self.consumers.setdefault(group, {})
         changed = client_id not in members
         members[client_id] = ConsumerInfo(

@@ -22,7 +22,7 @@ from pyrmq.broker.services.hold import PullHoldService
 from pyrmq.broker.services.stats import BrokerStats
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.topics import TopicTable
-from pyrmq.errors import RemotingError
+from pyrmq.errors import PyrmqError, RemotingError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
@@ -97,6 +97,11 @@ class BrokerController:
     def address(self) -> str:
         return f"{self.config.broker_ip1}:{self.server.port}"
 
+    def queue_ids(self, queue_nums: int) -> range:
+        """The queue ids of a topic with ``queue_nums`` queues that the store can hold: a
+        count beyond them, from a topics.json written by hand, costs no loop over billions."""
+        return range(max(0, min(queue_nums, self.config.store.max_queue_nums_per_topic)))
+
     async def start(self) -> None:
         await self.server.start()
         store_config = dataclasses.replace(self.config.store, store_host=self.address)
@@ -143,12 +148,25 @@ class BrokerController:
         if self._offsets_write is not None:
             with contextlib.suppress(Exception):
                 await self._offsets_write
-        self.offsets.persist(force=True)
+        # Each step runs even when one before failed (a full disk refuses the offsets' file but
+        # not the store's close); the first failure is raised at the end.
+        failures: list[Exception] = []
+        try:
+            self.offsets.persist(force=True)
+        except OSError as e:
+            log.error("saving consumer offsets at stop failed: %s", e)
+            failures.append(e)
         if self._flushes is not None:
             self._flushes.stop()
         if self._store is not None:
             store = self._store
-            await asyncio.get_running_loop().run_in_executor(None, store.close)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, store.close)
+            except (PyrmqError, OSError) as e:
+                log.error("closing the store failed: %s", e)
+                failures.append(e)
+        if failures:
+            raise failures[0]
         log.info("broker stopped name=%s address=%s", self.config.broker_name, self.address)
 
     @property
@@ -277,9 +295,9 @@ class BrokerController:
         while True:
             await asyncio.sleep(period)
             try:
-                data = self.offsets.encode()
-                if data is not None:
-                    self._offsets_write = loop.run_in_executor(None, self.offsets.write, data)
+                snapshot = self.offsets.encode()
+                if snapshot is not None:
+                    self._offsets_write = loop.run_in_executor(None, self.offsets.write, snapshot)
                     await asyncio.shield(self._offsets_write)
             except Exception:
                 log.exception("persisting consumer offsets failed")

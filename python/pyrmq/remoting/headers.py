@@ -62,6 +62,9 @@ __all__ = [
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _I32: Final = (-(2**31), 2**31 - 1)
 _I64: Final = (-(2**63), 2**63 - 1)
+# Java reads any number of leading zeros; this many characters stay well below the 4,300
+# digits past which Python's int() refuses a string.
+_MAX_DIGITS: Final = 1000
 
 _Value = str | int | bool | None
 
@@ -92,7 +95,11 @@ def _int_or_raise(text: str, low: int = _I32[0], high: int = _I32[1]) -> int:
     ...
     ValueError: 1_0
     """
-    if text.isascii() and (text.isdigit() or (text[1:].isdigit() and text[0] in "+-")):
+    if (
+        text.isascii()
+        and len(text) <= _MAX_DIGITS
+        and (text.isdigit() or (text[1:].isdigit() and text[0] in "+-"))
+    ):
         value = int(text)
         if low <= value <= high:
             return value
@@ -126,7 +133,8 @@ class _Fields:
         return value
 
     def _int(self, name: str, text: str, bounds: tuple[int, int], kind: str) -> int:
-        if _INTEGER.fullmatch(text) is not None:
+        # Past Python's limit on digits, int() raises: such a number is out of bounds anyway.
+        if _INTEGER.fullmatch(text) is not None and len(text) <= _MAX_DIGITS:
             value = int(text)
             if bounds[0] <= value <= bounds[1]:
                 return value

@@ -70,6 +70,23 @@ class AdminProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 remark=f"the topic[{topic}] is conflict with system reserved words.",
             )
+        if self._is_system_topic(topic):
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The topic[{topic}] is conflict with system topic.",
+            )
+        most = self.broker.config.store.max_queue_nums_per_topic
+        for name, nums in (
+            ("readQueueNums", header.read_queue_nums),
+            ("writeQueueNums", header.write_queue_nums),
+        ):
+            if not 1 <= nums <= most:
+                return RemotingCommand.response_to(
+                    request,
+                    ResponseCode.SYSTEM_ERROR,
+                    remark=f"{name} {nums} of topic[{topic}] is not in [1, {most}]",
+                )
         self.broker.topics.put(
             TopicConfig(
                 topic,
@@ -112,10 +129,19 @@ class AdminProcessor:
             )
         broker.topics.delete(topic)
         broker.offsets.clean_topic(topic)
+        offsets = broker.offsets.encode(force=True)
+
+        def delete() -> None:
+            broker.store.delete_topic(topic)
+            # Saved now, not at the next periodic save: after a crash the groups' offsets on
+            # the deleted topic would skip the first messages of one created again.
+            if offsets is not None:
+                broker.offsets.write(offsets)
+
         try:
             # File work (the deletion record is synced, queue files removed): off the loop.
-            await asyncio.get_running_loop().run_in_executor(None, broker.store.delete_topic, topic)
-        except PyrmqError as e:
+            await asyncio.get_running_loop().run_in_executor(None, delete)
+        except (PyrmqError, OSError) as e:
             return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
         broker.request_registration()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
@@ -250,7 +276,7 @@ class AdminProcessor:
                 ),
             )
         explicit: int | None = None
-        queue_ids: Sequence[int] = range(config.write_queue_nums)
+        queue_ids: Sequence[int] = broker.queue_ids(config.write_queue_nums)
         if header.queue_id is not None and header.queue_id >= 0:
             queue_ids = [header.queue_id]
             explicit = None if header.offset == -1 else header.offset

@@ -177,7 +177,7 @@ class ConsumerManageProcessor:
         """Grants every named queue that is free, already the caller's, or expired (60 s)."""
         try:
             client_id, keys = self._parse_lock_body(request)
-        except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        except (ValueError, TypeError, AttributeError, OverflowError, UnicodeDecodeError) as e:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"bad lock body: {e}"
             )
@@ -194,7 +194,7 @@ class ConsumerManageProcessor:
     async def unlock(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         try:
             client_id, keys = self._parse_lock_body(request)
-        except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        except (ValueError, TypeError, AttributeError, OverflowError, UnicodeDecodeError) as e:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"bad unlock body: {e}"
             )

@@ -4,7 +4,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from pyrmq.broker.clients import Subscription
+from pyrmq.broker.clients import TAG, Subscription
 from pyrmq.broker.services.hold import HeldPull
 from pyrmq.broker.state.topics import PERM_READ
 from pyrmq.remoting.command import RemotingCommand
@@ -40,7 +40,7 @@ _EMPTY = {GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_I
 class PullProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
-        self._subscriptions: dict[tuple[str, str], Subscription] = {}
+        self._subscriptions: dict[tuple[str, str, str | None], Subscription] = {}
 
     def install(self, server: RemotingServer) -> None:
         # Never waits: run at once when the request arrives (no task per pull).
@@ -49,13 +49,16 @@ class PullProcessor:
     def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         return self._pull(conn, request, allow_suspend=True)
 
-    def _subscription(self, topic: str, expression: str) -> Subscription:
-        key = (topic, expression)
+    def _subscription(
+        self, topic: str, expression: str, expression_type: str | None
+    ) -> Subscription:
+        key = (topic, expression, expression_type)
         found = self._subscriptions.get(key)
         if found is None:
             if len(self._subscriptions) >= _SUBSCRIPTIONS_CACHED:
                 self._subscriptions.clear()
-            found = self._subscriptions[key] = Subscription.parse(topic, expression)
+            found = Subscription.parse(topic, expression, expression_type)
+            self._subscriptions[key] = found
         return found
 
     def _pull(
@@ -93,7 +96,9 @@ class PullProcessor:
                 f"consumer:[{conn.peer_address}]",
             )
         if header.sys_flag & FLAG_SUBSCRIPTION:
-            subscription = self._subscription(header.topic, header.subscription or "*")
+            subscription = self._subscription(
+                header.topic, header.subscription or "*", header.expression_type
+            )
         else:
             found = broker.clients.subscription(header.consumer_group, header.topic)
             if found is None:
@@ -103,6 +108,15 @@ class PullProcessor:
                     remark=f"the consumer's subscription not exist, group: {header.consumer_group}",
                 )
             subscription = found
+        if subscription.expression_type != TAG:
+            # As RocketMQ with enablePropertyFilter off: read as tags, a SQL92 expression
+            # would match nothing, and the consumer would skip every message.
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark="The broker does not support consumer to filter message by "
+                f"{subscription.expression_type}",
+            )
 
         got = broker.store.get(
             header.topic,

@@ -48,7 +48,7 @@ class StatsProcessor:
             )
         store = self.broker.store
         table = {}
-        for queue_id in range(config.write_queue_nums):
+        for queue_id in self.broker.queue_ids(config.write_queue_nums):
             max_offset = store.max_offset(header.topic, queue_id)
             last = store.store_time(header.topic, queue_id, max_offset - 1) if max_offset else 0
             table[queue_id] = {
@@ -75,7 +75,7 @@ class StatsProcessor:
             if broker.clients.members(group) and broker.clients.subscription(group, topic) is None:
                 continue
             table = {}
-            for queue_id in range(config.read_queue_nums):
+            for queue_id in broker.queue_ids(config.read_queue_nums):
                 consumer_offset = max(broker.offsets.query(group, topic, queue_id) or 0, 0)
                 last = 0
                 if consumer_offset > 0:

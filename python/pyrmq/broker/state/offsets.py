@@ -4,12 +4,20 @@ import json
 import logging
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 from pyrmq.broker.state.json_file import load_json, write_atomic
 
-__all__ = ["OffsetTable"]
+__all__ = ["OffsetTable", "Snapshot"]
 
 log = logging.getLogger(__name__)
+
+
+class Snapshot(NamedTuple):
+    """The table's file contents, numbered in the order they were taken."""
+
+    number: int
+    data: bytes
 
 
 class OffsetTable:
@@ -20,6 +28,11 @@ class OffsetTable:
         self._lock = threading.Lock()
         self._table: dict[str, dict[int, int]] = {}
         self._dirty = False
+        self._taken = 0
+        # Held while the file is written: the periodic writer's thread and a deletion's may
+        # write at once, and the later snapshot must win.
+        self._writing = threading.Lock()
+        self._written = 0
         loaded = load_json(path)
         if loaded:
             for key, queues in (loaded.get("offsetTable") or {}).items():
@@ -52,7 +65,7 @@ class OffsetTable:
                 del self._table[key]
                 self._dirty = True
 
-    def encode(self, *, force: bool = False) -> bytes | None:
+    def encode(self, *, force: bool = False) -> Snapshot | None:
         """The table as the file's JSON, or None when nothing changed since the last call.
 
         Compact, so that the C encoder does it (``indent`` falls back to the pure-Python one,
@@ -64,13 +77,26 @@ class OffsetTable:
                 return None
             snapshot = {k: {str(q): o for q, o in v.items()} for k, v in self._table.items()}
             self._dirty = False
-        return json.dumps({"offsetTable": snapshot}, sort_keys=True).encode()
+            self._taken += 1
+            number = self._taken
+        return Snapshot(number, json.dumps({"offsetTable": snapshot}, sort_keys=True).encode())
 
-    def write(self, data: bytes) -> None:
-        """Writes what :meth:`encode` returned (file I/O only: fit for a worker thread)."""
-        write_atomic(self.path, data)
+    def write(self, snapshot: Snapshot) -> None:
+        """Writes what :meth:`encode` returned, unless a later snapshot is on disk already
+        (file I/O only: fit for a worker thread). A failed write leaves the table marked
+        changed, so the next save writes it."""
+        with self._writing:
+            if snapshot.number < self._written:
+                return
+            try:
+                write_atomic(self.path, snapshot.data)
+            except OSError:
+                with self._lock:
+                    self._dirty = True
+                raise
+            self._written = snapshot.number
 
     def persist(self, *, force: bool = False) -> None:
-        data = self.encode(force=force)
-        if data is not None:
-            self.write(data)
+        snapshot = self.encode(force=force)
+        if snapshot is not None:
+            self.write(snapshot)

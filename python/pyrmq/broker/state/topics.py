@@ -107,6 +107,23 @@ class TopicTable:
                 self._persist()
                 self._system_topics_unsaved = False
 
+    def _set(self, name: str, config: TopicConfig | None) -> None:
+        """Sets (None: removes) one topic and saves the table. A save that fails (a full disk)
+        leaves the table as it was: a topic in memory only would be gone after a restart."""
+        previous = self._topics.get(name)
+        if config is None:
+            self._topics.pop(name, None)
+        else:
+            self._topics[name] = config
+        try:
+            self._persist()
+        except BaseException:
+            if previous is None:
+                self._topics.pop(name, None)
+            else:
+                self._topics[name] = previous
+            raise
+
     def _persist(self) -> None:
         self.data_version = {
             "counter": int(self.data_version.get("counter", 0)) + 1,
@@ -131,17 +148,16 @@ class TopicTable:
     def put(self, config: TopicConfig) -> None:
         """Creates or replaces a topic (UPDATE_AND_CREATE_TOPIC)."""
         with self._lock:
-            self._topics[config.topic_name] = config
-            self._persist()
+            self._set(config.topic_name, config)
         log.info("topic updated name=%s queues=%d/%d perm=%d", config.topic_name,
                  config.read_queue_nums, config.write_queue_nums, config.perm)  # fmt: skip
 
     def delete(self, topic: str) -> bool:
         """Removes a topic (DELETE_TOPIC_IN_BROKER); returns whether it existed."""
         with self._lock:
-            if self._topics.pop(topic, None) is None:
+            if topic not in self._topics:
                 return False
-            self._persist()
+            self._set(topic, None)
         log.info("topic deleted name=%s", topic)
         return True
 
@@ -161,10 +177,11 @@ class TopicTable:
                 default = self._topics.get(default_topic)
                 if default is None or not default.perm & PERM_INHERIT:
                     return None, False
+                if default.write_queue_nums < 1:
+                    return None, False
                 nums = min(max(requested_queue_nums, 1), default.write_queue_nums)
                 created = TopicConfig(topic, nums, nums, default.perm & ~PERM_INHERIT)
-            self._topics[topic] = created
-            self._persist()
+            self._set(topic, created)
         log.info("topic auto-created name=%s queues=%d", topic, created.write_queue_nums)
         return created, True
 
@@ -177,7 +194,6 @@ class TopicTable:
             if existing is not None:
                 return existing, False
             created = TopicConfig(topic, queue_nums, queue_nums, perm)
-            self._topics[topic] = created
-            self._persist()
+            self._set(topic, created)
         log.info("topic created name=%s queues=%d", topic, queue_nums)
         return created, True

@@ -1,7 +1,6 @@
 """``pyrmq serve``, ``pyrmq namesrv`` and ``pyrmq broker``: run until SIGTERM or Ctrl-C."""
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import signal
@@ -25,6 +24,8 @@ LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=
 
 
 class Service(Protocol):
+    what: str
+
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     def ready_line(self) -> str: ...
@@ -32,6 +33,8 @@ class Service(Protocol):
 
 class EmbeddedServers:
     """A name server and a broker registered with it, in one process."""
+
+    what = "name server and broker"
 
     def __init__(self, namesrv_port: int, broker: BrokerConfig) -> None:
         self.namesrv = NameServer(NamesrvConfig(listen_port=namesrv_port))
@@ -46,9 +49,11 @@ class EmbeddedServers:
         self.broker = broker
 
     async def stop(self) -> None:
-        if self.broker is not None:
-            await self.broker.stop()
-        await self.namesrv.stop()
+        try:
+            if self.broker is not None:
+                await self.broker.stop()
+        finally:
+            await self.namesrv.stop()
 
     def ready_line(self) -> str:
         assert self.broker is not None
@@ -93,6 +98,7 @@ def _run(service: Service) -> None:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        stopped: Exception | None = None
         try:
             try:
                 await service.start()
@@ -102,8 +108,14 @@ def _run(service: Service) -> None:
             click.echo(service.ready_line())
             await stop.wait()
         finally:
-            with contextlib.suppress(Exception):
+            try:
                 await service.stop()
+            except Exception as e:
+                log.error("stopping the %s failed: %s", service.what, e)
+                stopped = e
+        if stopped is not None:
+            # A stop that did not finish (a full disk) must not look like a clean one.
+            raise click.ClickException(f"{service.what} did not stop cleanly: {stopped}")
 
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(main())

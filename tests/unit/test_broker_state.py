@@ -1,0 +1,71 @@
+"""The broker's table files when a save fails (a full disk): nothing changes that is not on
+disk, and nothing is forgotten that still has to be written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pyrmq.broker.state.offsets import OffsetTable
+from pyrmq.broker.state.topics import TopicConfig, TopicTable
+
+
+def block_saves(path: Path) -> Path:
+    """Puts a directory where the table's temporary file goes, so its saves fail."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def test_offsets_whose_save_failed_are_saved_by_the_next_one(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    table = OffsetTable(path)
+    table.commit("G", "T", 0, 7)
+    blocked = block_saves(path)
+    with pytest.raises(IsADirectoryError):
+        table.persist()
+    blocked.rmdir()
+    table.persist()  # nothing new committed since: only the failed save makes it write
+    assert json.loads(path.read_text()) == {"offsetTable": {"T@G": {"0": 7}}}
+
+
+def test_an_older_snapshot_written_late_does_not_replace_a_newer_one(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    table = OffsetTable(path)
+    table.commit("G", "T", 0, 1)
+    older = table.encode()
+    table.commit("G", "T", 0, 2)
+    newer = table.encode()
+    assert older is not None
+    assert newer is not None
+    table.write(newer)
+    table.write(older)
+    assert json.loads(path.read_text()) == {"offsetTable": {"T@G": {"0": 2}}}
+
+
+def test_a_topic_change_that_cannot_be_saved_is_not_kept(tmp_path: Path) -> None:
+    path = tmp_path / "topics.json"
+    table = TopicTable(path, auto_create_topic_enable=True, default_topic_queue_nums=4)
+    table.save_system_topics()
+    table.put(TopicConfig("TopicOld", 2, 2, 6))
+    blocked = block_saves(path)
+
+    with pytest.raises(IsADirectoryError):
+        table.create_on_send("TopicNew", "TBW102", 4)
+    assert table.get("TopicNew") is None
+    with pytest.raises(IsADirectoryError):
+        table.put(TopicConfig("TopicOld", 8, 8, 6))
+    assert table.get("TopicOld") == TopicConfig("TopicOld", 2, 2, 6)
+    with pytest.raises(IsADirectoryError):
+        table.delete("TopicOld")
+    assert table.get("TopicOld") is not None
+
+    blocked.rmdir()
+    created, new = table.create_on_send("TopicNew", "TBW102", 4)
+    assert new
+    assert created is not None
+    saved = json.loads(path.read_text())["topicConfigTable"]
+    assert {"TopicNew", "TopicOld"} <= set(saved)
+    assert saved["TopicOld"]["writeQueueNums"] == 2
