@@ -301,7 +301,8 @@ class MessageStore:
         begin_ms: int = 0,
         end_ms: int | None = None,
     ) -> list[StoredMessage]:
-        """Messages of ``topic`` with ``key`` among their KEYS or as UNIQ_KEY, newest first."""
+        """The newest ``max_count`` messages of ``topic`` with ``key`` among their KEYS or as
+        UNIQ_KEY, oldest first (RocketMQ's order)."""
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The smallest queue offset still stored."""
     def max_offset(self, topic: str, queue_id: int) -> int:

@@ -810,7 +810,8 @@ impl PyMessageStore {
         raw.map(|r| PyStoredMessage::decode(py, &r)).transpose()
     }
 
-    /// Messages of `topic` with `key` among their KEYS or as UNIQ_KEY, newest first.
+    /// The newest `max_count` messages of `topic` with `key` among their KEYS or as UNIQ_KEY,
+    /// oldest first (RocketMQ's order).
     #[pyo3(
         signature = (topic, key, *, max_count=Bound64(32), begin_ms=Bound64(0), end_ms=None),
         text_signature = "($self, topic, key, *, max_count=32, begin_ms=0, end_ms=None)"

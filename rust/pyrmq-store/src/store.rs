@@ -442,8 +442,8 @@ impl MessageStore {
         }
     }
 
-    /// Records of `topic` whose KEYS contain `key` or whose UNIQ_KEY is `key`, stored within
-    /// `[begin_ms, end_ms]`, newest first.
+    /// The newest `max` records of `topic` whose KEYS contain `key` or whose UNIQ_KEY is `key`,
+    /// stored within `[begin_ms, end_ms]`, oldest first (RocketMQ's order).
     pub fn query_message(
         &self,
         topic: &str,
@@ -1656,11 +1656,13 @@ impl Inner {
                     && keys_match
                     && (begin_ms..=end_ms).contains(&rec.store_timestamp_ms)
                 {
-                    out.push(raw);
+                    out.push((phy, raw));
                 }
             }
             if out.len() >= max || !cut || limit >= QUERY_CANDIDATES_MAX {
-                return out;
+                // The newest matches, answered oldest first as RocketMQ sorts them.
+                out.sort_unstable_by_key(|&(phy, _)| phy);
+                return out.into_iter().map(|(_, raw)| raw).collect();
             }
             limit = limit.saturating_mul(4).min(QUERY_CANDIDATES_MAX);
         }
