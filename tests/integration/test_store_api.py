@@ -764,6 +764,23 @@ def test_lookup_at_a_fence_or_blank_finds_nothing(open_store):
     assert store.look_message_by_offset(second.phy_offset).body == b"y" * 40_000
 
 
+def test_a_property_given_twice_means_its_last_value_to_filters_and_the_index(open_store):
+    """As a map built from the pairs keeps it (RocketMQ's decoder, and ours): the tag code and
+    the index keys agree with the tags and keys readers decode."""
+    store = open_store()
+    props = b"TAGS\x01A\x02TAGS\x01B\x02KEYS\x01k1\x02KEYS\x01k2"
+    body = b"twice"
+    item = struct.pack(">iiiii", 20 + len(body) + 2 + len(props), 0, 0, 0, len(body))
+    item += body + struct.pack(">h", len(props)) + props
+    store.put_encoded_batch("TopicTwice", item)
+    [msg] = store.get("TopicTwice", 0, 0).messages()
+    assert (msg.tags, msg.keys, msg.property("TAGS")) == ("B", ["k2"], "B")
+    assert store.get("TopicTwice", 0, 0, tags="B").status is GetMessageStatus.FOUND
+    assert store.get("TopicTwice", 0, 0, tags="A").status is GetMessageStatus.NO_MATCHED_MESSAGE
+    assert [m.body for m in store.query_message("TopicTwice", "k2")] == [body]
+    assert store.query_message("TopicTwice", "k1") == []
+
+
 def test_key_index_spans_several_index_files(open_store, tmp_path):
     store = open_store(tmp_path / "store", max_hash_slot_num=100, max_index_num=400)
     sent = []

@@ -107,11 +107,7 @@ impl PyStoredMessage {
 
     pub(crate) fn prop(&self, py: Python<'_>, name: &str) -> Option<String> {
         let buf = self.buf.bind(py);
-        // The last occurrence wins, as when Java parses the property string into a map.
-        message::iter_properties(self.raw_properties(buf))
-            .filter(|(k, _)| *k == name)
-            .last()
-            .map(|(_, v)| v.to_owned())
+        message::property(self.raw_properties(buf), name).map(str::to_owned)
     }
 }
 

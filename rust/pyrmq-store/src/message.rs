@@ -511,14 +511,18 @@ pub fn has_any_property(props: &[u8], names: &[&str]) -> bool {
     segments(props).any(|pair| names.clone().any(|n| value_if_named(pair, n).is_some()))
 }
 
-/// The value of the first pair named `name` whose value is UTF-8, as [`iter_properties`] would
-/// find it; names are compared as bytes, so only the value found is checked.
+/// The value of the last pair named `name` whose value is UTF-8, as [`iter_properties`] would
+/// find it; names are compared as bytes, so only the values found are checked. A name given
+/// twice means its last value, as in a map built from the pairs (RocketMQ's decoder, and the
+/// one clients read): tag codes and index keys then agree with what readers see.
 pub fn property<'a>(props: &'a [u8], name: &str) -> Option<&'a str> {
     let name = name.as_bytes();
     if name.contains(&NAME_VALUE_SEPARATOR) {
         return None; // a pair's name ends at its first separator
     }
-    segments(props).find_map(|pair| std::str::from_utf8(value_if_named(pair, name)?).ok())
+    segments(props)
+        .filter_map(|pair| std::str::from_utf8(value_if_named(pair, name)?).ok())
+        .last()
 }
 
 /// What [`property`] gives for each of `names`, found in one pass over the pairs.
@@ -529,19 +533,14 @@ pub fn properties_named<'a, const N: usize>(
     let mut found = [None; N];
     // A pair's name ends at its first separator, so a name holding one is never there.
     let possible = names.map(|n| !n.as_bytes().contains(&NAME_VALUE_SEPARATOR));
-    let mut left = possible.iter().filter(|p| **p).count();
     for pair in segments(props) {
-        if left == 0 {
-            break;
-        }
         for ((slot, name), possible) in found.iter_mut().zip(names).zip(possible) {
-            if slot.is_some() || !possible {
+            if !possible {
                 continue;
             }
             if let Some(v) = value_if_named(pair, name.as_bytes()) {
                 if let Ok(v) = std::str::from_utf8(v) {
                     *slot = Some(v);
-                    left -= 1;
                 }
             }
         }

@@ -46,7 +46,7 @@ proptest! {
         props in raw_properties(),
         name in prop_oneof![Just(""), Just("A"), Just("AB"), Just("A\u{1}B"), Just("x\u{2}")],
     ) {
-        let expected = message::iter_properties(&props).find(|(n, _)| *n == name).map(|(_, v)| v);
+        let expected = message::iter_properties(&props).filter(|(n, _)| *n == name).last().map(|(_, v)| v);
         prop_assert_eq!(message::property(&props, name), expected);
         let named = |n: &str| {
             props.split(|b| *b == 2).any(|pair| {
