@@ -1,7 +1,11 @@
-"""Closed and collected stores give back their file descriptors and mappings."""
+"""What a store takes from the machine: closed and collected stores give back their file
+descriptors and mappings, a quiet queue costs little disk, and a mapping the kernel refuses
+for a moment is retried."""
 
 import gc
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -62,3 +66,64 @@ def test_open_put_get_close_200_times_leaks_nothing(tmp_path, make_config):
     with MessageStore.open(root, config, background_services=False) as store:
         assert store.recovery["records"] == 0
         assert store.max_offset("TopicLeak", 0) == 68
+
+
+def test_a_quiet_queue_takes_a_chunk_of_disk_not_a_whole_file(tmp_path, make_config):
+    """ConsumeQueue files are sparse and reserved ahead of the writer: a queue with one message
+    uses 64 KiB of its default 5.72 MiB file, and reopening reads only what holds units."""
+    root = tmp_path / "quiet"
+    config = make_config(mapped_file_size_consume_queue=300_000 * 20)  # the default
+    with MessageStore.open(root, config, background_services=False) as store:
+        for q in range(8):
+            store.put("TopicQuiet", b"only one", queue_id=q)
+    files = list((root / "consumequeue" / "TopicQuiet").glob("*/*"))
+    assert len(files) == 8
+    for f in files:
+        assert f.stat().st_size == 300_000 * 20
+        assert f.stat().st_blocks * 512 <= 64 * 1024
+    with MessageStore.open(root, config, background_services=False) as store:
+        for q in range(8):
+            assert store.max_offset("TopicQuiet", q) == 1
+            assert store.put("TopicQuiet", b"next", queue_id=q).queue_offset == 1
+            [_, second] = store.get("TopicQuiet", q, 0).messages()
+            assert second.body == b"next"
+
+
+_MAPS_RUN_OUT = """
+import json, mmap, sys
+from pyrmq.store import MessageStore
+
+store = MessageStore.open(sys.argv[1], {"mappedFileSizeConsumeQueue": 20 * 1000},
+                          background_services=False)
+store.put("TopicA", b"first")
+hog = []
+try:
+    while True:  # shared anonymous mappings are never merged: one each, up to the limit
+        hog.append(mmap.mmap(-1, 4096))
+except OSError:
+    pass
+try:
+    store.put("TopicB", b"refused")
+    refused = None
+except Exception as e:
+    refused = type(e).__name__
+for m in hog:
+    m.close()
+after = store.put("TopicB", b"later").queue_offset
+print(json.dumps({"refused": refused, "after": after}))
+"""
+
+
+def test_a_queue_whose_mapping_was_refused_is_created_once_mappings_are_free(tmp_path):
+    """The file of a segment the kernel would not map was left behind, and every later create
+    of it failed (EEXIST) until the store was reopened."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MAPS_RUN_OUT, str(tmp_path / "maps")],
+        capture_output=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert report == {"refused": "StoreIOError", "after": 0}

@@ -10,6 +10,10 @@
 //! |   8 |    4 | size       | record TOTALSIZE, > 0; 0 marks a unit never written      |
 //! |  12 |    8 | tags_code  | Java hash of TAGS; due time (ms) in SCHEDULE_TOPIC_XXXX   |
 //!
+//! Files are sparse: space is reserved a chunk at a time ahead of the writer, before the
+//! CommitLog append that needs it, so a quiet queue costs a chunk of disk and not a whole file,
+//! and a full disk refuses the put instead of faulting the write.
+//!
 //! Units are written before the queue's max offset is published (Release), and readers load
 //! it (Acquire) first, so a reader never sees a unit whose record is not written.
 //! After a crash, units whose record lies past the recovered CommitLog end are zeroed and the
@@ -20,7 +24,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::StoreResult;
-use crate::mapped_file::Allocation;
+use crate::mapped_file::{Allocation, MappedFile};
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::populate::Populator;
 
@@ -54,7 +58,7 @@ impl ConsumeQueue {
     /// Opens the queue in `dir` and finds its max offset: past the last written unit of the
     /// last file holding any.
     pub fn load(dir: &Path, topic: &str, queue_id: i32, file_size: u64) -> StoreResult<Self> {
-        let files = MappedFileQueue::load(dir, file_size, Allocation::Reserve)?;
+        let files = MappedFileQueue::load(dir, file_size, Allocation::OnDemand)?;
         let units_per_file = file_size / CQ_UNIT_SIZE;
         // A file after that one was created ahead of its writer (or just before a crash) and is
         // empty. The last written unit, not the first unwritten one, ends the queue: a queue
@@ -62,17 +66,15 @@ impl ConsumeQueue {
         let (min, max) = match files.first() {
             Some(first) => {
                 let min = first.file_from_offset() / CQ_UNIT_SIZE;
-                let mut max = min;
-                for file in files.snapshot().iter().rev() {
-                    let last = file
-                        .slice(0, file_size as usize)
-                        .chunks_exact(CQ_UNIT_SIZE as usize)
-                        .rposition(|u| unit_size(u) != 0);
-                    if let Some(last) = last {
-                        max = file.file_from_offset() / CQ_UNIT_SIZE + last as u64 + 1;
-                        break;
-                    }
-                }
+                let max = files
+                    .snapshot()
+                    .iter()
+                    .rev()
+                    .find_map(|file| {
+                        let last = last_written_unit(file)?;
+                        Some(file.file_from_offset() / CQ_UNIT_SIZE + last + 1)
+                    })
+                    .unwrap_or(min);
                 (min, max)
             }
             None => (0, 0),
@@ -105,17 +107,23 @@ impl ConsumeQueue {
         self.min_offset.load(Ordering::Acquire)
     }
 
-    /// Creates the files needed to hold units `start..end`. Nothing is written.
+    /// Creates the files needed to hold units `start..end` and reserves their space, so that
+    /// writing them cannot fail once the records are appended. Nothing is written.
     pub fn ensure_capacity(&self, start: u64, end: u64) -> StoreResult<()> {
         if end <= start {
             return Ok(());
         }
         // The first unit's file first: a queue without files starts with the file holding
         // it, and the files up to the last unit's follow it.
-        self.files.get_or_create(start * CQ_UNIT_SIZE)?;
-        self.files
-            .get_or_create((end - 1) * CQ_UNIT_SIZE)
-            .map(|_| ())
+        let (mut byte, to) = (start * CQ_UNIT_SIZE, end * CQ_UNIT_SIZE);
+        while byte < to {
+            let file = self.files.get_or_create(byte)?;
+            let base = file.file_from_offset();
+            let file_end = base + file.file_size();
+            file.ensure_writable(byte - base, to.min(file_end) - base)?;
+            byte = file_end;
+        }
+        Ok(())
     }
 
     /// Writes unit `queue_offset`. Only the put-lock holder (or recovery) calls this.
@@ -145,6 +153,8 @@ impl ConsumeQueue {
             let rel = byte - file.file_from_offset();
             let fit = ((file.file_size() - rel) / CQ_UNIT_SIZE) as usize;
             let run = &units[done..units.len().min(done + fit)];
+            // Puts reserved this space before their append; recovery's rebuilds reserve it here.
+            file.ensure_writable(rel, rel + run.len() as u64 * CQ_UNIT_SIZE)?;
             // SAFETY: single writer under the put lock; units are unpublished until `publish`,
             // and the run ends inside this file.
             let out = unsafe { file.slice_mut(rel, run.len() * CQ_UNIT_SIZE as usize) };
@@ -335,13 +345,12 @@ impl ConsumeQueue {
             if end <= min {
                 continue;
             }
-            let data = file.slice(0, file.file_size() as usize);
-            let last = data
-                .chunks_exact(CQ_UNIT_SIZE as usize)
-                .rev()
-                .find(|u| unit_size(u) > 0);
+            let last = last_written_unit(&file).map(|i| {
+                let at = (i * CQ_UNIT_SIZE) as usize;
+                decode_unit(0, file.slice(at as u64, CQ_UNIT_SIZE as usize))
+            });
             match last {
-                Some(u) if decode_unit(0, u).phy_offset < commit_log_min && end < max => min = end,
+                Some(u) if u.phy_offset < commit_log_min && end < max => min = end,
                 _ => break,
             }
         }
@@ -365,6 +374,22 @@ impl ConsumeQueue {
         }
         Ok(())
     }
+}
+
+/// Index in `file` of its last written unit. Only the file's data regions are read: a hole
+/// read through the mapping would take memory (and on tmpfs, space) for nothing.
+fn last_written_unit(file: &MappedFile) -> Option<u64> {
+    file.data_regions().iter().rev().find_map(|&(start, end)| {
+        // A unit cut by a region's edge lies partly in a hole: it was never written.
+        let first = start.div_ceil(CQ_UNIT_SIZE);
+        let last = end / CQ_UNIT_SIZE;
+        let units = last.saturating_sub(first);
+        let bytes = file.slice(first * CQ_UNIT_SIZE, (units * CQ_UNIT_SIZE) as usize);
+        let i = bytes
+            .chunks_exact(CQ_UNIT_SIZE as usize)
+            .rposition(|u| unit_size(u) != 0)?;
+        Some(first + i as u64)
+    })
 }
 
 fn unit_size(raw: &[u8]) -> u32 {

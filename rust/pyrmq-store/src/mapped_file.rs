@@ -97,7 +97,11 @@ impl MappedFile {
             let _ = std::fs::remove_file(path);
             return Err(StoreError::io("allocating segment", path, e));
         }
-        let mf = Self::map(path, file, file_from_offset, file_size, allocation)?;
+        // A file left behind would make every later create of this segment fail (EEXIST).
+        let mf =
+            Self::map(path, file, file_from_offset, file_size, allocation).inspect_err(|_| {
+                let _ = std::fs::remove_file(path);
+            })?;
         if allocation == Allocation::Reserve {
             mf.mark_reserved();
         }
@@ -184,6 +188,31 @@ impl MappedFile {
         // SAFETY: plain syscall on our own descriptor.
         let r = unsafe { libc::lseek(self.file.as_raw_fd(), pos as libc::off_t, libc::SEEK_DATA) };
         (r >= 0).then_some(r as u64).filter(|d| *d < self.file_size)
+    }
+
+    /// The file's data regions, in order. A file system that cannot tell gives the whole file.
+    pub fn data_regions(&self) -> Vec<(u64, u64)> {
+        let mut regions = Vec::new();
+        let mut pos = 0;
+        while pos < self.file_size {
+            // SAFETY: plain syscall on our own descriptor.
+            let r =
+                unsafe { libc::lseek(self.file.as_raw_fd(), pos as libc::off_t, libc::SEEK_DATA) };
+            if r < 0 {
+                if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) {
+                    return vec![(0, self.file_size)];
+                }
+                break; // no data past `pos`
+            }
+            let start = (r as u64).min(self.file_size);
+            let end = self.data_end_from(start);
+            if end <= start {
+                break;
+            }
+            regions.push((start, end));
+            pos = end;
+        }
+        regions
     }
 
     /// Copies bytes at `pos` with `pread`, which reads holes as zeros without allocating: for
