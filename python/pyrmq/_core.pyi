@@ -404,8 +404,9 @@ class MessageStore:
         tags: str | Sequence[str] | None = None,
     ) -> None:
         """Parks a pull until its queue passes ``queue_offset`` with a matching tag."""
-    def cancel_held_pull(self, pull_id: int) -> bool:
-        """Removes a held pull whose time ran out; False if it was woken already."""
+    def cancel_held_pull(self, pull_id: int, topic: str, queue_id: int) -> bool:
+        """Removes held pull ``pull_id``, parked on (topic, queue id), whose time ran out;
+        False if it was woken already."""
     def check_held_pulls(self) -> None:
         """Wakes held pulls whose queue moved past their offset."""
     def drain_ready_pulls(self) -> list[tuple[int, int]]:

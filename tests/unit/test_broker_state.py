@@ -1,5 +1,6 @@
-"""The broker's table files when a save fails (a full disk): nothing changes that is not on
-disk, and nothing is forgotten that still has to be written."""
+"""The broker's tables: when a save fails (a full disk) nothing changes that is not on disk
+and nothing is forgotten that still has to be written; clients that leave take their groups
+with them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.topics import TopicConfig, TopicTable
 
@@ -69,3 +71,21 @@ def test_a_topic_change_that_cannot_be_saved_is_not_kept(tmp_path: Path) -> None
     saved = json.loads(path.read_text())["topicConfigTable"]
     assert {"TopicNew", "TopicOld"} <= set(saved)
     assert saved["TopicOld"]["writeQueueNums"] == 2
+
+
+def test_a_group_whose_last_client_left_is_forgotten() -> None:
+    """As RocketMQ's client managers: with clients coming and going, groups kept empty made the
+    tables, and each walk over them on every disconnect, grow for good."""
+    clients = ClientTable()
+    gone, kept = object(), object()
+    data = {"subscriptionDataSet": [{"topic": "T", "subString": "*"}]}
+    clients.register_consumer("CG_GONE", data, "c1", gone, 0)
+    clients.register_consumer("CG_KEPT", data, "c2", kept, 0)
+    clients.register_producer("PG_GONE", "c1", gone, 0)
+    clients.register_producer("PG_LEFT", "c3", kept, 0)
+    assert clients.drop_connection(gone) == ["CG_GONE"]
+    assert clients.unregister("c3", "", "PG_LEFT") == []
+    assert set(clients.consumers) == {"CG_KEPT"}
+    assert clients.producers == {}
+    assert clients.expire(now_ms=10_000, expired_after_ms=1_000) == ["CG_KEPT"]
+    assert clients.consumers == {}

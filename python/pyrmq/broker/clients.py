@@ -155,7 +155,15 @@ class ClientTable:
             log.info("consumer left group=%s client_id=%s", consumer_group, client_id)
         if producer_group:
             self.producers.get(producer_group, {}).pop(client_id, None)
+        self._drop_empty_groups()
         return changed
+
+    def _drop_empty_groups(self) -> None:
+        """Forgets groups whose last client left, as RocketMQ's client managers do: with
+        clients coming and going, the tables (and each walk over them) would only grow."""
+        for table in (self.consumers, self.producers):
+            for group in [g for g, members in table.items() if not members]:
+                del table[group]
 
     def drop_connection(self, connection: object) -> list[str]:
         """Removes every client on ``connection``; returns consumer groups that changed."""
@@ -170,6 +178,7 @@ class ClientTable:
             for cid, (conn, _) in list(producers.items()):
                 if conn is connection:
                     del producers[cid]
+        self._drop_empty_groups()
         return changed
 
     def expire(self, now_ms: int, expired_after_ms: int) -> list[str]:
@@ -184,6 +193,7 @@ class ClientTable:
             for cid, (_, seen) in list(producers.items()):
                 if now_ms - seen > expired_after_ms:
                     del producers[cid]
+        self._drop_empty_groups()
         return changed
 
     def consumer_ids(self, group: str) -> list[str]:

@@ -1112,9 +1112,10 @@ impl PyMessageStore {
         Ok(())
     }
 
-    /// Removes a held pull whose time ran out; False if it was woken already.
-    fn cancel_held_pull(&self, pull_id: u64) -> bool {
-        self.store.cancel_held_pull(pull_id)
+    /// Removes held pull `pull_id`, parked on (topic, queue id), whose time ran out; False if
+    /// it was woken already.
+    fn cancel_held_pull(&self, pull_id: u64, topic: Topic<'_>, queue_id: QueueId) -> bool {
+        self.store.cancel_held_pull(&topic, queue_id.0, pull_id)
     }
 
     /// Wakes held pulls whose queue moved past their offset (the periodic re-check).

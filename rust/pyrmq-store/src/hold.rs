@@ -141,22 +141,24 @@ impl HoldTable {
         }
     }
 
-    /// Removes pull `id` (its time ran out); returns whether it was still held.
-    pub fn cancel(&self, id: u64) -> bool {
-        let mut found = false;
-        self.held.lock().retain(|_, _, list| {
-            if !found {
-                if let Some(pos) = list.iter().position(|h| h.id == id) {
-                    list.swap_remove(pos);
-                    found = true;
-                }
-            }
-            !list.is_empty()
-        });
-        if found {
-            self.held_count.fetch_sub(1, Ordering::AcqRel);
+    /// Removes pull `id`, held on (topic, queue id), whose time ran out; returns whether it was
+    /// still held. Only its queue's pulls are looked at: pulls time out all the time, and a
+    /// walk over every held pull under the lock that arrivals need made that quadratic.
+    pub fn cancel(&self, topic: &str, queue_id: i32, id: u64) -> bool {
+        let mut held = self.held.lock();
+        let Some(list) = held.get_mut(topic, queue_id) else {
+            return false;
+        };
+        let Some(pos) = list.iter().position(|h| h.id == id) else {
+            return false;
+        };
+        list.swap_remove(pos);
+        if list.is_empty() {
+            held.remove(topic, queue_id);
         }
-        found
+        drop(held);
+        self.held_count.fetch_sub(1, Ordering::AcqRel);
+        true
     }
 
     /// The periodic re-check: wakes every pull whose queue is past its offset.
@@ -240,8 +242,9 @@ mod tests {
         t.on_arrival("T", 0, 7, Some(&[7]));
         assert_eq!(t.drain_ready(), vec![(2, WakeReason::Arrival)]);
         assert_eq!(t.held_count(), 2);
-        assert!(t.cancel(3));
-        assert!(!t.cancel(3));
+        assert!(!t.cancel("T", 1, 3));
+        assert!(t.cancel("T", 0, 3));
+        assert!(!t.cancel("T", 0, 3));
         t.check(|_, q| if q == 1 { 6 } else { 0 });
         assert_eq!(t.drain_ready(), vec![(4, WakeReason::Check)]);
         assert_eq!(t.held_count(), 0);

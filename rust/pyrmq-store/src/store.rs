@@ -641,9 +641,10 @@ impl MessageStore {
         }
     }
 
-    /// Removes a held pull whose time ran out; false if it was already woken.
-    pub fn cancel_held_pull(&self, id: u64) -> bool {
-        self.inner.hold.cancel(id)
+    /// Removes held pull `id`, parked on (topic, queue id), whose time ran out; false if it was
+    /// already woken.
+    pub fn cancel_held_pull(&self, topic: &str, queue_id: i32, id: u64) -> bool {
+        self.inner.hold.cancel(topic, queue_id, id)
     }
 
     /// Wakes every held pull whose queue moved past its offset (the periodic re-check).

@@ -70,7 +70,7 @@ class PullHoldService:
         for pull_id, pull in list(self._pulls.items()):
             if pull.timer is not None:
                 pull.timer.cancel()
-            self.store.cancel_held_pull(pull_id)
+            self.store.cancel_held_pull(pull_id, pull.topic, pull.queue_id)
         self._pulls.clear()
 
     def hold(self, pull: HeldPull) -> None:
@@ -109,11 +109,11 @@ class PullHoldService:
 
     def _expire(self, pull_id: int) -> None:
         # Only a pull still held in the store times out; a woken one is answered by _on_ready.
-        if self.store.cancel_held_pull(pull_id):
-            pull = self._pulls.pop(pull_id, None)
-            if pull is not None:
-                self.timed_out += 1
-                self._answer(pull)
+        pull = self._pulls.get(pull_id)
+        if pull is not None and self.store.cancel_held_pull(pull_id, pull.topic, pull.queue_id):
+            del self._pulls[pull_id]
+            self.timed_out += 1
+            self._answer(pull)
 
     async def _check_periodically(self) -> None:
         while True:
