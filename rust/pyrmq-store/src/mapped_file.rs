@@ -3,15 +3,16 @@
 //! A page of a shared file mapping that cannot get disk space when first written kills the
 //! process with SIGBUS. So no byte is written to a page before its space is reserved, in one of
 //! two ways ([`Allocation`]):
-//! * `Reserve`: the whole file is allocated at creation (`fallocate`). Simple; used for the small
-//!   ConsumeQueue and index files. Their pages still fault on first write, so the populator
-//!   keeps a small window of each ConsumeQueue populated too.
+//! * `Reserve`: the whole file is allocated at creation (`fallocate`). Simple; used for index
+//!   files, of which one is written at a time.
 //! * `OnDemand`: the file is sparse and its pages are populated before they are written
 //!   (`MADV_POPULATE_WRITE`, which reserves space and returns ENOSPC as an error instead of a
 //!   signal): ahead of the writer by [`crate::populate::Populator`], and by the writer itself
 //!   in small chunks when it gets there first. First writes into fallocated-but-unwritten
 //!   extents cost about ten times more than into populated pages, which matters on the
-//!   CommitLog append path.
+//!   CommitLog append path. ConsumeQueue files are `OnDemand` too: a broker may hold thousands
+//!   of queues, most of them quiet, and a whole file each would cost as much disk (and, read at
+//!   open, memory).
 //! * `Written`: for CommitLog segments appended through the file under `SYNC_FLUSH`. The file
 //!   is sparse, and while the store's fsync rounds are small its pages are written with zeros
 //!   ahead of the writer, one page per write. An fsync then finds its blocks allocated and

@@ -1,11 +1,10 @@
 //! Pages of mapped files populated ahead of their writer, on a background thread.
 //!
-//! A file's first write to each page costs a fault, a zeroed page and a block reservation; into
-//! a fallocated ConsumeQueue file it costs a read of the unwritten extent as well. Paid by the
-//! writer under the put lock, that was most of a small append's cost. The populator keeps a
-//! window of pages ready past each writer's position: [`AHEAD`] bytes for the CommitLog,
-//! [`CQ_AHEAD`] for each ConsumeQueue that has written as much into its current file (small,
-//! and only for busy queues, since a broker may write to thousands of them).
+//! A file's first write to each page costs a fault, a zeroed page and a block reservation.
+//! Paid by the writer under the put lock, that was most of a small append's cost. The populator
+//! keeps a window of pages ready past each writer's position: [`AHEAD`] bytes for the
+//! CommitLog, [`CQ_AHEAD`] for each ConsumeQueue that has written as much into its current file
+//! (small, and only for busy queues, since a broker may write to thousands of them).
 //! A writer that outruns it still faults, or for the CommitLog populates for itself. Populating
 //! never changes a byte, so it may overlap the writer; a full disk still reaches the append,
 //! through the writer's own reservation.
