@@ -498,10 +498,10 @@ impl CommitLog {
         )))
     }
 
-    /// Validates the log from `validate_from` (a group boundary at or before `start`) to its
-    /// end, calls `on_record` with its group's start, its offset and its bytes for every record
-    /// at or after `start` in every intact group, then truncates the torn tail. Runs before any reader or writer
-    /// exists.
+    /// Validates the log from `validate_from` (a group boundary at or before `start`, or a
+    /// record inside the group that starts there) to its end, calls `on_record` with its
+    /// group's start, its offset and its bytes for every record at or after `start` in every
+    /// intact group, then truncates the torn tail. Runs before any reader or writer exists.
     pub fn recover(
         &self,
         validate_from: u64,

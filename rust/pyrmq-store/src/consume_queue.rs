@@ -345,10 +345,8 @@ impl ConsumeQueue {
             if end <= min {
                 continue;
             }
-            let last = last_written_unit(&file).map(|i| {
-                let at = (i * CQ_UNIT_SIZE) as usize;
-                decode_unit(0, file.slice(at as u64, CQ_UNIT_SIZE as usize))
-            });
+            let last = last_written_unit(&file)
+                .map(|i| decode_unit(0, file.slice(i * CQ_UNIT_SIZE, CQ_UNIT_SIZE as usize)));
             match last {
                 Some(u) if u.phy_offset < commit_log_min && end < max => min = end,
                 _ => break,
