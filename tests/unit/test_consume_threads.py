@@ -233,13 +233,23 @@ def test_calls_queued_behind_a_quick_one_keep_to_its_thread(
 ) -> None:
     pool = _ConsumeThreads(20, "t", loop, cpu_clock=FakeCpu(busy=False))
     names: list[str] = []
+    waits: list[float] = []
+
+    def call(submitted: float) -> None:
+        waits.append(time.monotonic() - submitted)
+        names.append(threading.current_thread().name)
+
     try:
         for _ in range(20):
+            threads, waits[:] = len(pool._threads), []
             for _ in range(10):  # submitted while the first of them runs
-                pool.submit(lambda: names.append(threading.current_thread().name))
+                pool.submit(call, time.monotonic())
             wait_until(lambda: len(pool._idle) == len(pool._threads), "the calls")
+            # A loaded machine may stall a quick call past the fan-out delay: only then may
+            # another thread have been woken for it.
+            assert len(pool._threads) == max(threads, 1) or max(waits) >= FANOUT_AFTER_S
         assert len(names) == 200
-        assert len(pool._threads) == 1
+        assert len(set(names)) == len(pool._threads)
     finally:
         pool.shutdown()
 
