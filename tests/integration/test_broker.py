@@ -953,3 +953,48 @@ def test_a_deleted_topics_offsets_are_gone_from_the_file_at_once(tmp_path: Path)
             assert json.loads(path.read_text())["offsetTable"] == {"TopicKept@CG_GONE": {"0": 7}}
 
     run(scenario)
+
+
+def test_send_back_names_the_first_copy_and_respects_the_retry_topics_permission(
+    tmp_path: Path,
+) -> None:
+    """As RocketMQ: ORIGIN_MESSAGE_ID is the first copy's offset message id (what finds it by
+    offset), not the producer's id a client puts in the header; a read-only retry topic takes
+    no send-back, even one bound for the dead-letter queue."""
+    from pyrmq.remoting.headers import CreateTopicRequestHeader
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            await c.send("TopicOrigin", b"payload", props=props(UNIQ_KEY="UNIQ-ORIGIN"))
+            [orig] = records((await c.pull("TopicOrigin", 0, 0)).body)
+            fields = {"group": "CG_O", "delayLevel": 1, "offset": str(orig.phy_offset)}
+            back = await c.call(
+                RequestCode.CONSUMER_SEND_MSG_BACK, {**fields, "originMsgId": "UNIQ-ORIGIN"}
+            )
+            assert back.code == ResponseCode.SUCCESS, back.remark
+            store = c.broker.store
+            [parked] = store.get("SCHEDULE_TOPIC_XXXX", 0, 0).messages()
+            assert parked.properties["ORIGIN_MESSAGE_ID"] == orig.msg_id
+            # A retry sent back again keeps naming the first copy.
+            again = await c.call(
+                RequestCode.CONSUMER_SEND_MSG_BACK, {**fields, "offset": str(parked.phy_offset)}
+            )
+            assert again.code == ResponseCode.SUCCESS, again.remark
+            [_, parked_again] = store.get("SCHEDULE_TOPIC_XXXX", 0, 0).messages()
+            assert parked_again.properties["ORIGIN_MESSAGE_ID"] == orig.msg_id
+
+            read_only = CreateTopicRequestHeader(
+                topic="%RETRY%CG_O", default_topic="TBW102", read_queue_nums=1,
+                write_queue_nums=1, perm=4,
+            )  # fmt: skip
+            assert (await c.call(RequestCode.UPDATE_AND_CREATE_TOPIC, read_only.to_ext())).code == 0
+            for level in (1, -1):
+                refused = await c.call(
+                    RequestCode.CONSUMER_SEND_MSG_BACK, {**fields, "delayLevel": level}
+                )
+                assert refused.code == ResponseCode.NO_PERMISSION
+                assert refused.remark == "the topic[%RETRY%CG_O] sending message is forbidden"
+            assert store.max_offset("SCHEDULE_TOPIC_XXXX", 0) == 2
+            assert c.broker.topics.get("%DLQ%CG_O") is None
+
+    run(scenario)

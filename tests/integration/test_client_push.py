@@ -845,6 +845,8 @@ def test_failed_messages_come_back_and_the_commit_waits_for_a_slow_one(
             rec if listener_kind == "thread" else coroutine_listener,
             consume_from_where="CONSUME_FROM_FIRST_OFFSET",
             consume_thread_max=4,
+            # The Java client's default, which its consumer reads as 16: a retry, not the DLQ.
+            max_reconsume_times=16 if listener_kind == "thread" else -1,
         )
         await c.start()
         try:

@@ -679,7 +679,13 @@ class PushConsumer(ClientLifecycle):
         """CONSUMER_SEND_MSG_BACK to the master of the message's broker."""
         inst = self.instance
         addr = await inst.master_addr(msg.broker_name, msg.stored.topic)
-        await inst.api.send_back(addr, msg, self.group, delay_level, self.max_reconsume_times)
+        await inst.api.send_back(addr, msg, self.group, delay_level, self.reconsume_limit)
+
+    @property
+    def reconsume_limit(self) -> int:
+        """Retries before the dead-letter queue: ``max_reconsume_times``, where -1 (the Java
+        client's default) means 16, as RocketMQ's client reads it for a concurrent consumer."""
+        return 16 if self.max_reconsume_times == -1 else self.max_reconsume_times
 
     def assigned_queues(self) -> list[MessageQueue]:
         """Queues this consumer pulls now."""

@@ -255,6 +255,17 @@ class SendProcessor:
             _core.validate_topic(RETRY_PREFIX + header.group, internal=True)
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, f"group {header.group!r}: {e}")
+        # As RocketMQ: the retry topic exists, and takes messages, even for one bound for the DLQ.
+        retry_topic = RETRY_PREFIX + header.group
+        retry_config, created = broker.topics.create_system(retry_topic, 1, PERM_READ | PERM_WRITE)
+        if created:
+            broker.request_registration()
+        if not retry_config.perm & PERM_WRITE:
+            return self._error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{retry_topic}] sending message is forbidden",
+            )
         try:
             original = broker.store.look_message_by_offset(header.offset)
         except StoreError as e:
@@ -269,7 +280,10 @@ class SendProcessor:
         group = header.group
         props = dict(original.properties)
         props.setdefault("RETRY_TOPIC", original.topic)
-        props.setdefault("ORIGIN_MESSAGE_ID", header.origin_msg_id or original.msg_id)
+        # The id the store gave the first copy, whatever the client's header says: it finds the
+        # message by offset (mqadmin queryMsgById) from any retry or dead letter.
+        if not props.get("ORIGIN_MESSAGE_ID", "").strip():
+            props["ORIGIN_MESSAGE_ID"] = original.msg_id
         props["WAIT"] = "false"
         props.pop("DELAY", None)
         max_times = broker.config.max_reconsume_times
@@ -278,17 +292,17 @@ class SendProcessor:
             and header.max_reconsume_times is not None
         ):
             max_times = header.max_reconsume_times
+        topic = retry_topic
         if original.reconsume_times >= max_times or header.delay_level < 0:
             topic = DLQ_PREFIX + group
+            _, created = broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
+            if created:
+                broker.request_registration()
         else:
-            topic = RETRY_PREFIX + group
             # Parked by the store until due: level 3 (10 s) for a first retry, one level more
             # for each further one, unless the consumer chose a level.
             level = header.delay_level or 3 + original.reconsume_times
             props["DELAY"] = str(level)
-        _, created = broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
-        if created:
-            broker.request_registration()
         try:
             _, durable = await broker.put(
                 lambda: broker.store.put(
