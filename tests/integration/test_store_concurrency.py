@@ -1,7 +1,11 @@
 """Concurrent writers and readers: every message stored once, queue offsets dense, and a reader
-never sees a partial record."""
+never sees a partial record; stores left unclosed are closed without waiting for good."""
 
+import json
+import os
 import struct
+import subprocess
+import sys
 import threading
 from collections import defaultdict
 
@@ -191,3 +195,47 @@ def test_a_second_close_returns_once_the_first_has_flushed_and_unlocked(open_sto
         assert again.max_offset("TopicClose", 3) % 500 == 0
         again.close()
         first.join()
+
+
+# A store whose retention thread logs at INFO all the time, left to the garbage collector or
+# to the interpreter's exit rather than closed.
+_UNCLOSED = """
+import faulthandler, gc, json, logging, sys, tempfile
+from pyrmq import _core
+logging.basicConfig(level=logging.INFO, filename=sys.argv[1] + "/log")
+faulthandler.dump_traceback_later(60, exit=True)
+config = {
+    "mapped_file_size_commit_log": 4096, "file_reserved_time_hours": 0,
+    "delete_when": ";".join("%02d" % h for h in range(24)), "clean_resource_interval_ms": 1,
+    "max_hash_slot_num": 64, "max_index_num": 1000, "background_services": True,
+}
+def filled(root):
+    store = _core.MessageStore(root, config)
+    for _ in range(40):
+        store.put("TopicA", b"x" * 1000)
+    return store
+for i in range(int(sys.argv[2])):
+    store = filled(tempfile.mkdtemp(dir=sys.argv[1]))
+    del store
+    gc.collect()
+left = sys.argv[1] + "/left"
+kept = filled(left)
+print(json.dumps({"left": left}), flush=True)
+"""
+
+
+def test_stores_collected_or_left_open_at_exit_are_closed_without_a_hang(tmp_path):
+    """Closing joins the store's threads, which may be waiting for the GIL to log: a store
+    collected with the GIL held, or dropped during the interpreter's exit, hung for good."""
+    done = subprocess.run(
+        [sys.executable, "-c", _UNCLOSED, str(tmp_path), "30"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    left = json.loads(done.stdout)["left"]
+    # Closed at exit, not abandoned: no abort marker, so the next open recovers nothing.
+    assert not os.path.exists(os.path.join(left, "abort"))
+    assert "deleted commit log segment" in (tmp_path / "log").read_text()

@@ -53,5 +53,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(remoting::decode_frames, m)?)?;
     m.add_function(wrap_pyfunction!(remoting::encode_command, m)?)?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
+    let close_at_exit = wrap_pyfunction!(store::close_open_stores, m)?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (close_at_exit,))?;
     Ok(())
 }

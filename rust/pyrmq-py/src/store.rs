@@ -2,6 +2,7 @@
 
 use std::net::{SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -527,7 +528,47 @@ fn tag_codes(tags: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
 
 #[pyclass(name = "MessageStore", module = "pyrmq._core", subclass, frozen)]
 pub struct PyMessageStore {
-    store: MessageStore,
+    store: Arc<MessageStore>,
+}
+
+/// Stores open in this process, for [`close_open_stores`].
+static OPEN_STORES: Mutex<Vec<Weak<MessageStore>>> = Mutex::new(Vec::new());
+
+fn open_stores() -> std::sync::MutexGuard<'static, Vec<Weak<MessageStore>>> {
+    OPEN_STORES.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Closes every store still open: registered with `atexit`, so that it runs while the store's
+/// threads can still take the GIL to log. Once the interpreter finalizes they cannot, and a
+/// close then would wait for them for good.
+#[pyfunction]
+#[pyo3(name = "_close_open_stores")]
+pub(crate) fn close_open_stores(py: Python<'_>) {
+    let stores: Vec<Arc<MessageStore>> = std::mem::take(&mut *open_stores())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for store in stores {
+        if let Err(e) = py.detach(|| store.close()) {
+            log::error!("closing a store at exit: {e}");
+        }
+    }
+}
+
+impl Drop for PyMessageStore {
+    /// A store collected unclosed is closed with the GIL released: its threads may be waiting
+    /// for the GIL to log, and closing waits for them.
+    fn drop(&mut self) {
+        if self.store.is_closed() {
+            return;
+        }
+        let store = &self.store;
+        Python::attach(|py| {
+            if let Err(e) = py.detach(|| store.close()) {
+                log::error!("closing a store that was not closed: {e}");
+            }
+        });
+    }
 }
 
 #[pymethods]
@@ -537,7 +578,10 @@ impl PyMessageStore {
     #[pyo3(signature = (path, config=None))]
     fn new(py: Python<'_>, path: PathBuf, config: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let config = config_from_dict(path, config)?;
-        let store = gil::run(py, move || MessageStore::open(config))?;
+        let store = Arc::new(gil::run(py, move || MessageStore::open(config))?);
+        let mut open = open_stores();
+        open.retain(|w| w.strong_count() > 0);
+        open.push(Arc::downgrade(&store));
         Ok(Self { store })
     }
 
