@@ -427,12 +427,12 @@ impl PyGetResult {
     /// One read-only memoryview per record, sharing the buffer.
     fn views<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let whole = pyo3::types::PyMemoryView::from(self.buffer.bind(py).as_any())?;
-        let mut at = 0isize;
+        let mut at = 0usize;
         self.sizes
             .iter()
             .map(|size| {
-                let end = at + *size as isize;
-                let slice = pyo3::types::PySlice::new(py, at, end, 1);
+                let end = at + *size as usize;
+                let slice = slice(py, at, end)?;
                 at = end;
                 whole.get_item(slice)
             })
@@ -457,6 +457,19 @@ impl PyGetResult {
     }
     fn __len__(&self) -> usize {
         self.sizes.len()
+    }
+}
+
+/// `slice(start, stop)`. pyo3's `PySlice::new` leaks its bounds: it hands `PySlice_New` new
+/// ints, which that function does not take over, so every view of an offset past the small-int
+/// cache leaked one.
+fn slice(py: Python<'_>, start: usize, stop: usize) -> PyResult<Bound<'_, PyAny>> {
+    let (start, stop) = (start.into_pyobject(py)?, stop.into_pyobject(py)?);
+    // SAFETY: both bounds are live ints we own for the call; PySlice_New takes references of
+    // its own and returns a new reference, or null with an exception set.
+    unsafe {
+        let raw = pyo3::ffi::PySlice_New(start.as_ptr(), stop.as_ptr(), std::ptr::null_mut());
+        Bound::from_owned_ptr_or_err(py, raw)
     }
 }
 
