@@ -239,3 +239,69 @@ def test_stores_collected_or_left_open_at_exit_are_closed_without_a_hang(tmp_pat
     # Closed at exit, not abandoned: no abort marker, so the next open recovers nothing.
     assert not os.path.exists(os.path.join(left, "abort"))
     assert "deleted commit log segment" in (tmp_path / "log").read_text()
+
+
+_HANDLERS = """
+import faulthandler, json, logging, sys, threading
+from pyrmq import _core
+faulthandler.dump_traceback_later(60, exit=True)
+root = sys.argv[1]
+config = {
+    "mapped_file_size_commit_log": 4096, "file_reserved_time_hours": 0,
+    "delete_when": ";".join("%02d" % h for h in range(24)), "clean_resource_interval_ms": 20,
+    "max_hash_slot_num": 64, "max_index_num": 1000, "background_services": True,
+}
+store = _core.MessageStore(root, config)
+report = {}
+closed = threading.Event()
+
+class Audit(logging.Handler):
+    # Puts an audit record for each deleted topic; closes the store (fail-stop) at the first
+    # record a store thread logs.
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("deleted topic"):
+            store.put("TopicAudit", message.encode())
+        elif threading.current_thread() is not threading.main_thread() and not closed.is_set():
+            try:
+                store.close()
+                report["close"] = "returned"
+            except BaseException as e:
+                report["close"] = f"{type(e).__name__}: {e}"
+            closed.set()
+
+logger = logging.getLogger("pyrmq_store")
+logger.setLevel(logging.INFO)
+logger.addHandler(Audit())
+store.put("TopicGone", b"x")
+report["deleted"] = store.delete_topic("TopicGone")
+report["audit"] = store.max_offset("TopicAudit", 0)
+for _ in range(20):
+    store.put("TopicA", b"x" * 1000)
+report["closed_by_handler"] = closed.wait(30)
+store.close()
+_core.MessageStore(root, dict(config, background_services=False)).close()
+report["reopened"] = True
+print(json.dumps(report))
+"""
+
+
+def test_log_handlers_may_put_and_close_from_inside_the_store(tmp_path):
+    """A handler that puts when a topic is deleted ran while the put lock was held, and waited
+    on it for good; one that closes the store from a store thread had close() join that very
+    thread, which panicked and left the directory locked."""
+    done = subprocess.run(
+        [sys.executable, "-c", _HANDLERS, str(tmp_path / "store")],
+        capture_output=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert json.loads(done.stdout) == {
+        "deleted": 1,
+        "audit": 1,
+        "close": "returned",
+        "closed_by_handler": True,
+        "reopened": True,
+    }

@@ -2,6 +2,8 @@
 where the store goes."""
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,11 @@ def test_connecting_to_an_address_without_a_port_is_a_remoting_error() -> None:
             await client.close()
 
     asyncio.run(connect())
+
+
+def test_python_dash_m_pyrmq_is_the_pyrmq_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pyrmq", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("pyrmq, version ")

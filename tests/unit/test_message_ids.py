@@ -4,6 +4,8 @@ import os
 import struct
 import time
 
+import pytest
+
 from pyrmq import _core
 from pyrmq.client.message import Message, new_message_id, new_message_ids
 from pyrmq.client.producer import Producer
@@ -72,3 +74,9 @@ def test_a_forked_child_makes_ids_of_its_own() -> None:
     assert len(child) == 32
     assert bytes.fromhex(child)[4:6] == struct.pack(">H", pid & 0xFFFF)
     assert child[8:20] != mine[8:20]  # its PID and random instance part
+
+
+def test_a_count_no_batch_can_hold_is_a_value_error() -> None:
+    for count in (2**40, 2**63):
+        with pytest.raises(ValueError, match="count must be at most"):
+            _core.message_ids(b"\x01\x02", count)

@@ -272,7 +272,9 @@ class BrokerController:
                 await self.namesrv.invoke(addr, request, timeout_s=3.0)
 
     async def _registration_loop(self) -> None:
-        period = self.config.register_name_server_period_ms / 1000
+        # As RocketMQ's broker: every 10-60 s whatever the setting, well inside the name
+        # server's 120 s expiry.
+        period = max(10_000, min(self.config.register_name_server_period_ms, 60_000)) / 1000
         while True:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
             # arrives as the event is set, and stop() would then wait forever.

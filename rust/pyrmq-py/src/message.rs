@@ -382,6 +382,13 @@ pub fn message_ids<'py>(
     head: &[u8],
     count: usize,
 ) -> PyResult<Bound<'py, PyList>> {
+    // No 4 MiB batch holds more messages than this.
+    const MOST: usize = 1 << 22;
+    if count > MOST {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "count must be at most {MOST}, got {count}"
+        )));
+    }
     // Reserves the counter values at once; a batch above 65,536 wraps as the counter does.
     let first = id_counter().fetch_add(count as u16, Ordering::Relaxed);
     let mut prefix = String::with_capacity(head.len() * 2);

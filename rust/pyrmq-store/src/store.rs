@@ -1307,13 +1307,17 @@ impl Inner {
             topic: topic.to_owned(),
             reason,
         })?;
-        let _st = self.commit_log.lock();
-        self.check_open()?;
-        self.deleted.record(topic, self.commit_log.max_offset())?;
-        let removed = self.queues.write().remove_topic(topic);
-        remove_queue_dir(&self.config.consume_queue_dir(), topic)?;
-        log::info!("deleted topic {topic}: {} queues", removed.len());
-        Ok(removed.len())
+        let removed = {
+            let _st = self.commit_log.lock();
+            self.check_open()?;
+            self.deleted.record(topic, self.commit_log.max_offset())?;
+            let removed = self.queues.write().remove_topic(topic);
+            remove_queue_dir(&self.config.consume_queue_dir(), topic)?;
+            removed.len()
+        };
+        // Logged once the put lock is free: a log handler may put.
+        log::info!("deleted topic {topic}: {removed} queues");
+        Ok(removed)
     }
 
     pub(crate) fn deliver_due(&self, now_ms: i64) -> Pass {

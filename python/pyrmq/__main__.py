@@ -1,0 +1,5 @@
+"""``python -m pyrmq``: the ``pyrmq`` command."""
+
+from pyrmq.cli.main import main
+
+main(prog_name="pyrmq")
