@@ -75,14 +75,21 @@ def test_a_slave_learns_its_master_and_does_not_change_topics() -> None:
     assert route["brokerDatas"][0]["brokerAddrs"] == {0: "127.0.0.1:10911", 1: "127.0.0.1:20911"}
 
 
-def test_topics_a_master_drops_leave_its_route() -> None:
+def test_a_registration_of_some_topics_keeps_the_others() -> None:
+    """A Java broker registers only the topic an admin changed, with a new data version; the
+    periodic full registration that follows has the same version. RocketMQ's name server only
+    adds and updates topics on registration, and a topic goes only when it is deleted."""
     routes = RouteInfo()
     register(routes, "broker-a", "127.0.0.1:10911")
-    register(
-        routes, "broker-a", "127.0.0.1:10911", topics={"TBW102": TOPICS["TBW102"]}, version="v2"
-    )
-    assert routes.route("TopicTest") is None
-    assert routes.route("TBW102") is not None
+    changed = {"TopicNew": {"readQueueNums": 2, "writeQueueNums": 2, "perm": 6}}
+    register(routes, "broker-a", "127.0.0.1:10911", topics=changed, version="v2")
+    register(routes, "broker-a", "127.0.0.1:10911", topics=TOPICS, version="v2")
+    for topic in ("TopicTest", "TBW102", "TopicNew"):
+        route = routes.route(topic)
+        assert route is not None, topic
+        assert [b["brokerName"] for b in route["brokerDatas"]] == ["broker-a"]
+    routes.delete_topic("TopicNew")
+    assert routes.route("TopicNew") is None
 
 
 def test_silent_brokers_expire_and_closed_connections_unregister() -> None:

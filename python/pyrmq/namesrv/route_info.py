@@ -130,8 +130,11 @@ class RouteInfo:
             previous = self.live.get(broker_addr)
             changed = previous is None or previous.data_version != data_version
             self.live[broker_addr] = BrokerLive(now_ms, data_version, connection, ha_server_addr)
+            # As RocketMQ: a registration adds and updates topics and never removes one. A
+            # Java broker registers just the topic an admin changed (an "increment"), with a new
+            # data version, so a topic missing from one registration is no deleted topic;
+            # deletions come as DELETE_TOPIC_IN_NAMESRV, as mqadmin and pyrmq's admin send it.
             if broker_id == 0 and (changed or first):
-                registered = set()
                 for topic, conf in topic_config.items():
                     self.topic_queues.setdefault(topic, {})[broker_name] = QueueData(
                         broker_name=broker_name,
@@ -140,13 +143,6 @@ class RouteInfo:
                         perm=int(conf.get("perm", PERM_READ | PERM_WRITE)),
                         topic_sys_flag=int(conf.get("topicSysFlag", 0)),
                     )
-                    registered.add(topic)
-                # Topics the master no longer has are gone from its route.
-                for topic, by_broker in list(self.topic_queues.items()):
-                    if topic not in registered and broker_name in by_broker:
-                        del by_broker[broker_name]
-                        if not by_broker:
-                            del self.topic_queues[topic]
             if first or previous is None:
                 log.info(
                     "broker registered name=%s id=%s addr=%s cluster=%s topics=%d",
