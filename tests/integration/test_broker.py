@@ -998,3 +998,57 @@ def test_send_back_names_the_first_copy_and_respects_the_retry_topics_permission
             assert c.broker.topics.get("%DLQ%CG_O") is None
 
     run(scenario)
+
+
+def test_the_name_server_drains_a_brokers_writes_and_lists_a_clusters_topics(
+    tmp_path: Path,
+) -> None:
+    """mqadmin wipeWritePerm/addWritePerm, topicList -c and a Java broker's data-version check,
+    as RocketMQ's name server answers them."""
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+
+            async def ns(code: int, ext: dict[str, Any], body: bytes = b"") -> RemotingCommand:
+                return await c.call(code, ext, body, to="ns")
+
+            async def perm() -> int | None:
+                route = {"topic": "TopicDrain", "acceptStandardJsonOnly": "true"}
+                found = await ns(RequestCode.GET_ROUTEINFO_BY_TOPIC, route)
+                if found.code != ResponseCode.SUCCESS:
+                    return None
+                [queue] = json.loads(found.body)["queueDatas"]
+                return int(queue["perm"])
+
+            assert (await c.send("TopicDrain", b"x")).code == ResponseCode.SUCCESS
+            for _ in range(500):  # registered soon after the topic is created
+                if await perm() is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert await perm() == 6
+            name = {"brokerName": c.broker.config.broker_name}
+            wiped = await ns(RequestCode.WIPE_WRITE_PERM_OF_BROKER, name)
+            assert wiped.code == ResponseCode.SUCCESS
+            assert int(wiped.ext_fields["wipeTopicCount"]) >= 2  # TopicDrain, TBW102, ...
+            assert await perm() == 4
+            added = await ns(RequestCode.ADD_WRITE_PERM_OF_BROKER, name)
+            assert added.ext_fields["addTopicCount"] == wiped.ext_fields["wipeTopicCount"]
+            assert await perm() == 6
+
+            cluster_name = c.broker.config.broker_cluster_name
+            listed = await ns(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": cluster_name})
+            assert "TopicDrain" in json.loads(listed.body)["topicList"]
+            none = await ns(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "NoSuch"})
+            assert json.loads(none.body)["topicList"] == []
+
+            registered = dict(c.broker.topics.data_version)
+            ext = {**name, "brokerAddr": c.broker.address, "brokerId": "0",
+                   "clusterName": cluster_name}  # fmt: skip
+            same = await ns(RequestCode.QUERY_DATA_VERSION, ext, json.dumps(registered).encode())
+            assert (same.code, same.ext_fields["changed"]) == (ResponseCode.SUCCESS, "false")
+            assert json.loads(same.body) == registered
+            newer = json.dumps(dict(registered, counter=registered["counter"] + 1)).encode()
+            moved = await ns(RequestCode.QUERY_DATA_VERSION, ext, newer)
+            assert moved.ext_fields["changed"] == "true"
+
+    run(scenario)

@@ -41,6 +41,10 @@ class NamesrvProcessor:
         server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.cluster_info)
         server.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.topic_list)
         server.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
+        server.register(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm)
+        server.register(RequestCode.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm)
+        server.register(RequestCode.GET_TOPICS_BY_CLUSTER, self.topics_of_cluster)
+        server.register(RequestCode.QUERY_DATA_VERSION, self.query_data_version)
         server.on_disconnect.append(self.routes.connection_closed)
 
     async def register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -68,11 +72,12 @@ class NamesrvProcessor:
             connection=conn,
             now_ms=int(time.time() * 1000),
         )
+        # No body: a Java broker reads a KV table in the answer as its order topics, and an
+        # empty one would clear every topic's order flag.
         return RemotingCommand.response_to(
             request,
             ResponseCode.SUCCESS,
             ext_fields={"haServerAddr": ha_server, "masterAddr": master},
-            body=b'{"table":{}}',
         )
 
     async def unregister_broker(
@@ -112,3 +117,53 @@ class NamesrvProcessor:
     async def topic_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         body = json.dumps({"topicList": self.routes.topics()}, separators=(",", ":")).encode()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def wipe_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return self._write_perm(request, writable=False, count_field="wipeTopicCount")
+
+    async def add_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return self._write_perm(request, writable=True, count_field="addTopicCount")
+
+    def _write_perm(
+        self, request: RemotingCommand, *, writable: bool, count_field: str
+    ) -> RemotingCommand:
+        broker_name = request.ext_fields.get("brokerName")
+        if not broker_name:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark="missing required field 'brokerName'"
+            )
+        count = self.routes.set_write_perm(broker_name, writable=writable)
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields={count_field: str(count)}
+        )
+
+    async def topics_of_cluster(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        cluster = request.ext_fields.get("cluster", "")
+        topics = self.routes.topics_of_cluster(cluster)
+        body = json.dumps({"topicList": topics}, separators=(",", ":")).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def query_data_version(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        broker_addr = request.ext_fields.get("brokerAddr")
+        try:
+            version = json.dumps(json.loads(request.body), sort_keys=True)
+        except (ValueError, UnicodeDecodeError) as e:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"data version is not JSON: {e}"
+            )
+        if not broker_addr:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark="missing required field 'brokerAddr'"
+            )
+        changed = self.routes.data_version_changed(broker_addr, version, int(time.time() * 1000))
+        stored = self.routes.data_version_of(broker_addr)
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.SUCCESS,
+            ext_fields={"changed": "true" if changed else "false"},
+            body=b"" if stored is None else stored.encode(),
+        )

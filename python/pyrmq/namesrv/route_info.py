@@ -251,3 +251,43 @@ class RouteInfo:
     def topics(self) -> list[str]:
         with self._lock:
             return sorted(self.topic_queues)
+
+    def topics_of_cluster(self, cluster: str) -> list[str]:
+        """Topics some broker of ``cluster`` serves (``mqadmin topicList -c``)."""
+        with self._lock:
+            names = self.clusters.get(cluster, set())
+            return sorted(t for t, brokers in self.topic_queues.items() if names & brokers.keys())
+
+    def set_write_perm(self, broker_name: str, *, writable: bool) -> int:
+        """Takes the write permission from (or gives it back to) every topic of ``broker_name``
+        in the routes, as RocketMQ's wipeWritePerm/addWritePerm do to drain a broker; returns
+        how many topics changed. The broker's next registration with new topic data resets
+        them."""
+        changed = 0
+        with self._lock:
+            for by_broker in self.topic_queues.values():
+                data = by_broker.get(broker_name)
+                if data is None:
+                    continue
+                perm = data.perm | PERM_WRITE if writable else data.perm & ~PERM_WRITE
+                changed += perm != data.perm
+                data.perm = perm
+        log.info("write permission %s broker=%s topics=%d",
+                 "given to" if writable else "taken from", broker_name, changed)  # fmt: skip
+        return changed
+
+    def data_version_changed(self, broker_addr: str, data_version: str, now_ms: int) -> bool:
+        """Whether a broker's topic data differs from what it last registered (RocketMQ's
+        QUERY_DATA_VERSION, asked before a registration it may skip); an unchanged broker
+        counts as heard from."""
+        with self._lock:
+            live = self.live.get(broker_addr)
+            if live is None or live.data_version != data_version:
+                return True
+            live.last_update_ms = now_ms
+            return False
+
+    def data_version_of(self, broker_addr: str) -> str | None:
+        with self._lock:
+            live = self.live.get(broker_addr)
+            return None if live is None else live.data_version
