@@ -305,3 +305,41 @@ def test_log_handlers_may_put_and_close_from_inside_the_store(tmp_path):
         "closed_by_handler": True,
         "reopened": True,
     }
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_cannot_touch_its_parents_store(open_store, tmp_path):
+    """A child inherits the parent's mappings and lock but not its threads: its appends would
+    overwrite the parent's records, and its exit (which closes what is open) would remove the
+    parent's abort marker. It gets StoreClosedError instead, and its exit changes nothing."""
+    root = tmp_path / "store"
+    store = open_store(root, background_services=True)
+    store.put("TopicFork", b"before")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, close as its exit would, and leave pytest behind
+        os.close(read)
+        try:
+            store.put("TopicFork", b"child")
+            outcome = "stored"
+        except StoreClosedError as e:
+            outcome = "refused" if "forked" in str(e) else f"other: {e}"
+        except BaseException as e:
+            outcome = f"{type(e).__name__}: {e}"
+        try:
+            store.close()
+        except BaseException as e:
+            outcome += f"; close: {type(e).__name__}: {e}"
+        os.write(write, outcome.encode())
+        os.close(write)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        outcome = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert outcome == "refused"
+    assert (root / "abort").exists()  # still the parent's open store
+    assert store.put("TopicFork", b"after").queue_offset == 1
+    got = store.get("TopicFork", 0, 0)
+    assert [m.body for m in got.messages()] == [b"before", b"after"]

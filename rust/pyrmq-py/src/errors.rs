@@ -39,7 +39,7 @@ pub fn to_py(err: StoreError) -> PyErr {
             e
         }),
         StoreError::DiskFull(_) => DiskFullError::new_err(msg),
-        StoreError::Closed => StoreClosedError::new_err(msg),
+        StoreError::Closed | StoreError::Forked => StoreClosedError::new_err(msg),
         StoreError::Locked(_) | StoreError::Io { .. } => StoreIOError::new_err(msg),
         StoreError::Config(_) => ConfigError::new_err(msg),
     }

@@ -292,11 +292,8 @@ pub struct PyPutResult {
 impl PyMessageStore {
     /// The store, for queries that would answer from a closed store's stale state.
     fn live(&self) -> PyResult<&MessageStore> {
-        if self.store.is_closed() {
-            Err(errors::to_py(StoreError::Closed))
-        } else {
-            Ok(&self.store)
-        }
+        self.store.check_usable().map_err(errors::to_py)?;
+        Ok(&self.store)
     }
 }
 

@@ -29,6 +29,8 @@ pub enum StoreError {
     DiskFull(String),
     #[error("the store is closed")]
     Closed,
+    #[error("the store was opened by the parent of this forked process; open it here instead")]
+    Forked,
     #[error("store directory {0} is in use by another process")]
     Locked(PathBuf),
     #[error("{context} {path}: {source}")]

@@ -14,6 +14,7 @@ pub mod consume_queue;
 mod deleted_topics;
 mod epoch;
 pub mod error;
+mod fork;
 pub mod hold;
 pub mod index;
 pub mod mapped_file;

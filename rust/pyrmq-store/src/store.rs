@@ -27,6 +27,7 @@ use crate::config::{FlushDiskType, Retention, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::deleted_topics::DeletedTopics;
 use crate::error::{StoreError, StoreResult};
+use crate::fork;
 use crate::hold::{HoldTable, WakeReason};
 use crate::index::IndexService;
 use crate::mapped_file::MappedFile;
@@ -172,6 +173,8 @@ pub(crate) struct Inner {
     /// What the store keeps: `config`'s retention settings, or what replaced them since.
     retention: RwLock<Retention>,
     closed: AtomicBool,
+    /// The fork generation the store was opened in (see [`crate::fork`]).
+    fork_generation: u64,
     pub(crate) disk_full: AtomicBool,
     abort_path: PathBuf,
     /// Held (flock) while open: the root's `lock` file and the CommitLog's directory.
@@ -314,6 +317,7 @@ impl MessageStore {
             in_memory_bytes,
             retention,
             closed: AtomicBool::new(false),
+            fork_generation: fork::generation(),
             disk_full: AtomicBool::new(false),
             abort_path,
             lock_file: parking_lot::Mutex::new(locks),
@@ -672,9 +676,24 @@ impl MessageStore {
         self.inner.closed.load(Ordering::Acquire)
     }
 
+    /// `Ok` while the store takes calls: open, and in the process that opened it.
+    pub fn check_usable(&self) -> StoreResult<()> {
+        self.inner.check_open()
+    }
+
     /// Stops the services, flushes everything, writes the checkpoint and removes the abort
     /// marker, so the next open knows the shutdown was clean. Idempotent.
     pub fn close(&self) -> StoreResult<()> {
+        if self.inner.forked() {
+            // The parent's store: nothing here may touch its files (the abort marker, the
+            // checkpoint), nor wait for its threads, which this process does not have, or for
+            // locks a thread of the parent held when it forked.
+            self.inner.closed.store(true, Ordering::Release);
+            if let Some(services) = self.services.try_lock().and_then(|mut s| s.take()) {
+                std::mem::forget(services);
+            }
+            return Ok(());
+        }
         let _closing = self.closing.lock();
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -855,9 +874,16 @@ impl Inner {
     fn check_open(&self) -> StoreResult<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(StoreError::Closed)
+        } else if self.forked() {
+            Err(StoreError::Forked)
         } else {
             Ok(())
         }
+    }
+
+    /// Whether this process is a child forked after the store was opened.
+    fn forked(&self) -> bool {
+        self.fork_generation != fork::generation()
     }
 
     /// CommitLog offset past the last record any ConsumeQueue holds a unit for; 0 with none.
