@@ -148,21 +148,27 @@ def test_delivery_progress_that_cannot_be_saved_holds_back_no_other_flush(
     path = tmp_path / "store"
     store = open_store(path, message_delay_level=LEVELS)
     t0 = store.put("TopicSave", b"m0", properties={"DELAY": "1"}).store_timestamp_ms
+    store.put("TopicSave", b"m1", properties={"DELAY": "2"})
     store.flush()
     (path / "config" / "delayOffset.json.tmp").mkdir(parents=True)
-    assert store.deliver_due(t0 + 1_000 + 50) == 1
+    assert store.deliver_due(t0 + 1_000 + 50) == 1  # m0; m1 waits 5 s
     with pytest.raises(StoreIOError, match=r"delayOffset\.json"):
         store.flush()
     checkpoint = (path / "checkpoint").read_bytes()
     commit_log, logics = struct.unpack_from(">qq", checkpoint, 8)
     assert commit_log == logics == store.max_phy_offset
+    # Until progress is saved again, nothing more is delivered: a crash meanwhile would
+    # deliver it a second time.
+    assert store.deliver_due(t0 + 60_000) == 0
     # Saved once the way is clear, and kept across a reopen.
     (path / "config" / "delayOffset.json.tmp").rmdir()
+    store.flush()
+    assert store.deliver_due(t0 + 60_000) == 1
     store.close()
     store = open_store(path, message_delay_level=LEVELS)
-    assert store.delay_offsets() == {1: 1}
+    assert store.delay_offsets() == {1: 1, 2: 1}
     assert store.deliver_due(t0 + 60_000) == 0
-    assert bodies(store, "TopicSave") == [b"m0"]
+    assert bodies(store, "TopicSave") == [b"m0", b"m1"]
 
 
 def test_a_malformed_delay_offset_file_stops_the_open_and_is_kept(

@@ -44,6 +44,9 @@ pub(crate) struct DelayOffsets {
     /// once, and would share the temporary file. Holds the number of the snapshot last
     /// written, so that an older one, persisted late, never replaces it.
     writing: Mutex<u64>,
+    /// The last save failed (a full disk): deliveries wait for one that succeeds, so that a
+    /// crash meanwhile delivers again only what the failed saves missed.
+    unsaved: AtomicBool,
     /// Snapshots taken so far, numbered in the order of their contents.
     taken: AtomicU64,
     /// Messages and bytes delivered since the store opened: puts the broker never sees, which
@@ -67,6 +70,7 @@ impl DelayOffsets {
             dirty: AtomicBool::new(false),
             pass: Mutex::new(()),
             writing: Mutex::new(0),
+            unsaved: AtomicBool::new(false),
             taken: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             delivered_bytes: AtomicU64::new(0),
@@ -120,6 +124,7 @@ impl DelayOffsets {
             Ok(()) => *written = number,
             Err(_) => self.dirty.store(true, Ordering::Release),
         }
+        self.unsaved.store(result.is_err(), Ordering::Release);
         result
     }
 }
@@ -168,6 +173,10 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
     let _pass = offsets.pass.lock();
     let delays = &inner.config.message_delay_level_ms;
     let mut pass = Pass::default();
+    if offsets.unsaved.load(Ordering::Acquire) {
+        pass.failed = true;
+        return pass;
+    }
     for (i, delay) in delays.iter().enumerate() {
         let level = i as u32 + 1;
         let Some(q) = inner.queue(SCHEDULE_TOPIC, i as i32) else {
