@@ -1052,3 +1052,95 @@ def test_the_name_server_drains_a_brokers_writes_and_lists_a_clusters_topics(
             assert moved.ext_fields["changed"] == "true"
 
     run(scenario)
+
+
+def test_the_name_server_keeps_kv_config_and_routes_order_topics(tmp_path: Path) -> None:
+    """mqadmin updateKvConfig/getKvConfig/deleteKvConfig and updateOrderConf: values by
+    namespace, kept across a restart; an ORDER_TOPIC_CONFIG value rides on its topic's route
+    with orderMessageEnable, and on every registration's answer as RocketMQ's KVTable."""
+    from pyrmq.remoting.headers import RegisterBrokerRequestHeader
+
+    kv_path = tmp_path / "namesrv" / "kvConfig.json"
+
+    async def scenario() -> None:
+        config = NamesrvConfig(
+            listen_port=0, kv_config_path=str(kv_path), order_message_enable=True
+        )
+        client = RemotingClient()
+        namesrv = NameServer(config)
+        await namesrv.start()
+        try:
+
+            async def call(code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+                request = RemotingCommand.request(code, ext, body)
+                return await client.invoke(namesrv.address, request, timeout_s=5)
+
+            order = {"namespace": "ORDER_TOPIC_CONFIG", "key": "TopicOrder"}
+            missing = await call(RequestCode.GET_KV_CONFIG, order)
+            assert missing.code == ResponseCode.QUERY_NOT_FOUND
+            assert missing.remark == "No config item, Namespace: ORDER_TOPIC_CONFIG Key: TopicOrder"
+            put = await call(RequestCode.PUT_KV_CONFIG, {**order, "value": "broker-a:4"})
+            assert put.code == ResponseCode.SUCCESS
+            got = await call(RequestCode.GET_KV_CONFIG, order)
+            assert (got.code, got.ext_fields["value"]) == (ResponseCode.SUCCESS, "broker-a:4")
+
+            header = RegisterBrokerRequestHeader(
+                broker_name="broker-a", broker_addr="127.0.0.1:10911", cluster_name="C",
+                ha_server_addr="127.0.0.1:10912", broker_id=0,
+            )  # fmt: skip
+            topics = {"TopicOrder": {"readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}
+            body = {"topicConfigSerializeWrapper": {"dataVersion": {"counter": 1},
+                                                    "topicConfigTable": topics}}  # fmt: skip
+            registered = await call(
+                RequestCode.REGISTER_BROKER, header.to_ext(), json.dumps(body).encode()
+            )
+            assert json.loads(registered.body) == {"table": {"TopicOrder": "broker-a:4"}}
+            route = await call(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                {"topic": "TopicOrder", "acceptStandardJsonOnly": "true"},
+            )
+            assert json.loads(route.body)["orderTopicConf"] == "broker-a:4"
+            listed = await call(
+                RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"}
+            )
+            assert json.loads(listed.body) == {"table": {"TopicOrder": "broker-a:4"}}
+        finally:
+            await namesrv.stop()
+
+        # Kept across a restart, then deleted.
+        namesrv = NameServer(config)
+        await namesrv.start()
+        try:
+            again = await client.invoke(
+                namesrv.address,
+                RemotingCommand.request(RequestCode.GET_KV_CONFIG, order),
+                timeout_s=5,
+            )
+            assert again.ext_fields["value"] == "broker-a:4"
+            deleted = await client.invoke(
+                namesrv.address,
+                RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, order),
+                timeout_s=5,
+            )
+            assert deleted.code == ResponseCode.SUCCESS
+            assert json.loads(kv_path.read_text()) == {"configTable": {"ORDER_TOPIC_CONFIG": {}}}
+            # An emptied namespace still answers, with an empty table.
+            emptied = await client.invoke(
+                namesrv.address,
+                RemotingCommand.request(
+                    RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"}
+                ),
+                timeout_s=5,
+            )
+            assert json.loads(emptied.body) == {"table": {}}
+            none = await client.invoke(
+                namesrv.address,
+                RemotingCommand.request(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "N"}),
+                timeout_s=5,
+            )
+            assert none.code == ResponseCode.QUERY_NOT_FOUND
+        finally:
+            await client.close()
+            await namesrv.stop()
+
+    run(scenario)

@@ -14,6 +14,7 @@ from pyrmq.remoting.headers import (
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 
+from .kv_config import ORDER_TOPIC_CONFIG, KvConfig
 from .route_info import RouteInfo, encode_json_with_int_keys
 
 __all__ = ["NamesrvProcessor"]
@@ -28,11 +29,18 @@ def _wants_standard_json(request: RemotingCommand, accept_standard_json_only: bo
     return accept_standard_json_only or request.version >= STANDARD_JSON_MIN_VERSION
 
 
+def _kv_table(values: dict[str, str]) -> bytes:
+    """RocketMQ's KVTable body."""
+    return json.dumps({"table": values}, separators=(",", ":")).encode()
+
+
 class NamesrvProcessor:
     """Routes, registrations and cluster listings, over one :class:`RouteInfo`."""
 
-    def __init__(self, routes: RouteInfo) -> None:
+    def __init__(self, routes: RouteInfo, kv: KvConfig, *, order_message_enable: bool) -> None:
         self.routes = routes
+        self.kv = kv
+        self.order_message_enable = order_message_enable
 
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.REGISTER_BROKER, self.register_broker)
@@ -45,6 +53,10 @@ class NamesrvProcessor:
         server.register(RequestCode.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm)
         server.register(RequestCode.GET_TOPICS_BY_CLUSTER, self.topics_of_cluster)
         server.register(RequestCode.QUERY_DATA_VERSION, self.query_data_version)
+        server.register(RequestCode.PUT_KV_CONFIG, self.put_kv)
+        server.register(RequestCode.GET_KV_CONFIG, self.get_kv)
+        server.register(RequestCode.DELETE_KV_CONFIG, self.delete_kv)
+        server.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.kv_namespace)
         server.on_disconnect.append(self.routes.connection_closed)
 
     async def register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -72,12 +84,14 @@ class NamesrvProcessor:
             connection=conn,
             now_ms=int(time.time() * 1000),
         )
-        # No body: a Java broker reads a KV table in the answer as its order topics, and an
-        # empty one would clear every topic's order flag.
+        # As RocketMQ: the ORDER_TOPIC_CONFIG values, which a Java broker reads as its order
+        # topics; no body when there are none (an empty table would clear every order flag).
+        order = self.kv.namespace(ORDER_TOPIC_CONFIG)
         return RemotingCommand.response_to(
             request,
             ResponseCode.SUCCESS,
             ext_fields={"haServerAddr": ha_server, "masterAddr": master},
+            body=b"" if order is None else _kv_table(order),
         )
 
     async def unregister_broker(
@@ -100,6 +114,10 @@ class NamesrvProcessor:
                 ResponseCode.TOPIC_NOT_EXIST,
                 remark=f"No topic route info in name server for the topic: {header.topic}",
             )
+        if self.order_message_enable:
+            order = self.kv.get(ORDER_TOPIC_CONFIG, header.topic)
+            if order is not None:
+                route["orderTopicConf"] = order
         standard = _wants_standard_json(request, header.accept_standard_json_only)
         body = encode_json_with_int_keys(route, standard=standard)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
@@ -167,3 +185,68 @@ class NamesrvProcessor:
             ext_fields={"changed": "true" if changed else "false"},
             body=b"" if stored is None else stored.encode(),
         )
+
+    def _kv_fields(self, request: RemotingCommand, *names: str) -> list[str] | RemotingCommand:
+        """The named ext fields, or the answer naming the first one missing."""
+        values: list[str] = []
+        for name in names:
+            value = request.ext_fields.get(name)
+            if value is None:
+                remark = f"missing required field {name!r}"
+                return RemotingCommand.response_to(
+                    request, ResponseCode.SYSTEM_ERROR, remark=remark
+                )
+            values.append(value)
+        return values
+
+    async def put_kv(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        fields = self._kv_fields(request, "namespace", "key", "value")
+        if isinstance(fields, RemotingCommand):
+            return fields
+        namespace, key, value = fields
+        try:
+            self.kv.put(namespace, key, value)
+        except OSError as e:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def get_kv(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        fields = self._kv_fields(request, "namespace", "key")
+        if isinstance(fields, RemotingCommand):
+            return fields
+        namespace, key = fields
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.QUERY_NOT_FOUND,
+                remark=f"No config item, Namespace: {namespace} Key: {key}",
+            )
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, ext_fields={"value": value}
+        )
+
+    async def delete_kv(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        fields = self._kv_fields(request, "namespace", "key")
+        if isinstance(fields, RemotingCommand):
+            return fields
+        namespace, key = fields
+        try:
+            self.kv.delete(namespace, key)
+        except OSError as e:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def kv_namespace(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        fields = self._kv_fields(request, "namespace")
+        if isinstance(fields, RemotingCommand):
+            return fields
+        [namespace] = fields
+        values = self.kv.namespace(namespace)
+        if values is None:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.QUERY_NOT_FOUND,
+                remark=f"No config item, Namespace: {namespace}",
+            )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=_kv_table(values))

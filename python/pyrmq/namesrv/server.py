@@ -5,10 +5,12 @@ import contextlib
 import dataclasses
 import logging
 import time
+from pathlib import Path
 
 from pyrmq.errors import ConfigError
 from pyrmq.remoting.server import RemotingServer
 
+from .kv_config import KvConfig
 from .processor import NamesrvProcessor
 from .route_info import RouteInfo
 
@@ -28,6 +30,11 @@ class NamesrvConfig:
     scan_not_active_broker_interval_ms: int = 10_000
     # A broker silent this long is dropped (brokerChannelExpiredTime).
     broker_channel_expired_time_ms: int = 120_000
+    # RocketMQ's kvConfigPath (its default is ~/namesrv/kvConfig.json); None keeps the KV
+    # config in memory only.
+    kv_config_path: str | None = "~/.pyrmq/namesrv/kvConfig.json"
+    # Routes carry a topic's ORDER_TOPIC_CONFIG value as orderTopicConf.
+    order_message_enable: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -40,8 +47,12 @@ class NameServer:
     def __init__(self, config: NamesrvConfig | None = None) -> None:
         self.config = config or NamesrvConfig()
         self.routes = RouteInfo()
+        path = self.config.kv_config_path
+        self.kv = KvConfig(Path(path).expanduser() if path else None)
         self.server = RemotingServer(self.config.listen_host, self.config.listen_port)
-        NamesrvProcessor(self.routes).install(self.server)
+        NamesrvProcessor(
+            self.routes, self.kv, order_message_enable=self.config.order_message_enable
+        ).install(self.server)
         self._scanner: asyncio.Task[None] | None = None
 
     @property
