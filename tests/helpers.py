@@ -9,6 +9,8 @@ from the root of the checkout, as it does ``tests.compat.servers``).
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import select
 import struct
 import subprocess
@@ -18,7 +20,16 @@ from typing import Any
 
 from pyrmq.client.instance import ClientConfig
 
-__all__ = ["client_batch", "eventually", "fast_config", "pyrmq_admin", "readable", "run"]
+__all__ = [
+    "child_env",
+    "client_batch",
+    "eventually",
+    "fast_config",
+    "pyrmq_admin",
+    "readable",
+    "run",
+    "run_python",
+]
 
 
 def run(scenario: Callable[[], Awaitable[None]], timeout_s: float = 60.0) -> None:
@@ -84,3 +95,22 @@ def client_batch(items: list[tuple[int, bytes, dict[str, str]]]) -> bytes:
         out += body
         out += struct.pack(">h", len(encoded)) + encoded
     return bytes(out)
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a child Python that imports what this one does."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+
+
+def run_python(*args: str, timeout_s: float = 120) -> Any:
+    """Runs ``python *args`` to completion and returns the JSON report it printed; fails with
+    the end of its stderr if it exits non-zero."""
+    done = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        env=child_env(),
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return json.loads(done.stdout)

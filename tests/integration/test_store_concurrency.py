@@ -1,15 +1,13 @@
 """Concurrent writers and readers: every message stored once, queue offsets dense, and a reader
 never sees a partial record; stores left unclosed are closed without waiting for good."""
 
-import json
 import os
 import struct
-import subprocess
-import sys
 import threading
 from collections import defaultdict
 
 import pytest
+from tests.helpers import run_python
 
 from pyrmq.errors import StoreClosedError
 from pyrmq.store import GetMessageStatus, PutStatus
@@ -227,15 +225,7 @@ print(json.dumps({"left": left}), flush=True)
 def test_stores_collected_or_left_open_at_exit_are_closed_without_a_hang(tmp_path):
     """Closing joins the store's threads, which may be waiting for the GIL to log: a store
     collected with the GIL held, or dropped during the interpreter's exit, hung for good."""
-    done = subprocess.run(
-        [sys.executable, "-c", _UNCLOSED, str(tmp_path), "30"],
-        capture_output=True,
-        timeout=120,
-        check=False,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    left = json.loads(done.stdout)["left"]
+    left = run_python("-c", _UNCLOSED, str(tmp_path), "30")["left"]
     # Closed at exit, not abandoned: no abort marker, so the next open recovers nothing.
     assert not os.path.exists(os.path.join(left, "abort"))
     assert "deleted commit log segment" in (tmp_path / "log").read_text()
@@ -290,15 +280,7 @@ def test_log_handlers_may_put_and_close_from_inside_the_store(tmp_path):
     """A handler that puts when a topic is deleted ran while the put lock was held, and waited
     on it for good; one that closes the store from a store thread had close() join that very
     thread, which panicked and left the directory locked."""
-    done = subprocess.run(
-        [sys.executable, "-c", _HANDLERS, str(tmp_path / "store")],
-        capture_output=True,
-        timeout=120,
-        check=False,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    assert json.loads(done.stdout) == {
+    assert run_python("-c", _HANDLERS, str(tmp_path / "store")) == {
         "deleted": 1,
         "audit": 1,
         "close": "returned",

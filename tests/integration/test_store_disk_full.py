@@ -7,9 +7,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests.helpers import child_env, run_python
 
 from pyrmq.errors import DiskFullError
 from pyrmq.store import GetMessageStatus, MessageStore
@@ -22,19 +22,6 @@ assert _spec is not None
 assert _spec.loader is not None
 writer = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(writer)
-
-
-def child_env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-
-
-def run_child(*args: str) -> Any:
-    """Runs ``python *args`` and returns the JSON report it printed."""
-    done = subprocess.run(
-        [sys.executable, *args], capture_output=True, env=child_env(), timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    return json.loads(done.stdout)
 
 
 def can_mount_tmpfs() -> bool:
@@ -94,7 +81,7 @@ def test_usage_above_the_warning_level_refuses_writes(open_store, tmp_path):
 
 def test_segment_that_cannot_be_created_gives_disk_full(tmp_path):
     root = tmp_path / "store"
-    report = run_child(str(WRITER), "fsize", str(root))
+    report = run_python(str(WRITER), "fsize", str(root))
     acked = report["acked"]
     segment = writer.SEGMENT
 
@@ -154,7 +141,7 @@ def test_messages_the_index_could_not_take_are_indexed_at_the_next_open(tmp_path
         "max_hash_slot_num": 100,
         "max_index_num": 10_000,  # 200 KiB a file
     }
-    report = run_child("-c", _UNINDEXABLE, str(root), json.dumps(config))
+    report = run_python("-c", _UNINDEXABLE, str(root), json.dumps(config))
     assert report["found"] == 0
     assert list((root / "index").iterdir()) == []
 
@@ -191,7 +178,7 @@ def test_an_index_full_in_the_middle_of_a_batch_loses_nothing_at_the_next_open(t
         "max_hash_slot_num": 100,
         "max_index_num": 2000,
     }
-    report = run_child("-c", _INDEX_FULL_MID_BATCH, str(root), json.dumps(config))
+    report = run_python("-c", _INDEX_FULL_MID_BATCH, str(root), json.dumps(config))
     assert len(list((root / "index").iterdir())) == 1
     from pyrmq.config import StoreConfig
 
@@ -237,7 +224,7 @@ def test_consume_queues_that_cannot_be_rebuilt_fail_the_open_and_are_rebuilt_lat
         store.put("TopicA", b"a-last")
     shutil.rmtree(root / "consumequeue")
 
-    report = run_child("-c", _REBUILD_WITHOUT_ROOM, str(root), json.dumps(config))
+    report = run_python("-c", _REBUILD_WITHOUT_ROOM, str(root), json.dumps(config))
     assert report["error"] is not None
     assert "consumequeue" in report["error"]
 

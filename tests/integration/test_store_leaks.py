@@ -3,12 +3,11 @@ descriptors and mappings, a quiet queue costs little disk, and a mapping the ker
 for a moment is retried."""
 
 import gc
-import json
 import os
-import subprocess
 import sys
 
 import pytest
+from tests.helpers import run_python
 
 from pyrmq.store import GetMessageStatus, MessageStore
 
@@ -117,15 +116,7 @@ print(json.dumps({"refused": refused, "after": after}))
 def test_a_queue_whose_mapping_was_refused_is_created_once_mappings_are_free(tmp_path):
     """The file of a segment the kernel would not map was left behind, and every later create
     of it failed (EEXIST) until the store was reopened."""
-    done = subprocess.run(
-        [sys.executable, "-c", _MAPS_RUN_OUT, str(tmp_path / "maps")],
-        capture_output=True,
-        timeout=120,
-        check=False,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
-    )
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    report = json.loads(done.stdout)
+    report = run_python("-c", _MAPS_RUN_OUT, str(tmp_path / "maps"))
     assert report == {"refused": "StoreIOError", "after": 0}
 
 
