@@ -4,6 +4,7 @@ messages, offsets and store intact for the next start."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -177,3 +178,53 @@ def test_a_stop_that_cannot_save_the_offsets_still_closes_the_store_and_says_so(
         assert reopened.recovery["records"] == 0
         [message] = reopened.get("TopicStop", 0, 0).messages()
         assert message.body == b"kept"
+
+
+def test_a_kill_during_a_topic_deletion_never_leaves_offsets_past_a_topic_created_again(
+    tmp_path: Path,
+) -> None:
+    """The groups' offsets on the topic are saved without it before its queues go: killed in
+    between, a topic created again started at 0 under a group offset of 20, and the group
+    skipped its first messages."""
+    import time
+
+    store, conf = tmp_path / "store", tmp_path / "broker.conf"
+    conf.write_text("flushConsumerOffsetInterval=100\n")
+    args = ["serve", "--store", str(store), "--namesrv-port", "0", "--broker-port", "0"]
+    args += ["--flush", "sync", "-c", str(conf)]
+    server = ServerProcess(args, tmp_path / "first.log")
+    _, broker = server.addresses()
+    for _ in range(20):
+        assert send(broker, "TopicDel", b"old").code == ResponseCode.SUCCESS
+    commit = {"consumerGroup": "CG", "topic": "TopicDel", "queueId": "0", "commitOffset": "20"}
+    assert call(broker, RequestCode.UPDATE_CONSUMER_OFFSET, commit).code == ResponseCode.SUCCESS
+    offsets, deleted = (
+        store / "config" / "consumerOffset.json",
+        store / "config" / "deletedTopics.json",
+    )
+    deadline = time.monotonic() + 10
+    while "TopicDel@CG" not in (offsets.read_text() if offsets.exists() else ""):
+        assert time.monotonic() < deadline, "the offset was never saved"
+        time.sleep(0.02)
+
+    async def delete_and_kill() -> None:
+        client = RemotingClient()
+        request = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicDel"})
+        answer = asyncio.ensure_future(client.invoke(broker, request, timeout_s=5))
+        while "TopicDel" not in (deleted.read_text() if deleted.exists() else ""):
+            assert time.monotonic() < deadline + 10, "the deletion was never recorded"
+            await asyncio.sleep(0)
+        server.kill()
+        with contextlib.suppress(Exception):
+            await answer
+        await client.close()
+
+    asyncio.run(delete_and_kill())
+    second = ServerProcess(args, tmp_path / "second.log")
+    try:
+        _, broker = second.addresses()
+        query = {"consumerGroup": "CG", "topic": "TopicDel", "queueId": "0"}
+        answer = call(broker, RequestCode.QUERY_CONSUMER_OFFSET, query)
+        assert answer.code != ResponseCode.SUCCESS or answer.ext_fields["offset"] == "0"
+    finally:
+        assert second.stop() == 0

@@ -132,11 +132,12 @@ class AdminProcessor:
         offsets = broker.offsets.encode(force=True)
 
         def delete() -> None:
-            broker.store.delete_topic(topic)
-            # Saved now, not at the next periodic save: after a crash the groups' offsets on
-            # the deleted topic would skip the first messages of one created again.
+            # Saved now, not at the next periodic save, and before the queues go: after a crash
+            # between the two, the groups' old offsets on a topic created again would skip its
+            # first messages, where a topic not yet deleted is only read again from the start.
             if offsets is not None:
                 broker.offsets.write(offsets)
+            broker.store.delete_topic(topic)
 
         try:
             # File work (the deletion record is synced, queue files removed): off the loop.
