@@ -1079,6 +1079,9 @@ def test_the_name_server_keeps_kv_config_and_routes_order_topics(tmp_path: Path)
             missing = await call(RequestCode.GET_KV_CONFIG, order)
             assert missing.code == ResponseCode.QUERY_NOT_FOUND
             assert missing.remark == "No config item, Namespace: ORDER_TOPIC_CONFIG Key: TopicOrder"
+            no_value = await call(RequestCode.PUT_KV_CONFIG, order)
+            assert no_value.code == ResponseCode.SYSTEM_ERROR
+            assert "missing required field 'value'" in no_value.remark
             put = await call(RequestCode.PUT_KV_CONFIG, {**order, "value": "broker-a:4"})
             assert put.code == ResponseCode.SUCCESS
             got = await call(RequestCode.GET_KV_CONFIG, order)

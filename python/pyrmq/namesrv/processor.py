@@ -6,8 +6,11 @@ import time
 
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
+    BrokerWritePermRequestHeader,
     DeleteTopicRequestHeader,
     GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    KvConfigRequestHeader,
     RegisterBrokerRequestHeader,
     UnregisterBrokerRequestHeader,
 )
@@ -145,12 +148,8 @@ class NamesrvProcessor:
     def _write_perm(
         self, request: RemotingCommand, *, writable: bool, count_field: str
     ) -> RemotingCommand:
-        broker_name = request.ext_fields.get("brokerName")
-        if not broker_name:
-            return RemotingCommand.response_to(
-                request, ResponseCode.SYSTEM_ERROR, remark="missing required field 'brokerName'"
-            )
-        count = self.routes.set_write_perm(broker_name, writable=writable)
+        header = BrokerWritePermRequestHeader.from_ext(request.ext_fields)
+        count = self.routes.set_write_perm(header.broker_name, writable=writable)
         return RemotingCommand.response_to(
             request, ResponseCode.SUCCESS, ext_fields={count_field: str(count)}
         )
@@ -158,27 +157,24 @@ class NamesrvProcessor:
     async def topics_of_cluster(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
-        cluster = request.ext_fields.get("cluster", "")
-        topics = self.routes.topics_of_cluster(cluster)
+        header = GetTopicsByClusterRequestHeader.from_ext(request.ext_fields)
+        topics = self.routes.topics_of_cluster(header.cluster)
         body = json.dumps({"topicList": topics}, separators=(",", ":")).encode()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def query_data_version(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
-        broker_addr = request.ext_fields.get("brokerAddr")
+        header = UnregisterBrokerRequestHeader.from_ext(request.ext_fields)
         try:
             version = json.dumps(json.loads(request.body), sort_keys=True)
         except (ValueError, UnicodeDecodeError) as e:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"data version is not JSON: {e}"
             )
-        if not broker_addr:
-            return RemotingCommand.response_to(
-                request, ResponseCode.SYSTEM_ERROR, remark="missing required field 'brokerAddr'"
-            )
-        changed = self.routes.data_version_changed(broker_addr, version, int(time.time() * 1000))
-        stored = self.routes.data_version_of(broker_addr)
+        addr = header.broker_addr
+        changed = self.routes.data_version_changed(addr, version, int(time.time() * 1000))
+        stored = self.routes.data_version_of(addr)
         return RemotingCommand.response_to(
             request,
             ResponseCode.SUCCESS,
@@ -186,62 +182,40 @@ class NamesrvProcessor:
             body=b"" if stored is None else stored.encode(),
         )
 
-    def _kv_fields(self, request: RemotingCommand, *names: str) -> list[str] | RemotingCommand:
-        """The named ext fields, or the answer naming the first one missing."""
-        values: list[str] = []
-        for name in names:
-            value = request.ext_fields.get(name)
-            if value is None:
-                remark = f"missing required field {name!r}"
-                return RemotingCommand.response_to(
-                    request, ResponseCode.SYSTEM_ERROR, remark=remark
-                )
-            values.append(value)
-        return values
-
     async def put_kv(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        fields = self._kv_fields(request, "namespace", "key", "value")
-        if isinstance(fields, RemotingCommand):
-            return fields
-        namespace, key, value = fields
+        header = KvConfigRequestHeader.from_ext(request.ext_fields)
+        key, value = header.need("key", "value")
         try:
-            self.kv.put(namespace, key, value)
+            self.kv.put(header.namespace, key, value)
         except OSError as e:
             return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def get_kv(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        fields = self._kv_fields(request, "namespace", "key")
-        if isinstance(fields, RemotingCommand):
-            return fields
-        namespace, key = fields
-        value = self.kv.get(namespace, key)
+        header = KvConfigRequestHeader.from_ext(request.ext_fields)
+        [key] = header.need("key")
+        value = self.kv.get(header.namespace, key)
         if value is None:
             return RemotingCommand.response_to(
                 request,
                 ResponseCode.QUERY_NOT_FOUND,
-                remark=f"No config item, Namespace: {namespace} Key: {key}",
+                remark=f"No config item, Namespace: {header.namespace} Key: {key}",
             )
         return RemotingCommand.response_to(
             request, ResponseCode.SUCCESS, ext_fields={"value": value}
         )
 
     async def delete_kv(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        fields = self._kv_fields(request, "namespace", "key")
-        if isinstance(fields, RemotingCommand):
-            return fields
-        namespace, key = fields
+        header = KvConfigRequestHeader.from_ext(request.ext_fields)
+        [key] = header.need("key")
         try:
-            self.kv.delete(namespace, key)
+            self.kv.delete(header.namespace, key)
         except OSError as e:
             return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def kv_namespace(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        fields = self._kv_fields(request, "namespace")
-        if isinstance(fields, RemotingCommand):
-            return fields
-        [namespace] = fields
+        namespace = KvConfigRequestHeader.from_ext(request.ext_fields).namespace
         values = self.kv.namespace(namespace)
         if values is None:
             return RemotingCommand.response_to(

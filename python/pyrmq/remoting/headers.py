@@ -31,6 +31,7 @@ from typing import Final, Literal, Self
 from pyrmq.errors import HeaderError
 
 __all__ = [
+    "BrokerWritePermRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "DeleteTopicRequestHeader",
@@ -42,6 +43,8 @@ __all__ = [
     "GetMinOffsetRequestHeader",
     "GetRouteInfoRequestHeader",
     "GetTopicStatsInfoRequestHeader",
+    "GetTopicsByClusterRequestHeader",
+    "KvConfigRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueryConsumeQueueRequestHeader",
@@ -865,7 +868,7 @@ class RegisterBrokerRequestHeader:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class UnregisterBrokerRequestHeader:
-    """UNREGISTER_BROKER (104)."""
+    """UNREGISTER_BROKER (104); QUERY_DATA_VERSION (322) names its broker the same way."""
 
     broker_name: str
     broker_addr: str
@@ -891,6 +894,61 @@ class UnregisterBrokerRequestHeader:
                 ("brokerId", self.broker_id),
             ]
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerWritePermRequestHeader:
+    """WIPE_WRITE_PERM_OF_BROKER (205) and ADD_WRITE_PERM_OF_BROKER (327)."""
+
+    broker_name: str
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        return cls(broker_name=_Fields(cls.__name__, ext).text("brokerName"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("brokerName", self.broker_name)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetTopicsByClusterRequestHeader:
+    """GET_TOPICS_BY_CLUSTER (224)."""
+
+    cluster: str
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        return cls(cluster=_Fields(cls.__name__, ext).text("cluster"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("cluster", self.cluster)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KvConfigRequestHeader:
+    """PUT_KV_CONFIG (100) with a value; GET_KV_CONFIG (101) and DELETE_KV_CONFIG (102) with a
+    key; GET_KVLIST_BY_NAMESPACE (219) with the namespace alone. A handler asks for the fields
+    its request needs with :meth:`need`."""
+
+    namespace: str
+    key: str | None = None
+    value: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(namespace=f.text("namespace"), key=f.opt_text("key"), value=f.opt_text("value"))
+
+    def need(self, *fields: str) -> list[str]:
+        """The values of ``fields`` ("key", "value"); HeaderError names one that is missing."""
+        values = [getattr(self, name) for name in fields]
+        for name, value in zip(fields, values, strict=True):
+            if value is None:
+                raise HeaderError(f"{type(self).__name__}: missing required field {name!r}")
+        return values
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("namespace", self.namespace), ("key", self.key), ("value", self.value)])
 
 
 # --- admin --------------------------------------------------------------------------------

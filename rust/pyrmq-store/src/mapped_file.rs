@@ -181,31 +181,26 @@ impl MappedFile {
         }
     }
 
-    /// Start of the next data region at or after `pos`, if any.
+    /// Start of the next data region at or after `pos`, if any. A file system that cannot
+    /// tell (an error other than "no data past `pos`") has data everywhere.
     pub fn next_data_from(&self, pos: u64) -> Option<u64> {
         if pos >= self.file_size {
             return None;
         }
         // SAFETY: plain syscall on our own descriptor.
         let r = unsafe { libc::lseek(self.file.as_raw_fd(), pos as libc::off_t, libc::SEEK_DATA) };
-        (r >= 0).then_some(r as u64).filter(|d| *d < self.file_size)
+        if r < 0 {
+            let no_data = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+            return (!no_data).then_some(pos);
+        }
+        Some(r as u64).filter(|d| *d < self.file_size)
     }
 
-    /// The file's data regions, in order. A file system that cannot tell gives the whole file.
+    /// The file's data regions, in order.
     pub fn data_regions(&self) -> Vec<(u64, u64)> {
         let mut regions = Vec::new();
         let mut pos = 0;
-        while pos < self.file_size {
-            // SAFETY: plain syscall on our own descriptor.
-            let r =
-                unsafe { libc::lseek(self.file.as_raw_fd(), pos as libc::off_t, libc::SEEK_DATA) };
-            if r < 0 {
-                if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) {
-                    return vec![(0, self.file_size)];
-                }
-                break; // no data past `pos`
-            }
-            let start = (r as u64).min(self.file_size);
+        while let Some(start) = self.next_data_from(pos) {
             let end = self.data_end_from(start);
             if end <= start {
                 break;
