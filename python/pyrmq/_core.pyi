@@ -495,7 +495,12 @@ class MessageExt:
     def message_queue(self) -> MessageQueue:
         """The queue it was pulled from: (stored topic, broker, queue id)."""
     @property
-    def reconsume_times(self) -> int: ...
+    def reconsume_times(self) -> int:
+        """Deliveries before this one: the broker's count, plus the retries an orderly
+        consumer made in memory."""
+    def count_local_retry(self) -> int:
+        """Counts a retry an orderly consumer makes in memory; returns the new
+        ``reconsume_times``."""
     @property
     def store_size(self) -> int: ...
     @property

@@ -5,7 +5,7 @@ import dataclasses
 import enum
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal
 
 from pyrmq import _core
@@ -278,6 +278,36 @@ class ClientAPI:
             addr,
             await self._call(addr, RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext()),
         )
+
+    # --- orderly consumption: queue locks ------------------------------------------------
+
+    async def lock_batch_mq(
+        self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ: the queues of ``mqs`` the broker at ``addr`` now holds for
+        ``client_id`` (each free, already this client's, or expired at the broker)."""
+        body = {
+            "consumerGroup": group,
+            "clientId": client_id,
+            "onlyThisBroker": False,
+            "mqSet": [mq.to_json() for mq in mqs],
+        }
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        response = self._check(
+            addr, await self._call(addr, RequestCode.LOCK_BATCH_MQ, body=payload)
+        )
+        granted = loads_loose_json(response.body).get("lockOKMQSet") or []
+        return {
+            MessageQueue(str(q["topic"]), str(q["brokerName"]), int(q["queueId"])) for q in granted
+        }
+
+    async def unlock_batch_mq(
+        self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> None:
+        """UNLOCK_BATCH_MQ: releases the queues of ``mqs`` that ``client_id`` holds."""
+        body = {"consumerGroup": group, "clientId": client_id, "mqSet": [q.to_json() for q in mqs]}
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        self._check(addr, await self._call(addr, RequestCode.UNLOCK_BATCH_MQ, body=payload))
 
     # --- clients -------------------------------------------------------------------------
 

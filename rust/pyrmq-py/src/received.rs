@@ -4,6 +4,8 @@
 //! a Python object cost more than decoding it. This class carries the record, the broker it
 //! came from and the topic to show, and answers the client API's field names itself.
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
@@ -28,6 +30,8 @@ pub struct PyMessageExt {
     #[pyo3(get)]
     topic: Py<PyString>,
     inflated: PyOnceLock<Py<PyBytes>>,
+    /// Deliveries an orderly consumer repeated in memory, which the broker never counted.
+    local_retries: AtomicI32,
 }
 
 impl PyMessageExt {
@@ -44,6 +48,7 @@ impl PyMessageExt {
             broker_name,
             topic,
             inflated: PyOnceLock::new(),
+            local_retries: AtomicI32::new(0),
         }
     }
 }
@@ -155,9 +160,22 @@ impl PyMessageExt {
             ))
     }
 
+    /// Deliveries before this one: the broker's count, plus the retries an orderly consumer
+    /// made in memory.
     #[getter]
     fn reconsume_times(&self) -> i32 {
-        self.m.reconsume_times
+        self.m
+            .reconsume_times
+            .saturating_add(self.local_retries.load(Ordering::Relaxed))
+    }
+
+    /// Counts a retry an orderly consumer makes in memory; returns the new `reconsume_times`.
+    fn count_local_retry(&self) -> i32 {
+        let local = self
+            .local_retries
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        self.m.reconsume_times.saturating_add(local)
     }
 
     #[getter]
