@@ -165,3 +165,66 @@ def test_official_and_pyrmq_push_consumers_share_a_group_and_lose_nothing(
         started = time.monotonic()
         run(scenario)
         assert time.monotonic() - started < 90
+
+
+def test_official_and_pyrmq_orderly_consumers_split_a_group_through_the_broker_locks(
+    serve: tuple[str, str],
+) -> None:
+    """Our orderly consumer holds all 8 queues; the official orderly consumer joins the group.
+    Ours gives up half, committing and unlocking each, and the official one locks them: each
+    queue's messages are consumed by one of the two, in offset order, none twice."""
+    namesrv, broker = serve
+    topic, group, count = "TopicMixedOrderly", "CG_MIXED_ORDERLY", 400
+    create_topic(broker, topic, 8)
+
+    async def scenario() -> None:
+        ours: list[MessageExt] = []
+
+        def listener(msgs: list[MessageExt], ctx: Any) -> None:
+            ours.extend(msgs)
+
+        c = PushConsumer(group, client_config=fast_config(namesrv), orderly=True)
+        c.subscribe(topic, "*", listener)
+        await c.start()
+        try:
+            await eventually(
+                lambda: len([q for q in c.assigned_queues() if q.topic == topic]) == 8,
+                what="our consumer holds every queue",
+            )
+            with start_push_consumer(
+                namesrv, topic, group=group, orderly=True, instance_name="cpp", timeout=100
+            ) as cpp:
+                await eventually(
+                    lambda: len([q for q in c.assigned_queues() if q.topic == topic]) == 4,
+                    what="our consumer gave up half of the queues",
+                )
+                await asyncio.sleep(3.0)  # the official client locks what it was given
+                async with Producer("PG_MIXED_ORDERLY", client_config=fast_config(namesrv)) as p:
+                    for i in range(count):
+                        await p.send_orderly(Message(topic, f"mo{i}".encode()), i % 8)
+                want = {f"mo{i}".encode() for i in range(count)}
+
+                def everything() -> bool:
+                    return {m.body for m in ours} | {m["body"] for m in cpp.messages()} >= want
+
+                await eventually(everything, timeout_s=40, what="every message consumed")
+                await asyncio.sleep(1.0)
+                theirs = cpp.messages()
+        finally:
+            await c.shutdown()
+        both = collections.Counter([m.body for m in ours] + [m["body"] for m in theirs])
+        assert set(both) == want
+        assert max(both.values()) == 1, [b for b, n in both.items() if n > 1][:20]
+        by_queue: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
+        for m in ours:
+            by_queue[("ours", m.queue_id)].append(m.queue_offset)
+        for d in theirs:
+            by_queue[("cpp", d["queue_id"])].append(d["queue_offset"])
+        for offsets in by_queue.values():
+            assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+        our_queues = {q for who, q in by_queue if who == "ours"}
+        their_queues = {q for who, q in by_queue if who == "cpp"}
+        assert len(our_queues) == len(their_queues) == 4
+        assert not our_queues & their_queues
+
+    run(scenario)

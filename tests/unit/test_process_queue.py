@@ -1,4 +1,5 @@
-"""ProcessQueue against a model: a dict of the messages in flight."""
+"""ProcessQueue against a model: a dict of the messages in flight; OrderlyProcessQueue against
+the offsets pulled."""
 
 import random
 from collections.abc import Callable
@@ -7,7 +8,8 @@ from typing import Any
 import pytest
 
 from pyrmq import _core
-from pyrmq.client.process_queue import ProcessQueue
+from pyrmq.client import process_queue
+from pyrmq.client.process_queue import LOCK_MAX_LIVE_MS, OrderlyProcessQueue, ProcessQueue
 
 POOL = 2_400
 """Queue offsets a model run can reach: 300 steps, at most 35% pulls of up to 6 messages
@@ -87,3 +89,81 @@ def test_offsets_already_seen_are_not_added_twice() -> None:
 
     assert (pq.msg_count, pq.msg_size) == (3, 30)
     assert [m.queue_offset for m in pq.in_flight()] == [1, 2, 3]
+
+
+# --- OrderlyProcessQueue ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_orderly_queue_hands_out_every_offset_in_order_once_despite_retries(seed: int) -> None:
+    """Random pulls (some overlapping what was seen), takes, retries and commits: the
+    offsets committed are exactly those pulled, in order; a retried batch comes back first;
+    one run at a time is asked for; the counters match the model."""
+    rng = random.Random(seed)
+    pq = OrderlyProcessQueue()
+    next_offset = 0
+    pulled: list[int] = []
+    consumed: list[int] = []
+    committed = -1
+    run = False
+    for _ in range(300):
+        action = rng.random()
+        if action < 0.35:
+            start = max(0, next_offset - rng.randint(0, 3))  # a pull may repeat a few
+            batch = [Msg(o, 10) for o in range(start, next_offset + rng.randint(1, 5))]
+            new = [m.queue_offset for m in batch if m.queue_offset >= next_offset]
+            pulled += new
+            next_offset = max(next_offset, batch[-1].queue_offset + 1)
+            wanted = pq.put(batch)
+            assert not (wanted and run), "a second run asked for"
+            run = run or wanted
+        elif run:
+            taken = pq.take(rng.randint(1, 4))
+            if not taken:
+                assert not pq.consuming
+                run = False
+                continue
+            offsets = [m.queue_offset for m in taken]
+            assert offsets == pulled[len(consumed) : len(consumed) + len(offsets)]
+            if rng.random() < 0.3:
+                pq.give_back(taken)
+            else:
+                consumed += offsets
+                committed = pq.commit()
+                assert committed == offsets[-1] + 1
+        assert pq.msg_count == len(pulled) - len(consumed)
+        assert pq.msg_size == 10 * pq.msg_count
+    assert consumed == pulled[: len(consumed)]
+    assert committed in (-1, consumed[-1] + 1 if consumed else -1)
+
+
+def test_orderly_queue_lock_counts_as_held_for_30_s_after_a_renewal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1_000_000]
+    monkeypatch.setattr(process_queue, "_now_ms", lambda: now[0])
+    pq = OrderlyProcessQueue()
+    assert not pq.holds_lock()
+    pq.locked, pq.last_lock_ms = True, now[0]
+    now[0] += LOCK_MAX_LIVE_MS
+    assert pq.holds_lock()
+    now[0] += 1
+    assert not pq.holds_lock()
+    pq.last_lock_ms = now[0]
+    assert pq.holds_lock()
+    pq.locked = False
+    assert not pq.holds_lock()
+
+
+def test_orderly_queue_commit_without_a_take_is_minus_one_and_snapshot_names_the_lock() -> None:
+    pq = OrderlyProcessQueue()
+    assert pq.commit() == -1
+    assert pq.put([Msg(3, 7), Msg(4, 7)])
+    pq.locked = True
+    pq.take(1)
+    info = pq.snapshot()
+    assert info["cachedMsgCount"] == 2
+    assert (info["cachedMsgMinOffset"], info["cachedMsgMaxOffset"]) == (3, 4)
+    assert info["transactionMsgCount"] == 1
+    assert info["locked"] is True
+    assert pq.span() == 1

@@ -31,6 +31,16 @@ Or with a listener, run on a thread pool (or in the loop, for a coroutine functi
 ...     return ConsumeStatus.CONSUME_SUCCESS
 >>> consumer.subscribe("TopicTest", "*", on_messages)  # doctest: +SKIP
 
+An orderly consumer gets each queue's messages in order, one batch at a time, and holds the
+queue alone in its group; a failed batch pauses its queue and comes again first:
+
+>>> def on_ordered(msgs, context):  # doctest: +SKIP
+...     for msg in msgs:
+...         print(msg.queue_id, msg.queue_offset, msg.reconsume_times, msg.body)
+...     return ConsumeOrderlyStatus.SUCCESS  # or SUSPEND_CURRENT_QUEUE_A_MOMENT
+>>> ordered = PushConsumer("OG", namesrv, orderly=True)  # doctest: +SKIP
+>>> ordered.subscribe("OrderTopic", "*", on_ordered)  # doctest: +SKIP
+
 The lite pull consumer polls exact queues from exact positions:
 
 >>> async with LitePullConsumer("LG", namesrv, auto_commit=False) as lite:  # doctest: +SKIP
@@ -45,6 +55,7 @@ from pyrmq.client.allocate import (
     allocate_averagely,
     allocate_averagely_by_circle,
 )
+from pyrmq.client.consume_orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
 from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
 from pyrmq.client.instance import ClientConfig
 from pyrmq.client.lite_pull import LitePullConsumer
@@ -56,6 +67,8 @@ __all__ = [
     "AllocateConsistentHash",
     "ClientConfig",
     "ConsumeContext",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
     "ConsumeStatus",
     "LitePullConsumer",
     "Message",

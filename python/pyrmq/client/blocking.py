@@ -659,8 +659,6 @@ class PushConsumer(_Client):
         message_model: MessageModel = MessageModel.CLUSTERING,
     ) -> None:
         super().__init__(group_id)
-        if orderly:
-            raise NotImplementedError("orderly push consumption is not supported by pyrmq yet")
         self._orderly = orderly
         self._model = MessageModel(message_model)
         self._threads = 20
@@ -718,6 +716,7 @@ class PushConsumer(_Client):
             consume_from_where=self._consume_from_where,  # type: ignore[arg-type]
             consume_thread_max=self._threads,
             consume_message_batch_max_size=self._batch_max,
+            orderly=self._orderly,
             client_config=config,
         )
         try:

@@ -48,6 +48,8 @@ class ClientConfig:
     heartbeat_broker_interval_s: float = 30.0
     persist_consumer_offset_interval_s: float = 5.0
     rebalance_interval_s: float = 20.0
+    lock_interval_s: float = 20.0
+    """How often an orderly consumer renews its queue locks (RocketMQ's ``lockInterval``)."""
     request_timeout_s: float = 3.0
 
     def __post_init__(self) -> None:

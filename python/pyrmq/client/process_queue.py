@@ -12,16 +12,22 @@ unfinished message of the oldest batch.
 
 import asyncio
 import bisect
+import collections
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from sortedcontainers import SortedDict
 
 from pyrmq._core import received_extent
 from pyrmq.client.message import MessageExt
 
-__all__ = ["ProcessQueue"]
+__all__ = ["LOCK_MAX_LIVE_MS", "OrderlyProcessQueue", "ProcessQueue"]
+
+LOCK_MAX_LIVE_MS: Final = 30_000
+"""How long an orderly consumer trusts its broker lock without a renewal: half the broker's
+60 s, so that it stops consuming well before the broker would give the queue to another."""
 
 
 class _Batch:
@@ -251,6 +257,160 @@ class ProcessQueue:
                 "cachedMsgSizeInMiB": self.msg_size >> 20,
                 "cachedMsgMinOffset": first,
                 "cachedMsgMaxOffset": last,
+                "lastPullTimestamp": self.last_pull_ms,
+                "lastConsumeTimestamp": self.last_consume_ms,
+                "droped": int(self.dropped),
+            }
+
+
+class OrderlyProcessQueue:
+    """The messages of one queue an orderly consumer pulled, consumed strictly by offset.
+
+    Messages wait in offset order; :meth:`take` hands out the oldest, and they stay taken
+    until :meth:`commit` (consumed: the offset moves past them) or :meth:`give_back` (to be
+    consumed again, first). Pulls only ever add offsets past every one seen, and given-back
+    messages precede all that wait, so a deque keeps the order RocketMQ keeps in two sorted
+    maps.
+
+    ``consuming`` says a consume run owns the queue: :meth:`put` asks for one only when
+    none does, and :meth:`take` gives the queue up when nothing is left, under one lock, so
+    exactly one run is ever scheduled.
+
+    >>> class M:
+    ...     def __init__(self, o): self.queue_offset, self.store_size = o, 100
+    >>> pq = OrderlyProcessQueue()
+    >>> pq.put([M(5), M(6), M(7)])  # a run is needed
+    True
+    >>> [m.queue_offset for m in pq.take(2)]
+    [5, 6]
+    >>> pq.put([M(8)])  # the run is still going
+    False
+    >>> pq.commit()  # 5 and 6 consumed: commit 7
+    7
+    >>> again = pq.take(1)
+    >>> pq.give_back(again)
+    >>> [m.queue_offset for m in pq.take(5)]
+    [7, 8]
+    >>> (pq.commit(), pq.take(1), pq.consuming, pq.msg_count)
+    (9, [], False, 0)
+    """
+
+    __slots__ = (
+        "_lock",
+        "_taken",
+        "_waiting",
+        "consume_lock",
+        "consuming",
+        "dropped",
+        "dropping",
+        "last_consume_ms",
+        "last_lock_ms",
+        "last_pull_ms",
+        "locked",
+        "max_offset_seen",
+        "msg_count",
+        "msg_size",
+        "queue_lock",
+        "room_waiter",
+        "try_unlock_times",
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[MessageExt] = collections.deque()
+        self._taken: list[MessageExt] = []
+        self.msg_count = 0
+        """Messages pulled and not consumed, taken ones included (as RocketMQ counts)."""
+        self.msg_size = 0
+        self.max_offset_seen = -1
+        self.consuming = False
+        self.dropped = False
+        self.dropping = False
+        """A rebalance waits for ``consume_lock`` to drop the queue: runs stop between calls."""
+        self.locked = False
+        """This client holds the queue's broker lock (clustering)."""
+        self.last_lock_ms = 0
+        """When the broker last granted the lock (``time.monotonic_ns()`` ms)."""
+        self.try_unlock_times = 0
+        self.queue_lock = threading.Lock()
+        """Held by the consume run: one thread at a time consumes the queue."""
+        self.consume_lock = threading.Lock()
+        """Held around each listener call and its commit; a rebalance takes it before it
+        drops the queue, so that the queue never moves mid-call (the next owner would
+        consume the message again)."""
+        self.last_pull_ms = self.last_consume_ms = _now_ms()
+        self.room_waiter: asyncio.Future[None] | None = None
+
+    def is_dropped(self) -> bool:
+        return self.dropped
+
+    def holds_lock(self) -> bool:
+        """Locked at the broker, and renewed within :data:`LOCK_MAX_LIVE_MS`."""
+        return self.locked and _now_ms() - self.last_lock_ms <= LOCK_MAX_LIVE_MS
+
+    def put(self, msgs: Sequence[MessageExt]) -> bool:
+        """Adds a pulled batch (ascending offsets; offsets already seen are skipped); True if
+        the queue now needs a consume run, which the caller must start."""
+        with self._lock:
+            fresh = [m for m in msgs if m.queue_offset > self.max_offset_seen]
+            if fresh:
+                self._waiting.extend(fresh)
+                self.msg_count += len(fresh)
+                self.msg_size += sum(m.store_size for m in fresh)
+                self.max_offset_seen = fresh[-1].queue_offset
+            if self.consuming or not self._waiting:
+                return False
+            self.consuming = True
+            return True
+
+    def take(self, n: int) -> list[MessageExt]:
+        """Takes up to ``n`` of the oldest waiting messages. With none waiting, the run
+        gives the queue up (``consuming`` false) and gets []."""
+        with self._lock:
+            waiting = self._waiting
+            msgs = [waiting.popleft() for _ in range(min(n, len(waiting)))]
+            self._taken.extend(msgs)
+            if not msgs and not self._taken:
+                self.consuming = False
+            self.last_consume_ms = _now_ms()
+            return msgs
+
+    def give_back(self, msgs: Sequence[MessageExt]) -> None:
+        """Returns taken messages to the front, to be taken again first."""
+        with self._lock:
+            back = set(map(id, msgs))
+            self._taken = [m for m in self._taken if id(m) not in back]
+            self._waiting.extendleft(reversed(msgs))
+
+    def commit(self) -> int:
+        """Marks every taken message consumed; returns the offset to commit (one past the
+        last of them), or -1 if none was taken."""
+        with self._lock:
+            taken, self._taken = self._taken, []
+            if not taken:
+                return -1
+            self.msg_count -= len(taken)
+            self.msg_size -= sum(m.store_size for m in taken)
+            return taken[-1].queue_offset + 1
+
+    def span(self) -> int:
+        with self._lock:
+            first = self._taken[0] if self._taken else self._waiting[0] if self._waiting else None
+            return 0 if first is None else self.max_offset_seen - first.queue_offset
+
+    def snapshot(self) -> dict[str, int]:
+        """Figures for GET_CONSUMER_RUNNING_INFO."""
+        with self._lock:
+            held = self._taken + list(self._waiting)
+            return {
+                "cachedMsgCount": self.msg_count,
+                "cachedMsgSizeInMiB": self.msg_size >> 20,
+                "cachedMsgMinOffset": min((m.queue_offset for m in held), default=0),
+                "cachedMsgMaxOffset": max((m.queue_offset for m in held), default=0),
+                "transactionMsgCount": len(self._taken),
+                "locked": self.locked,
+                "tryUnlockTimes": self.try_unlock_times,
+                "lastLockTimestamp": self.last_lock_ms,
                 "lastPullTimestamp": self.last_pull_ms,
                 "lastConsumeTimestamp": self.last_consume_ms,
                 "droped": int(self.dropped),

@@ -1,6 +1,7 @@
 """The asyncio push consumer: a pull loop per assigned queue with long polling, a
-ProcessQueue per queue with flow control, concurrent consumption, send-back of failures, and
-rebalancing across the group's consumers.
+ProcessQueue per queue with flow control, concurrent consumption with send-back of failures
+or orderly consumption under broker queue locks, and rebalancing across the group's
+consumers.
 
 >>> async def main(namesrv: str) -> None:  # doctest: +SKIP
 ...     def on_messages(msgs, ctx):
@@ -25,6 +26,11 @@ from typing import Any, Final, Literal, Self
 from pyrmq import _core
 from pyrmq.client.allocate import AllocateStrategy, allocate_averagely
 from pyrmq.client.api import PullStatus
+from pyrmq.client.consume_orderly import (
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    OrderlyConsumeService,
+)
 from pyrmq.client.consume_service import (
     ConcurrentConsumeService,
     ConsumeContext,
@@ -39,7 +45,7 @@ from pyrmq.client.offset_store import (
     RemoteBrokerOffsetStore,
     default_offsets_dir,
 )
-from pyrmq.client.process_queue import ProcessQueue
+from pyrmq.client.process_queue import OrderlyProcessQueue, ProcessQueue
 from pyrmq.client.route import TopicRoute
 from pyrmq.client.subscription import Subscription, consumer_data
 from pyrmq.errors import BrokerError, ClientStateError, PyrmqError
@@ -49,6 +55,8 @@ from pyrmq.remoting.protocol import PullSysFlag
 __all__ = [
     "ConsumeContext",
     "ConsumeFromWhere",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
     "ConsumeStatus",
     "MessageModel",
     "PushConsumer",
@@ -70,6 +78,14 @@ PULL_TIMEOUT_MARGIN_S: Final = 15.0
 # Plain ints: IntFlag arithmetic on every pull shows in profiles.
 _PULL_FLAGS: Final = int(PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION)
 _COMMIT_FLAG: Final = int(PullSysFlag.COMMIT_OFFSET)
+LOCK_RETRY_S: Final = 1.0
+"""An orderly consumer that could not lock every queue it was given rebalances again this
+soon: the owner before it usually lets go within a listener call."""
+DROP_WAIT_S: Final = 1.0
+"""How long an orderly rebalance waits for a listener call to end before it keeps the
+queue until the next rebalance."""
+
+AnyProcessQueue = ProcessQueue | OrderlyProcessQueue
 
 
 def _timestamp_ms(value: int | str | None) -> int:
@@ -88,6 +104,14 @@ class PushConsumer(ClientLifecycle):
     Clustering (default): the group's consumers share the queues and its progress lives on
     the brokers. Broadcasting: every consumer gets every message and keeps its progress in a
     local file.
+
+    With ``orderly=True`` each queue's messages reach the listener one batch at a time, in
+    queue order, and a clustering group's queues are locked at their brokers so that only one
+    consumer has each (see :mod:`pyrmq.client.consume_orderly`). A failed batch is retried in
+    place after ``suspend_current_queue_time_ms``, ahead of everything behind it.
+    ``max_reconsume_times`` of -1 (the default) means 16 retries through the retry topic for
+    a concurrent consumer and retries without end for an orderly one, as in RocketMQ's
+    client.
     """
 
     _KIND = "consumer"
@@ -107,7 +131,9 @@ class PushConsumer(ClientLifecycle):
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue_mib: int = 100,
         consume_concurrently_max_span: int = 2000,
-        max_reconsume_times: int = 16,
+        max_reconsume_times: int = -1,
+        orderly: bool = False,
+        suspend_current_queue_time_ms: int = 1000,
         suspend_timeout_s: float = SUSPEND_TIMEOUT_S,
         pull_interval_s: float = 0.0,
         offsets_dir: str | Path | None = None,
@@ -131,6 +157,8 @@ class PushConsumer(ClientLifecycle):
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue_mib << 20
         self.consume_concurrently_max_span = consume_concurrently_max_span
         self.max_reconsume_times = max_reconsume_times
+        self.orderly = orderly
+        self.suspend_current_queue_time_ms = suspend_current_queue_time_ms
         self.suspend_timeout_s = suspend_timeout_s
         self.pull_interval_s = pull_interval_s
         self.offsets_dir = Path(offsets_dir) if offsets_dir else None
@@ -138,12 +166,14 @@ class PushConsumer(ClientLifecycle):
         self._listeners: dict[str, Listener] = {}
         self._default_listener: Listener | None = None
         self._queues: dict[str, list[MessageQueue]] = {}
-        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._pqs: dict[MessageQueue, AnyProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         # Per queue: the subscription a pull header was made for, and its unchanging fields.
         self._pull_headers: dict[MessageQueue, tuple[Subscription, dict[str, str]]] = {}
         self._instance: ClientInstance | None = None
         self._service: ConcurrentConsumeService | None = None
+        self._orderly: OrderlyConsumeService | None = None
+        self._lock_renewal: asyncio.Task[None] | None = None
         # Kept: on 3.11 each asyncio.get_running_loop() is a getpid() system call.
         self._loop: asyncio.AbstractEventLoop | None = None
         self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore
@@ -198,6 +228,17 @@ class PushConsumer(ClientLifecycle):
             return
         if not self.subscriptions:
             raise ClientStateError(f"consumer {self.group} has no subscription")
+        if self.orderly and self._default_listener is None:
+            missing = sorted(
+                t
+                for t in self.subscriptions
+                if t not in self._listeners and not t.startswith(RETRY_PREFIX)
+            )
+            if missing:
+                # ``async for`` runs outside the queue locks orderly consumption keeps.
+                raise ClientStateError(
+                    f"orderly consumer {self.group} has no listener for {', '.join(missing)}"
+                )
         inst = ClientInstance.acquire(self.config, self.group, consumer=True)
         if self.clustering:
             self.subscriptions.setdefault(
@@ -212,11 +253,16 @@ class PushConsumer(ClientLifecycle):
         }:
             self._inbox = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
-        self._service = ConcurrentConsumeService(self, self._loop)
+        if self.orderly:
+            self._orderly = OrderlyConsumeService(self, self._loop)
+        else:
+            self._service = ConcurrentConsumeService(self, self._loop)
         inst.consumers[self.group] = self
         self._instance = inst
         self._started_ms = time.time_ns() // 1_000_000
         inst.start()
+        if self.orderly and self.clustering:
+            self._lock_renewal = self._loop.create_task(self._renew_locks())
         for topic in self.subscriptions:
             try:
                 await inst.update_route(topic)
@@ -232,6 +278,8 @@ class PushConsumer(ClientLifecycle):
         if inst is None:
             return
         inst.consumers.pop(self.group, None)
+        if self._lock_renewal is not None:
+            self._lock_renewal.cancel()
         tasks = list(self._pull_tasks.values())
         for task in tasks:
             task.cancel()
@@ -246,12 +294,17 @@ class PushConsumer(ClientLifecycle):
             # are marked dropped only afterwards, or those offsets would be lost and the
             # messages delivered again after a restart.
             await self._service.shutdown()
+        if self._orderly is not None:
+            await self._orderly.shutdown()
         for pq in self._pqs.values():
             pq.dropped = True
         if isinstance(self.offset_store, RemoteBrokerOffsetStore):
             await self.offset_store.commit_all(list(self._pqs))
         else:
             await self.offset_store.persist(list(self._pqs))
+        if self.orderly and self.clustering:
+            # After the commit: the next owner starts where this one stopped.
+            await self._unlock_queues(inst, list(self._pqs))
         self._pull_tasks.clear()
         self._pqs.clear()
         await inst.unregister(consumer_group=self.group)
@@ -296,7 +349,11 @@ class PushConsumer(ClientLifecycle):
     def finish(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """Marks ``msgs`` consumed (from any thread): moves the queue's offset, and wakes its
         pull loop if that waits for room under flow control."""
-        offset = pq.remove(msgs)
+        self.moved(pq, mq, pq.remove(msgs))
+
+    def moved(self, pq: AnyProcessQueue, mq: MessageQueue, offset: int) -> None:
+        """Records ``offset`` (unless -1) as the queue's progress, from any thread, and wakes
+        its pull loop if that waits for room under flow control."""
         if offset >= 0 and not pq.dropped:
             self.offset_store.update(mq, offset)
         waiter = pq.room_waiter
@@ -332,7 +389,7 @@ class PushConsumer(ClientLifecycle):
                 "messageModel": self.message_model,
                 "consumeFromWhere": self.consume_from_where,
                 "consumeThreadMax": str(self.consume_thread_max),
-                "PROP_CONSUMEORDERLY": "false",
+                "PROP_CONSUMEORDERLY": str(self.orderly).lower(),
                 "PROP_CLIENT_VERSION": "pyrmq",
                 "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms),
             },
@@ -425,11 +482,25 @@ class PushConsumer(ClientLifecycle):
     async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> None:
         for mq in [q for q in self._pqs if q.topic == topic and q not in mine]:
             await self._drop_queue(mq, persist=True)
-        for mq in sorted(mine - self._pqs.keys()):
+        new = sorted(mine - self._pqs.keys())
+        locked = None
+        if self.orderly and self.clustering and new:
+            # Taken only once locked: until then its last owner may still be consuming it.
+            locked = await self.lock_queues(new)
+            if len(locked) < len(new):
+                log.info(
+                    "%s waits for the locks of %s",
+                    self.group,
+                    [str(q) for q in new if q not in locked],
+                )
+                self._rebalance_later(LOCK_RETRY_S)
+            new = [q for q in new if q in locked]
+        for mq in new:
+            # The start offset is read after the lock: the last owner committed before it let go.
             offset = await self._start_offset(mq)
             if offset is None or self._instance is None:
                 continue
-            pq = self._pqs[mq] = ProcessQueue()
+            pq = self._pqs[mq] = self._new_process_queue(None if locked is None else locked[mq])
             # Recorded at once: if the queue moves to another consumer before any message
             # of it is consumed, that one starts here. With nothing committed it would start
             # from its own consume_from_where (the queue's end, by default) and skip what was
@@ -440,8 +511,30 @@ class PushConsumer(ClientLifecycle):
                 self._pull_loop(mq, pq, offset)
             )
 
-    async def _drop_queue(self, mq: MessageQueue, *, persist: bool) -> None:
-        pq = self._pqs.pop(mq, None)
+    def _new_process_queue(self, locked_ms: int | None = None) -> AnyProcessQueue:
+        if not self.orderly:
+            return ProcessQueue()
+        pq = OrderlyProcessQueue()
+        if locked_ms is not None:
+            pq.locked, pq.last_lock_ms = True, locked_ms
+        return pq
+
+    def _rebalance_later(self, delay_s: float) -> None:
+        inst = self._instance
+        if inst is not None and self._loop is not None:
+            self._loop.call_later(delay_s, inst.rebalance_soon)
+
+    async def _drop_queue(self, mq: MessageQueue, *, persist: bool) -> bool:
+        """Gives ``mq`` up: stops its pull loop and, with ``persist``, commits its offset.
+        An orderly consumer first waits for the listener call on the queue to end, and keeps
+        the queue (False) if it does not within ``DROP_WAIT_S``; once it has committed, it
+        unlocks the queue at the broker for the next owner."""
+        pq = self._pqs.get(mq)
+        if isinstance(pq, OrderlyProcessQueue) and not await self._stop_consuming(pq):
+            pq.try_unlock_times += 1
+            log.info("%s keeps %s: a listener call on it has not ended", self.group, mq)
+            return False
+        self._pqs.pop(mq, None)
         if pq is not None:
             pq.dropped = True
         self._pull_headers.pop(mq, None)
@@ -450,17 +543,96 @@ class PushConsumer(ClientLifecycle):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        committed = True
         if persist and pq is not None:
             if isinstance(self.offset_store, RemoteBrokerOffsetStore):
                 try:
                     await self.offset_store.commit_now(mq)
                 except PyrmqError as e:
+                    committed = False
                     log.warning("cannot commit offset of %s: %s", mq, e)
             else:
                 await self.offset_store.persist([mq])
             if self.clustering:
                 self.offset_store.remove(mq)
             log.info("%s gives up %s", self.group, mq)
+        inst = self._instance
+        if isinstance(pq, OrderlyProcessQueue) and self.clustering and committed and inst:
+            # Left locked when the commit failed: the broker frees it in 60 s, and the next
+            # owner, reading an older offset sooner, would consume messages again.
+            await self._unlock_queues(inst, [mq])
+        return True
+
+    async def _stop_consuming(self, pq: OrderlyProcessQueue) -> bool:
+        """Takes ``pq``'s consume lock, waiting up to ``DROP_WAIT_S`` for a listener call to
+        end, and marks the queue dropped under it; False if the call did not end."""
+        pq.dropping = True
+        try:
+            deadline = time.monotonic() + DROP_WAIT_S
+            # Polled: a thread blocked in acquire() could not be called off if this task is.
+            while not pq.consume_lock.acquire(blocking=False):
+                if time.monotonic() >= deadline:
+                    return False
+                await asyncio.sleep(0.005)
+            pq.dropped = True
+            pq.consume_lock.release()
+            return True
+        finally:
+            pq.dropping = False
+
+    # --- queue locks (orderly, clustering) -----------------------------------------------
+
+    async def lock_queues(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
+        """Asks each broker to lock its queues of ``mqs`` for this client; returns those it
+        did, with the time (monotonic ms) of the request, and marks their ProcessQueues
+        locked or not."""
+        inst = self._instance
+        if inst is None:
+            return {}
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        granted: dict[MessageQueue, int] = {}
+        for broker_name, queues in by_broker.items():
+            asked_ms = time.monotonic_ns() // 1_000_000
+            try:
+                addr = await inst.master_addr(broker_name, queues[0].topic)
+                ok = await inst.api.lock_batch_mq(addr, self.group, inst.client_id, queues)
+            except PyrmqError as e:
+                log.info("%s cannot lock its queues on %s: %s", self.group, broker_name, e)
+                continue
+            for mq in queues:
+                pq = self._pqs.get(mq)
+                if mq in ok:
+                    granted[mq] = asked_ms
+                if isinstance(pq, OrderlyProcessQueue):
+                    if mq in ok:
+                        pq.locked, pq.last_lock_ms = True, asked_ms
+                    elif pq.locked:
+                        pq.locked = False
+                        log.warning("%s lost the lock of %s", self.group, mq)
+        return granted
+
+    async def _unlock_queues(self, inst: ClientInstance, mqs: Sequence[MessageQueue]) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker_name, queues in by_broker.items():
+            try:
+                addr = await inst.master_addr(broker_name, queues[0].topic)
+                await inst.api.unlock_batch_mq(addr, self.group, inst.client_id, queues)
+            except PyrmqError as e:
+                log.info("%s cannot unlock its queues on %s: %s", self.group, broker_name, e)
+
+    async def _renew_locks(self) -> None:
+        """Every ``lock_interval_s``: locks every queue held again, before the broker (60 s)
+        or this client (30 s) would count the locks as expired."""
+        while True:
+            await asyncio.sleep(self.config.lock_interval_s)
+            try:
+                await self.lock_queues(sorted(self._pqs))
+            except Exception:
+                log.exception("lock renewal of %s failed", self.group)
 
     async def _start_offset(self, mq: MessageQueue) -> int | None:
         """Where a newly taken queue starts: the committed offset, else what
@@ -486,14 +658,15 @@ class PushConsumer(ClientLifecycle):
 
     # --- pulling -------------------------------------------------------------------------
 
-    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+    def _flow_controlled(self, pq: AnyProcessQueue) -> bool:
         return (
             pq.msg_count > self.pull_threshold_for_queue
             or pq.msg_size > self.pull_threshold_size_for_queue
-            or pq.span() > self.consume_concurrently_max_span
+            # An orderly queue consumes in order anyway: RocketMQ checks no span there.
+            or (not self.orderly and pq.span() > self.consume_concurrently_max_span)
         )
 
-    async def _wait_for_room(self, pq: ProcessQueue) -> None:
+    async def _wait_for_room(self, pq: AnyProcessQueue) -> None:
         """Waits until finished messages bring ``pq`` under the flow-control thresholds, or
         ``PULL_DELAY_ON_FLOW_CONTROL_S`` (RocketMQ's fixed pause, here only an upper bound:
         a queue that sleeps it out while its listener catches up idles the consumer)."""
@@ -512,7 +685,7 @@ class PushConsumer(ClientLifecycle):
         finally:
             pq.room_waiter = None
 
-    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+    async def _pull_loop(self, mq: MessageQueue, pq: AnyProcessQueue, offset: int) -> None:
         broker_id = 0
         while not pq.is_dropped():
             try:
@@ -530,12 +703,17 @@ class PushConsumer(ClientLifecycle):
                     await asyncio.sleep(self.pull_interval_s)
 
     async def _pull_once(
-        self, mq: MessageQueue, pq: ProcessQueue, offset: int, broker_id: int
-    ) -> tuple[ProcessQueue, int, int]:
+        self, mq: MessageQueue, pq: AnyProcessQueue, offset: int, broker_id: int
+    ) -> tuple[AnyProcessQueue, int, int]:
         """One pull of ``mq`` from ``offset``; returns the queue's ProcessQueue (a new one
         after OFFSET_ILLEGAL), the next offset and the broker id to pull from next."""
         if self._flow_controlled(pq):
             await self._wait_for_room(pq)
+            return pq, offset, broker_id
+        if isinstance(pq, OrderlyProcessQueue) and self.clustering and not pq.locked:
+            # Lost at a renewal: pulled messages could not be consumed. The next renewal
+            # or rebalance locks it again.
+            await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
             return pq, offset, broker_id
         inst = self.instance
         sub = self.subscriptions.get(mq.topic)
@@ -569,7 +747,12 @@ class PushConsumer(ClientLifecycle):
             if sub.tags:
                 msgs = [m for m in msgs if sub.matches(m)]
             offset = result.next_begin_offset
-            if msgs:
+            if msgs and isinstance(pq, OrderlyProcessQueue):
+                assert self._orderly is not None
+                if pq.put(msgs):
+                    self._orderly.submit(pq, mq)
+            elif msgs:
+                assert isinstance(pq, ProcessQueue)
                 pq.put(msgs)
                 # Both set at start, before any pull.
                 assert self._service is not None
@@ -602,7 +785,10 @@ class PushConsumer(ClientLifecycle):
             # Messages still in flight belong to the old position: a fresh ProcessQueue
             # keeps them from moving the offset when they finish (RocketMQ drops the queue).
             pq.dropped = True
-            pq = self._pqs[mq] = ProcessQueue()
+            fresh = self._pqs[mq] = self._new_process_queue()
+            if isinstance(pq, OrderlyProcessQueue) and isinstance(fresh, OrderlyProcessQueue):
+                fresh.locked, fresh.last_lock_ms = pq.locked, pq.last_lock_ms
+            pq = fresh
             self.offset_store.update(mq, offset, increase_only=False)
         else:
             offset = result.next_begin_offset
