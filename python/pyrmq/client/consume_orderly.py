@@ -54,6 +54,9 @@ RELOCK_AFTER_S: Final = 0.1
 RELOCK_FAILED_RETRY_S: Final = 3.0
 """... and after this one when the broker refused."""
 YIELD_RETRY_S: Final = 0.01
+LOOP_SLICE_S: Final = 0.001
+"""A run in the loop lets other queues' pulls and runs in after this long, if its listener
+did not wait."""
 
 
 class ConsumeOrderlyStatus(enum.IntEnum):
@@ -328,6 +331,7 @@ class OrderlyConsumeService:
     async def _run_async(self, pq: OrderlyProcessQueue, mq: MessageQueue) -> None:
         """A consume run in the loop, for a queue whose listener is a coroutine function."""
         deadline = time.monotonic() + MAX_TIME_CONSUME_CONTINUOUSLY_S
+        yielded = time.monotonic()
         while True:
             step = self._next(pq, mq, deadline, False)
             if step is None:
@@ -353,7 +357,9 @@ class OrderlyConsumeService:
                 pq.consume_lock.release()
             if not settled:
                 return
-            await asyncio.sleep(0)  # other queues' pulls and runs get the loop between batches
+            if time.monotonic() - yielded >= LOOP_SLICE_S:
+                await asyncio.sleep(0)
+                yielded = time.monotonic()
 
     async def _call_async(
         self, listener: Any, msgs: list[MessageExt], ctx: ConsumeOrderlyContext
