@@ -1,6 +1,6 @@
 """What a store takes from the machine: closed and collected stores give back their file
-descriptors and mappings, a quiet queue costs little disk, and a mapping the kernel refuses
-for a moment is retried."""
+descriptors and mappings, a quiet queue or a new index file costs little disk, and a mapping
+the kernel refuses for a moment is retried."""
 
 import gc
 import os
@@ -86,6 +86,23 @@ def test_a_quiet_queue_takes_a_chunk_of_disk_not_a_whole_file(tmp_path, make_con
             assert store.put("TopicQuiet", b"next", queue_id=q).queue_offset == 1
             [_, second] = store.get("TopicQuiet", q, 0).messages()
             assert second.body == b"next"
+
+
+def test_an_index_file_takes_disk_as_it_fills(tmp_path):
+    """With the default geometry an index file is 420 MB; its hash slots (20 MB) have their
+    blocks from the start, its entries a chunk at a time as keys arrive."""
+    root = tmp_path / "index"
+    with MessageStore.open(root, {}, background_services=False) as store:
+        r = store.put("TopicIdx", b"keyed", keys="k0")
+        [only] = (root / "index").iterdir()
+        assert only.stat().st_size == 40 + 5_000_000 * 4 + 20_000_000 * 20
+        assert only.stat().st_blocks * 512 < 32 * 1024 * 1024
+        assert [m.phy_offset for m in store.query_message("TopicIdx", "k0")] == [r.phy_offset]
+    with MessageStore.open(root, {}, background_services=False) as store:
+        assert [m.phy_offset for m in store.query_message("TopicIdx", "k0")] == [r.phy_offset]
+        store.put("TopicIdx", b"keyed", keys="k1")
+        assert len(store.query_message("TopicIdx", "k1")) == 1
+    assert only.stat().st_blocks * 512 < 32 * 1024 * 1024
 
 
 _MAPS_RUN_OUT = """

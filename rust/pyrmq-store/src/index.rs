@@ -14,6 +14,14 @@
 //! | 40 + 4*S          | 20*N | entries: key_hash i32, phy_offset i64,                 |
 //! |                   |      |          time_diff_s i32 (from begin), prev entry i32  |
 //!
+//! The header and slots are written at random and have their blocks from the file's creation.
+//! The entries, written in order, get theirs [`RESERVE_CHUNK`] at a time before the entry that
+//! needs them, so that a file takes disk as it fills (files of older versions are wholly
+//! allocated, which changes nothing here). A full disk fails the entry's `put` before any byte
+//! of it is written, as it fails the creation of a file.
+//!
+//! [`RESERVE_CHUNK`]: crate::mapped_file::RESERVE_CHUNK
+//!
 //! Keys are `topic#key`, hashed with Java's `String.hashCode` made non-negative. Entries do not
 //! store keys, so a query checks each candidate record's topic and keys.
 //! After a crash, records from the last indexed offset on are indexed again; a query drops the
@@ -74,10 +82,18 @@ impl IndexFile {
         self.count() >= self.entries
     }
 
-    fn put(&self, key: &str, phy: i64, store_ts: i64) {
+    fn entry_at(&self, n: u64) -> u64 {
+        entries_start(self.slots) + n * ENTRY_LEN
+    }
+
+    fn put(&self, key: &str, phy: i64, store_ts: i64) -> StoreResult<()> {
+        let count = self.count();
+        let entry_at = self.entry_at(count);
+        // Entries below this one were written, and the header and slots were reserved at
+        // creation: only the entry's own bytes may lack blocks.
+        self.file.ensure_writable(entry_at, entry_at + ENTRY_LEN)?;
         let hash = key_hash(key);
         let slot_at = HEADER_LEN + (u64::from(hash) % self.slots) * SLOT_LEN;
-        let count = self.count();
         let mut prev = self.read_i32(slot_at);
         if prev <= 0 || u64::from(prev.unsigned_abs()) >= count {
             prev = 0;
@@ -87,7 +103,6 @@ impl IndexFile {
             self.write(16, &phy.to_be_bytes());
         }
         let diff_s = ((store_ts - self.begin_ts()).max(0) / 1000).min(i64::from(i32::MAX)) as i32;
-        let entry_at = HEADER_LEN + self.slots * SLOT_LEN + count * ENTRY_LEN;
         let mut entry = [0u8; ENTRY_LEN as usize];
         entry[..4].copy_from_slice(&hash.to_be_bytes());
         entry[4..12].copy_from_slice(&phy.to_be_bytes());
@@ -102,6 +117,7 @@ impl IndexFile {
         self.write(8, &store_ts.to_be_bytes());
         self.write(24, &phy.to_be_bytes());
         self.write(36, &((count + 1) as i32).to_be_bytes());
+        Ok(())
     }
 
     fn query(&self, key: &str, begin_ms: i64, end_ms: i64, max: usize, out: &mut Vec<i64>) {
@@ -113,7 +129,7 @@ impl IndexFile {
         let mut steps = 0u64;
         while cur > 0 && u64::from(cur.unsigned_abs()) < count && out.len() < max && steps < count {
             steps += 1;
-            let at = HEADER_LEN + self.slots * SLOT_LEN + u64::from(cur.unsigned_abs()) * ENTRY_LEN;
+            let at = self.entry_at(u64::from(cur.unsigned_abs()));
             let entry_hash = self.read_i32(at);
             let phy = self.read_i64(at + 4);
             let ts = begin_ts + i64::from(self.read_i32(at + 12)) * 1000;
@@ -131,6 +147,11 @@ impl IndexFile {
             cur = prev;
         }
     }
+}
+
+/// Offset of entry 0: past the header and the hash slots.
+fn entries_start(slots: u64) -> u64 {
+    HEADER_LEN + slots * SLOT_LEN
 }
 
 fn key_hash(key: &str) -> u32 {
@@ -173,7 +194,7 @@ impl IndexService {
     pub fn load(dir: &Path, slots: u32, entries: u32) -> StoreResult<Self> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("creating directory", dir, e))?;
         let (slots, entries) = (u64::from(slots), u64::from(entries));
-        let size = HEADER_LEN + slots * SLOT_LEN + entries * ENTRY_LEN;
+        let size = entries_start(slots) + entries * ENTRY_LEN;
         let mut names: Vec<(u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io("listing", dir, e))? {
             let entry = entry.map_err(|e| StoreError::io("listing", dir, e))?;
@@ -191,7 +212,6 @@ impl IndexService {
         let mut dropped = Vec::new();
         let mut dropped_paths = Vec::new();
         for (stamp, path) in names {
-            // Index files were fully reserved when created.
             let len = std::fs::metadata(&path).map_or(0, |m| m.len());
             let opened = if len == size {
                 MappedFile::open(&path, stamp, size, Allocation::Reserve)
@@ -286,13 +306,16 @@ impl IndexService {
                 if let Some(full) = files.last() {
                     self.filled.lock().push(Arc::clone(&full.file));
                 }
-                let size = HEADER_LEN + self.slots * SLOT_LEN + self.entries * ENTRY_LEN;
+                let size = entries_start(self.slots) + self.entries * ENTRY_LEN;
                 let mut stamp = now_ms().max(0) as u64;
                 if let Some(last) = files.last() {
                     stamp = stamp.max(last.file.file_from_offset() + 1);
                 }
                 let path = self.dir.join(segment_name(stamp));
-                let file = MappedFile::create(&path, stamp, size, Allocation::Reserve)?;
+                // The header, the slots and the first entry (entry 0 is never used), so that a
+                // new file has room for the entry it is made for.
+                let reserved = entries_start(self.slots) + 2 * ENTRY_LEN;
+                let file = MappedFile::create_reserved(&path, stamp, size, reserved)?;
                 files.push(IndexFile {
                     file: Arc::new(file),
                     slots: self.slots,
@@ -302,7 +325,7 @@ impl IndexService {
             files
                 .last()
                 .expect("an index file exists")
-                .put(key, phy, store_ts);
+                .put(key, phy, store_ts)?;
         }
         Ok(())
     }
@@ -353,5 +376,139 @@ impl IndexService {
             removed += 1;
         }
         Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt as _;
+
+    use super::*;
+    use crate::mapped_file::RESERVE_CHUNK;
+
+    const SLOTS: u32 = 10_000;
+    const ENTRIES: u32 = 1_000_000;
+
+    fn allocated(path: &Path) -> u64 {
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    fn only_file(dir: &Path) -> PathBuf {
+        let files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        files.into_iter().next().unwrap()
+    }
+
+    fn put_keys(index: &IndexService, range: std::ops::Range<u64>) {
+        for i in range {
+            let key = format!("T#k{i}");
+            index
+                .put([key.as_str()], i as i64 * 100, 1_000 + i as i64, || 1)
+                .unwrap();
+        }
+    }
+
+    fn assert_found(index: &IndexService, range: std::ops::Range<u64>) {
+        for i in range {
+            let (found, _) = index.query(&format!("T#k{i}"), 0, i64::MAX, 64);
+            assert!(found.contains(&(i as i64 * 100)), "key {i}: {found:?}");
+        }
+    }
+
+    /// Entries whose blocks one chunk holds.
+    fn per_chunk() -> u64 {
+        RESERVE_CHUNK / ENTRY_LEN
+    }
+
+    #[test]
+    fn an_index_file_takes_disk_as_its_entries_fill_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = IndexService::load(dir.path(), SLOTS, ENTRIES).unwrap();
+        put_keys(&index, 0..1);
+        let path = only_file(dir.path());
+        let len = std::fs::metadata(&path).unwrap().len();
+        let slots_end = entries_start(u64::from(SLOTS));
+        assert_eq!(len, slots_end + u64::from(ENTRIES) * ENTRY_LEN);
+        // The header and slots, and one chunk of entries at most.
+        let first = allocated(&path);
+        assert!(first >= slots_end, "{first}");
+        assert!(first <= slots_end + RESERVE_CHUNK + 4096, "{first}");
+        assert!(first < len / 8, "{first} of {len}");
+
+        let mut last = first;
+        let mut put = 1;
+        for _ in 0..3 {
+            put_keys(&index, put..put + per_chunk());
+            put += per_chunk();
+            let now = allocated(&path);
+            let written_end = entries_start(u64::from(SLOTS)) + (put + 1) * ENTRY_LEN;
+            assert!(now > last, "{now} after {last}");
+            assert!(now >= written_end, "{now} below {written_end}");
+            assert!(
+                now <= written_end + RESERVE_CHUNK + 4096,
+                "{now} for {written_end}"
+            );
+            last = now;
+        }
+        assert!(last < len / 2, "{last} of {len}");
+    }
+
+    #[test]
+    fn entries_across_chunks_are_found_after_reopening_and_later_ones_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 3 * per_chunk() + 100;
+        {
+            let index = IndexService::load(dir.path(), SLOTS, ENTRIES).unwrap();
+            put_keys(&index, 0..n);
+            index.flush().unwrap();
+        }
+        let path = only_file(dir.path());
+        let before = allocated(&path);
+        let index = IndexService::load(dir.path(), SLOTS, ENTRIES).unwrap();
+        assert_found(&index, 0..n);
+        assert_eq!(index.last_indexed_phy(), Some((n as i64 - 1) * 100));
+        // Reopened, the file reserves from its last entry on, as before the close.
+        put_keys(&index, n..n + per_chunk());
+        assert_found(&index, 0..n + per_chunk());
+        let after = allocated(&path);
+        assert!(after > before && after <= before + RESERVE_CHUNK + 4096);
+        drop(index);
+        let index = IndexService::load(dir.path(), SLOTS, ENTRIES).unwrap();
+        assert_found(&index, 0..n + per_chunk());
+    }
+
+    #[test]
+    fn a_wholly_allocated_file_of_an_older_version_opens_and_takes_more_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let (slots, entries) = (SLOTS, 3 * per_chunk() as u32);
+        {
+            let index = IndexService::load(dir.path(), slots, entries).unwrap();
+            put_keys(&index, 0..1000);
+            index.flush().unwrap();
+        }
+        // Older versions allocated the whole file at creation.
+        let path = only_file(dir.path());
+        let len = std::fs::metadata(&path).unwrap().len();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        // SAFETY: plain syscall on an open descriptor.
+        let r =
+            unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, len as i64) };
+        assert_eq!(r, 0);
+        drop(file);
+        assert!(allocated(&path) >= len);
+
+        let index = IndexService::load(dir.path(), slots, entries).unwrap();
+        assert_found(&index, 0..1000);
+        put_keys(&index, 1000..u64::from(entries) - 1);
+        assert_found(&index, 0..u64::from(entries) - 1);
+        // Full: the next key starts a second file.
+        put_keys(&index, u64::from(entries) - 1..u64::from(entries));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        drop(index);
+        let index = IndexService::load(dir.path(), slots, entries).unwrap();
+        assert_found(&index, 0..u64::from(entries));
     }
 }

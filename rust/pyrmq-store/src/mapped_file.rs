@@ -2,9 +2,12 @@
 //!
 //! A page of a shared file mapping that cannot get disk space when first written kills the
 //! process with SIGBUS. So no byte is written to a page before its space is reserved, in one of
-//! two ways ([`Allocation`]):
-//! * `Reserve`: the whole file is allocated at creation (`fallocate`). Simple; used for index
-//!   files, of which one is written at a time.
+//! three ways ([`Allocation`]):
+//! * `Reserve`: the file is sparse and its blocks are allocated with `fallocate`, which writes
+//!   nothing: a prefix at creation ([`MappedFile::create_reserved`]) for a region written at
+//!   random, the rest [`RESERVE_CHUNK`] at a time ahead of a writer that writes in order. Used
+//!   for index files (hash slots at random, entries in order), which would otherwise take
+//!   their whole size (420 MB by default) at the first keyed message.
 //! * `OnDemand`: the file is sparse and its pages are populated before they are written
 //!   (`MADV_POPULATE_WRITE`, which reserves space and returns ENOSPC as an error instead of a
 //!   signal): ahead of the writer by [`crate::populate::Populator`], and by the writer itself
@@ -34,7 +37,6 @@ use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fs4::FileExt;
 use memmap2::MmapRaw;
 use parking_lot::Mutex;
 
@@ -50,6 +52,11 @@ pub enum Allocation {
 
 /// Pages the writer populates for itself in one step when the populator is behind.
 const WRITER_CHUNK: u64 = 64 * 1024;
+/// Bytes a `Reserve` file allocates in one step. An `fallocate` costs about the same for any
+/// length on ext4, so a large step makes fewer calls and extents; it is bounded by the disk it
+/// may leave unused past the last entry and, on tmpfs (which zeroes pages as it allocates them),
+/// by the time the writer waits for it.
+pub const RESERVE_CHUNK: u64 = 1024 * 1024;
 const PAGE: u64 = 4096;
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// The source of a `Written` file's zeros.
@@ -68,20 +75,47 @@ pub struct MappedFile {
     zeroing: Mutex<()>,
     /// Bytes from the start whose pages have their space reserved.
     writable_to: AtomicU64,
-    /// Bytes from the start whose pages were populated (a `Reserve` file has its space from
-    /// the start, but its pages still fault on first write).
+    /// Bytes from the start whose pages were populated (pages a `Reserve` file allocated
+    /// still fault on first write).
     populated_to: AtomicU64,
     /// How far the populator has been asked to go.
     populate_requested: AtomicU64,
 }
 
 impl MappedFile {
-    /// Creates a new segment of `file_size` bytes.
+    /// Creates a new segment of `file_size` bytes, with no space reserved.
     pub fn create(
         path: &Path,
         file_from_offset: u64,
         file_size: u64,
         allocation: Allocation,
+    ) -> StoreResult<Self> {
+        Self::create_inner(path, file_from_offset, file_size, allocation, 0)
+    }
+
+    /// Creates a new `Reserve` segment of `file_size` bytes whose pages up to `reserved` have
+    /// their blocks allocated. Fails, leaving no file, if the disk cannot take them.
+    pub fn create_reserved(
+        path: &Path,
+        file_from_offset: u64,
+        file_size: u64,
+        reserved: u64,
+    ) -> StoreResult<Self> {
+        Self::create_inner(
+            path,
+            file_from_offset,
+            file_size,
+            Allocation::Reserve,
+            reserved,
+        )
+    }
+
+    fn create_inner(
+        path: &Path,
+        file_from_offset: u64,
+        file_size: u64,
+        allocation: Allocation,
+        reserved: u64,
     ) -> StoreResult<Self> {
         let file = OpenOptions::new()
             .read(true)
@@ -89,10 +123,10 @@ impl MappedFile {
             .create_new(true)
             .open(path)
             .map_err(|e| StoreError::io("creating segment", path, e))?;
-        let sized = match allocation {
-            Allocation::Reserve => file.allocate(file_size),
-            Allocation::OnDemand | Allocation::Written => file.set_len(file_size),
-        };
+        // The prefix is allocated before the file gets its size: a crash in between leaves a
+        // file too short to be taken for a segment whose prefix has its blocks.
+        let reserved = reserved.div_ceil(PAGE).saturating_mul(PAGE).min(file_size);
+        let sized = fallocate(&file, 0, reserved).and_then(|()| file.set_len(file_size));
         if let Err(e) = sized {
             drop(file);
             let _ = std::fs::remove_file(path);
@@ -103,14 +137,13 @@ impl MappedFile {
             Self::map(path, file, file_from_offset, file_size, allocation).inspect_err(|_| {
                 let _ = std::fs::remove_file(path);
             })?;
-        if allocation == Allocation::Reserve {
-            mf.mark_reserved();
-        }
+        mf.writable_to.store(reserved, Ordering::Release);
         Ok(mf)
     }
 
     /// Maps an existing segment, which must already have its full size. Pages past the data
-    /// are treated as unreserved until [`Self::ensure_writable`] reserves them.
+    /// are treated as unreserved until [`Self::ensure_writable`] reserves them; the prefix a
+    /// `Reserve` file got at creation keeps its blocks, and its owner writes there unasked.
     pub fn open(
         path: &Path,
         file_from_offset: u64,
@@ -135,11 +168,7 @@ impl MappedFile {
                 ),
             });
         }
-        let mf = Self::map(path, file, file_from_offset, file_size, allocation)?;
-        if allocation == Allocation::Reserve {
-            mf.mark_reserved();
-        }
-        Ok(mf)
+        Self::map(path, file, file_from_offset, file_size, allocation)
     }
 
     fn map(
@@ -232,11 +261,6 @@ impl MappedFile {
             .map_err(|e| StoreError::io("writing", &self.path, e))
     }
 
-    /// Marks the whole file as reserved (a `Reserve` file).
-    fn mark_reserved(&self) {
-        self.writable_to.store(self.file_size, Ordering::Release);
-    }
-
     /// Reserves disk space for the pages of `from..to` (and up to one chunk beyond) so that
     /// writing them cannot fault. On a full disk this fails and nothing is written.
     pub fn ensure_writable(&self, from: u64, to: u64) -> StoreResult<()> {
@@ -244,16 +268,34 @@ impl MappedFile {
         if to <= ready {
             return Ok(());
         }
-        self.reserve(from.max(ready), to.div_ceil(WRITER_CHUNK) * WRITER_CHUNK)
+        let chunk = match self.allocation {
+            Allocation::Reserve => RESERVE_CHUNK,
+            Allocation::OnDemand | Allocation::Written => WRITER_CHUNK,
+        };
+        self.reserve(from.max(ready), to.div_ceil(chunk).saturating_mul(chunk))
     }
 
     /// Reserves the pages of `from..to` the file's way. Same contract as [`Self::populate`].
     fn reserve(&self, from: u64, to: u64) -> StoreResult<()> {
-        if self.allocation == Allocation::Written {
-            self.write_zeros(from, to).map(|_| ())
-        } else {
-            self.populate(from, to)
+        match self.allocation {
+            Allocation::Written => self.write_zeros(from, to).map(|_| ()),
+            Allocation::OnDemand => self.populate(from, to),
+            Allocation::Reserve => self.allocate(from, to),
         }
+    }
+
+    /// Allocates the blocks of the pages of `from..to` (clamped to the file) without writing
+    /// them, and advances `writable_to` to its end. Same contract as [`Self::populate`].
+    fn allocate(&self, from: u64, to: u64) -> StoreResult<()> {
+        let start = from / PAGE * PAGE;
+        let end = to.div_ceil(PAGE).saturating_mul(PAGE).min(self.file_size);
+        if end <= start {
+            return Ok(());
+        }
+        fallocate(&self.file, start, end)
+            .map_err(|e| StoreError::io("reserving space in", &self.path, e))?;
+        self.writable_to.fetch_max(end, Ordering::AcqRel);
+        Ok(())
     }
 
     pub fn allocation(&self) -> Allocation {
@@ -301,24 +343,8 @@ impl MappedFile {
             let err = std::io::Error::last_os_error();
             match err.raw_os_error() {
                 // Kernels before 5.14: reserve the range with fallocate instead.
-                Some(libc::EINVAL) => {
-                    // SAFETY: plain syscall on our own descriptor.
-                    let r = unsafe {
-                        libc::fallocate(
-                            self.file.as_raw_fd(),
-                            0,
-                            start as libc::off_t,
-                            len as libc::off_t,
-                        )
-                    };
-                    if r != 0 {
-                        return Err(StoreError::io(
-                            "reserving space in",
-                            &self.path,
-                            std::io::Error::last_os_error(),
-                        ));
-                    }
-                }
+                Some(libc::EINVAL) => fallocate(&self.file, start, end)
+                    .map_err(|e| StoreError::io("reserving space in", &self.path, e))?,
                 // A page that could not get disk space.
                 Some(libc::EFAULT | libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => {
                     return Err(StoreError::DiskFull(format!(
@@ -489,6 +515,28 @@ impl MappedFile {
         let meta = std::fs::metadata(&self.path).ok()?;
         let t = meta.modified().ok()?;
         Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
+    }
+}
+
+/// Allocates the blocks of `start..end` of `file` (`fallocate` mode 0: extends the file if
+/// `end` is past its end).
+fn fallocate(file: &File, start: u64, end: u64) -> std::io::Result<()> {
+    if end <= start {
+        return Ok(());
+    }
+    // SAFETY: plain syscall on a descriptor the caller holds open.
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            0,
+            start as libc::off_t,
+            (end - start) as libc::off_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
