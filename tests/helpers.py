@@ -1,6 +1,6 @@
 """Helpers shared by the tests in ``integration/`` and ``compat/``: run a scenario with a
-deadline, poll for a condition, client intervals short enough for tests, ``pyrmq admin``, and a
-client's batch body.
+deadline, poll for a condition, client intervals short enough for tests, ``pyrmq admin``, a
+client's batch body, and a queue's messages or a group's offset read on a fresh connection.
 
 Test modules import it as ``tests.helpers`` (pytest's importlib mode makes ``tests`` importable
 from the root of the checkout, as it does ``tests.compat.servers``).
@@ -18,13 +18,20 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pyrmq.client.api import ClientAPI, PullResult
 from pyrmq.client.instance import ClientConfig
+from pyrmq.client.message import MessageQueue
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.headers import PullMessageRequestHeader
+from pyrmq.remoting.protocol import PullSysFlag
 
 __all__ = [
     "child_env",
     "client_batch",
+    "committed_offset",
     "eventually",
     "fast_config",
+    "pull_head",
     "pyrmq_admin",
     "readable",
     "run",
@@ -114,3 +121,33 @@ def run_python(*args: str, timeout_s: float = 120) -> Any:
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     return json.loads(done.stdout)
+
+
+async def committed_offset(broker: str, group: str, mq: MessageQueue) -> int | None:
+    """QUERY_CONSUMER_OFFSET, from a fresh connection."""
+    remoting = RemotingClient()
+    try:
+        return await ClientAPI(remoting).query_consumer_offset(broker, group, mq)
+    finally:
+        await remoting.close()
+
+
+async def pull_head(broker: str, broker_name: str, topic: str, queue_id: int) -> PullResult:
+    """The first 32 messages of a queue, pulled from a fresh connection without holding."""
+    remoting = RemotingClient()
+    try:
+        header = PullMessageRequestHeader(
+            consumer_group="CG_TEST_INSPECT",
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=0,
+            max_msg_nums=32,
+            sys_flag=int(PullSysFlag.SUBSCRIPTION),
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            sub_version=0,
+            subscription="*",
+        )
+        return await ClientAPI(remoting).pull(broker, broker_name, header, 5.0)
+    finally:
+        await remoting.close()

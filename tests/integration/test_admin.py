@@ -24,8 +24,7 @@ from pyrmq.client.push_consumer import PushConsumer
 from pyrmq.errors import BrokerError, NoRouteError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.headers import PullMessageRequestHeader
-from pyrmq.remoting.protocol import PullSysFlag, RequestCode, ResponseCode
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -181,25 +180,9 @@ def test_a_consumer_that_caught_up_has_no_lag(addrs: tuple[str, str]) -> None:
 
 
 async def pull_all(broker: str, broker_name: str, topic: str, queue_id: int) -> int:
-    remoting = RemotingClient()
-    try:
-        header = PullMessageRequestHeader(
-            consumer_group="CG_ADMIN_PULL",
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=0,
-            max_msg_nums=32,
-            sys_flag=int(PullSysFlag.SUBSCRIPTION),
-            commit_offset=0,
-            suspend_timeout_millis=0,
-            sub_version=0,
-            subscription="*",
-        )
-        result = await ClientAPI(remoting).pull(broker, broker_name, header, 3.0)
-        assert result.status is PullStatus.FOUND
-        return len(result.messages)
-    finally:
-        await remoting.close()
+    result = await helpers.pull_head(broker, broker_name, topic, queue_id)
+    assert result.status is PullStatus.FOUND
+    return len(result.messages)
 
 
 def test_broker_runtime_info_counts_what_was_stored_and_served(addrs: tuple[str, str]) -> None:

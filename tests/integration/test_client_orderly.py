@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from tests import helpers
 from tests.compat.servers import create_topic, serving
-from tests.helpers import fast_config
+from tests.helpers import committed_offset, fast_config
 
 from pyrmq.client import blocking
 from pyrmq.client.api import ClientAPI, PullStatus
@@ -32,8 +32,6 @@ from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
 from pyrmq.errors import ClientStateError
 from pyrmq.remoting.client import RemotingClient
-from pyrmq.remoting.headers import PullMessageRequestHeader
-from pyrmq.remoting.protocol import PullSysFlag
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -131,28 +129,10 @@ async def send_keyed(namesrv: str, topic: str, count: int, keys: int) -> dict[in
     return by_queue
 
 
-async def pull_all(broker: str, topic: str, queue_id: int = 0) -> list[MessageExt]:
-    """Every message of one queue, pulled with a fresh connection."""
-    remoting = RemotingClient()
-    try:
-        api = ClientAPI(remoting)
-        header = PullMessageRequestHeader(
-            consumer_group="CG_ORDERLY_INSPECT",
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=0,
-            max_msg_nums=32,
-            sys_flag=int(PullSysFlag.SUBSCRIPTION),
-            commit_offset=0,
-            suspend_timeout_millis=0,
-            sub_version=0,
-            subscription="*",
-            expression_type="TAG",
-        )
-        result = await api.pull(broker, BROKER, header, 5.0)
-        return result.messages if result.status is PullStatus.FOUND else []
-    finally:
-        await remoting.close()
+async def pull_all(broker: str, topic: str) -> list[MessageExt]:
+    """Queue 0 of ``topic``, from a fresh connection."""
+    result = await helpers.pull_head(broker, BROKER, topic, 0)
+    return result.messages if result.status is PullStatus.FOUND else []
 
 
 async def lock(broker: str, group: str, client_id: str, mqs: list[MessageQueue]) -> set[Any]:
@@ -217,21 +197,13 @@ def test_each_queue_is_consumed_in_offset_order_one_call_at_a_time(
         for qid, offsets in sent.items():
             mq = MessageQueue(topic, BROKER, qid)
             assert got[mq] == offsets, mq
-            assert await committed(broker, group, mq) == offsets[-1] + 1
+            assert await committed_offset(broker, group, mq) == offsets[-1] + 1
         assert rec.overlaps == []
         assert all(len(o) <= batch for _, _, o in rec.calls)
         if batch > 1:
             assert any(len(o) == batch for _, _, o in rec.calls)
 
     run(scenario)
-
-
-async def committed(broker: str, group: str, mq: MessageQueue) -> int | None:
-    remoting = RemotingClient()
-    try:
-        return await ClientAPI(remoting).query_consumer_offset(broker, group, mq)
-    finally:
-        await remoting.close()
 
 
 def test_a_failed_message_is_retried_in_place_and_holds_its_queue_back(
@@ -268,7 +240,7 @@ def test_a_failed_message_is_retried_in_place_and_holds_its_queue_back(
         queue1_done = max(t for q, _, _, t in seen if q == 1)
         assert queue1_done < attempts[-1]
         assert await pull_all(broker, f"%RETRY%{group}") == []
-        assert await committed(broker, group, MessageQueue(topic, BROKER, 0)) == 6
+        assert await committed_offset(broker, group, MessageQueue(topic, BROKER, 0)) == 6
 
     run(scenario)
 
@@ -306,7 +278,7 @@ def test_a_message_out_of_retries_goes_to_the_dead_letter_queue_and_its_queue_mo
         assert rec.done_offsets()[MessageQueue(topic, BROKER, 0)] == [0, 1, 1, 1, 2, 3]
         dead = await pull_all(broker, f"%DLQ%{group}")
         assert [(m.body, m.keys, m.tags) for m in dead] == [(b"m1", "k1", "T")]
-        assert await committed(broker, group, MessageQueue(topic, BROKER, 0)) == 4
+        assert await committed_offset(broker, group, MessageQueue(topic, BROKER, 0)) == 4
 
     run(scenario)
 

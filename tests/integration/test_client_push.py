@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from tests import helpers
 from tests.compat.servers import ServerProcess, create_topic, serving
-from tests.helpers import fast_config
+from tests.helpers import committed_offset, fast_config
 from tests.integration.consumer_child import ConsumerChild
 
 from pyrmq.client.api import ClientAPI, PullStatus
@@ -122,15 +122,6 @@ async def drain_from_first(
 
 def topic_queues(c: PushConsumer, topic: str) -> list[MessageQueue]:
     return [q for q in c.assigned_queues() if q.topic == topic]
-
-
-async def committed_offset(broker: str, group: str, mq: MessageQueue) -> int | None:
-    """QUERY_CONSUMER_OFFSET, from a fresh connection."""
-    remoting = RemotingClient()
-    try:
-        return await ClientAPI(remoting).query_consumer_offset(broker, group, mq)
-    finally:
-        await remoting.close()
 
 
 @pytest.fixture(scope="module")

@@ -319,12 +319,7 @@ class OrderlyConsumeService:
             else:
                 status = listener(msgs, ctx)
         except Exception:
-            log.exception(
-                "orderly listener of %s failed on %d message(s) of %s",
-                self._consumer.group,
-                len(msgs),
-                ctx.message_queue,
-            )
+            self._log_failure(msgs, ctx.message_queue)
             return False
         return _succeeded(status)
 
@@ -370,14 +365,17 @@ class OrderlyConsumeService:
         try:
             status = await listener(msgs, ctx)
         except Exception:
-            log.exception(
-                "orderly listener of %s failed on %d message(s) of %s",
-                self._consumer.group,
-                len(msgs),
-                ctx.message_queue,
-            )
+            self._log_failure(msgs, ctx.message_queue)
             return False
         return _succeeded(status)
+
+    def _log_failure(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
+        log.exception(
+            "orderly listener of %s failed on %d message(s) of %s",
+            self._consumer.group,
+            len(msgs),
+            mq,
+        )
 
     def _orphans(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
         # Retries of a topic this consumer no longer subscribes to, with nowhere to go.
