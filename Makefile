@@ -13,8 +13,8 @@ help: ## list the targets
 		| awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: install
-install: ## install pyrmq in editable mode with the dev tools (builds the extension)
-	$(PYTHON) -m pip install -e '.[dev]'
+install: ## install pyrmq in editable mode with the dev tools and PySpark (builds the extension)
+	$(PYTHON) -m pip install -e '.[dev,spark]'
 
 .PHONY: build-dev
 build-dev: ## rebuild the extension in debug mode into python/pyrmq

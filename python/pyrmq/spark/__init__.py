@@ -1,0 +1,35 @@
+"""A PySpark data source for RocketMQ topics (``pip install 'pyrmq-broker[spark]'``).
+
+>>> from pyspark.sql import SparkSession  # doctest: +SKIP
+>>> from pyrmq.spark import register  # doctest: +SKIP
+>>> spark = SparkSession.builder.getOrCreate()  # doctest: +SKIP
+>>> register(spark)  # doctest: +SKIP
+>>> df = (spark.read.format("pyrmq")  # doctest: +SKIP
+...       .option("nameServer", "127.0.0.1:9876").option("subscribe", "TopicTest").load())
+>>> query = (spark.readStream.format("pyrmq")  # doctest: +SKIP
+...          .option("nameServer", "127.0.0.1:9876").option("subscribe", "TopicTest")
+...          .option("maxOffsetsPerTrigger", "10000").load()
+...          .writeStream.format("parquet").option("checkpointLocation", "/tmp/ckpt")
+...          .trigger(availableNow=True).start("/tmp/out"))
+>>> (df.selectExpr("body", "'Tag' || queue_id AS tags").write.format("pyrmq")  # doctest: +SKIP
+...  .option("nameServer", "127.0.0.1:9876").option("topic", "TopicCopy").mode("append").save())
+
+Reads take ``nameServer`` and ``subscribe`` (comma-separated topics), and optionally
+``subExpression`` (a tag expression), ``startingOffsets`` (``earliest``, ``latest`` or
+``{"topic": {"broker": {"queue id": offset}}}`` with -2 for earliest and -1 for latest),
+``startingTimestamp`` (epoch ms), ``endingOffsets`` (batch reads), ``maxOffsetsPerTrigger``,
+``failOnDataLoss`` (true), ``pullBatchSize`` (32), ``pullTimeoutMs`` and
+``includeProperties``. A batch read starts at the earliest offsets, a new stream at the
+latest. Writes take ``nameServer``, and ``topic`` unless the rows have a ``topic`` column.
+"""
+
+from pyspark.sql import SparkSession
+
+from pyrmq.spark.source import SCHEMA, DataLossError, RocketMQDataSource
+
+__all__ = ["SCHEMA", "DataLossError", "RocketMQDataSource", "register"]
+
+
+def register(spark: SparkSession) -> None:
+    """Makes ``format("pyrmq")`` available in ``spark`` (once per session)."""
+    spark.dataSource.register(RocketMQDataSource)

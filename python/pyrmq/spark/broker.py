@@ -1,0 +1,123 @@
+"""Blocking access to name servers and brokers for the Spark source.
+
+Spark calls a source in several processes: planner workers, a runner on the driver for a
+streaming query, and executor workers forked from a daemon. Nothing here outlives a ``with``
+block, so nothing needs to survive pickling or a fork: each block runs its own event loop and
+connections and closes them.
+"""
+
+import asyncio
+import types
+from collections.abc import Coroutine, Iterable
+from typing import Any, Self, TypeVar
+
+from pyrmq.client.api import ClientAPI, PullResult
+from pyrmq.client.message import MessageQueue
+from pyrmq.client.route import TopicRoute
+from pyrmq.client.subscription import Subscription
+from pyrmq.errors import ConfigError, PyrmqError
+from pyrmq.remoting.addresses import split_addresses
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.headers import PullMessageRequestHeader
+from pyrmq.remoting.protocol import PullSysFlag
+
+__all__ = ["Brokers"]
+
+T = TypeVar("T")
+
+SOURCE_GROUP = "spark-pyrmq-source"
+"""The group named in pulls; a pull commits nothing and holds nothing."""
+
+
+class Brokers:
+    """Routes, offsets and pulls over connections that last one ``with`` block."""
+
+    def __init__(self, namesrv: str, timeout_s: float = 10.0) -> None:
+        self.namesrv = split_addresses(namesrv)
+        self.timeout_s = timeout_s
+        self._runner = asyncio.Runner()
+        self._remoting: RemotingClient | None = None
+        self._api: ClientAPI | None = None
+        self._routes: dict[str, TopicRoute] = {}
+
+    def __enter__(self) -> Self:
+        self._remoting = RemotingClient(connect_timeout_s=self.timeout_s)
+        self._api = ClientAPI(self._remoting)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> None:
+        try:
+            if self._remoting is not None:
+                self._runner.run(self._remoting.close())
+        finally:
+            self._runner.close()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._runner.run(asyncio.wait_for(coro, self.timeout_s))
+
+    @property
+    def api(self) -> ClientAPI:
+        assert self._api is not None, "used outside its with block"
+        return self._api
+
+    def route(self, topic: str) -> TopicRoute:
+        """The topic's route from the first name server that answers."""
+        route = self._routes.get(topic)
+        if route is not None:
+            return route
+        errors = []
+        for namesrv in self.namesrv:
+            try:
+                found = self._run(self.api.get_route(namesrv, topic))
+            except (PyrmqError, OSError, TimeoutError) as e:
+                errors.append(f"{namesrv}: {e}")
+                continue
+            if found is None:
+                raise ConfigError(f"topic {topic} does not exist")
+            self._routes[topic] = found
+            return found
+        raise PyrmqError(f"no name server answered for {topic}: {'; '.join(errors)}")
+
+    def queues(self, topics: Iterable[str]) -> list[MessageQueue]:
+        """The readable queues of ``topics``."""
+        return [mq for t in topics for mq in self.route(t).subscribe_queues()]
+
+    def addr(self, mq: MessageQueue) -> str:
+        broker = self.route(mq.topic).brokers.get(mq.broker_name)
+        addr = broker.any_addr() if broker is not None else None
+        if addr is None:
+            raise PyrmqError(f"no address for broker {mq.broker_name} of {mq.topic}")
+        return addr
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._run(self.api.min_offset(self.addr(mq), mq))
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._run(self.api.max_offset(self.addr(mq), mq))
+
+    def offset_for_time(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset stored at or after ``timestamp_ms`` (the queue's end if none)."""
+        return self._run(self.api.search_offset(self.addr(mq), mq, timestamp_ms))
+
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int, sub: Subscription) -> PullResult:
+        """Up to ``max_nums`` messages of ``mq`` from ``offset`` matching ``sub``'s tag
+        hashes; answers at once, without holding."""
+        header = PullMessageRequestHeader(
+            consumer_group=SOURCE_GROUP,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=int(PullSysFlag.SUBSCRIPTION),
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            sub_version=0,
+            subscription=sub.expression,
+            expression_type="TAG",
+        )
+        return self._run(self.api.pull(self.addr(mq), mq.broker_name, header, self.timeout_s))

@@ -1,0 +1,416 @@
+"""The ``pyrmq`` Spark data source: RocketMQ topics as DataFrames, read in batches or as a
+stream, and DataFrames written to topics.
+
+A read plans one Spark partition per queue, ``[start, end)`` in queue offsets, and an executor
+pulls exactly that range. A streaming read keeps its progress only in Spark's checkpoint (the
+offsets of each micro-batch), as Spark's Kafka source does, so a query restarted from its
+checkpoint re-reads a failed batch's exact range and nothing twice.
+"""
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import Row
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pyrmq import properties as prop
+from pyrmq.client.api import PullStatus
+from pyrmq.client.instance import ClientConfig
+from pyrmq.client.message import Message, MessageExt, MessageQueue
+from pyrmq.client.producer import Producer
+from pyrmq.client.subscription import Subscription
+from pyrmq.errors import ConfigError, PyrmqError
+from pyrmq.spark import offsets
+from pyrmq.spark.broker import Brokers
+from pyrmq.spark.options import ReadOptions, WriteOptions
+
+__all__ = [
+    "SCHEMA",
+    "DataLossError",
+    "QueueRange",
+    "RocketMQDataSource",
+    "SendSummary",
+]
+
+log = logging.getLogger(__name__)
+
+SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("broker_name", StringType(), False),
+        StructField("queue_id", IntegerType(), False),
+        StructField("queue_offset", LongType(), False),
+        StructField("msg_id", StringType(), True),
+        StructField("keys", ArrayType(StringType(), False), True),
+        StructField("tags", StringType(), True),
+        StructField("body", BinaryType(), True),
+        StructField("properties", MapType(StringType(), StringType(), False), True),
+        StructField("born_timestamp", TimestampType(), True),
+        StructField("store_timestamp", TimestampType(), True),
+        StructField("born_host", StringType(), True),
+        StructField("store_host", StringType(), True),
+        StructField("reconsume_times", IntegerType(), True),
+    ]
+)
+"""Every read's rows: one per message. ``properties`` holds the user properties when the read
+sets ``includeProperties``, and is null otherwise."""
+
+# Shown in their own columns, or the broker's bookkeeping.
+_HIDDEN = frozenset(
+    {
+        prop.KEYS,
+        prop.TAGS,
+        prop.UNIQ_KEY,
+        prop.WAIT,
+        prop.DELAY,
+        prop.MIN_OFFSET,
+        prop.MAX_OFFSET,
+        "REAL_TOPIC",
+        "REAL_QID",
+    }
+)
+_SEND_WINDOW = 64
+AT_LATEST: dict[str, Any] = {"startingOffsets": "latest"}
+"""A new stream's start under ``startingOffsets=latest``. Spark asks a source for its initial
+offsets again when it replays a first batch that did not commit; resolved to numbers, "latest"
+would then name later offsets than the batch first read. Kept symbolic, the first batch reads
+nothing and only fixes the position; what follows is numbers."""
+
+
+class DataLossError(PyrmqError):
+    """Messages a read was to return are gone (retention, a deleted queue) and the read sets
+    ``failOnDataLoss`` (the default)."""
+
+
+class QueueRange(InputPartition):
+    """One Spark partition: offsets ``[start, end)`` of one queue."""
+
+    def __init__(self, mq: MessageQueue, start: int, end: int) -> None:
+        super().__init__((mq.topic, mq.broker_name, mq.queue_id, start, end))
+        self.mq = mq
+        self.start = start
+        self.end = end
+
+
+def _time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+def _row(m: MessageExt, include_properties: bool) -> tuple[Any, ...]:
+    props = m.properties
+    keys = props.get(prop.KEYS)
+    user = {k: v for k, v in props.items() if k not in _HIDDEN} if include_properties else None
+    return (
+        m.topic,
+        m.broker_name,
+        m.queue_id,
+        m.queue_offset,
+        m.id,
+        keys.split(prop.KEY_SEPARATOR) if keys else None,
+        props.get(prop.TAGS),
+        m.body,
+        user,
+        _time(m.born_timestamp),
+        _time(m.store_timestamp),
+        m.born_host,
+        m.store_host,
+        m.reconsume_times,
+    )
+
+
+def _lost(options: ReadOptions, what: str) -> None:
+    if options.fail_on_data_loss:
+        raise DataLossError(f"{what} (set failOnDataLoss=false to skip them)")
+    log.warning("%s; skipping them", what)
+
+
+def read_range(options: ReadOptions, part: QueueRange) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``part``: every message of its range that matches the tag expression."""
+    mq, offset = part.mq, part.start
+    sub = Subscription.parse(mq.topic, options.subscription)
+    with Brokers(options.name_server, options.pull_timeout_s) as brokers:
+        while offset < part.end:
+            want = min(options.pull_batch_size, part.end - offset)
+            result = brokers.pull(mq, offset, want, sub)
+            after = result.next_begin_offset
+            if result.status is PullStatus.FOUND:
+                for m in result.messages:
+                    if m.queue_offset >= part.end:
+                        break
+                    if not sub.tags or sub.matches(m):
+                        yield _row(m, options.include_properties)
+            elif result.status is PullStatus.OFFSET_ILLEGAL and after > offset:
+                _lost(options, f"offsets [{offset}, {min(after, part.end)}) of {mq} are gone")
+            elif result.status is not PullStatus.NO_MATCHED_MSG:
+                # The queue ends before the range does: it was deleted, or emptied.
+                _lost(options, f"offsets [{offset}, {part.end}) of {mq} are gone")
+                return
+            if after <= offset:
+                raise PyrmqError(f"pull of {mq} at {offset} did not move ({result.status.name})")
+            offset = after
+
+
+def _resolve(
+    brokers: Brokers,
+    queues: Sequence[MessageQueue],
+    position: Any,
+    missing: str,
+    timestamp_ms: int | None = None,
+) -> dict[MessageQueue, int]:
+    """Offsets of ``queues`` for ``earliest``/``latest``/offsets JSON (a queue the JSON does not
+    name takes ``missing``), or for a timestamp when one is given."""
+    named: Mapping[MessageQueue, int] = position if isinstance(position, dict) else {}
+    unknown = set(named) - set(queues)
+    if unknown:
+        raise ConfigError(f"offsets name queues that do not exist: {sorted(map(str, unknown))}")
+    out = {}
+    for mq in queues:
+        if timestamp_ms is not None:
+            out[mq] = brokers.offset_for_time(mq, timestamp_ms)
+            continue
+        wanted = named.get(mq, position if isinstance(position, str) else missing)
+        if wanted in ("earliest", offsets.EARLIEST):
+            out[mq] = brokers.min_offset(mq)
+        elif wanted in ("latest", offsets.LATEST):
+            out[mq] = brokers.max_offset(mq)
+        else:
+            out[mq] = int(wanted)
+    return out
+
+
+class RocketMQBatchReader(DataSourceReader):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.options
+        with Brokers(o.name_server, o.pull_timeout_s) as brokers:
+            queues = brokers.queues(o.topics)
+            starts = _resolve(brokers, queues, o.starting, "earliest", o.starting_timestamp_ms)
+            ends = _resolve(brokers, queues, o.ending, "latest")
+        return [QueueRange(mq, starts[mq], ends[mq]) for mq in queues if starts[mq] < ends[mq]]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, QueueRange)
+        return read_range(self.options, partition)
+
+
+def _share(backlog: dict[MessageQueue, int], budget: int) -> dict[MessageQueue, int]:
+    """``budget`` offsets spread over the queues in proportion to their backlogs (largest
+    remainders first, then queue order), never more than a queue's backlog.
+
+    >>> qs = [MessageQueue("T", "b", i) for i in range(3)]
+    >>> sorted(_share(dict(zip(qs, [300, 100, 0])), 200).values())
+    [0, 50, 150]
+    >>> sum(_share(dict(zip(qs, [1, 1, 1])), 2).values())
+    2
+    """
+    total = sum(backlog.values())
+    if total <= budget:
+        return dict(backlog)
+    share = {mq: n * budget // total for mq, n in backlog.items()}
+    left = budget - sum(share.values())
+    by_remainder = sorted(backlog, key=lambda mq: (-(backlog[mq] * budget % total), mq))
+    for mq in by_remainder[:left]:
+        share[mq] += 1
+    return share
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._target: dict[MessageQueue, int] | None = None
+
+    def _brokers(self) -> Brokers:
+        return Brokers(self.options.name_server, self.options.pull_timeout_s)
+
+    def _latest(self, brokers: Brokers) -> dict[MessageQueue, int]:
+        return {mq: brokers.max_offset(mq) for mq in brokers.queues(self.options.topics)}
+
+    def initialOffset(self) -> dict[str, Any]:
+        o = self.options
+        if o.starting == "latest" and o.starting_timestamp_ms is None:
+            return AT_LATEST
+        with self._brokers() as brokers:
+            queues = brokers.queues(o.topics)
+            start = _resolve(brokers, queues, o.starting, "latest", o.starting_timestamp_ms)
+        return offsets.to_json(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_offsets_per_trigger
+        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with self._brokers() as brokers:
+            self._target = self._latest(brokers)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        with self._brokers() as brokers:
+            latest = self._target if self._target is not None else self._latest(brokers)
+            if start == AT_LATEST:
+                return offsets.to_json(latest)
+            begun = offsets.from_json(start)
+            # A queue that appeared since the last batch starts at its first offset.
+            for mq in latest.keys() - begun.keys():
+                begun[mq] = min(brokers.min_offset(mq), latest[mq])
+        ends = dict(begun)
+        backlog = {mq: max(0, latest[mq] - begun[mq]) for mq in latest}
+        if isinstance(limit, ReadMaxRows):
+            backlog = _share(backlog, limit.max_rows)
+        for mq, n in backlog.items():
+            ends[mq] = begun[mq] + n
+        return offsets.to_json(ends)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        with self._brokers() as brokers:
+            return offsets.to_json(self._latest(brokers))
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if start == AT_LATEST:
+            return []
+        begun, ends = offsets.from_json(start), offsets.from_json(end)
+        appeared = ends.keys() - begun.keys()
+        if appeared:
+            # Queues new since the last batch are read from their first offset.
+            with self._brokers() as brokers:
+                for mq in appeared:
+                    begun[mq] = min(brokers.min_offset(mq), ends[mq])
+        return [QueueRange(mq, begun[mq], stop) for mq, stop in ends.items() if begun[mq] < stop]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, QueueRange)
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: progress lives in Spark's checkpoint."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SendSummary(WriterCommitMessage):
+    """What one task of a write sent."""
+
+    partition_id: int
+    sent: int
+
+
+def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
+    topic = options.topic or row.get("topic")
+    if not topic:
+        raise ConfigError("a row has no topic: set the topic option or a topic column")
+    body = row.get("body")
+    if body is None:
+        raise ConfigError("a row has no body")
+    keys = row.get("keys")
+    user = row.get("properties") if options.include_properties else None
+    return Message(
+        topic,
+        body if isinstance(body, bytes | str) else bytes(body),
+        tags=row.get("tags"),
+        keys=keys if keys else None,
+        properties=user or None,
+    )
+
+
+async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
+    config = ClientConfig(namesrv_addr=options.name_server)
+    sent = 0
+    async with Producer(options.producer_group, client_config=config) as producer:
+        pending: set[asyncio.Task[Any]] = set()
+        for row in rows:
+            pending.add(asyncio.ensure_future(producer.send(_message(row.asDict(), options))))
+            if len(pending) >= _SEND_WINDOW:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()
+                sent += len(done)
+        for task in pending:
+            await task
+        sent += len(pending)
+    return sent
+
+
+class RocketMQBatchWriter(DataSourceWriter):
+    """Appends rows as messages: ``body`` (required), ``topic`` (unless the ``topic`` option
+    is set), ``tags``, ``keys`` (a string or an array) and, with ``includeProperties``,
+    ``properties``. A task that fails may have sent some of its rows: at least once."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Row]) -> SendSummary:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        with asyncio.Runner() as runner:
+            sent = runner.run(_send_all(iterator, self.options))
+        return SendSummary(ctx.partitionId() if ctx is not None else 0, sent)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = sum(m.sent for m in messages if isinstance(m, SendSummary))
+        log.info("sent %d messages in %d tasks", total, len(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = sum(m.sent for m in messages if isinstance(m, SendSummary))
+        log.warning("write aborted after %d messages were sent", total)
+
+
+class RocketMQDataSource(DataSource):
+    """``spark.read.format("pyrmq")``, ``readStream`` and ``write``; see :mod:`pyrmq.spark`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pyrmq"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def _check(self, schema: StructType) -> None:
+        if schema != SCHEMA:
+            raise ConfigError("the pyrmq source has a fixed schema: do not give one")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        self._check(schema)
+        return RocketMQBatchReader(ReadOptions.parse(self.options, "batch"))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        self._check(schema)
+        return RocketMQStreamReader(ReadOptions.parse(self.options, "stream"))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ConfigError("a topic cannot be overwritten: write with mode('append')")
+        options = WriteOptions.parse(self.options)
+        names = set(schema.names)
+        if "body" not in names:
+            raise ConfigError("rows written to pyrmq need a body column")
+        if options.topic is None and "topic" not in names:
+            raise ConfigError("set the topic option or give the rows a topic column")
+        return RocketMQBatchWriter(options)

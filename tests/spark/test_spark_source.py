@@ -1,0 +1,284 @@
+"""The ``pyrmq`` Spark data source against a real ``pyrmq serve``, through a real SparkSession
+(local[2]): batch reads (ranges, tag filters, timestamps, data loss), streaming reads with
+``availableNow`` and ``maxOffsetsPerTrigger`` resumed from their checkpoint, and writes."""
+
+from __future__ import annotations
+
+import asyncio
+import doctest
+import importlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.compat.servers import create_topic
+from tests.helpers import fast_config
+
+from pyrmq.client.message import Message, SendStatus
+from pyrmq.client.producer import Producer
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+QUEUE = ("topic", "broker_name", "queue_id", "queue_offset")
+
+
+def send(namesrv: str, topic: str, count: int, first: int = 0) -> list[Any]:
+    """``count`` messages ``m<i>`` (tag ``T<i % 2>``, keys ``k<i>`` and ``all``, property
+    ``n``), spread over the topic's queues; their send results."""
+
+    async def main() -> list[Any]:
+        async with Producer(f"PG_{topic}", client_config=fast_config(namesrv)) as producer:
+            results = []
+            for i in range(first, first + count):
+                msg = Message(
+                    topic,
+                    f"m{i}".encode(),
+                    tags=f"T{i % 2}",
+                    keys=[f"k{i}", "all"],
+                    properties={"n": str(i)},
+                )
+                results.append(await producer.send(msg))
+            assert all(r.status is SendStatus.OK for r in results)
+            return results
+
+    return asyncio.run(main())
+
+
+def read(spark: Any, namesrv: str, topic: str, **options: str) -> Any:
+    reader = spark.read.format("pyrmq").option("nameServer", namesrv).option("subscribe", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_a_batch_read_returns_every_message_once_with_its_fields(
+    spark: Any, addrs: tuple[str, str]
+) -> None:
+    namesrv, broker = addrs
+    topic = "TopicSparkBatch"
+    create_topic(broker, topic, 4)
+    sent = send(namesrv, topic, 200)
+    df = read(spark, namesrv, topic, includeProperties="true")
+    assert df.rdd.getNumPartitions() == 4  # one per queue
+    rows = df.collect()
+    assert len(rows) == 200
+    assert len({tuple(r[c] for c in QUEUE) for r in rows}) == 200
+    by_id = {r.msg_id: r for r in rows}
+    for i, result in enumerate(sent):
+        r = by_id[result.msg_id]
+        assert (r.body, r.tags, r.keys) == (f"m{i}".encode(), f"T{i % 2}", [f"k{i}", "all"])
+        assert (r.topic, r.queue_id, r.queue_offset) == (
+            topic,
+            result.message_queue.queue_id,
+            result.queue_offset,
+        )
+        assert r.properties == {"n": str(i)}
+        assert r.reconsume_times == 0
+        assert abs(r.store_timestamp.timestamp() - time.time()) < 600
+    # Without includeProperties the column is null.
+    assert read(spark, namesrv, topic).filter("properties IS NOT NULL").count() == 0
+
+
+def test_a_batch_read_takes_offset_ranges_tag_expressions_and_timestamps(
+    spark: Any, addrs: tuple[str, str]
+) -> None:
+    namesrv, broker = addrs
+    topic = "TopicSparkRange"
+    create_topic(broker, topic, 2)
+    send(namesrv, topic, 40)  # 20 per queue, round robin
+    middle_ms = int(time.time() * 1000)
+    time.sleep(0.05)
+    later = send(namesrv, topic, 10, first=40)
+    start = json.dumps({topic: {"broker-a": {"0": 5, "1": -2}}})
+    end = json.dumps({topic: {"broker-a": {"0": 8, "1": -1}}})
+    ranged = read(spark, namesrv, topic, startingOffsets=start, endingOffsets=end).collect()
+    got = sorted((r.queue_id, r.queue_offset) for r in ranged)
+    assert got == [(0, o) for o in range(5, 8)] + [(1, o) for o in range(25)]
+    tagged = read(spark, namesrv, topic, subExpression="T1").collect()
+    assert sorted(int(r.body[1:]) for r in tagged) == list(range(1, 50, 2))
+    recent = read(spark, namesrv, topic, startingTimestamp=str(middle_ms)).collect()
+    assert sorted(r.msg_id for r in recent) == sorted(r.msg_id for r in later)
+
+
+def test_a_range_past_the_end_of_a_queue_fails_unless_data_loss_is_allowed(
+    spark: Any, addrs: tuple[str, str]
+) -> None:
+    namesrv, broker = addrs
+    topic = "TopicSparkLoss"
+    create_topic(broker, topic, 1)
+    send(namesrv, topic, 5)
+    end = json.dumps({topic: {"broker-a": {"0": 9}}})
+    with pytest.raises(Exception, match=r"offsets \[5, 9\) of TopicSparkLoss@broker-a:0 are gone"):
+        read(spark, namesrv, topic, endingOffsets=end).collect()
+    rows = read(spark, namesrv, topic, endingOffsets=end, failOnDataLoss="false").collect()
+    assert sorted(r.queue_offset for r in rows) == [0, 1, 2, 3, 4]
+
+
+def test_bad_options_fail_the_query_with_a_clear_message(
+    spark: Any, addrs: tuple[str, str]
+) -> None:
+    namesrv, _ = addrs
+    with pytest.raises(Exception, match="option nameServer"):
+        spark.read.format("pyrmq").option("subscribe", "T").load().collect()
+    with pytest.raises(Exception, match="option subscribe"):
+        spark.read.format("pyrmq").option("nameServer", namesrv).load().collect()
+    with pytest.raises(Exception, match="maxOffsetsPerTrigger must be at least 1"):
+        read(spark, namesrv, "T", maxOffsetsPerTrigger="0").collect()
+    with pytest.raises(Exception, match="topic TopicSparkMissing does not exist"):
+        read(spark, namesrv, "TopicSparkMissing").collect()
+    with pytest.raises(Exception, match="startingOffsets must be earliest or latest"):
+        read(spark, namesrv, "T", startingOffsets="first").collect()
+
+
+def stream_to_parquet(
+    spark: Any, namesrv: str, topic: str, out: Path, checkpoint: Path, **options: str
+) -> list[int]:
+    """Runs an ``availableNow`` query into parquet; the rows of each micro-batch."""
+    reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
+    reader = reader.option("subscribe", topic).option("startingOffsets", "earliest")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    query.awaitTermination(240)
+    assert query.exception() is None
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def test_a_stream_reads_in_capped_batches_and_resumes_from_its_checkpoint(
+    spark: Any, addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    """200 messages over 4 queues at most 80 per micro-batch: 80, 80, 40. A restart with 30
+    more reads only those; the sink holds each message once."""
+    namesrv, broker = addrs
+    topic = "TopicSparkStream"
+    create_topic(broker, topic, 4)
+    send(namesrv, topic, 200)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    batches = stream_to_parquet(spark, namesrv, topic, out, checkpoint, maxOffsetsPerTrigger="80")
+    assert batches == [80, 80, 40]
+    assert stream_to_parquet(spark, namesrv, topic, out, checkpoint) == []
+    send(namesrv, topic, 30, first=200)
+    assert stream_to_parquet(spark, namesrv, topic, out, checkpoint) == [30]
+    stored = spark.read.parquet(str(out))
+    assert stored.count() == 230
+    assert stored.select(*QUEUE).distinct().count() == 230
+    assert sorted(int(r.body[1:]) for r in stored.select("body").collect()) == list(range(230))
+
+
+def test_a_stream_replays_a_batch_that_did_not_commit_with_the_same_offsets(
+    spark: Any, addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    """The commit of the last batch is lost (as when the driver dies before it): the restarted
+    query reads that batch's exact range again, then the new messages."""
+    namesrv, broker = addrs
+    topic = "TopicSparkReplay"
+    create_topic(broker, topic, 2)
+    send(namesrv, topic, 60)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    assert stream_to_parquet(spark, namesrv, topic, out, checkpoint) == [60]
+    (checkpoint / "commits" / "0").unlink()
+    (checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)
+    send(namesrv, topic, 10, first=60)
+    log = tmp_path / "batches.jsonl"
+
+    def record(batch: Any, batch_id: int) -> None:
+        # Appended to a file: the function may run in another Python process than the test.
+        rows = sorted((r.queue_id, r.queue_offset) for r in batch.collect())
+        with log.open("a") as f:
+            f.write(json.dumps([batch_id, rows]) + "\n")
+
+    reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
+    query = (
+        reader.option("subscribe", topic)
+        .option("startingOffsets", "earliest")  # as the query was first started
+        .load()
+        .writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(240)
+    assert query.exception() is None
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [batch_id for batch_id, _ in seen] == [0, 1]
+    assert seen[0][1] == [[q, o] for q in (0, 1) for o in range(30)]
+    assert seen[1][1] == [[q, o] for q in (0, 1) for o in range(30, 35)]
+
+
+def test_a_write_sends_each_row_as_a_message(spark: Any, addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    source, target = "TopicSparkWriteIn", "TopicSparkWriteOut"
+    create_topic(broker, source, 2)
+    create_topic(broker, target, 2)
+    send(namesrv, source, 50)
+    df = read(spark, namesrv, source, includeProperties="true").selectExpr(
+        "body", "tags", "keys", "properties", f"'{target}' AS topic"
+    )
+    df.write.format("pyrmq").option("nameServer", namesrv).option("includeProperties", "true").mode(
+        "append"
+    ).save()
+    copied = read(spark, namesrv, target, includeProperties="true").collect()
+    assert sorted(int(r.body[1:]) for r in copied) == list(range(50))
+    for r in copied:
+        i = int(r.body[1:])
+        assert (r.tags, r.keys, r.properties) == (f"T{i % 2}", [f"k{i}", "all"], {"n": str(i)})
+    with pytest.raises(Exception, match="cannot be overwritten"):
+        df.write.format("pyrmq").option("nameServer", namesrv).mode("overwrite").save()
+    with pytest.raises(Exception, match="need a body column"):
+        df.select("topic").write.format("pyrmq").option("nameServer", namesrv).mode("append").save()
+
+
+def test_a_stream_from_latest_reads_what_came_after_it_started_and_replays_it_the_same(
+    spark: Any, addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    """The default start: messages stored before the first run are skipped, later ones are
+    read; a lost commit replays the same range even though "latest" has moved since."""
+    namesrv, broker = addrs
+    topic = "TopicSparkLatest"
+    create_topic(broker, topic, 2)
+    send(namesrv, topic, 20)
+    log = tmp_path / "batches.jsonl"
+
+    def record(batch: Any, batch_id: int) -> None:
+        rows = sorted(int(r.body[1:]) for r in batch.collect())
+        with log.open("a") as f:
+            f.write(json.dumps([batch_id, rows]) + "\n")
+
+    def run() -> list[Any]:
+        reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
+        query = (
+            reader.option("subscribe", topic)
+            .load()
+            .writeStream.foreachBatch(record)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(240)
+        assert query.exception() is None
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
+    assert [rows for _, rows in run()] == [[]]  # only fixes the position
+    send(namesrv, topic, 6, first=20)
+    assert run()[-1] == [1, list(range(20, 26))]
+    (tmp_path / "checkpoint" / "commits" / "1").unlink()
+    (tmp_path / "checkpoint" / "commits" / ".1.crc").unlink(missing_ok=True)
+    send(namesrv, topic, 4, first=26)
+    batches = run()[2:]
+    assert batches == [[1, list(range(20, 26))], [2, list(range(26, 30))]]
+
+
+@pytest.mark.parametrize("module", ["pyrmq.spark", "pyrmq.spark.offsets", "pyrmq.spark.source"])
+def test_docstring_examples(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+    if module != "pyrmq.spark":
+        assert result.attempted > 0
