@@ -282,3 +282,40 @@ def test_docstring_examples(module: str) -> None:
     assert result.failed == 0
     if module != "pyrmq.spark":
         assert result.attempted > 0
+
+
+def test_a_batch_read_with_nothing_to_read_is_empty(spark: Any, addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic = "TopicSparkEmpty"
+    create_topic(broker, topic, 2)
+    assert read(spark, namesrv, topic).count() == 0
+    send(namesrv, topic, 3)
+    assert read(spark, namesrv, topic, startingOffsets="LATEST").count() == 0
+    future = str(int(time.time() * 1000) + 3_600_000)
+    assert read(spark, namesrv, topic, startingTimestamp=future).count() == 0
+    # A topic named twice is read once.
+    assert read(spark, namesrv, f"{topic}, {topic}").count() == 3
+
+
+def test_misspelt_options_and_unfit_columns_are_refused(spark: Any, addrs: tuple[str, str]) -> None:
+    namesrv, broker = addrs
+    topic = "TopicSparkRefused"
+    create_topic(broker, topic, 1)
+    with pytest.raises(Exception, match=r"unknown option\(s\) maxoffsetpertrigger"):
+        read(spark, namesrv, topic, maxOffsetPerTrigger="10").count()
+    start = json.dumps({topic: {"broker-a": {"0": 5.9}}})
+    with pytest.raises(Exception, match=r"bad offset 5\.9"):
+        read(spark, namesrv, topic, startingOffsets=start).count()
+
+    def write(df: Any) -> None:
+        df.write.format("pyrmq").option("nameServer", namesrv).option("topic", topic).option(
+            "includeProperties", "true"
+        ).mode("append").save()
+
+    with pytest.raises(Exception, match="column body is bigint"):
+        write(spark.range(3).selectExpr("id AS body"))
+    with pytest.raises(Exception, match="holds a space"):
+        write(spark.range(1).selectExpr("'b' AS body", "array('a', 'b c') AS keys"))
+    with pytest.raises(Exception, match="properties DELAY are set by"):
+        write(spark.range(1).selectExpr("'b' AS body", "map('DELAY', '3') AS properties"))
+    assert read(spark, namesrv, topic).count() == 0

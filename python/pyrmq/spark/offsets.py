@@ -48,13 +48,10 @@ def from_json(value: Any, *, allow: frozenset[int] = frozenset()) -> Offsets:
             if not isinstance(queues, Mapping):
                 raise ConfigError(f"offsets of {topic!r} on {broker!r} must map queue ids")
             for queue_id, offset in queues.items():
-                try:
-                    qid, off = int(queue_id), int(offset)
-                except (TypeError, ValueError):
-                    raise ConfigError(
-                        f"bad offset {offset!r} for queue {queue_id!r} of {topic!r}"
-                    ) from None
-                if qid < 0 or (off < 0 and off not in allow) or isinstance(offset, bool):
-                    raise ConfigError(f"bad offset {offset!r} for queue {queue_id!r} of {topic!r}")
-                out[MessageQueue(str(topic), str(broker), qid)] = off
+                bad = ConfigError(f"bad offset {offset!r} for queue {queue_id!r} of {topic!r}")
+                if type(offset) is not int or not str(queue_id).isdigit():
+                    raise bad
+                if offset < 0 and offset not in allow:
+                    raise bad
+                out[MessageQueue(str(topic), str(broker), int(queue_id))] = offset
     return out

@@ -21,8 +21,34 @@ __all__ = ["ReadOptions", "WriteOptions"]
 Mode = Literal["batch", "stream"]
 
 
-def _lower(options: Mapping[str, str]) -> dict[str, str]:
-    return {k.lower(): v for k, v in options.items()}
+READ_KEYS = (
+    "nameServer",
+    "subscribe",
+    "topic",
+    "subExpression",
+    "startingOffsets",
+    "startingTimestamp",
+    "endingOffsets",
+    "failOnDataLoss",
+    "maxOffsetsPerTrigger",
+    "pullBatchSize",
+    "pullTimeoutMs",
+    "includeProperties",
+)
+WRITE_KEYS = ("nameServer", "topic", "producerGroup", "includeProperties")
+# Options Spark itself may pass to a source.
+_SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
+
+
+def _lower(options: Mapping[str, str], known: tuple[str, ...]) -> dict[str, str]:
+    """The options by lower-cased key; a key none of ``known`` names fails: a misspelt
+    option would otherwise leave its default in place without a word."""
+    out = {k.lower(): v for k, v in options.items()}
+    allowed = {k.lower() for k in known} | _SPARK_KEYS
+    unknown = sorted(k for k in out if k not in allowed)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return out
 
 
 def _int(options: dict[str, str], key: str, default: int | None, minimum: int) -> int | None:
@@ -61,8 +87,8 @@ def _name_server(options: dict[str, str]) -> str:
 def _position(options: dict[str, str], key: str, default: str, allowed: tuple[str, ...]) -> Any:
     """``earliest``/``latest`` (those of ``allowed``), or offsets JSON with -2/-1 marks."""
     raw = options.get(key.lower(), default).strip()
-    if raw in allowed:
-        return raw
+    if raw.lower() in allowed:
+        return raw.lower()
     if not raw.startswith("{"):
         raise ConfigError(f"option {key} must be {' or '.join(allowed)} or offsets JSON: {raw!r}")
     try:
@@ -93,9 +119,9 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], mode: Mode) -> "ReadOptions":
-        options = _lower(raw)
+        options = _lower(raw, READ_KEYS)
         topic_list = options.get("subscribe") or options.get("topic") or ""
-        topics = tuple(t.strip() for t in topic_list.split(",") if t.strip())
+        topics = tuple(dict.fromkeys(t.strip() for t in topic_list.split(",") if t.strip()))
         if not topics:
             raise ConfigError("option subscribe (comma-separated topics) is required")
         for topic in topics:
@@ -138,7 +164,7 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> "WriteOptions":
-        options = _lower(raw)
+        options = _lower(raw, WRITE_KEYS)
         topic = options.get("topic") or None
         if topic is not None:
             try:

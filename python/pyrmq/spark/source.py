@@ -219,27 +219,51 @@ class RocketMQBatchReader(DataSourceReader):
         return [QueueRange(mq, starts[mq], ends[mq]) for mq in queues if starts[mq] < ends[mq]]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, QueueRange)
-        return read_range(self.options, partition)
+        return _read(self.options, partition)
 
 
-def _share(backlog: dict[MessageQueue, int], budget: int) -> dict[MessageQueue, int]:
-    """``budget`` offsets spread over the queues in proportion to their backlogs (largest
-    remainders first, then queue order), never more than a queue's backlog.
+def _read(options: ReadOptions, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    # With no partition planned, Spark still runs one task, on an InputPartition of None.
+    if not isinstance(partition, QueueRange):
+        return iter(())
+    return read_range(options, partition)
+
+
+def _share(backlog: dict[MessageQueue, int], budget: int, turn: int = 0) -> dict[MessageQueue, int]:
+    """``budget`` offsets spread over the queues: one for each queue with a backlog first, so
+    that none starves behind a busy one, then the rest in proportion to what remains of the
+    backlogs (largest remainders first). Never more than ``budget``, nor than a queue's
+    backlog. When the budget cannot give every such queue one, ``turn`` (any number that
+    changes from batch to batch) picks which queues go first.
 
     >>> qs = [MessageQueue("T", "b", i) for i in range(3)]
-    >>> sorted(_share(dict(zip(qs, [300, 100, 0])), 200).values())
-    [0, 50, 150]
-    >>> sum(_share(dict(zip(qs, [1, 1, 1])), 2).values())
-    2
+    >>> sorted(_share(dict(zip(qs, [301, 101, 0])), 202).values())
+    [0, 51, 151]
+    >>> sorted(_share(dict(zip(qs, [1000, 2, 2])), 3).values())
+    [1, 1, 1]
+    >>> [sum(_share(dict(zip(qs, [5, 5, 5])), 2, turn).values()) for turn in range(3)]
+    [2, 2, 2]
     """
     total = sum(backlog.values())
     if total <= budget:
         return dict(backlog)
-    share = {mq: n * budget // total for mq, n in backlog.items()}
-    left = budget - sum(share.values())
-    by_remainder = sorted(backlog, key=lambda mq: (-(backlog[mq] * budget % total), mq))
-    for mq in by_remainder[:left]:
+    waiting = sorted(mq for mq, n in backlog.items() if n > 0)
+    share = dict.fromkeys(backlog, 0)
+    if budget < len(waiting):
+        first = turn % len(waiting)
+        for mq in (waiting[first:] + waiting[:first])[:budget]:
+            share[mq] = 1
+        return share
+    for mq in waiting:
+        share[mq] = 1
+    rest, left = total - len(waiting), budget - len(waiting)
+    if rest == 0 or left == 0:
+        return share
+    for mq in waiting:
+        share[mq] += (backlog[mq] - 1) * left // rest
+    extra = budget - sum(share.values())
+    by_remainder = sorted(waiting, key=lambda mq: (-((backlog[mq] - 1) * left % rest), mq))
+    for mq in by_remainder[:extra]:
         share[mq] += 1
     return share
 
@@ -253,7 +277,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return Brokers(self.options.name_server, self.options.pull_timeout_s)
 
     def _latest(self, brokers: Brokers) -> dict[MessageQueue, int]:
-        return {mq: brokers.max_offset(mq) for mq in brokers.queues(self.options.topics)}
+        out: dict[MessageQueue, int] = {}
+        for topic in self.options.topics:
+            try:
+                queues = brokers.queues([topic])
+            except ConfigError as e:  # the topic was deleted
+                _lost(self.options, f"{e}: its unread messages are gone")
+                continue
+            out.update((mq, brokers.max_offset(mq)) for mq in queues)
+        return out
 
     def initialOffset(self) -> dict[str, Any]:
         o = self.options
@@ -281,10 +313,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # A queue that appeared since the last batch starts at its first offset.
             for mq in latest.keys() - begun.keys():
                 begun[mq] = min(brokers.min_offset(mq), latest[mq])
+            for mq in latest.keys() & begun.keys():
+                if latest[mq] < begun[mq]:
+                    # Recreated (or emptied): what was past its new end is gone.
+                    _lost(self.options, f"offsets [{latest[mq]}, {begun[mq]}) of {mq} are gone")
+                    begun[mq] = min(brokers.min_offset(mq), latest[mq])
         ends = dict(begun)
         backlog = {mq: max(0, latest[mq] - begun[mq]) for mq in latest}
         if isinstance(limit, ReadMaxRows):
-            backlog = _share(backlog, limit.max_rows)
+            backlog = _share(backlog, limit.max_rows, sum(begun.values()))
         for mq, n in backlog.items():
             ends[mq] = begun[mq] + n
         return offsets.to_json(ends)
@@ -306,8 +343,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [QueueRange(mq, begun[mq], stop) for mq, stop in ends.items() if begun[mq] < stop]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, QueueRange)
-        return read_range(self.options, partition)
+        return _read(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint."""
@@ -329,10 +365,15 @@ def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
     if body is None:
         raise ConfigError("a row has no body")
     keys = row.get("keys")
+    if isinstance(keys, list) and any(prop.KEY_SEPARATOR in k for k in keys):
+        raise ConfigError(f"a key of {keys!r} holds a space, RocketMQ's key separator")
     user = row.get("properties") if options.include_properties else None
+    reserved = sorted(set(user or ()) & _HIDDEN)
+    if reserved:
+        raise ConfigError(f"properties {', '.join(reserved)} are set by the message's columns")
     return Message(
         topic,
-        body if isinstance(body, bytes | str) else bytes(body),
+        bytes(body) if isinstance(body, bytearray) else body,
         tags=row.get("tags"),
         keys=keys if keys else None,
         properties=user or None,
@@ -408,9 +449,26 @@ class RocketMQDataSource(DataSource):
         if overwrite:
             raise ConfigError("a topic cannot be overwritten: write with mode('append')")
         options = WriteOptions.parse(self.options)
-        names = set(schema.names)
-        if "body" not in names:
+        types = {f.name: f.dataType for f in schema.fields}
+        if "body" not in types:
             raise ConfigError("rows written to pyrmq need a body column")
-        if options.topic is None and "topic" not in names:
+        if options.topic is None and "topic" not in types:
             raise ConfigError("set the topic option or give the rows a topic column")
+        text, texts = StringType(), ArrayType(StringType())
+        wanted: dict[str, tuple[Any, ...]] = {
+            "body": (BinaryType(), text),
+            "topic": (text,),
+            "tags": (text,),
+            "keys": (text, texts, ArrayType(StringType(), False)),
+            "properties": (
+                MapType(StringType(), StringType()),
+                MapType(StringType(), StringType(), False),
+            ),
+        }
+        for name, allowed in wanted.items():
+            if name in types and types[name] not in allowed:
+                raise ConfigError(
+                    f"column {name} is {types[name].simpleString()}; pyrmq takes "
+                    + " or ".join(t.simpleString() for t in allowed)
+                )
         return RocketMQBatchWriter(options)
