@@ -16,11 +16,12 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests import helpers
-from tests.compat.servers import create_topic, serving
+from tests.compat.servers import create_topic, serving, start_serve
 from tests.helpers import committed_offset, fast_config
 
 from pyrmq.client import blocking
@@ -442,3 +443,60 @@ def test_the_blocking_consumer_with_orderly_true_consumes_in_order_and_retries_i
     finally:
         c.shutdown()
     assert got == [(b"m0", 0), (b"m1", 0), (b"m1", 1), (b"m2", 0), (b"m3", 0), (b"m4", 0)]
+
+
+def test_queue_locks_survive_a_broker_killed_and_restarted(tmp_path: Path) -> None:
+    """A restarted broker that forgot its locks would give a queue to whichever client asked
+    first while its holder still trusts its lock: two consumers at once. Holders are on disk
+    before the answer, so after kill -9 the holder keeps the queue and others are refused."""
+    q0, q1 = (MessageQueue("TopicLocksKept", BROKER, i) for i in (0, 1))
+    group = "CG_LOCKS_KEPT"
+    server = start_serve(tmp_path)
+    try:
+        broker = server.addresses()[1]
+        create_topic(broker, q0.topic, 2)
+        assert run_locks(lock(broker, group, "holder@1", [q0, q1])) == {q0, q1}
+        assert run_locks(unlock(broker, group, "holder@1", [q1])) is None
+    finally:
+        server.kill()
+    server = start_serve(tmp_path)
+    try:
+        broker = server.addresses()[1]
+        assert run_locks(lock(broker, group, "other@2", [q0, q1])) == {q1}
+        assert run_locks(lock(broker, group, "holder@1", [q0])) == {q0}
+        assert run_locks(unlock(broker, group, "holder@1", [q0])) is None
+        assert run_locks(lock(broker, group, "other@2", [q0])) == {q0}
+    finally:
+        assert server.stop() == 0
+
+
+def run_locks(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_a_batch_dead_lettered_while_the_consumer_shuts_down_still_reaches_the_dlq(
+    addrs: tuple[str, str],
+) -> None:
+    """Shutdown lets the call in progress settle: one that fails its last retry is sent to
+    the DLQ and committed, not left for the next owner."""
+    namesrv, broker = addrs
+    topic, group = "TopicOrderlyDlqAtStop", "CG_ORDERLY_DLQ_AT_STOP"
+    create_topic(broker, topic, 1)
+    started = threading.Event()
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        started.set()
+        time.sleep(0.5)
+        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+
+    async def scenario() -> None:
+        async with Producer("PG_ORDERLY_DLQ_STOP", client_config=fast_config(namesrv)) as p:
+            assert (await p.send_orderly(Message(topic, b"poison"), 0)).status is SendStatus.OK
+        c = orderly(namesrv, group, topic, listener, max_reconsume_times=0)
+        await c.start()
+        await asyncio.to_thread(started.wait, 20)
+        await c.shutdown()
+        assert [m.body for m in await pull_all(broker, f"%DLQ%{group}")] == [b"poison"]
+        assert await committed_offset(broker, group, MessageQueue(topic, BROKER, 0)) == 1
+
+    run(scenario)

@@ -21,6 +21,7 @@ from pyrmq.broker.processors.stats import StatsProcessor
 from pyrmq.broker.services.hold import PullHoldService
 from pyrmq.broker.services.stats import BrokerStats
 from pyrmq.broker.state.offsets import OffsetTable
+from pyrmq.broker.state.queue_locks import QueueLockTable
 from pyrmq.broker.state.topics import TopicTable
 from pyrmq.errors import PyrmqError, RemotingError
 from pyrmq.remoting.client import RemotingClient
@@ -57,6 +58,7 @@ class BrokerController:
             default_topic_queue_nums=config.default_topic_queue_nums,
         )
         self.offsets = OffsetTable(self._root / "config" / "consumerOffset.json")
+        self.queue_locks = QueueLockTable(self._root / "config" / "queueLocks.json")
         self.stats = BrokerStats()
         self._store: MessageStore | None = None
         self._hold: PullHoldService | None = None

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal, Self
@@ -81,6 +81,9 @@ _COMMIT_FLAG: Final = int(PullSysFlag.COMMIT_OFFSET)
 LOCK_RETRY_S: Final = 1.0
 """An orderly consumer that could not lock every queue it was given rebalances again this
 soon: the owner before it usually lets go within a listener call."""
+BROKER_LOCK_LIVE_MS: Final = 60_000
+"""A broker frees a lock not renewed this long (``lockMaxLiveTime``): a renewal granted
+later may follow another consumer's turn."""
 DROP_WAIT_S: Final = 1.0
 """How long an orderly rebalance waits for a listener call to end before it keeps the
 queue until the next rebalance."""
@@ -174,6 +177,10 @@ class PushConsumer(ClientLifecycle):
         self._service: ConcurrentConsumeService | None = None
         self._orderly: OrderlyConsumeService | None = None
         self._lock_renewal: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._stopping: ClientInstance | None = None
+        """The instance while :meth:`shutdown` runs: listener calls that finish then may
+        still send back."""
         # Kept: on 3.11 each asyncio.get_running_loop() is a getpid() system call.
         self._loop: asyncio.AbstractEventLoop | None = None
         self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore
@@ -277,6 +284,7 @@ class PushConsumer(ClientLifecycle):
         inst, self._instance = self._instance, None
         if inst is None:
             return
+        self._stopping = inst
         inst.consumers.pop(self.group, None)
         if self._lock_renewal is not None:
             self._lock_renewal.cancel()
@@ -307,6 +315,9 @@ class PushConsumer(ClientLifecycle):
             await self._unlock_queues(inst, list(self._pqs))
         self._pull_tasks.clear()
         self._pqs.clear()
+        for task in list(self._background):
+            task.cancel()
+        self._stopping = None
         await inst.unregister(consumer_group=self.group)
         await inst.release()
 
@@ -496,20 +507,45 @@ class PushConsumer(ClientLifecycle):
                 self._rebalance_later(LOCK_RETRY_S)
             new = [q for q in new if q in locked]
         for mq in new:
-            # The start offset is read after the lock: the last owner committed before it let go.
-            offset = await self._start_offset(mq)
-            if offset is None or self._instance is None:
-                continue
-            pq = self._pqs[mq] = self._new_process_queue(None if locked is None else locked[mq])
-            # Recorded at once: if the queue moves to another consumer before any message
-            # of it is consumed, that one starts here. With nothing committed it would start
-            # from its own consume_from_where (the queue's end, by default) and skip what was
-            # pulled here but never consumed.
-            self.offset_store.update(mq, offset, increase_only=False)
-            log.info("%s takes %s from offset %d", self.group, mq, offset)
-            self._pull_tasks[mq] = asyncio.get_running_loop().create_task(
-                self._pull_loop(mq, pq, offset)
-            )
+            await self._take(mq, None if locked is None else locked[mq])
+
+    async def _take(self, mq: MessageQueue, locked_ms: int | None) -> None:
+        """Starts consuming ``mq`` from its committed offset (or ``consume_from_where``)."""
+        # For an orderly consumer this comes after the lock: the last owner committed before
+        # it let go.
+        offset = await self._start_offset(mq)
+        if offset is None or self._instance is None:
+            return
+        pq = self._pqs[mq] = self._new_process_queue(locked_ms)
+        # Recorded at once: if the queue moves to another consumer before any message
+        # of it is consumed, that one starts here. With nothing committed it would start
+        # from its own consume_from_where (the queue's end, by default) and skip what was
+        # pulled here but never consumed.
+        self.offset_store.update(mq, offset, increase_only=False)
+        log.info("%s takes %s from offset %d", self.group, mq, offset)
+        self._pull_tasks[mq] = asyncio.get_running_loop().create_task(
+            self._pull_loop(mq, pq, offset)
+        )
+
+    async def _retake(self, mq: MessageQueue, locked_ms: int) -> None:
+        """``mq``'s lock came back after it was lost, or after the broker could have let it
+        lapse: another consumer may have consumed the queue meanwhile. Its cached messages
+        are dropped and it starts again where the group's committed offset says."""
+        async with self._rebalance_lock:
+            pq = self._pqs.get(mq)
+            if not isinstance(pq, OrderlyProcessQueue) or pq.locked:
+                return
+            if not await self._stop_consuming(pq):
+                return  # its run stops at the next batch; the next lock request retries
+            self._pqs.pop(mq, None)
+            task = self._pull_tasks.pop(mq, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            log.info("%s locked %s again; reading it from the committed offset", self.group, mq)
+            self.offset_store.remove(mq)
+            await self._take(mq, locked_ms)
 
     def _new_process_queue(self, locked_ms: int | None = None) -> AnyProcessQueue:
         if not self.orderly:
@@ -605,13 +641,23 @@ class PushConsumer(ClientLifecycle):
                 pq = self._pqs.get(mq)
                 if mq in ok:
                     granted[mq] = asked_ms
-                if isinstance(pq, OrderlyProcessQueue):
-                    if mq in ok:
-                        pq.locked, pq.last_lock_ms = True, asked_ms
-                    elif pq.locked:
+                if not isinstance(pq, OrderlyProcessQueue):
+                    continue
+                if mq not in ok:
+                    if pq.locked:
                         pq.locked = False
                         log.warning("%s lost the lock of %s", self.group, mq)
+                elif pq.locked and asked_ms - pq.last_lock_ms <= BROKER_LOCK_LIVE_MS:
+                    pq.last_lock_ms = asked_ms
+                else:
+                    pq.locked = False
+                    self._spawn(self._retake(mq, asked_ms))
         return granted
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _unlock_queues(self, inst: ClientInstance, mqs: Sequence[MessageQueue]) -> None:
         by_broker: dict[str, list[MessageQueue]] = {}
@@ -863,7 +909,7 @@ class PushConsumer(ClientLifecycle):
 
     async def send_back(self, msg: MessageExt, delay_level: int) -> None:
         """CONSUMER_SEND_MSG_BACK to the master of the message's broker."""
-        inst = self.instance
+        inst = self._instance or self._stopping or self.instance
         addr = await inst.master_addr(msg.broker_name, msg.stored.topic)
         await inst.api.send_back(addr, msg, self.group, delay_level, self.reconsume_limit)
 

@@ -1,11 +1,12 @@
 """Consumer groups and offsets: GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET,
 GET_MAX/MIN_OFFSET, GET_EARLIEST_MSG_STORETIME, SEARCH_OFFSET_BY_TIMESTAMP, LOCK/UNLOCK_BATCH_MQ."""
 
+import asyncio
 import json
 import logging
-import time
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
+from pyrmq.broker.state.queue_locks import LockKey
 from pyrmq.errors import RemotingError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
@@ -31,18 +32,11 @@ log = logging.getLogger(__name__)
 # How long the broker waits for a client it forwards a request to.
 CLIENT_ANSWER_TIMEOUT_S = 5.0
 
-# rocketmq.broker.rebalance.lockMaxLiveTime
-LOCK_MAX_LIVE_MS = 60_000
-
-# (group, topic, broker name, queue id)
-LockKey: TypeAlias = tuple[str, str, str, int]
-
 
 class ConsumerManageProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
-        # (group, topic, broker name, queue id) -> (client id, last renewal ms)
-        self._locks: dict[LockKey, tuple[str, int]] = {}
+        self._locks = broker.queue_locks
 
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list)
@@ -181,14 +175,12 @@ class ConsumerManageProcessor:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"bad lock body: {e}"
             )
-        now = int(time.time() * 1000)
-        granted = []
-        for key in keys:
-            holder = self._locks.get(key)
-            if holder is None or holder[0] == client_id or now - holder[1] > LOCK_MAX_LIVE_MS:
-                self._locks[key] = (client_id, now)
-                granted.append({"brokerName": key[2], "queueId": key[3], "topic": key[1]})
-        body = json.dumps({"lockOKMQSet": granted}, separators=(",", ":")).encode()
+        granted, changed = self._locks.lock(client_id, keys)
+        if changed:
+            # On disk before the answer: a restart must not give the queue to another.
+            await self._save_locks()
+        mqs = [{"brokerName": k[2], "queueId": k[3], "topic": k[1]} for k in granted]
+        body = json.dumps({"lockOKMQSet": mqs}, separators=(",", ":")).encode()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def unlock(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -198,8 +190,13 @@ class ConsumerManageProcessor:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"bad unlock body: {e}"
             )
-        for key in keys:
-            holder = self._locks.get(key)
-            if holder is not None and holder[0] == client_id:
-                del self._locks[key]
+        if self._locks.unlock(client_id, keys):
+            await self._save_locks()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def _save_locks(self) -> None:
+        try:
+            await asyncio.to_thread(self._locks.save, self._locks.snapshot())
+        except OSError as e:
+            # Answered anyway: the locks hold in memory, only a restart would forget them.
+            log.error("cannot save the queue locks to %s: %s", self._locks.path, e)
