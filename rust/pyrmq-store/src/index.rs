@@ -215,6 +215,14 @@ impl IndexService {
             let len = std::fs::metadata(&path).map_or(0, |m| m.len());
             let opened = if len == size {
                 MappedFile::open(&path, stamp, size, Allocation::Reserve)
+                    .and_then(|file| {
+                        // Header and slots are written and read at random through the map:
+                        // a copy that made their zero pages holes (rsync -S, cp --sparse)
+                        // would fault there on a full disk. Costs nothing where they have
+                        // their blocks; on a full disk the file is indexed again later.
+                        file.ensure_writable(0, entries_start(slots))?;
+                        Ok(file)
+                    })
                     .map_err(|e| e.to_string())
                     .and_then(|file| {
                         let file = IndexFile {
@@ -479,6 +487,43 @@ mod tests {
         let index = IndexService::load(dir.path(), SLOTS, ENTRIES).unwrap();
         assert_found(&index, 0..n + per_chunk());
     }
+
+    #[test]
+    fn a_file_whose_slot_pages_were_made_holes_gets_their_blocks_back_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let index = IndexService::load(dir.path(), SLOTS, ENTRIES).unwrap();
+            put_keys(&index, 0..10);
+            index.flush().unwrap();
+        }
+        let path = only_file(dir.path());
+        let slots_end = entries_start(u64::from(SLOTS));
+        // A sparse copy (cp --sparse=always, rsync -S) makes the all-zero pages holes.
+        let bytes = std::fs::read(&path).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        for (i, page) in bytes[..slots_end as usize].chunks(PAGE).enumerate() {
+            if page.iter().all(|&b| b == 0) {
+                // SAFETY: plain syscall on a descriptor this test holds open.
+                let r = unsafe {
+                    libc::fallocate(
+                        std::os::fd::AsRawFd::as_raw_fd(&file),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        (i * PAGE) as libc::off_t,
+                        page.len() as libc::off_t,
+                    )
+                };
+                assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            }
+        }
+        let punched = allocated(&path);
+        assert!(punched < slots_end / 2, "{punched}");
+        let index = IndexService::load(dir.path(), SLOTS, ENTRIES).unwrap();
+        assert!(allocated(&path) >= slots_end, "{}", allocated(&path));
+        put_keys(&index, 10..20);
+        assert_found(&index, 0..20);
+    }
+
+    const PAGE: usize = 4096;
 
     #[test]
     fn a_wholly_allocated_file_of_an_older_version_opens_and_takes_more_entries() {

@@ -141,9 +141,9 @@ impl MappedFile {
         Ok(mf)
     }
 
-    /// Maps an existing segment, which must already have its full size. Pages past the data
-    /// are treated as unreserved until [`Self::ensure_writable`] reserves them; the prefix a
-    /// `Reserve` file got at creation keeps its blocks, and its owner writes there unasked.
+    /// Maps an existing segment, which must already have its full size. No page counts as
+    /// reserved until [`Self::ensure_writable`] reserves it: a `Reserve` file's owner reserves
+    /// its prefix again at load, since a copy may have made its zero pages holes.
     pub fn open(
         path: &Path,
         file_from_offset: u64,
