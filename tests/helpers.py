@@ -23,7 +23,6 @@ from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import MessageQueue
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.headers import PullMessageRequestHeader
-from pyrmq.remoting.protocol import PullSysFlag
 
 __all__ = [
     "child_env",
@@ -136,18 +135,7 @@ async def pull_head(broker: str, broker_name: str, topic: str, queue_id: int) ->
     """The first 32 messages of a queue, pulled from a fresh connection without holding."""
     remoting = RemotingClient()
     try:
-        header = PullMessageRequestHeader(
-            consumer_group="CG_TEST_INSPECT",
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=0,
-            max_msg_nums=32,
-            sys_flag=int(PullSysFlag.SUBSCRIPTION),
-            commit_offset=0,
-            suspend_timeout_millis=0,
-            sub_version=0,
-            subscription="*",
-        )
+        header = PullMessageRequestHeader.immediate("CG_TEST_INSPECT", topic, queue_id, 0)
         return await ClientAPI(remoting).pull(broker, broker_name, header, 5.0)
     finally:
         await remoting.close()

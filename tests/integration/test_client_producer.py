@@ -49,18 +49,7 @@ def producer(c: Any, group: str = "PG", **options: Any) -> Producer:
 
 async def pull_all(p: Producer, c: Any, mq: MessageQueue, offset: int = 0) -> list[MessageExt]:
     """The queue's messages from ``offset`` on, through PULL_MESSAGE as a consumer reads them."""
-    header = PullMessageRequestHeader(
-        consumer_group="CG_CHECK",
-        topic=mq.topic,
-        queue_id=mq.queue_id,
-        queue_offset=offset,
-        max_msg_nums=32,
-        sys_flag=4,
-        commit_offset=0,
-        suspend_timeout_millis=0,
-        sub_version=0,
-        subscription="*",
-    )
+    header = PullMessageRequestHeader.immediate("CG_CHECK", mq.topic, mq.queue_id, offset)
     addr = c.broker(mq.broker_name).address
     result = await p.instance.api.pull(addr, mq.broker_name, header, 5.0)
     return result.messages

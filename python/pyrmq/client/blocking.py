@@ -52,7 +52,6 @@ from pyrmq.client.route import TopicRoute
 from pyrmq.client.subscription import consumer_data
 from pyrmq.errors import BrokerError, ClientError, PyrmqError, SendError
 from pyrmq.remoting.headers import PullMessageRequestHeader
-from pyrmq.remoting.protocol import PullSysFlag
 
 __all__ = [
     "ConsumeStatus",
@@ -888,18 +887,8 @@ class PullConsumer(_Client):
         for mq in self.fetch_message_queues(topic):
             while True:
                 offset = self.get_message_queue_offset(mq)
-                header = PullMessageRequestHeader(
-                    consumer_group=self._group,
-                    topic=topic,
-                    queue_id=mq.queue_id,
-                    queue_offset=offset,
-                    max_msg_nums=max_num,
-                    sys_flag=int(PullSysFlag.SUBSCRIPTION),
-                    commit_offset=0,
-                    suspend_timeout_millis=0,
-                    sub_version=0,
-                    subscription=expression,
-                    expression_type="TAG",
+                header = PullMessageRequestHeader.immediate(
+                    self._group, topic, mq.queue_id, offset, max_num, expression
                 )
                 result = _run(
                     _pull_once(inst, mq, header), exceptions.PullConsumerFetchMessageFailed

@@ -91,6 +91,14 @@ queue until the next rebalance."""
 AnyProcessQueue = ProcessQueue | OrderlyProcessQueue
 
 
+def _by_broker(mqs: Sequence[MessageQueue]) -> dict[str, list[MessageQueue]]:
+    """``mqs`` grouped by broker name: one lock request per broker."""
+    out: dict[str, list[MessageQueue]] = {}
+    for mq in mqs:
+        out.setdefault(mq.broker_name, []).append(mq)
+    return out
+
+
 def _timestamp_ms(value: int | str | None) -> int:
     """``consumeTimestamp``: epoch ms, or RocketMQ's ``yyyyMMddHHmmss`` local time; by default
     half an hour ago."""
@@ -538,11 +546,7 @@ class PushConsumer(ClientLifecycle):
             if not await self._stop_consuming(pq):
                 return  # its run stops at the next batch; the next lock request retries
             self._pqs.pop(mq, None)
-            task = self._pull_tasks.pop(mq, None)
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await self._stop_pulling(mq)
             log.info("%s locked %s again; reading it from the committed offset", self.group, mq)
             self.offset_store.remove(mq)
             await self._take(mq, locked_ms)
@@ -574,11 +578,7 @@ class PushConsumer(ClientLifecycle):
         if pq is not None:
             pq.dropped = True
         self._pull_headers.pop(mq, None)
-        task = self._pull_tasks.pop(mq, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._stop_pulling(mq)
         committed = True
         if persist and pq is not None:
             if isinstance(self.offset_store, RemoteBrokerOffsetStore):
@@ -598,6 +598,13 @@ class PushConsumer(ClientLifecycle):
             # owner, reading an older offset sooner, would consume messages again.
             await self._unlock_queues(inst, [mq])
         return True
+
+    async def _stop_pulling(self, mq: MessageQueue) -> None:
+        task = self._pull_tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _stop_consuming(self, pq: OrderlyProcessQueue) -> bool:
         """Takes ``pq``'s consume lock, waiting up to ``DROP_WAIT_S`` for a listener call to
@@ -625,11 +632,8 @@ class PushConsumer(ClientLifecycle):
         inst = self._instance
         if inst is None:
             return {}
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
         granted: dict[MessageQueue, int] = {}
-        for broker_name, queues in by_broker.items():
+        for broker_name, queues in _by_broker(mqs).items():
             asked_ms = time.monotonic_ns() // 1_000_000
             try:
                 addr = await inst.master_addr(broker_name, queues[0].topic)
@@ -660,10 +664,7 @@ class PushConsumer(ClientLifecycle):
         task.add_done_callback(self._background.discard)
 
     async def _unlock_queues(self, inst: ClientInstance, mqs: Sequence[MessageQueue]) -> None:
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        for broker_name, queues in by_broker.items():
+        for broker_name, queues in _by_broker(mqs).items():
             try:
                 addr = await inst.master_addr(broker_name, queues[0].topic)
                 await inst.api.unlock_batch_mq(addr, self.group, inst.client_id, queues)

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, Literal, Self
 
 from pyrmq.errors import HeaderError
+from pyrmq.remoting.protocol import PullSysFlag
 
 __all__ = [
     "BrokerWritePermRequestHeader",
@@ -442,6 +443,32 @@ class PullMessageRequestHeader:
     expression_type: str | None = None
     """``TAG`` or ``SQL92``; Java clients only."""
     max_msg_bytes: int | None = None
+
+    @classmethod
+    def immediate(
+        cls,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int = 32,
+        expression: str = "*",
+    ) -> Self:
+        """A pull the broker answers at once (never parked), filtering by ``expression`` and
+        committing nothing: a pull consumer's, or a reader's that keeps its own offsets."""
+        return cls(
+            consumer_group=group,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=int(PullSysFlag.SUBSCRIPTION),
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            sub_version=0,
+            subscription=expression,
+            expression_type="TAG",
+        )
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str]) -> Self:

@@ -19,7 +19,6 @@ from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.headers import PullMessageRequestHeader
-from pyrmq.remoting.protocol import PullSysFlag
 
 __all__ = ["Brokers"]
 
@@ -107,17 +106,7 @@ class Brokers:
     def pull(self, mq: MessageQueue, offset: int, max_nums: int, sub: Subscription) -> PullResult:
         """Up to ``max_nums`` messages of ``mq`` from ``offset`` matching ``sub``'s tag
         hashes; answers at once, without holding."""
-        header = PullMessageRequestHeader(
-            consumer_group=SOURCE_GROUP,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            queue_offset=offset,
-            max_msg_nums=max_nums,
-            sys_flag=int(PullSysFlag.SUBSCRIPTION),
-            commit_offset=0,
-            suspend_timeout_millis=0,
-            sub_version=0,
-            subscription=sub.expression,
-            expression_type="TAG",
+        header = PullMessageRequestHeader.immediate(
+            SOURCE_GROUP, mq.topic, mq.queue_id, offset, max_nums, sub.expression
         )
         return self._run(self.api.pull(self.addr(mq), mq.broker_name, header, self.timeout_s))

@@ -48,13 +48,6 @@ class QueueLockTable:
             )
             self._locks[key] = (str(entry["clientId"]), now)
 
-    def holder(self, key: LockKey) -> str | None:
-        """The live holder of ``key``, if any."""
-        held = self._locks.get(key)
-        if held is None or _now_ms() - held[1] > LOCK_MAX_LIVE_MS:
-            return None
-        return held[0]
-
     def lock(self, client_id: str, keys: list[LockKey]) -> tuple[list[LockKey], bool]:
         """Grants each of ``keys`` that is free, already ``client_id``'s, or expired; returns
         the granted keys and whether a holder changed (then :meth:`save` before answering)."""
