@@ -293,7 +293,9 @@ def test_retention_settings_change_while_the_store_is_open(open_store, tmp_path)
     sent = fill(store, 4)
     before = segments(root)
     now = time.time_ns() // 1_000_000
-    noon = at_local_hour(now, 12)
+    # A noon after the segments were written: today's has passed once the test runs after it.
+    noon = at_local_hour(now + 86_400_000, 12)
+    assert noon > now
     assert store.delete_expired_files(noon) == 0  # 04 is the delete hour, 72 h the reserve
     store.set_retention({"delete_when": "12;13", "file_reserved_time_hours": 0})
     assert store.retention() == {
