@@ -16,6 +16,18 @@ help: ## list the targets
 install: ## install pyrmq in editable mode with the dev tools and PySpark (builds the extension)
 	$(PYTHON) -m pip install -e '.[dev,spark]'
 
+.PHONY: proto
+proto: ## regenerate the gRPC protocol's Python modules from python/pyrmq/proxy/proto/*.proto
+	$(PYTHON) -m grpc_tools.protoc -I python/pyrmq/proxy/proto \
+		--python_out=python/pyrmq/proxy/proto --pyi_out=python/pyrmq/proxy/proto \
+		python/pyrmq/proxy/proto/messaging.proto
+
+.PHONY: rmq5-client
+rmq5-client: ## install the official RocketMQ 5 Python client into .venv-rmq5 (tests/compat drive it)
+	@# Its own virtualenv: its package is also named rocketmq, as the 4.x client's is.
+	test -x .venv-rmq5/bin/python || $(PYTHON) -m venv .venv-rmq5
+	.venv-rmq5/bin/python -m pip install --quiet --disable-pip-version-check 'rocketmq-python-client==5.1.2'
+
 .PHONY: build-dev
 build-dev: ## rebuild the extension in debug mode into python/pyrmq
 	$(PYTHON) -m maturin develop

@@ -567,6 +567,7 @@ def start_serve(
             "--store", str(scratch / f"store{name}"),
             "--namesrv-port", "0",
             "--broker-port", "0",
+            "--grpc-port", "0",
             "--flush", flush,
         ],
         scratch / f"serve{name}.log",

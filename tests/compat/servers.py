@@ -56,7 +56,15 @@ class ServerProcess:
         )
 
     def addresses(self) -> list[str]:
-        return re.findall(r"\d+\.\d+\.\d+\.\d+:\d+", self.ready_line)
+        """The name server's and broker's addresses (remoting), in the ready line's order."""
+        remoting = self.ready_line.split(", gRPC ")[0]
+        return re.findall(r"\d+\.\d+\.\d+\.\d+:\d+", remoting)
+
+    def grpc_address(self) -> str:
+        """The broker's RocketMQ 5 gRPC address."""
+        match = re.search(r", gRPC (\d+\.\d+\.\d+\.\d+:\d+)", self.ready_line)
+        assert match is not None, f"no gRPC address in {self.ready_line!r}"
+        return match.group(1)
 
     def stop(self, timeout_s: float = 20.0) -> int:
         """SIGTERM, then wait: a clean shutdown exits 0."""
@@ -92,6 +100,8 @@ def start_serve(root: Path, *args: str) -> ServerProcess:
             "--namesrv-port",
             "0",
             "--broker-port",
+            "0",
+            "--grpc-port",
             "0",
             *args,
         ],

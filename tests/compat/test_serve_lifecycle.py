@@ -32,6 +32,10 @@ async def _call(addr: str, code: int, ext: dict[str, str], body: bytes = b"") ->
         await client.close()
 
 
+# Any free port for each listener.
+FREE_PORTS = ["--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0"]
+
+
 def call(addr: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
     return asyncio.run(_call(addr, code, ext, body))
 
@@ -64,6 +68,8 @@ def test_sigterm_stops_cleanly_and_a_restart_serves_everything(tmp_path: Path, f
         "--namesrv-port",
         "0",
         "--broker-port",
+        "0",
+        "--grpc-port",
         "0",
         "--flush",
         flush,
@@ -127,7 +133,7 @@ def test_a_store_it_cannot_open_is_an_error_and_is_left_as_it_was(tmp_path: Path
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     with MessageStore.open(store, {"mappedFileSizeCommitLog": 1 << 20}) as held:
         held.put("TopicHeld", b"held")
-        args = ["serve", "--store", str(store), "--namesrv-port", "0", "--broker-port", "0"]
+        args = ["serve", "--store", str(store), *FREE_PORTS]
         done = subprocess.run(
             [sys.executable, "-m", "pyrmq.cli.main", *args],
             capture_output=True,
@@ -146,7 +152,7 @@ def test_a_broker_conf_can_put_the_commit_log_on_a_disk_of_its_own(tmp_path: Pat
     store, commit_log = tmp_path / "store", tmp_path / "disk2" / "commitlog"
     conf = tmp_path / "broker.conf"
     conf.write_text(f"storePathRootDir = {store}\nstorePathCommitLog = {commit_log}\n")
-    args = ["serve", "-c", str(conf), "--namesrv-port", "0", "--broker-port", "0"]
+    args = ["serve", "-c", str(conf), *FREE_PORTS]
     server = ServerProcess(args, tmp_path / "serve.log")
     try:
         _, broker = server.addresses()
@@ -164,7 +170,7 @@ def test_a_stop_that_cannot_save_the_offsets_still_closes_the_store_and_says_so(
     """A full disk refuses the offsets' new file (here a directory is in its way): the store is
     still closed cleanly, and the exit status tells that the stop was not."""
     store = tmp_path / "store"
-    args = ["serve", "--store", str(store), "--namesrv-port", "0", "--broker-port", "0"]
+    args = ["serve", "--store", str(store), *FREE_PORTS]
     server = ServerProcess(args, tmp_path / "serve.log")
     _, broker = server.addresses()
     assert send(broker, "TopicStop", b"kept").code == ResponseCode.SUCCESS
@@ -190,7 +196,7 @@ def test_a_kill_during_a_topic_deletion_never_leaves_offsets_past_a_topic_create
 
     store, conf = tmp_path / "store", tmp_path / "broker.conf"
     conf.write_text("flushConsumerOffsetInterval=100\n")
-    args = ["serve", "--store", str(store), "--namesrv-port", "0", "--broker-port", "0"]
+    args = ["serve", "--store", str(store), *FREE_PORTS]
     args += ["--flush", "sync", "-c", str(conf)]
     server = ServerProcess(args, tmp_path / "first.log")
     _, broker = server.addresses()

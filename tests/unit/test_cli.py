@@ -129,3 +129,20 @@ def test_python_dash_m_pyrmq_is_the_pyrmq_command() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("pyrmq, version ")
+
+
+def test_serve_speaks_grpc_on_8081_unless_told_otherwise_and_broker_only_when_told(
+    tmp_path: Path,
+) -> None:
+    from pyrmq.cli.commands.serve import DEFAULT_GRPC_PORT
+
+    serve = _broker_config(None, None, None, None, None, None, grpc_default=DEFAULT_GRPC_PORT)
+    assert serve.grpc_server_port == 8081
+    conf = tmp_path / "broker.conf"
+    conf.write_text("grpcServerPort=-1\n")
+    off = _broker_config(conf, None, None, None, None, None, grpc_default=DEFAULT_GRPC_PORT)
+    assert off.grpc_server_port == -1
+    assert _broker_config(conf, None, None, None, None, 0, grpc_default=8081).grpc_server_port == 0
+    assert _broker_config(None, None, None, None, "127.0.0.1:9876", None).grpc_server_port == -1
+    result = CliRunner().invoke(main, ["serve", "--grpc-port", "-2"])
+    assert result.exit_code == 2, result.output

@@ -30,6 +30,7 @@ _ALIASES = {
     "registerNameServerPeriod": "register_name_server_period_ms",
     "flushConsumerOffsetInterval": "flush_consumer_offset_interval_ms",
     "channelExpiredTimeout": "channel_expired_timeout_ms",
+    "grpcServerPort": "grpc_server_port",
     "maxReconsumeTimes": "max_reconsume_times",
     "brokerConfigPath": "broker_config_path",
 }
@@ -47,6 +48,8 @@ class BrokerConfig:
     # Address clients reach this broker on; written into every stored message.
     broker_ip1: str = "127.0.0.1"
     listen_port: int = 10911
+    # RocketMQ 5's gRPC protocol on this port (RocketMQ's proxy uses 8081); -1: not served.
+    grpc_server_port: int = -1
     # Name servers, "host:port;host:port".
     namesrv_addr: str = ""
     auto_create_topic_enable: bool = True
@@ -69,6 +72,8 @@ class BrokerConfig:
         problems = []
         if not 0 <= self.listen_port < 65536:
             problems.append(f"listen_port {self.listen_port} is not a port")
+        if not -1 <= self.grpc_server_port < 65536:
+            problems.append(f"grpc_server_port {self.grpc_server_port} is not a port or -1")
         if self.default_topic_queue_nums <= 0:
             problems.append("default_topic_queue_nums must be positive")
         if self.broker_id < 0:

@@ -24,6 +24,7 @@ from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.queue_locks import QueueLockTable
 from pyrmq.broker.state.topics import TopicTable
 from pyrmq.errors import PyrmqError, RemotingError
+from pyrmq.proxy.server import GrpcServer
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
@@ -67,6 +68,9 @@ class BrokerController:
         self._offsets_write: asyncio.Future[None] | None = None
         self._flushes: FlushWaiter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.grpc: GrpcServer | None = None
+        if config.grpc_server_port >= 0:
+            self.grpc = GrpcServer(self, config.broker_ip1, config.grpc_server_port)
         for processor in (
             SendProcessor(self),
             PullProcessor(self),
@@ -106,6 +110,9 @@ class BrokerController:
 
     async def start(self) -> None:
         await self.server.start()
+        if self.grpc is not None:
+            # Bound before the store opens, so that a port in use fails the start at once.
+            await self.grpc.start()
         store_config = dataclasses.replace(self.config.store, store_host=self.address)
         self._loop = loop = asyncio.get_running_loop()
         self._store = await loop.run_in_executor(None, MessageStore.open, self._root, store_config)
@@ -143,6 +150,8 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._unregister_all()
+        if self.grpc is not None:
+            await self.grpc.stop()
         if self._hold is not None:
             await self._hold.stop()
         await self.server.stop()
@@ -312,6 +321,8 @@ class BrokerController:
             now = int(time.time() * 1000)
             for group in self.clients.expire(now, self.config.channel_expired_timeout_ms):
                 self.notify_consumer_ids_changed(group)
+            if self.grpc is not None and self.grpc.service is not None:
+                self.grpc.service.expire_clients()
 
     async def _stats_loop(self) -> None:
         while True:

@@ -73,12 +73,22 @@ class PullHoldService:
             self.store.cancel_held_pull(pull_id, pull.topic, pull.queue_id)
         self._pulls.clear()
 
-    def hold(self, pull: HeldPull) -> None:
+    def hold(self, pull: HeldPull) -> int:
+        """Holds ``pull`` until a message for it arrives or its deadline; returns its id."""
         assert self._loop is not None, "the hold service is not started"
         pull_id = next(self._ids)
         self._pulls[pull_id] = pull
         pull.timer = self._loop.call_at(pull.deadline, self._expire, pull_id)
         self.store.hold_pull(pull_id, pull.topic, pull.queue_id, pull.queue_offset, pull.expression)
+        return pull_id
+
+    def cancel(self, pull_id: int) -> None:
+        """Drops a held pull without answering it (its waiter went away)."""
+        pull = self._pulls.pop(pull_id, None)
+        if pull is not None:
+            if pull.timer is not None:
+                pull.timer.cancel()
+            self.store.cancel_held_pull(pull_id, pull.topic, pull.queue_id)
 
     def held_count(self) -> int:
         return len(self._pulls)

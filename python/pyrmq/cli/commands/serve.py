@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STORE = Path("~/.pyrmq/store")
 PORT = click.IntRange(0, 65535)
+GRPC_PORT = click.IntRange(-1, 65535)
+# RocketMQ 5's proxy port, where its gRPC clients look by default.
+DEFAULT_GRPC_PORT = 8081
 LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 
 
@@ -57,7 +60,8 @@ class EmbeddedServers:
 
     def ready_line(self) -> str:
         assert self.broker is not None
-        return f"pyrmq ready: name server {self.namesrv.address}, broker {self.broker.address}"
+        line = f"pyrmq ready: name server {self.namesrv.address}, broker {self.broker.address}"
+        return line + _grpc_part(self.broker)
 
 
 class _Single:
@@ -74,7 +78,14 @@ class _Single:
         await self.server.stop()
 
     def ready_line(self) -> str:
-        return f"pyrmq {self.what} ready: {self.server.address}"
+        line = f"pyrmq {self.what} ready: {self.server.address}"
+        if isinstance(self.server, BrokerController):
+            line += _grpc_part(self.server)
+        return line
+
+
+def _grpc_part(broker: BrokerController) -> str:
+    return "" if broker.grpc is None else f", gRPC {broker.grpc.address}"
 
 
 def _setup_logging(level: str, log_file: Path | None) -> None:
@@ -127,9 +138,15 @@ def _broker_config(
     port: int | None,
     flush: str | None,
     namesrv_addr: str | None,
+    grpc_port: int | None = None,
+    *,
+    grpc_default: int = -1,
 ) -> BrokerConfig:
     # The store's default root is pyrmq's, unless the file or --store names one.
-    base = BrokerConfig(store=StoreConfig(store_path_root_dir=str(DEFAULT_STORE.expanduser())))
+    base = BrokerConfig(
+        store=StoreConfig(store_path_root_dir=str(DEFAULT_STORE.expanduser())),
+        grpc_server_port=grpc_default,
+    )
     try:
         config = BrokerConfig.from_properties(config_file, base=base) if config_file else base
     except (ConfigError, OSError) as e:
@@ -147,6 +164,8 @@ def _broker_config(
         changes["listen_port"] = port
     if namesrv_addr is not None:
         changes["namesrv_addr"] = namesrv_addr
+    if grpc_port is not None:
+        changes["grpc_server_port"] = grpc_port
     try:
         return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
     except ConfigError as e:
@@ -163,6 +182,11 @@ def _broker_config(
     "--namesrv-port", default=9876, show_default=True, type=PORT, help="Name server port; 0: any."
 )
 @click.option("--broker-port", type=PORT, help="Broker port [default: 10911]; 0: any.")
+@click.option(
+    "--grpc-port",
+    type=GRPC_PORT,
+    help=f"RocketMQ 5 gRPC port [default: {DEFAULT_GRPC_PORT}]; 0: any; -1: none.",
+)
 @click.option("--flush", type=click.Choice(["sync", "async"]), help="flushDiskType [async].")
 @click.option(
     "-c",
@@ -177,6 +201,7 @@ def serve(
     store: Path | None,
     namesrv_port: int,
     broker_port: int | None,
+    grpc_port: int | None,
     flush: str | None,
     config_file: Path | None,
     log_level: str,
@@ -184,7 +209,9 @@ def serve(
 ) -> None:
     """A name server and a broker in one process, on an embedded store."""
     _setup_logging(log_level, log_file)
-    config = _broker_config(config_file, store, broker_port, flush, None)
+    config = _broker_config(
+        config_file, store, broker_port, flush, None, grpc_port, grpc_default=DEFAULT_GRPC_PORT
+    )
     _run(EmbeddedServers(namesrv_port, config))
 
 
@@ -209,6 +236,11 @@ def namesrv(port: int, log_level: str, log_file: Path | None) -> None:
 )
 @click.option("--store", type=click.Path(file_okay=False, path_type=Path), help="Store directory.")
 @click.option("--port", type=PORT, help="Listen port (overrides listenPort).")
+@click.option(
+    "--grpc-port",
+    type=GRPC_PORT,
+    help="RocketMQ 5 gRPC port (overrides grpcServerPort); 0: any; -1: none [default: none].",
+)
 @click.option("--flush", type=click.Choice(["sync", "async"]), help="flushDiskType.")
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")
@@ -217,13 +249,14 @@ def broker(
     config_file: Path | None,
     store: Path | None,
     port: int | None,
+    grpc_port: int | None,
     flush: str | None,
     log_level: str,
     log_file: Path | None,
 ) -> None:
     """A broker that registers with the given name servers."""
     _setup_logging(log_level, log_file)
-    config = _broker_config(config_file, store, port, flush, namesrv_addr)
+    config = _broker_config(config_file, store, port, flush, namesrv_addr, grpc_port)
     if not config.namesrv_addrs:
         raise click.UsageError("no name server: give -n HOST:PORT or namesrvAddr in broker.conf")
     _run(_Single(BrokerController(config), "broker"))

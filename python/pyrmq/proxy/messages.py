@@ -1,0 +1,261 @@
+"""Messages between RocketMQ 5's gRPC form and the store's records.
+
+A sent message's system properties become the record's well-known properties (RocketMQ's own
+mapping: the message id is ``UNIQ_KEY``, the tag ``TAGS``, the keys ``KEYS``, the message group
+``__SHARDINGKEY``), so 4.x consumers read gRPC-sent messages and gRPC consumers read 4.x-sent
+ones. Sends are checked by the proxy's rules (RocketMQ 5's defaults), each failure a status code.
+"""
+
+import dataclasses
+import hashlib
+import zlib
+from collections.abc import Mapping
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from pyrmq.properties import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY
+from pyrmq.proxy.proto import messaging_pb2 as pb
+from pyrmq.store import StoredMessage
+
+__all__ = [
+    "DLQ_ORIGIN_MESSAGE_ID",
+    "DLQ_ORIGIN_TOPIC",
+    "MESSAGE_GROUP",
+    "SendCheckError",
+    "checked_properties",
+    "duration_s",
+    "timestamp",
+    "to_delivered",
+]
+
+MESSAGE_GROUP = "__SHARDINGKEY"
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+SYSFLAG_COMPRESSED = 0x1
+
+MAX_USER_PROPERTIES = 128
+MAX_PROPERTIES_BYTES = 16 * 1024
+MAX_MESSAGE_GROUP_BYTES = 64
+
+# Property names the broker and the clients give a meaning to: not a user's to set, and not
+# handed back to gRPC consumers as user properties (RocketMQ's MessageConst system names).
+SYSTEM_PROPERTIES = frozenset(
+    {
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "MSG_REGION",
+        "TRACE_ON",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "DUP_INFO",
+        "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "INNER_MULTI_DISPATCH",
+        "TRACE_CONTEXT",
+        "TIMER_DELIVER_MS",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELAY_MS",
+        "__STARTDELIVERTIME",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        "__BORNHOST",
+        MESSAGE_GROUP,
+        DLQ_ORIGIN_TOPIC,
+        DLQ_ORIGIN_MESSAGE_ID,
+    }
+)
+
+
+class SendCheckError(Exception):
+    """A message a send must refuse, with the status code to answer."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+def checked_properties(message: pb.Message, max_body_size: int) -> dict[str, str]:
+    """The record properties of a sent message; raises :class:`SendCheckError` for a message
+    the send must refuse."""
+    sp = message.system_properties
+    body_size = len(message.body)
+    if body_size == 0:
+        raise SendCheckError(pb.MESSAGE_BODY_EMPTY, "the message body is empty")
+    if body_size > max_body_size:
+        raise SendCheckError(
+            pb.MESSAGE_BODY_TOO_LARGE,
+            f"the message body is {body_size} bytes, more than the {max_body_size} allowed",
+        )
+    message_id = sp.message_id.strip()
+    if not message_id or _has_control(message_id):
+        raise SendCheckError(pb.ILLEGAL_MESSAGE_ID, "the message id is blank")
+    if sp.message_type in (pb.DELAY, pb.TRANSACTION) or sp.HasField("delivery_timestamp"):
+        raise SendCheckError(
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            "pyrmq accepts NORMAL and FIFO messages over gRPC; delivery at a chosen time and "
+            "transactions are not supported yet",
+        )
+    props: dict[str, str] = {}
+    user = message.user_properties
+    if len(user) > MAX_USER_PROPERTIES:
+        raise SendCheckError(
+            pb.MESSAGE_PROPERTIES_TOO_LARGE,
+            f"{len(user)} user properties, more than {MAX_USER_PROPERTIES}",
+        )
+    size = 0
+    for name, value in user.items():
+        if not name or name in SYSTEM_PROPERTIES or _has_control(name) or _has_control(value):
+            raise SendCheckError(
+                pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                f"user property {name!r} is reserved or holds control characters",
+            )
+        props[name] = value
+        size += len(name.encode()) + len(value.encode())
+    if sp.HasField("tag"):
+        tag = sp.tag
+        if not tag.strip() or "|" in tag or _has_control(tag):
+            raise SendCheckError(
+                pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is blank or holds '|' or control characters"
+            )
+        props[TAGS] = tag
+        size += len(tag.encode())
+    if sp.keys:
+        for key in sp.keys:
+            if not key.strip() or _has_control(key) or KEY_SEPARATOR in key:
+                raise SendCheckError(
+                    pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is blank or holds spaces or control"
+                )
+        props[KEYS] = KEY_SEPARATOR.join(sp.keys)
+        size += len(props[KEYS].encode())
+    if size > MAX_PROPERTIES_BYTES:
+        raise SendCheckError(
+            pb.MESSAGE_PROPERTIES_TOO_LARGE,
+            f"properties, tag and keys take {size} bytes, more than {MAX_PROPERTIES_BYTES}",
+        )
+    if sp.HasField("message_group"):
+        group = sp.message_group
+        if (
+            not group.strip()
+            or len(group.encode()) >= MAX_MESSAGE_GROUP_BYTES
+            or _has_control(group)
+        ):
+            raise SendCheckError(
+                pb.ILLEGAL_MESSAGE_GROUP,
+                f"message group {group!r} is blank, {MAX_MESSAGE_GROUP_BYTES} bytes or longer, "
+                "or holds control characters",
+            )
+        props[MESSAGE_GROUP] = group
+    elif sp.message_type == pb.FIFO:
+        raise SendCheckError(pb.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
+    props[UNIQ_KEY] = message_id
+    return props
+
+
+def fifo_queue(message_group: str, queue_count: int) -> int:
+    """The queue every message of ``message_group`` goes to: a hash that stays the same across
+    broker restarts and Python runs."""
+    return zlib.crc32(message_group.encode()) % queue_count
+
+
+def timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def timestamp_ms(value: Timestamp) -> int:
+    return value.seconds * 1000 + value.nanos // 1_000_000
+
+
+def duration_s(value: Duration) -> float:
+    return value.seconds + value.nanos / 1e9
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Delivery:
+    """What a receive hands out with a stored message."""
+
+    receipt_handle: str
+    # 1 for a first delivery (RocketMQ's reconsumeTimes + 1).
+    attempt: int
+    invisible_s: float
+
+
+def _host(address: str) -> str:
+    host, _, _ = address.rpartition(":")
+    return host or address
+
+
+def to_delivered(stored: StoredMessage, delivery: Delivery, namespace: str = "") -> pb.Message:
+    """A stored message as a gRPC consumer receives it."""
+    props: Mapping[str, str] = stored.properties
+    body = stored.body
+    sp = pb.SystemProperties(
+        message_id=props.get(UNIQ_KEY) or stored.msg_id,
+        body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper()),
+        body_encoding=pb.GZIP if stored.sys_flag & SYSFLAG_COMPRESSED else pb.IDENTITY,
+        born_timestamp=timestamp(stored.born_timestamp_ms),
+        born_host=_host(stored.born_host),
+        store_timestamp=timestamp(stored.store_timestamp_ms),
+        store_host=stored.store_host,
+        receipt_handle=delivery.receipt_handle,
+        queue_id=stored.queue_id,
+        queue_offset=stored.queue_offset,
+        invisible_duration=Duration(seconds=int(delivery.invisible_s)),
+        delivery_attempt=stored.reconsume_times + delivery.attempt,
+    )
+    tag = props.get(TAGS)
+    if tag is not None:
+        sp.tag = tag
+    keys = props.get(KEYS)
+    if keys:
+        sp.keys.extend(k for k in keys.split(KEY_SEPARATOR) if k)
+    group = props.get(MESSAGE_GROUP)
+    if group is not None:
+        sp.message_group = group
+        sp.message_type = pb.FIFO
+    else:
+        sp.message_type = pb.NORMAL
+    origin_topic = props.get(DLQ_ORIGIN_TOPIC)
+    if origin_topic is not None:
+        sp.dead_letter_queue.topic = origin_topic
+        sp.dead_letter_queue.message_id = props.get(DLQ_ORIGIN_MESSAGE_ID, "")
+    message = pb.Message(
+        topic=pb.Resource(resource_namespace=namespace, name=stored.topic),
+        system_properties=sp,
+        body=body,
+    )
+    for name, value in props.items():
+        if name not in SYSTEM_PROPERTIES:
+            message.user_properties[name] = value
+    return message

@@ -1,0 +1,172 @@
+"""What a gRPC consumer group has received and not yet acknowledged, per queue.
+
+RocketMQ 5 consumes by "pop": a receive hands out messages and makes them invisible to the rest
+of the group for a while; an ack ends a message, a nack (ChangeInvisibleDuration) sets when it
+comes back, and a message whose invisibility runs out is delivered again with its attempt
+counted. pyrmq keeps that state per (group, topic, queue) in memory and redelivers in place,
+without RocketMQ's revive topic. The group's consumer offset, shared with 4.x consumers, moves
+once every message below it is acked (or was filtered out), so a broker restart redelivers what
+was in flight, never skips it.
+
+Each delivery gets a receipt handle naming the queue, the offset and a generation. A handle
+from an earlier delivery, an earlier nack or an earlier broker run names a generation that is
+no longer current, and is refused.
+"""
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Iterator
+
+__all__ = ["InFlight", "PopQueue", "Receipt", "new_generations"]
+
+HANDLE_PREFIX = "p1"
+
+
+def new_generations() -> Iterator[int]:
+    """Generation numbers for handles, starting from the clock so that the handles of an
+    earlier broker run are refused after a restart."""
+    return itertools.count(time.time_ns() // 1000)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Receipt:
+    queue_id: int
+    offset: int
+    generation: int
+
+    def encode(self) -> str:
+        return f"{HANDLE_PREFIX}.{self.queue_id}.{self.offset}.{self.generation}"
+
+    @classmethod
+    def parse(cls, handle: str) -> "Receipt | None":
+        parts = handle.split(".")
+        if len(parts) != 4 or parts[0] != HANDLE_PREFIX:
+            return None
+        try:
+            queue_id, offset, generation = (int(p) for p in parts[1:])
+        except ValueError:
+            return None
+        if queue_id < 0 or offset < 0:
+            return None
+        return cls(queue_id, offset, generation)
+
+
+@dataclasses.dataclass(slots=True)
+class InFlight:
+    """A delivered message that is not acked yet."""
+
+    offset: int
+    # Deliveries so far by this broker run (1 after the first); the message's stored reconsume
+    # times come on top.
+    attempt: int
+    generation: int
+    # time.monotonic() at which the message may be delivered again.
+    visible_at: float
+    client_id: str
+    # Kept invisible while its client is connected (push consumers), instead of by visible_at.
+    auto_renew: bool
+
+
+class PopQueue:
+    """One queue of one topic as one group consumes it.
+
+    Every offset in ``[committed, cursor)`` that is not in flight is done: acked, forwarded to
+    the DLQ, or read past because it did not match the filter.
+    """
+
+    __slots__ = ("cursor", "inflight")
+
+    def __init__(self, start: int) -> None:
+        self.cursor = start
+        # Offsets are added in increasing order (the cursor only moves forward) and a
+        # redelivery updates its entry in place, so the first key is the smallest.
+        self.inflight: dict[int, InFlight] = {}
+
+    @property
+    def committed(self) -> int:
+        """The group's consumer offset: every message below it is done."""
+        for offset in self.inflight:
+            return offset
+        return self.cursor
+
+    def skip_to(self, offset: int) -> None:
+        """Moves past offsets that are gone from the store (retention, a deleted topic)."""
+        for gone in [o for o in self.inflight if o < offset]:
+            del self.inflight[gone]
+        self.cursor = max(self.cursor, offset)
+
+    def delivered(
+        self,
+        offset: int,
+        generation: int,
+        visible_at: float,
+        client_id: str,
+        *,
+        auto_renew: bool,
+    ) -> InFlight:
+        """Records a first delivery of ``offset``, read at the cursor."""
+        entry = InFlight(offset, 1, generation, visible_at, client_id, auto_renew)
+        self.inflight[offset] = entry
+        return entry
+
+    def moved_cursor(self, offset: int) -> None:
+        """The next read starts at ``offset``; what was read past without a delivery is done."""
+        self.cursor = max(self.cursor, offset)
+
+    def due(self, now: float, alive: set[str]) -> list[InFlight]:
+        """In-flight messages that may be delivered again, oldest first. An auto-renewed message
+        is due once its client is gone (not in ``alive``)."""
+        out = []
+        for entry in self.inflight.values():
+            if entry.auto_renew:
+                if entry.client_id in alive:
+                    continue
+            elif entry.visible_at > now:
+                continue
+            out.append(entry)
+        return out
+
+    def next_visible_at(self) -> float | None:
+        """When the earliest message that is not auto-renewed becomes visible again."""
+        times = [e.visible_at for e in self.inflight.values() if not e.auto_renew]
+        return min(times) if times else None
+
+    @staticmethod
+    def redelivered(
+        entry: InFlight,
+        generation: int,
+        visible_at: float,
+        client_id: str,
+        *,
+        auto_renew: bool,
+    ) -> None:
+        entry.attempt += 1
+        entry.generation = generation
+        entry.visible_at = visible_at
+        entry.client_id = client_id
+        entry.auto_renew = auto_renew
+
+    def current(self, receipt: Receipt, now: float) -> InFlight | None:
+        """The in-flight message ``receipt`` names, if the handle is still its latest and has
+        not run out (auto-renewed messages do not run out while their client is connected)."""
+        entry = self.inflight.get(receipt.offset)
+        if entry is None or entry.generation != receipt.generation:
+            return None
+        if not entry.auto_renew and entry.visible_at <= now:
+            return None
+        return entry
+
+    def finish(self, offset: int) -> None:
+        """Acked or forwarded to the DLQ: the message is done."""
+        self.inflight.pop(offset, None)
+
+    def release(self, client_id: str, visible_at: float) -> int:
+        """Makes a departed client's messages visible again by ``visible_at``; returns how many."""
+        count = 0
+        for entry in self.inflight.values():
+            if entry.client_id == client_id:
+                entry.auto_renew = False
+                entry.visible_at = min(entry.visible_at, visible_at)
+                count += 1
+        return count

@@ -1,0 +1,834 @@
+"""The MessagingService of RocketMQ 5's gRPC protocol, served from the broker's event loop.
+
+Each RPC works on the broker's own tables and store, as RocketMQ's proxy does in its "local"
+mode: routes name this broker's queues at the gRPC address; sends are appended like 4.x sends
+(and under SYNC_FLUSH answered once durable); receives pop messages as ``pop.py`` describes,
+long-polling through the broker's held-pull service. Failures are answered in the response's
+``status``, never as gRPC errors, since the official clients read only that.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+from pyrmq import _core
+from pyrmq.broker.services.hold import HeldPull
+from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
+from pyrmq.errors import (
+    DiskFullError,
+    MessageIllegalError,
+    StoreClosedError,
+    StoreError,
+    SystemTopicError,
+)
+from pyrmq.properties import RECONSUME_TIME, UNIQ_KEY
+from pyrmq.proxy import messages
+from pyrmq.proxy.messages import Delivery, SendCheckError
+from pyrmq.proxy.pop import InFlight, PopQueue, Receipt, new_generations
+from pyrmq.proxy.proto import messaging_pb2 as pb
+from pyrmq.store import GetMessageStatus, StoredMessage
+
+if TYPE_CHECKING:
+    from pyrmq.broker.controller import BrokerController
+
+__all__ = ["MessagingService"]
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 32
+# RocketMQ 5's proxy defaults.
+DEFAULT_LONG_POLLING_S = 20.0
+MAX_LONG_POLLING_S = 20.0
+MIN_INVISIBLE_S = 10.0
+MAX_INVISIBLE_S = 12 * 3600.0
+# Messages popped for a push consumer are kept invisible while it stays connected; this is
+# only the figure reported to it.
+AUTO_RENEW_INVISIBLE_S = 60.0
+# A long poll ends this long before the client's deadline, so its answer arrives in time.
+DEADLINE_MARGIN_S = 0.5
+# A client with no telemetry stream counts as present this long after its last call.
+CLIENT_PRESENT_S = 30.0
+# What a producer is told to retry with: RocketMQ 5's defaults.
+PRODUCER_MAX_ATTEMPTS = 3
+
+
+def _status(code: "pb.Code | int", message: str = "") -> pb.Status:
+    return pb.Status(code=code, message=message or pb.Code.Name(code))  # type: ignore[arg-type]
+
+
+OK = _status(pb.OK)
+
+
+@dataclasses.dataclass(slots=True)
+class Client:
+    """A gRPC client as the broker knows it, by its ``x-mq-client-id``."""
+
+    client_id: str
+    client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
+    group: str = ""
+    settings: pb.Settings | None = None
+    streams: int = 0
+    streamed: bool = False
+    last_seen: float = 0.0
+
+
+class MessagingService:
+    def __init__(self, broker: "BrokerController", port: int) -> None:
+        self.broker = broker
+        self.port = port
+        self.clients: dict[str, Client] = {}
+        self._queues: dict[tuple[str, str, int], PopQueue] = {}
+        self._generations = new_generations()
+        self._round_robin = itertools.count()
+        # Receives waiting for a message, by (group, topic): woken by an arrival, a nack or a
+        # client that left.
+        self._waiters: dict[tuple[str, str], set[asyncio.Event]] = {}
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def _client(self, context: Any) -> Client | None:
+        client_id = ""
+        for key, value in context.invocation_metadata() or ():
+            if key == "x-mq-client-id":
+                client_id = value if isinstance(value, str) else value.decode()
+                break
+        if not client_id.strip():
+            return None
+        client = self.clients.get(client_id)
+        if client is None:
+            client = self.clients[client_id] = Client(client_id)
+        client.last_seen = time.monotonic()
+        return client
+
+    def _present(self, now: float) -> set[str]:
+        return {
+            c.client_id
+            for c in self.clients.values()
+            if c.streams > 0 or (not c.streamed and now - c.last_seen < CLIENT_PRESENT_S)
+        }
+
+    def _client_left(self, client: Client) -> None:
+        """Makes the messages a departed client held visible to its group again."""
+        now = time.monotonic()
+        for (group, topic, _), queue in self._queues.items():
+            if queue.release(client.client_id, now):
+                self._wake(group, topic)
+
+    def expire_clients(self) -> None:
+        """Forgets clients silent for longer than the broker's channel expiry."""
+        limit = time.monotonic() - self.broker.config.channel_expired_timeout_ms / 1000
+        for client_id, client in list(self.clients.items()):
+            if client.streams == 0 and client.last_seen < limit:
+                del self.clients[client_id]
+                self._client_left(client)
+
+    # -- routes ----------------------------------------------------------------------------
+
+    def _topic(self, resource: pb.Resource, *, create: bool) -> TopicConfig | pb.Status:
+        name = resource.name
+        try:
+            _core.validate_topic(name)
+        except SystemTopicError:
+            return _status(pb.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
+        except MessageIllegalError as e:
+            return _status(pb.ILLEGAL_TOPIC, str(e))
+        broker = self.broker
+        config = broker.topics.get(name)
+        # A group's retry and dead-letter topics are the broker's to make.
+        group_topic = name.startswith((RETRY_PREFIX, DLQ_PREFIX))
+        if config is None and create and not group_topic and broker.config.auto_create_topic_enable:
+            config, created = broker.topics.create_on_send(
+                name, "TBW102", broker.config.default_topic_queue_nums
+            )
+            if created:
+                broker.request_registration()
+        if config is None:
+            return _status(pb.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
+        return config
+
+    def _endpoints(self) -> pb.Endpoints:
+        return pb.Endpoints(
+            scheme=pb.IPv4,
+            addresses=[pb.Address(host=self.broker.config.broker_ip1, port=self.port)],
+        )
+
+    def _broker(self) -> pb.Broker:
+        return pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints())
+
+    @staticmethod
+    def _queue_permission(config: TopicConfig, queue_id: int) -> "pb.Permission":
+        read = bool(config.perm & PERM_READ) and queue_id < config.read_queue_nums
+        write = bool(config.perm & PERM_WRITE) and queue_id < config.write_queue_nums
+        if read and write:
+            return pb.READ_WRITE
+        if read:
+            return pb.READ
+        if write:
+            return pb.WRITE
+        return pb.NONE
+
+    def _message_queue(self, resource: pb.Resource, config: TopicConfig, queue_id: int) -> Any:
+        return pb.MessageQueue(
+            topic=resource,
+            id=queue_id,
+            permission=self._queue_permission(config, queue_id),
+            broker=self._broker(),
+            accept_message_types=[pb.NORMAL, pb.FIFO],
+        )
+
+    async def query_route(self, request: pb.QueryRouteRequest, context: Any) -> Any:
+        if self._client(context) is None:
+            return pb.QueryRouteResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        config = self._topic(request.topic, create=True)
+        if isinstance(config, pb.Status):
+            return pb.QueryRouteResponse(status=config)
+        count = max(config.read_queue_nums, config.write_queue_nums)
+        queues = [
+            self._message_queue(request.topic, config, queue_id)
+            for queue_id in self.broker.queue_ids(count)
+        ]
+        return pb.QueryRouteResponse(status=OK, message_queues=queues)
+
+    async def query_assignment(self, request: pb.QueryAssignmentRequest, context: Any) -> Any:
+        if self._client(context) is None:
+            return pb.QueryAssignmentResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        config = self._topic(request.topic, create=False)
+        if isinstance(config, pb.Status):
+            return pb.QueryAssignmentResponse(status=config)
+        if not config.perm & PERM_READ or config.read_queue_nums < 1:
+            return pb.QueryAssignmentResponse(
+                status=_status(pb.FORBIDDEN, f"topic {config.topic_name!r} has no readable queue")
+            )
+        # One assignment for the whole broker (queue id -1): receives pop from every queue.
+        queue = pb.MessageQueue(
+            topic=request.topic,
+            id=-1,
+            permission=pb.READ_WRITE if config.perm & PERM_WRITE else pb.READ,
+            broker=self._broker(),
+            accept_message_types=[pb.NORMAL, pb.FIFO],
+        )
+        return pb.QueryAssignmentResponse(
+            status=OK, assignments=[pb.Assignment(message_queue=queue)]
+        )
+
+    # -- client lifecycle ------------------------------------------------------------------
+
+    async def heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> Any:
+        client = self._client(context)
+        if client is None:
+            return pb.HeartbeatResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        client.client_type = request.client_type
+        if request.HasField("group"):
+            client.group = request.group.name
+        return pb.HeartbeatResponse(status=OK)
+
+    async def notify_client_termination(
+        self, request: pb.NotifyClientTerminationRequest, context: Any
+    ) -> Any:
+        client = self._client(context)
+        if client is None:
+            return pb.NotifyClientTerminationResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        self.clients.pop(client.client_id, None)
+        self._client_left(client)
+        return pb.NotifyClientTerminationResponse(status=OK)
+
+    async def telemetry(
+        self, requests: AsyncIterator[pb.TelemetryCommand], context: Any
+    ) -> AsyncIterator[pb.TelemetryCommand]:
+        client = self._client(context)
+        if client is None:
+            yield pb.TelemetryCommand(status=_status(pb.CLIENT_ID_REQUIRED))
+            return
+        client.streams += 1
+        client.streamed = True
+        try:
+            async for command in requests:
+                if command.HasField("settings"):
+                    yield pb.TelemetryCommand(status=OK, settings=self._settings(client, command))
+        finally:
+            client.streams -= 1
+            if client.streams == 0:
+                self._client_left(client)
+
+    def _settings(self, client: Client, command: pb.TelemetryCommand) -> pb.Settings:
+        """Records a client's settings and answers them with the broker's part filled in."""
+        settings = command.settings
+        client.settings = settings
+        if settings.HasField("client_type"):
+            client.client_type = settings.client_type
+        reply = pb.Settings()
+        reply.CopyFrom(settings)
+        reply.metric.on = False
+        reply.metric.ClearField("endpoints")
+        config = self.broker.config
+        if settings.WhichOneof("pub_sub") == "publishing":
+            reply.publishing.max_body_size = config.store.max_message_size
+            reply.publishing.validate_message_type = True
+            policy = reply.backoff_policy
+            policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+            policy.exponential_backoff.initial.FromMilliseconds(10)
+            policy.exponential_backoff.max.FromMilliseconds(1000)
+            policy.exponential_backoff.multiplier = 2.0
+        elif settings.WhichOneof("pub_sub") == "subscription":
+            subscription = reply.subscription
+            if subscription.HasField("group"):
+                client.group = subscription.group.name
+            subscription.fifo = False
+            if not subscription.HasField("long_polling_timeout"):
+                subscription.long_polling_timeout.FromSeconds(int(DEFAULT_LONG_POLLING_S))
+            subscription.receive_batch_size = MAX_BATCH
+            policy = reply.backoff_policy
+            policy.max_attempts = self._max_attempts
+            policy.customized_backoff.ClearField("next")
+            for ms in config.store.delay_levels_ms():
+                policy.customized_backoff.next.add().FromMilliseconds(ms)
+        return reply
+
+    @property
+    def _max_attempts(self) -> int:
+        return self.broker.config.max_reconsume_times + 1
+
+    # -- sending ---------------------------------------------------------------------------
+
+    async def send_message(self, request: pb.SendMessageRequest, context: Any) -> Any:
+        if self._client(context) is None:
+            return pb.SendMessageResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        if not request.messages:
+            return pb.SendMessageResponse(
+                status=_status(pb.MESSAGE_CORRUPTED, "the request holds no message")
+            )
+        topic = request.messages[0].topic
+        if any(m.topic.name != topic.name for m in request.messages):
+            return pb.SendMessageResponse(
+                status=_status(pb.MESSAGE_CORRUPTED, "the messages name different topics")
+            )
+        config = self._topic(topic, create=True)
+        if topic.name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            config = _status(pb.ILLEGAL_TOPIC, f"topic {topic.name!r} takes no sends from clients")
+        if isinstance(config, pb.Status):
+            entries = [pb.SendResultEntry(status=config) for _ in request.messages]
+            return pb.SendMessageResponse(status=config, entries=entries)
+        born_host = _peer_address(context.peer())
+        results = [await self._send_one(m, config, born_host) for m in request.messages]
+        codes = {entry.status.code for entry in results}
+        top = results[0].status if len(codes) == 1 else _status(pb.MULTIPLE_RESULTS)
+        return pb.SendMessageResponse(status=top, entries=results)
+
+    async def _send_one(
+        self, message: pb.Message, config: TopicConfig, born_host: str
+    ) -> pb.SendResultEntry:
+        message_id = message.system_properties.message_id
+        broker = self.broker
+        if not config.perm & PERM_WRITE or config.write_queue_nums < 1:
+            return pb.SendResultEntry(
+                status=_status(pb.FORBIDDEN, f"topic {config.topic_name!r} is not writable"),
+                message_id=message_id,
+            )
+        try:
+            props = messages.checked_properties(message, broker.config.store.max_message_size)
+        except SendCheckError as e:
+            return pb.SendResultEntry(status=_status(e.code, str(e)), message_id=message_id)
+        group = props.get(messages.MESSAGE_GROUP)
+        if group is not None:
+            queue_id = messages.fifo_queue(group, config.write_queue_nums)
+        else:
+            queue_id = next(self._round_robin) % config.write_queue_nums
+        born = message.system_properties.born_timestamp
+        born_ms = messages.timestamp_ms(born) if born.seconds else None
+        store = broker.store
+        try:
+            result, durable = await broker.put(
+                lambda: store.put(
+                    config.topic_name,
+                    message.body,
+                    queue_id=queue_id,
+                    properties=props,
+                    born_timestamp_ms=born_ms,
+                    born_host=born_host,
+                    wait_for_flush=False,
+                )
+            )
+        except MessageIllegalError as e:
+            return pb.SendResultEntry(status=_status(pb.BAD_REQUEST, str(e)), message_id=message_id)
+        except (DiskFullError, StoreClosedError) as e:
+            return pb.SendResultEntry(
+                status=_status(pb.INTERNAL_SERVER_ERROR, f"the broker cannot store now: {e}"),
+                message_id=message_id,
+            )
+        except StoreError as e:
+            log.error("store failed a gRPC send topic=%s: %s", config.topic_name, e)
+            return pb.SendResultEntry(
+                status=_status(pb.INTERNAL_SERVER_ERROR, str(e)), message_id=message_id
+            )
+        if not durable:
+            return pb.SendResultEntry(
+                status=_status(pb.MASTER_PERSISTENCE_TIMEOUT, "stored, but not flushed in time"),
+                message_id=message_id,
+                offset=result.queue_offset,
+            )
+        return pb.SendResultEntry(status=OK, message_id=message_id, offset=result.queue_offset)
+
+    async def end_transaction(self, request: pb.EndTransactionRequest, context: Any) -> Any:
+        return pb.EndTransactionResponse(
+            status=_status(pb.NOT_IMPLEMENTED, "transactions are not supported over gRPC yet")
+        )
+
+    async def recall_message(self, request: pb.RecallMessageRequest, context: Any) -> Any:
+        return pb.RecallMessageResponse(
+            status=_status(pb.NOT_IMPLEMENTED, "delay messages are not supported over gRPC yet")
+        )
+
+    # -- receiving -------------------------------------------------------------------------
+
+    def _pop_queue(self, group: str, topic: str, queue_id: int) -> PopQueue:
+        key = (group, topic, queue_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            offsets = self.broker.offsets
+            start = offsets.query(group, topic, queue_id)
+            if start is None:
+                start = self._first_offset(topic, queue_id)
+                offsets.commit(group, topic, queue_id, start)
+            queue = self._queues[key] = PopQueue(start)
+        return queue
+
+    def _first_offset(self, topic: str, queue_id: int) -> int:
+        """Where a group new to a queue starts: at 0 while the queue still starts there and its
+        head is in memory (so nothing sent before the group's first receive is skipped), at the
+        end otherwise. The broker's rule for 4.x consumers too."""
+        store = self.broker.store
+        if store.min_offset(topic, queue_id) == 0 and not store.offset_in_disk(topic, queue_id, 0):
+            return 0
+        return store.max_offset(topic, queue_id)
+
+    def _commit(self, group: str, topic: str, queue_id: int, queue: PopQueue) -> None:
+        offsets = self.broker.offsets
+        committed = queue.committed
+        if offsets.query(group, topic, queue_id) != committed:
+            offsets.commit(group, topic, queue_id, committed)
+
+    def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        result = self.broker.store.get(topic, queue_id, offset, max_count=1)
+        if result.status is not GetMessageStatus.FOUND:
+            return None
+        stored = result.messages()[0]
+        return stored if stored.queue_offset == offset else None
+
+    def _pop(
+        self,
+        client: Client,
+        group: str,
+        config: TopicConfig,
+        expression: str,
+        batch: int,
+        invisible_s: float,
+        auto_renew: bool,
+    ) -> list[tuple[StoredMessage, Delivery]]:
+        """Takes up to ``batch`` messages for ``group``: due redeliveries first, then new ones,
+        over every readable queue of the topic, starting at a different queue each time."""
+        topic = config.topic_name
+        queue_ids = list(self.broker.queue_ids(config.read_queue_nums))
+        if not queue_ids:
+            return []
+        start = next(self._round_robin) % len(queue_ids)
+        queue_ids = queue_ids[start:] + queue_ids[:start]
+        now = time.monotonic()
+        visible_at = now + invisible_s
+        present = self._present(now)
+        out: list[tuple[StoredMessage, Delivery]] = []
+        for queue_id in queue_ids:
+            queue = self._pop_queue(group, topic, queue_id)
+            for entry in queue.due(now, present):
+                if len(out) >= batch:
+                    break
+                stored = self._read_one(topic, queue_id, entry.offset)
+                if stored is None:
+                    queue.finish(entry.offset)
+                    continue
+                if entry.attempt + stored.reconsume_times >= self._max_attempts:
+                    if self._to_dead_letters(group, stored, entry.attempt):
+                        queue.finish(entry.offset)
+                    continue
+                generation = next(self._generations)
+                queue.redelivered(
+                    entry, generation, visible_at, client.client_id, auto_renew=auto_renew
+                )
+                out.append((stored, self._delivery(queue_id, entry, invisible_s)))
+            room = batch - len(out)
+            if room > 0:
+                out.extend(
+                    self._pop_new(
+                        client,
+                        group,
+                        topic,
+                        queue_id,
+                        queue,
+                        expression,
+                        room,
+                        now,
+                        invisible_s,
+                        auto_renew,
+                    )
+                )
+            self._commit(group, topic, queue_id, queue)
+            if len(out) >= batch:
+                break
+        return out
+
+    def _pop_new(
+        self,
+        client: Client,
+        group: str,
+        topic: str,
+        queue_id: int,
+        queue: PopQueue,
+        expression: str,
+        room: int,
+        now: float,
+        invisible_s: float,
+        auto_renew: bool,
+    ) -> list[tuple[StoredMessage, Delivery]]:
+        result = self.broker.store.get(
+            topic, queue_id, queue.cursor, max_count=room, tags=expression
+        )
+        status = result.status
+        if status is GetMessageStatus.FOUND:
+            out = []
+            for stored in result.messages():
+                entry = queue.delivered(
+                    stored.queue_offset,
+                    next(self._generations),
+                    now + invisible_s,
+                    client.client_id,
+                    auto_renew=auto_renew,
+                )
+                out.append((stored, self._delivery(queue_id, entry, invisible_s)))
+            queue.moved_cursor(result.next_begin_offset)
+            return out
+        if (
+            status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
+            and result.next_begin_offset < queue.cursor
+        ):
+            # The queue is behind the group: the topic was deleted and made again.
+            queue.inflight.clear()
+            queue.cursor = result.next_begin_offset
+        elif result.next_begin_offset > queue.cursor:
+            # Filtered out, or gone to retention: nothing left there to deliver.
+            queue.skip_to(result.next_begin_offset)
+        return []
+
+    @staticmethod
+    def _delivery(queue_id: int, entry: InFlight, invisible_s: float) -> Delivery:
+        handle = Receipt(queue_id, entry.offset, entry.generation).encode()
+        return Delivery(handle, entry.attempt, invisible_s)
+
+    def _to_dead_letters(self, group: str, stored: StoredMessage, attempts: int) -> bool:
+        """Copies a message that used up its attempts to ``%DLQ%<group>``; False if the store
+        refused it (the message then stays where it is, to be tried again)."""
+        broker = self.broker
+        topic = DLQ_PREFIX + group
+        _, created = broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
+        if created:
+            broker.request_registration()
+        props = dict(stored.properties)
+        props.setdefault(messages.DLQ_ORIGIN_TOPIC, stored.topic)
+        props.setdefault(messages.DLQ_ORIGIN_MESSAGE_ID, props.get(UNIQ_KEY) or stored.msg_id)
+        props.pop(RECONSUME_TIME, None)
+        try:
+            broker.put_now(
+                lambda: broker.store.put(
+                    topic,
+                    stored.body,
+                    queue_id=0,
+                    properties=props,
+                    flag=stored.flag,
+                    sys_flag=stored.sys_flag,
+                    born_timestamp_ms=stored.born_timestamp_ms,
+                    born_host=stored.born_host,
+                    reconsume_times=stored.reconsume_times + attempts,
+                    internal=True,
+                    wait_for_flush=False,
+                )
+            )
+        except (StoreError, MessageIllegalError) as e:
+            log.error("moving %s:%d to %s failed: %s", stored.topic, stored.queue_offset, topic, e)
+            return False
+        log.info(
+            "message %s of %s moved to %s after %d attempts",
+            props[messages.DLQ_ORIGIN_MESSAGE_ID],
+            stored.topic,
+            topic,
+            attempts,
+        )
+        return True
+
+    def _wake(self, group: str, topic: str) -> None:
+        for event in self._waiters.get((group, topic), ()):
+            event.set()
+
+    async def _wait(
+        self, group: str, topic: str, config: TopicConfig, expression: str, timeout_s: float
+    ) -> None:
+        """Waits until a message may have arrived on one of the topic's queues, a message of
+        the group became visible again, or ``timeout_s`` passed."""
+        broker = self.broker
+        event = asyncio.Event()
+        key = (group, topic)
+        self._waiters.setdefault(key, set()).add(event)
+        deadline = broker.loop.time() + timeout_s
+        held = []
+        try:
+            for queue_id in broker.queue_ids(config.read_queue_nums):
+                queue = self._pop_queue(group, topic, queue_id)
+                held.append(
+                    broker.hold.hold(
+                        HeldPull(topic, queue_id, queue.cursor, expression, deadline, event.set)
+                    )
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout_s)
+        finally:
+            for pull_id in held:
+                broker.hold.cancel(pull_id)
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]
+
+    def _next_visible_in(self, group: str, config: TopicConfig, now: float) -> float | None:
+        times = [
+            t
+            for queue_id in self.broker.queue_ids(config.read_queue_nums)
+            if (queue := self._queues.get((group, config.topic_name, queue_id))) is not None
+            and (t := queue.next_visible_at()) is not None
+        ]
+        return max(0.0, min(times) - now) if times else None
+
+    async def receive_message(
+        self, request: pb.ReceiveMessageRequest, context: Any
+    ) -> AsyncIterator[pb.ReceiveMessageResponse]:
+        client = self._client(context)
+        answer = self._check_receive(request, client)
+        if isinstance(answer, pb.Status):
+            yield pb.ReceiveMessageResponse(status=answer)
+            yield pb.ReceiveMessageResponse(delivery_timestamp=messages.timestamp(_now_ms()))
+            return
+        assert client is not None
+        config, expression, batch, invisible_s = answer
+        group = request.group.name
+        auto_renew = request.auto_renew
+        loop = self.broker.loop
+        remaining = context.time_remaining()
+        window = DEFAULT_LONG_POLLING_S
+        if request.HasField("long_polling_timeout"):
+            window = min(messages.duration_s(request.long_polling_timeout), MAX_LONG_POLLING_S)
+        if remaining is not None:
+            window = min(window, remaining - DEADLINE_MARGIN_S)
+        end = loop.time() + max(0.0, window)
+        popped = self._pop(client, group, config, expression, batch, invisible_s, auto_renew)
+        while not popped:
+            left = end - loop.time()
+            if left <= 0:
+                break
+            visible_in = self._next_visible_in(group, config, time.monotonic())
+            if visible_in is not None:
+                left = min(left, visible_in + 0.001)
+            await self._wait(group, config.topic_name, config, expression, left)
+            popped = self._pop(client, group, config, expression, batch, invisible_s, auto_renew)
+        namespace = request.group.resource_namespace
+        try:
+            if not popped:
+                yield pb.ReceiveMessageResponse(
+                    status=_status(pb.MESSAGE_NOT_FOUND, "no new message")
+                )
+            else:
+                yield pb.ReceiveMessageResponse(status=OK)
+                for stored, delivery in popped:
+                    yield pb.ReceiveMessageResponse(
+                        message=messages.to_delivered(stored, delivery, namespace)
+                    )
+            yield pb.ReceiveMessageResponse(delivery_timestamp=messages.timestamp(_now_ms()))
+        except BaseException:
+            # The client is gone (deadline, cancel): what it did not get is visible again.
+            self._release(group, config.topic_name, popped)
+            raise
+
+    def _release(
+        self, group: str, topic: str, popped: Iterable[tuple[StoredMessage, Delivery]]
+    ) -> None:
+        now = time.monotonic()
+        for stored, delivery in popped:
+            queue = self._queues.get((group, topic, stored.queue_id))
+            receipt = Receipt.parse(delivery.receipt_handle)
+            if queue is None or receipt is None:
+                continue
+            entry = queue.current(receipt, now)
+            if entry is not None:
+                entry.auto_renew = False
+                entry.visible_at = now
+        self._wake(group, topic)
+
+    def _check_receive(
+        self, request: pb.ReceiveMessageRequest, client: Client | None
+    ) -> tuple[TopicConfig, str, int, float] | pb.Status:
+        if client is None:
+            return _status(pb.CLIENT_ID_REQUIRED)
+        group_status = _check_group(request.group.name)
+        if group_status is not None:
+            return group_status
+        config = self._topic(request.message_queue.topic, create=False)
+        if isinstance(config, pb.Status):
+            return config
+        if not config.perm & PERM_READ:
+            return _status(pb.FORBIDDEN, f"topic {config.topic_name!r} is not readable")
+        filter_expression = request.filter_expression
+        if filter_expression.type == pb.SQL:
+            return _status(pb.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported")
+        expression = filter_expression.expression.strip() or "*"
+        batch = min(max(request.batch_size, 1), MAX_BATCH)
+        if request.auto_renew:
+            invisible_s = AUTO_RENEW_INVISIBLE_S
+        else:
+            invisible_s = messages.duration_s(request.invisible_duration)
+            if not MIN_INVISIBLE_S <= invisible_s <= MAX_INVISIBLE_S:
+                return _status(
+                    pb.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible duration {invisible_s:g} s is outside "
+                    f"[{MIN_INVISIBLE_S:g} s, {MAX_INVISIBLE_S:g} s]",
+                )
+        return config, expression, batch, invisible_s
+
+    def _in_flight(
+        self, group: str, topic: str, handle: str
+    ) -> tuple[PopQueue, InFlight, Receipt] | pb.Status:
+        receipt = Receipt.parse(handle)
+        queue = None if receipt is None else self._queues.get((group, topic, receipt.queue_id))
+        entry = (
+            None if queue is None or receipt is None else queue.current(receipt, time.monotonic())
+        )
+        if entry is None or queue is None or receipt is None:
+            return _status(
+                pb.INVALID_RECEIPT_HANDLE,
+                "the receipt handle is unknown, expired, or replaced by a later one",
+            )
+        return queue, entry, receipt
+
+    async def ack_message(self, request: pb.AckMessageRequest, context: Any) -> Any:
+        if self._client(context) is None:
+            return pb.AckMessageResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        group, topic = request.group.name, request.topic.name
+        results = []
+        for ack in request.entries:
+            found = self._in_flight(group, topic, ack.receipt_handle)
+            if isinstance(found, pb.Status):
+                status = found
+            else:
+                queue, entry, receipt = found
+                queue.finish(entry.offset)
+                self._commit(group, topic, receipt.queue_id, queue)
+                status = OK
+            results.append(
+                pb.AckMessageResultEntry(
+                    message_id=ack.message_id, receipt_handle=ack.receipt_handle, status=status
+                )
+            )
+        if not results:
+            return pb.AckMessageResponse(status=_status(pb.BAD_REQUEST, "no entry to ack"))
+        codes = {r.status.code for r in results}
+        top = results[0].status if len(codes) == 1 else _status(pb.MULTIPLE_RESULTS)
+        return pb.AckMessageResponse(status=top, entries=results)
+
+    async def change_invisible_duration(
+        self, request: pb.ChangeInvisibleDurationRequest, context: Any
+    ) -> Any:
+        if self._client(context) is None:
+            return pb.ChangeInvisibleDurationResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        seconds = messages.duration_s(request.invisible_duration)
+        if not 0 <= seconds <= MAX_INVISIBLE_S:
+            return pb.ChangeInvisibleDurationResponse(
+                status=_status(
+                    pb.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible duration {seconds:g} s is outside [0 s, {MAX_INVISIBLE_S:g} s]",
+                )
+            )
+        group, topic = request.group.name, request.topic.name
+        found = self._in_flight(group, topic, request.receipt_handle)
+        if isinstance(found, pb.Status):
+            return pb.ChangeInvisibleDurationResponse(status=found)
+        queue, entry, receipt = found
+        entry.generation = next(self._generations)
+        entry.visible_at = time.monotonic() + seconds
+        entry.auto_renew = False
+        handle = Receipt(receipt.queue_id, entry.offset, entry.generation).encode()
+        # A message with no delivery left goes to the DLQ now rather than when it comes due:
+        # nothing would ever receive it again, and no consumer need be there to move it.
+        stored = self._read_one(topic, receipt.queue_id, entry.offset)
+        if (
+            stored is not None
+            and entry.attempt + stored.reconsume_times >= self._max_attempts
+            and self._to_dead_letters(group, stored, entry.attempt)
+        ):
+            queue.finish(entry.offset)
+            self._commit(group, topic, receipt.queue_id, queue)
+        # A receive waiting on this group re-checks when the message comes due.
+        self._wake(group, topic)
+        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+
+    async def forward_message_to_dead_letter_queue(
+        self, request: pb.ForwardMessageToDeadLetterQueueRequest, context: Any
+    ) -> Any:
+        if self._client(context) is None:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        group, topic = request.group.name, request.topic.name
+        found = self._in_flight(group, topic, request.receipt_handle)
+        if isinstance(found, pb.Status):
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=found)
+        queue, entry, receipt = found
+        stored = self._read_one(topic, receipt.queue_id, entry.offset)
+        if stored is not None and not self._to_dead_letters(group, stored, entry.attempt):
+            return pb.ForwardMessageToDeadLetterQueueResponse(
+                status=_status(pb.INTERNAL_SERVER_ERROR, "the dead-letter queue refused it")
+            )
+        queue.finish(entry.offset)
+        self._commit(group, topic, receipt.queue_id, queue)
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+    # -- introspection ---------------------------------------------------------------------
+
+    def in_flight_count(self, group: str, topic: str) -> int:
+        return sum(
+            len(q.inflight) for (g, t, _), q in self._queues.items() if g == group and t == topic
+        )
+
+
+def _check_group(group: str) -> pb.Status | None:
+    try:
+        _core.validate_topic(RETRY_PREFIX + group, internal=True)
+    except MessageIllegalError:
+        return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r} is not a valid name")
+    if not group or len(group) > 255:
+        return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r} is not a valid name")
+    return None
+
+
+def _peer_address(peer: str) -> str:
+    """``ip:port`` of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest
+    if kind == "ipv6":
+        host, _, port = rest.rpartition(":")
+        host = host.strip("[]")
+        if host.startswith("::ffff:"):
+            return f"{host[7:]}:{port}"
+    return "127.0.0.1:0"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,184 @@
+"""Drives the official RocketMQ 5 Python client (``rocketmq-python-client``) for tests/compat.
+
+Run by ``.venv-rmq5/bin/python`` (``make rmq5-client``), never imported by the suite: that
+client's package is also called ``rocketmq``, as the 4.x client's is. One scenario per run:
+``python rmq5_client.py SCENARIO JSON``; it prints one JSON line with what happened.
+"""
+
+import base64
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
+
+
+def _config(spec: dict[str, Any]) -> ClientConfiguration:
+    return ClientConfiguration(spec["endpoint"], Credentials(), request_timeout=3)
+
+
+def _seen(message: Any) -> dict[str, Any]:
+    return {
+        "body": base64.b64encode(message.body).decode(),
+        "topic": message.topic,
+        "tag": message.tag,
+        "keys": sorted(message.keys or ()),
+        "properties": dict(message.properties or {}),
+        "message_id": message.message_id,
+        "attempt": message.delivery_attempt,
+        "group": message.message_group,
+        "corrupted": message.corrupted,
+    }
+
+
+def produce(spec: dict[str, Any]) -> Any:
+    producer = Producer(_config(spec), (spec["topic"],))
+    producer.startup()
+    ids = []
+    try:
+        for item in spec["messages"]:
+            message = Message()
+            message.topic = spec["topic"]
+            message.body = base64.b64decode(item["body"])
+            if item.get("tag"):
+                message.tag = item["tag"]
+            if item.get("key"):
+                # The client's setter takes one key.
+                message.keys = item["key"]
+            if item.get("group"):
+                message.message_group = item["group"]
+            for name, value in item.get("properties", {}).items():
+                message.add_property(name, value)
+            try:
+                ids.append(producer.send(message).message_id)
+            except Exception as e:
+                ids.append({"error": f"{type(e).__name__}: {e}"})
+    finally:
+        producer.shutdown()
+    return ids
+
+
+def simple(spec: dict[str, Any]) -> Any:
+    """Receives until ``count`` messages came or ``timeout_s`` passed; acks each if ``ack``."""
+    consumer = SimpleConsumer(
+        _config(spec),
+        spec["group"],
+        {spec["topic"]: FilterExpression(spec.get("expression", "*"))},
+        await_duration=spec.get("await_s", 2),
+    )
+    consumer.startup()
+    got: list[dict[str, Any]] = []
+    empty = 0
+    deadline = time.monotonic() + spec["timeout_s"]
+    try:
+        while len(got) < spec["count"] and time.monotonic() < deadline:
+            batch = consumer.receive(spec.get("batch", 16), spec.get("invisible_s", 15))
+            if not batch:
+                empty += 1
+            for message in batch:
+                got.append(_seen(message))
+                if spec.get("ack", True):
+                    consumer.ack(message)
+    finally:
+        consumer.shutdown()
+    return {"messages": got, "empty_receives": empty}
+
+
+def redeliver(spec: dict[str, Any]) -> Any:
+    """Receives one message, shortens its invisibility to 1 s, receives it again, and acks
+    with each handle it was given."""
+    consumer = SimpleConsumer(
+        _config(spec), spec["group"], {spec["topic"]: FilterExpression()}, await_duration=2
+    )
+    consumer.startup()
+    out: dict[str, Any] = {}
+    try:
+        [first] = consumer.receive(1, 30)
+        out["first"] = _seen(first)
+        consumer.change_invisible_duration(first, 1)
+        started = time.monotonic()
+        again: list[Any] = []
+        while not again and time.monotonic() - started < 10:
+            again = consumer.receive(1, 30)
+        out["again_after_s"] = time.monotonic() - started
+        [second] = again
+        out["second"] = _seen(second)
+        consumer.ack(second)
+        out["second_ack"] = "ok"
+        try:
+            consumer.ack(first)
+            out["first_ack"] = "ok"
+        except Exception as e:
+            out["first_ack"] = f"{type(e).__name__}: {e}"
+        try:
+            consumer.ack(second)
+            out["second_ack_again"] = "ok"
+        except Exception as e:
+            out["second_ack_again"] = f"{type(e).__name__}: {e}"
+        out["after"] = [_seen(m) for m in consumer.receive(16, 30)]
+    finally:
+        consumer.shutdown()
+    return out
+
+
+class _Listener(MessageListener):
+    def __init__(self, fail: dict[str, int]) -> None:
+        self.fail = fail
+        self.log: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message: Any) -> ConsumeResult:
+        seen = _seen(message)
+        seen["at"] = time.monotonic()
+        with self.lock:
+            self.log.append(seen)
+        body = message.body.decode(errors="replace")
+        if message.delivery_attempt <= self.fail.get(body, 0):
+            return ConsumeResult.FAILURE
+        return ConsumeResult.SUCCESS
+
+
+def push(spec: dict[str, Any]) -> Any:
+    """Consumes until ``count`` deliveries were seen or ``timeout_s`` passed; a body listed in
+    ``fail`` fails its first that many deliveries."""
+    listener = _Listener(spec.get("fail", {}))
+    consumer = PushConsumer(
+        _config(spec),
+        spec["group"],
+        listener,
+        {spec["topic"]: FilterExpression(spec.get("expression", "*"))},
+    )
+    consumer.startup()
+    print("started", flush=True)
+    deadline = time.monotonic() + spec["timeout_s"]
+    try:
+        while time.monotonic() < deadline:
+            with listener.lock:
+                if len(listener.log) >= spec["count"]:
+                    break
+            time.sleep(0.05)
+        # Acks leave after the listener returns: let the last ones out before stopping.
+        time.sleep(spec.get("linger_s", 0.5))
+    finally:
+        consumer.shutdown()
+    with listener.lock:
+        return listener.log
+
+
+SCENARIOS = {"produce": produce, "simple": simple, "redeliver": redeliver, "push": push}
+
+if __name__ == "__main__":
+    result = SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))
+    print(json.dumps(result), flush=True)

@@ -1,0 +1,340 @@
+"""The official RocketMQ 5 Python client (``rocketmq-python-client`` 5.1.2) against
+``pyrmq serve``'s gRPC port: producing, simple and push consumers, redelivery, the dead-letter
+queue, and messages crossing between the 4.x and 5.x protocols.
+
+The client runs in its own virtualenv (``make rmq5-client``), driven by ``rmq5_client.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.compat import servers
+from tests.helpers import committed_offset, fast_config, pull_head
+
+from pyrmq.client import aio
+from pyrmq.client.message import MessageQueue
+
+pytestmark = [pytest.mark.compat, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("rmq5_client.py")
+RMQ5_PYTHON = Path(os.environ.get("PYRMQ_RMQ5_PYTHON", ROOT / ".venv-rmq5" / "bin" / "python"))
+QUEUES = 4
+
+
+@pytest.fixture(scope="module")
+def rmq5(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Runs one scenario of ``rmq5_client.py`` with the official client; returns its report."""
+    if not RMQ5_PYTHON.exists():
+        pytest.fail(
+            f"the official RocketMQ 5 client is missing: run `make rmq5-client` ({RMQ5_PYTHON})"
+        )
+    home = tmp_path_factory.mktemp("rmq5-home")
+
+    def run(scenario: str, spec: dict[str, Any], timeout_s: float = 90) -> Any:
+        # The client logs under $HOME and reads nothing else from it.
+        env = {"HOME": str(home), "PATH": os.environ.get("PATH", "")}
+        done = subprocess.run(
+            [str(RMQ5_PYTHON), str(DRIVER), scenario, json.dumps(spec)],
+            capture_output=True,
+            env=env,
+            timeout=timeout_s,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ServerProcess]:
+    """``pyrmq serve`` whose groups get 3 deliveries of a message (maxReconsumeTimes=2)."""
+    root = tmp_path_factory.mktemp("serve")
+    conf = root / "broker.conf"
+    conf.write_text(f"maxReconsumeTimes=2\ndefaultTopicQueueNums={QUEUES}\n")
+    with servers.serving(root, "-c", str(conf)) as proc:
+        yield proc
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _text(seen: dict[str, Any]) -> str:
+    return base64.b64decode(seen["body"]).decode()
+
+
+def _queue_messages(server: servers.ServerProcess, topic: str, queue_id: int) -> list[Any]:
+    broker = server.addresses()[1]
+    return asyncio.run(pull_head(broker, "broker-a", topic, queue_id)).messages
+
+
+def test_a_5x_producer_stores_what_4x_consumers_read(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    topic = "TopicG5Produce"
+    normal = [
+        {
+            "body": _b64(f"n{i}"),
+            "tag": "TagA",
+            "key": f"k{i}",
+            "properties": {"p": str(i)},
+        }
+        for i in range(3)
+    ]
+    fifo = [
+        {"body": _b64(f"{group}-{i}"), "group": group}
+        for i in range(5)
+        for group in ("order-1", "order-2")
+    ]
+    ids = rmq5(
+        "produce", {"endpoint": server.grpc_address(), "topic": topic, "messages": normal + fifo}
+    )
+    assert all(isinstance(i, str) and len(i) == 34 for i in ids), ids
+    stored = [m for q in range(QUEUES) for m in _queue_messages(server, topic, q)]
+    by_body = {m.body.decode(): m for m in stored}
+    assert sorted(by_body) == sorted(base64.b64decode(m["body"]).decode() for m in normal + fifo)
+    assert len(stored) == len(ids)
+    for i in range(3):
+        message = by_body[f"n{i}"]
+        assert message.tags == "TagA"
+        assert message.keys == f"k{i}"
+        assert message.get_property("p") == str(i)
+        # The 5.x message id is the 4.x UNIQ_KEY: both clients name the message alike.
+        assert message.id == ids[i]
+    for group in ("order-1", "order-2"):
+        queues = {m.queue_id for m in stored if m.body.decode().startswith(group)}
+        assert len(queues) == 1, f"{group} spread over queues {queues}"
+        in_queue = [
+            m.body.decode()
+            for m in _queue_messages(server, topic, queues.pop())
+            if m.body.decode().startswith(group)
+        ]
+        assert in_queue == [f"{group}-{i}" for i in range(5)]
+        assert by_body[f"{group}-0"].get_property("__SHARDINGKEY") == group
+
+
+async def _send_4x(namesrv: str, topic: str, items: list[tuple[str, str | None]]) -> list[str]:
+    producer = aio.Producer("PG_G5", client_config=fast_config(namesrv))
+    await producer.start()
+    try:
+        ids = []
+        for body, tag in items:
+            message = aio.Message(topic, body.encode(), tags=tag, keys=f"key-{body}")
+            message.properties["origin"] = "4x"
+            ids.append((await producer.send(message)).msg_id)
+        return ids
+    finally:
+        await producer.shutdown()
+
+
+def test_a_5x_simple_consumer_receives_4x_messages_through_its_filter(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    topic = "TopicG5Simple"
+    items = [(f"s{i}", "TagA" if i % 3 else "TagB") for i in range(30)]
+    ids = asyncio.run(_send_4x(server.addresses()[0], topic, items))
+    report = rmq5(
+        "simple",
+        {
+            "endpoint": server.grpc_address(),
+            "group": "GID_G5_SIMPLE",
+            "topic": topic,
+            "expression": "TagA",
+            "count": 20,
+            "timeout_s": 30,
+        },
+    )
+    got = report["messages"]
+    assert sorted(_text(m) for m in got) == sorted(body for body, tag in items if tag == "TagA")
+    expected_ids = {body: i for (body, _), i in zip(items, ids, strict=True)}
+    for seen in got:
+        body = _text(seen)
+        assert seen["tag"] == "TagA"
+        assert seen["keys"] == [f"key-{body}"]
+        assert seen["properties"] == {"origin": "4x"}
+        assert seen["message_id"] == expected_ids[body]
+        assert seen["attempt"] == 1
+        assert not seen["corrupted"]
+    # Everything was acked or filtered out: the group's offsets reached the end of each queue.
+    broker = server.addresses()[1]
+    for queue_id in range(QUEUES):
+        mq = MessageQueue(topic, "broker-a", queue_id)
+        end = len(_queue_messages(server, topic, queue_id))
+        assert asyncio.run(committed_offset(broker, "GID_G5_SIMPLE", mq)) == end
+
+
+def test_a_message_comes_back_when_its_invisibility_ends_and_old_handles_are_refused(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    topic = "TopicG5Redeliver"
+    rmq5(
+        "produce",
+        {"endpoint": server.grpc_address(), "topic": topic, "messages": [{"body": _b64("again")}]},
+    )
+    report = rmq5(
+        "redeliver",
+        {"endpoint": server.grpc_address(), "group": "GID_G5_REDELIVER", "topic": topic},
+    )
+    first, second = report["first"], report["second"]
+    assert _text(first) == _text(second) == "again"
+    assert first["message_id"] == second["message_id"]
+    assert (first["attempt"], second["attempt"]) == (1, 2)
+    assert report["again_after_s"] >= 0.5
+    assert report["second_ack"] == "ok"
+    assert "INVALID_RECEIPT_HANDLE" in report["first_ack"] or "40013" in report["first_ack"]
+    assert report["second_ack_again"] != "ok"
+    assert report["after"] == []
+
+
+def test_a_5x_push_consumer_gets_each_message_and_retries_failures_with_backoff(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    topic = "TopicG5Push"
+    bodies = [f"p{i}" for i in range(40)]
+    rmq5(
+        "produce",
+        {
+            "endpoint": server.grpc_address(),
+            "topic": topic,
+            "messages": [{"body": _b64(b)} for b in bodies],
+        },
+    )
+    log = rmq5(
+        "push",
+        {
+            "endpoint": server.grpc_address(),
+            "group": "GID_G5_PUSH",
+            "topic": topic,
+            "count": 42,
+            "timeout_s": 40,
+            "fail": {"p7": 2},
+        },
+    )
+    counts = Counter(_text(seen) for seen in log)
+    assert counts == Counter({**dict.fromkeys(bodies, 1), "p7": 3})
+    retried = [seen for seen in log if _text(seen) == "p7"]
+    assert [seen["attempt"] for seen in retried] == [1, 2, 3]
+    # The nacks asked for the first two steps of the backoff list the broker sent: 1 s, 5 s.
+    assert retried[1]["at"] - retried[0]["at"] >= 0.9
+    assert retried[2]["at"] - retried[1]["at"] >= 4.5
+    broker = server.addresses()[1]
+    total = 0
+    for queue_id in range(QUEUES):
+        mq = MessageQueue(topic, "broker-a", queue_id)
+        end = len(_queue_messages(server, topic, queue_id))
+        total += end
+        assert asyncio.run(committed_offset(broker, "GID_G5_PUSH", mq)) == end
+    assert total == len(bodies)
+
+
+def test_a_message_that_keeps_failing_goes_to_the_dead_letter_queue(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    topic, group = "TopicG5Dead", "GID_G5_DEAD"
+    [message_id] = rmq5(
+        "produce",
+        {
+            "endpoint": server.grpc_address(),
+            "topic": topic,
+            "messages": [{"body": _b64("doomed"), "tag": "TagD", "key": "kd"}],
+        },
+    )
+    # maxReconsumeTimes=2: three deliveries, each failed by the listener.
+    log = rmq5(
+        "push",
+        {
+            "endpoint": server.grpc_address(),
+            "group": group,
+            "topic": topic,
+            "count": 3,
+            "timeout_s": 30,
+            "linger_s": 2.0,
+            "fail": {"doomed": 99},
+        },
+    )
+    assert [seen["attempt"] for seen in log] == [1, 2, 3]
+    # The third nack found it out of attempts and moved it; a 5.x consumer of the DLQ sees the
+    # original id and body.
+    report = rmq5(
+        "simple",
+        {
+            "endpoint": server.grpc_address(),
+            "group": "GID_G5_DLQ_READER",
+            "topic": f"%DLQ%{group}",
+            "count": 1,
+            "timeout_s": 30,
+        },
+    )
+    [dead] = report["messages"]
+    assert _text(dead) == "doomed"
+    assert dead["message_id"] == message_id
+    assert (dead["tag"], dead["keys"]) == ("TagD", ["kd"])
+    [stored] = _queue_messages(server, f"%DLQ%{group}", 0)
+    assert stored.get_property("DLQ_ORIGIN_TOPIC") == topic
+    assert stored.get_property("DLQ_ORIGIN_MESSAGE_ID") == message_id
+
+
+def test_unacked_messages_come_back_after_a_broker_restart(tmp_path: Path, rmq5: Any) -> None:
+    """One queue: the three acked messages come before the three held ones, so the group's
+    offset stops at the first held one."""
+    topic, group = "TopicG5Restart", "GID_G5_RESTART"
+    with servers.serving(tmp_path) as first:
+        servers.create_topic(first.addresses()[1], topic, 1)
+        endpoint = first.grpc_address()
+        rmq5(
+            "produce",
+            {
+                "endpoint": endpoint,
+                "topic": topic,
+                "messages": [{"body": _b64(f"r{i}")} for i in range(6)],
+            },
+        )
+        acked = rmq5(
+            "simple",
+            {
+                "endpoint": endpoint,
+                "group": group,
+                "topic": topic,
+                "count": 3,
+                "batch": 3,
+                "timeout_s": 20,
+            },
+        )["messages"]
+        held = rmq5(
+            "simple",
+            {
+                "endpoint": endpoint,
+                "group": group,
+                "topic": topic,
+                "count": 3,
+                "timeout_s": 20,
+                "ack": False,
+                "invisible_s": 3600,
+            },
+        )["messages"]
+        assert len(acked) == len(held) == 3
+    with servers.serving(tmp_path) as second:
+        again = rmq5(
+            "simple",
+            {
+                "endpoint": second.grpc_address(),
+                "group": group,
+                "topic": topic,
+                "count": 3,
+                "timeout_s": 20,
+            },
+        )["messages"]
+    assert sorted(_text(m) for m in again) == sorted(_text(m) for m in held)
+    assert not {_text(m) for m in again} & {_text(m) for m in acked}

@@ -1,0 +1,354 @@
+"""RocketMQ 5's gRPC protocol at the wire, against ``pyrmq serve``: the settings handshake,
+the status codes bad requests get, long polling, and messages a departed client held.
+
+Requests are built with pyrmq's own protocol classes (the official client's behaviour is
+covered in tests/compat/test_grpc_official_client.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from tests.compat import servers
+
+from pyrmq.proxy.proto import messaging_pb2 as pb
+from pyrmq.proxy.server import SERVICE_NAME
+
+pytestmark = pytest.mark.integration
+
+CALLS = {
+    "QueryRoute": (pb.QueryRouteRequest, pb.QueryRouteResponse),
+    "SendMessage": (pb.SendMessageRequest, pb.SendMessageResponse),
+    "AckMessage": (pb.AckMessageRequest, pb.AckMessageResponse),
+    "ChangeInvisibleDuration": (
+        pb.ChangeInvisibleDurationRequest,
+        pb.ChangeInvisibleDurationResponse,
+    ),
+    "Heartbeat": (pb.HeartbeatRequest, pb.HeartbeatResponse),
+    "NotifyClientTermination": (
+        pb.NotifyClientTerminationRequest,
+        pb.NotifyClientTerminationResponse,
+    ),
+    "EndTransaction": (pb.EndTransactionRequest, pb.EndTransactionResponse),
+}
+
+
+class Client:
+    """One gRPC client identity on its own channel."""
+
+    def __init__(self, address: str, client_id: str) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.metadata = [("x-mq-client-id", client_id)] if client_id else []
+
+    def call(self, name: str, request: Any) -> Any:
+        _, response = CALLS[name]
+        method = self.channel.unary_unary(
+            f"/{SERVICE_NAME}/{name}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response.FromString,
+        )
+        return method(request, metadata=self.metadata, timeout=10)
+
+    def receive(self, request: pb.ReceiveMessageRequest, timeout_s: float = 10) -> list[Any]:
+        method = self.channel.unary_stream(
+            f"/{SERVICE_NAME}/ReceiveMessage",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=pb.ReceiveMessageResponse.FromString,
+        )
+        return list(method(request, metadata=self.metadata, timeout=timeout_s))
+
+    def telemetry(self, settings: pb.Settings) -> tuple[Any, Any]:
+        """Opens a telemetry stream, sends ``settings``; returns the reply and the stream."""
+        method = self.channel.stream_stream(
+            f"/{SERVICE_NAME}/Telemetry",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=pb.TelemetryCommand.FromString,
+        )
+        outgoing: list[Any] = [pb.TelemetryCommand(settings=settings)]
+        done = threading.Event()
+
+        def commands() -> Iterator[Any]:
+            yield from outgoing
+            done.wait(60)
+
+        stream = method(commands(), metadata=self.metadata)
+        reply = next(stream)
+        return reply, (stream, done)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ServerProcess]:
+    root = tmp_path_factory.mktemp("serve")
+    with servers.serving(root) as proc:
+        yield proc
+
+
+@pytest.fixture
+def client(server: servers.ServerProcess) -> Iterator[Client]:
+    c = Client(server.grpc_address(), "test-client@1")
+    yield c
+    c.close()
+
+
+def _message(topic: str, body: bytes, message_id: str = "01AAAA", **system: Any) -> pb.Message:
+    system.setdefault("message_type", pb.NORMAL)
+    return pb.Message(
+        topic=pb.Resource(name=topic),
+        body=body,
+        system_properties=pb.SystemProperties(message_id=message_id, **system),
+    )
+
+
+def _send(client: Client, message: pb.Message) -> Any:
+    return client.call("SendMessage", pb.SendMessageRequest(messages=[message]))
+
+
+def _receive_request(
+    topic: str, group: str, *, wait_s: int = 0, invisible_s: int = 30, auto_renew: bool = False
+) -> pb.ReceiveMessageRequest:
+    request = pb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=32,
+        auto_renew=auto_renew,
+        long_polling_timeout=Duration(seconds=wait_s),
+    )
+    if not auto_renew:
+        request.invisible_duration.FromSeconds(invisible_s)
+    return request
+
+
+def _messages(frames: list[Any]) -> list[Any]:
+    return [f.message for f in frames if f.WhichOneof("content") == "message"]
+
+
+def _code(frames: list[Any]) -> int:
+    [status] = [f.status for f in frames if f.WhichOneof("content") == "status"]
+    return int(status.code)
+
+
+def test_settings_are_answered_with_the_brokers_limits_and_retry_policy(client: Client) -> None:
+    producer = pb.Settings(
+        client_type=pb.PRODUCER,
+        publishing=pb.Publishing(topics=[pb.Resource(name="TopicGrpcSettings")]),
+    )
+    reply, (_, done) = client.telemetry(producer)
+    done.set()
+    assert reply.status.code == pb.OK
+    assert reply.settings.publishing.max_body_size == 4 * 1024 * 1024
+    assert reply.settings.publishing.validate_message_type
+    assert reply.settings.backoff_policy.max_attempts == 3
+    consumer = pb.Settings(
+        client_type=pb.PUSH_CONSUMER,
+        subscription=pb.Subscription(group=pb.Resource(name="GID_SETTINGS")),
+    )
+    reply, (_, done) = client.telemetry(consumer)
+    done.set()
+    subscription = reply.settings.subscription
+    assert reply.status.code == pb.OK
+    assert subscription.long_polling_timeout.seconds == 20
+    assert not subscription.fifo
+    policy = reply.settings.backoff_policy
+    assert policy.max_attempts == 17
+    steps = [d.seconds for d in policy.customized_backoff.next]
+    assert steps[:4] == [1, 5, 10, 30]
+    assert (len(steps), steps[-1]) == (18, 7200)
+
+
+def test_routes_name_the_grpc_address_with_broker_id_0_and_the_accepted_types(
+    server: servers.ServerProcess, client: Client
+) -> None:
+    route = client.call(
+        "QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="TopicGrpcRoute"))
+    )
+    assert route.status.code == pb.OK
+    assert [q.id for q in route.message_queues] == list(range(8))
+    host, port = server.grpc_address().split(":")
+    for queue in route.message_queues:
+        assert queue.permission == pb.READ_WRITE
+        assert (queue.broker.name, queue.broker.id) == ("broker-a", 0)
+        [address] = queue.broker.endpoints.addresses
+        assert (address.host, address.port) == (host, int(port))
+        assert list(queue.accept_message_types) == [pb.NORMAL, pb.FIFO]
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        (_message("TopicGrpcBad", b""), pb.MESSAGE_BODY_EMPTY),
+        (_message("TopicGrpcBad", b"x" * (4 * 1024 * 1024 + 1)), pb.MESSAGE_BODY_TOO_LARGE),
+        (_message("TopicGrpcBad", b"x", message_id=" "), pb.ILLEGAL_MESSAGE_ID),
+        (_message("TopicGrpcBad", b"x", tag="a||b"), pb.ILLEGAL_MESSAGE_TAG),
+        (_message("TopicGrpcBad", b"x", keys=["k\x01"]), pb.ILLEGAL_MESSAGE_KEY),
+        (_message("TopicGrpcBad", b"x", message_group="g" * 64), pb.ILLEGAL_MESSAGE_GROUP),
+        (_message("TopicGrpcBad", b"x", message_type=pb.FIFO), pb.ILLEGAL_MESSAGE_GROUP),
+        (
+            _message("TopicGrpcBad", b"x", message_type=pb.DELAY),
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        ),
+        (
+            _message("TopicGrpcBad", b"x", message_type=pb.TRANSACTION),
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        ),
+        (_message("Topic Bad", b"x"), pb.ILLEGAL_TOPIC),
+        (_message("SCHEDULE_TOPIC_XXXX", b"x"), pb.ILLEGAL_TOPIC),
+        (_message("%DLQ%GID_X", b"x"), pb.ILLEGAL_TOPIC),
+    ],
+)
+def test_a_bad_send_is_refused_with_its_code_and_stores_nothing(
+    server: servers.ServerProcess, client: Client, message: pb.Message, code: int
+) -> None:
+    response = _send(client, message)
+    assert response.status.code == code, response.status.message
+    [entry] = response.entries
+    assert entry.status.code == code
+    # The broker still serves, and nothing of the refused send is readable.
+    assert _send(client, _message("TopicGrpcBad", b"fine")).status.code == pb.OK
+    frames = client.receive(_receive_request("TopicGrpcBad", f"GID_BAD_{code}_{id(message)}"))
+    assert [m.body for m in _messages(frames)].count(b"fine") >= 1
+    assert b"" not in [m.body for m in _messages(frames)]
+
+
+def test_a_reserved_user_property_is_refused(client: Client) -> None:
+    message = _message("TopicGrpcBad", b"x")
+    message.user_properties["DELAY"] = "3"
+    assert _send(client, message).status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY
+
+
+def test_requests_without_a_client_id_or_with_bad_names_and_handles_get_their_codes(
+    server: servers.ServerProcess, client: Client
+) -> None:
+    anonymous = Client(server.grpc_address(), "")
+    try:
+        route = anonymous.call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="T")))
+        assert route.status.code == pb.CLIENT_ID_REQUIRED
+    finally:
+        anonymous.close()
+    empty = client.call("SendMessage", pb.SendMessageRequest())
+    assert empty.status.code == pb.MESSAGE_CORRUPTED
+    assert (
+        _code(client.receive(_receive_request("TopicGrpcNone", "GID_NONE"))) == pb.TOPIC_NOT_FOUND
+    )
+    assert (
+        _code(client.receive(_receive_request("TopicGrpcBad", "bad group")))
+        == pb.ILLEGAL_CONSUMER_GROUP
+    )
+    short = _receive_request("TopicGrpcBad", "GID_SHORT", invisible_s=1)
+    assert _code(client.receive(short)) == pb.ILLEGAL_INVISIBLE_TIME
+    sql = _receive_request("TopicGrpcBad", "GID_SQL")
+    sql.filter_expression.type = pb.SQL
+    assert _code(client.receive(sql)) == pb.ILLEGAL_FILTER_EXPRESSION
+    for handle in ("", "garbage", "p1.0.0.1", "p1.x.y.z"):
+        ack = client.call(
+            "AckMessage",
+            pb.AckMessageRequest(
+                group=pb.Resource(name="GID_ACK"),
+                topic=pb.Resource(name="TopicGrpcBad"),
+                entries=[pb.AckMessageEntry(message_id="01", receipt_handle=handle)],
+            ),
+        )
+        assert ack.status.code == pb.INVALID_RECEIPT_HANDLE
+    end = client.call("EndTransaction", pb.EndTransactionRequest(transaction_id="t"))
+    assert end.status.code == pb.NOT_IMPLEMENTED
+    # An RPC the broker does not serve is gRPC's UNIMPLEMENTED, as from RocketMQ's proxy.
+    pull = client.channel.unary_unary(f"/{SERVICE_NAME}/PullMessage")
+    with pytest.raises(grpc.RpcError) as raised:
+        pull(b"", metadata=client.metadata, timeout=5)
+    assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_held_receive_is_answered_by_the_message_that_arrives(client: Client) -> None:
+    topic, group = "TopicGrpcLongPoll", "GID_LONG_POLL"
+    assert _code(client.receive(_receive_request(topic, group))) == pb.TOPIC_NOT_FOUND
+    assert _send(client, _message(topic, b"first")).status.code == pb.OK
+    assert [m.body for m in _messages(client.receive(_receive_request(topic, group)))] == [b"first"]
+    result: list[Any] = []
+    started = time.monotonic()
+    waiter = threading.Thread(
+        target=lambda: result.extend(client.receive(_receive_request(topic, group, wait_s=15), 25))
+    )
+    waiter.start()
+    time.sleep(0.5)
+    assert _send(client, _message(topic, b"second")).status.code == pb.OK
+    waiter.join(30)
+    assert [m.body for m in _messages(result)] == [b"second"]
+    # Answered by the arrival, not by the end of its 15 s window.
+    assert time.monotonic() - started < 10
+    empty = client.receive(_receive_request(topic, group, wait_s=1))
+    assert _code(empty) == pb.MESSAGE_NOT_FOUND
+
+
+def test_messages_a_departed_push_consumer_held_go_to_another_at_once(
+    server: servers.ServerProcess,
+) -> None:
+    topic, group = "TopicGrpcDeparted", "GID_DEPARTED"
+    first = Client(server.grpc_address(), "first@1")
+    second = Client(server.grpc_address(), "second@2")
+    try:
+        for i in range(3):
+            assert _send(first, _message(topic, f"m{i}".encode())).status.code == pb.OK
+        settings = pb.Settings(
+            client_type=pb.PUSH_CONSUMER,
+            subscription=pb.Subscription(group=pb.Resource(name=group)),
+        )
+        _, (stream, done) = first.telemetry(settings)
+        held = _messages(first.receive(_receive_request(topic, group, auto_renew=True)))
+        assert sorted(m.body for m in held) == [b"m0", b"m1", b"m2"]
+        # Auto-renewed: invisible to the group while the holder is connected.
+        assert (
+            _code(second.receive(_receive_request(topic, group, wait_s=1))) == pb.MESSAGE_NOT_FOUND
+        )
+        done.set()
+        stream.cancel()
+        first.close()
+        again: list[Any] = []
+        deadline = time.monotonic() + 10
+        while len(again) < 3 and time.monotonic() < deadline:
+            again += _messages(second.receive(_receive_request(topic, group, wait_s=1)))
+        assert sorted(m.body for m in again) == [b"m0", b"m1", b"m2"]
+        assert {m.system_properties.delivery_attempt for m in again} == {2}
+        # A handle of the departed client's delivery no longer acks.
+        stale = held[0].system_properties.receipt_handle
+        ack = second.call(
+            "AckMessage",
+            pb.AckMessageRequest(
+                group=pb.Resource(name=group),
+                topic=pb.Resource(name=topic),
+                entries=[pb.AckMessageEntry(message_id="x", receipt_handle=stale)],
+            ),
+        )
+        assert ack.status.code == pb.INVALID_RECEIPT_HANDLE
+    finally:
+        second.close()
+
+
+def test_a_nack_to_zero_makes_the_message_visible_again_with_a_new_handle(client: Client) -> None:
+    topic, group = "TopicGrpcNack", "GID_NACK"
+    assert _send(client, _message(topic, b"nacked")).status.code == pb.OK
+    [message] = _messages(client.receive(_receive_request(topic, group)))
+    handle = message.system_properties.receipt_handle
+    changed = client.call(
+        "ChangeInvisibleDuration",
+        pb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            receipt_handle=handle,
+            invisible_duration=Duration(seconds=0),
+        ),
+    )
+    assert changed.status.code == pb.OK
+    assert changed.receipt_handle not in ("", handle)
+    [again] = _messages(client.receive(_receive_request(topic, group)))
+    assert again.body == b"nacked"
+    assert again.system_properties.delivery_attempt == 2
+    assert again.system_properties.receipt_handle not in (handle, changed.receipt_handle)
