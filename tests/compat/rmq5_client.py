@@ -134,20 +134,35 @@ def redeliver(spec: dict[str, Any]) -> Any:
 
 
 class _Listener(MessageListener):
+    """Logs every call; a body listed in ``fail`` fails its first that many calls (counted
+    here: a FIFO consumer retries locally without counting deliveries)."""
+
     def __init__(self, fail: dict[str, int]) -> None:
         self.fail = fail
+        self.calls: dict[str, int] = {}
         self.log: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.busy: set[str] = set()
 
     def consume(self, message: Any) -> ConsumeResult:
         seen = _seen(message)
         seen["at"] = time.monotonic()
+        body = message.body.decode(errors="replace")
+        group = message.message_group or ""
         with self.lock:
             self.log.append(seen)
-        body = message.body.decode(errors="replace")
-        if message.delivery_attempt <= self.fail.get(body, 0):
-            return ConsumeResult.FAILURE
-        return ConsumeResult.SUCCESS
+            calls = self.calls[body] = self.calls.get(body, 0) + 1
+            # Two calls of one message group at once would break its order.
+            seen["overlap"] = bool(group) and group in self.busy
+            self.busy.add(group)
+        try:
+            time.sleep(0.002)
+            return (
+                ConsumeResult.FAILURE if calls <= self.fail.get(body, 0) else ConsumeResult.SUCCESS
+            )
+        finally:
+            with self.lock:
+                self.busy.discard(group)
 
 
 def push(spec: dict[str, Any]) -> Any:

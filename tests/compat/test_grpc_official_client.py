@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests import helpers
 from tests.compat import servers
 from tests.helpers import committed_offset, fast_config, pull_head
 
@@ -338,3 +339,44 @@ def test_unacked_messages_come_back_after_a_broker_restart(tmp_path: Path, rmq5:
         )["messages"]
     assert sorted(_text(m) for m in again) == sorted(_text(m) for m in held)
     assert not {_text(m) for m in again} & {_text(m) for m in acked}
+
+
+def test_an_orderly_groups_push_consumer_takes_each_message_group_in_order(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    """With ``consumeMessageOrderly`` set, the 5.x push consumer consumes FIFO: each message
+    group one message at a time in send order, a failure retried in place (by the client), and
+    a message out of attempts forwarded to the DLQ before its group goes on."""
+    topic, group = "TopicG5Fifo", "GID_G5_FIFO"
+    namesrv = server.addresses()[0]
+    done = helpers.pyrmq_admin("update-group", "-n", namesrv, "-g", group, "-o", "-r", "2")
+    assert done.returncode == 0, done.stderr
+    names = [f"g{n}" for n in range(4)]
+    messages = [{"body": _b64(f"{name}-{i}"), "group": name} for i in range(10) for name in names]
+    ids = rmq5("produce", {"endpoint": server.grpc_address(), "topic": topic, "messages": messages})
+    id_of = {base64.b64decode(m["body"]).decode(): i for m, i in zip(messages, ids, strict=True)}
+    # g1-3 fails once; g2-5 fails every time: 3 attempts (retryMaxTimes 2), then the DLQ.
+    log = rmq5(
+        "push",
+        {
+            "endpoint": server.grpc_address(),
+            "group": group,
+            "topic": topic,
+            "count": 40 + 1 + 2,
+            "timeout_s": 40,
+            "linger_s": 1.0,
+            "fail": {"g1-3": 1, "g2-5": 99},
+        },
+    )
+    assert not [seen for seen in log if seen["overlap"]]
+    for name in names:
+        calls = [_text(seen) for seen in log if seen["group"] == name]
+        expected = [f"{name}-{i}" for i in range(10)]
+        if name == "g1":
+            expected.insert(4, "g1-3")
+        if name == "g2":
+            expected[6:6] = ["g2-5", "g2-5"]
+        assert calls == expected, name
+    [dead] = [m for m in _queue_messages(server, f"%DLQ%{group}", 0)]
+    assert dead.body == b"g2-5"
+    assert dead.get_property("DLQ_ORIGIN_MESSAGE_ID") == id_of["g2-5"]

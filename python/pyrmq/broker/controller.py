@@ -15,11 +15,13 @@ from pyrmq.broker.processors.admin import AdminProcessor
 from pyrmq.broker.processors.client_manage import ClientManageProcessor
 from pyrmq.broker.processors.config import ConfigProcessor
 from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
+from pyrmq.broker.processors.groups import GroupProcessor
 from pyrmq.broker.processors.pull import PullProcessor
 from pyrmq.broker.processors.send import SendProcessor
 from pyrmq.broker.processors.stats import StatsProcessor
 from pyrmq.broker.services.hold import PullHoldService
 from pyrmq.broker.services.stats import BrokerStats
+from pyrmq.broker.state.groups import GroupConfig, GroupTable
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.queue_locks import QueueLockTable
 from pyrmq.broker.state.topics import TopicTable
@@ -60,6 +62,7 @@ class BrokerController:
         )
         self.offsets = OffsetTable(self._root / "config" / "consumerOffset.json")
         self.queue_locks = QueueLockTable(self._root / "config" / "queueLocks.json")
+        self.groups = GroupTable(self._root / "config" / "subscriptionGroup.json")
         self.stats = BrokerStats()
         self._store: MessageStore | None = None
         self._hold: PullHoldService | None = None
@@ -76,6 +79,7 @@ class BrokerController:
             PullProcessor(self),
             ClientManageProcessor(self),
             ConsumerManageProcessor(self),
+            GroupProcessor(self),
             AdminProcessor(self),
             StatsProcessor(self),
             ConfigProcessor(self),
@@ -102,6 +106,14 @@ class BrokerController:
     @property
     def address(self) -> str:
         return f"{self.config.broker_ip1}:{self.server.port}"
+
+    def group_config(self, group: str) -> GroupConfig:
+        """A group's settings: those an operator set, or RocketMQ's defaults with the broker's
+        ``maxReconsumeTimes``."""
+        config = self.groups.get(group)
+        if config is None:
+            config = GroupConfig(group, retry_max_times=self.config.max_reconsume_times)
+        return config
 
     def queue_ids(self, queue_nums: int) -> range:
         """The queue ids of a topic with ``queue_nums`` queues that the store can hold: a

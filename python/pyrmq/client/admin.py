@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from pyrmq import _core
 from pyrmq._core import MessageExt
@@ -238,6 +238,59 @@ class Admin:
             self._check(
                 addr, await self._call(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, in_namesrv)
             )
+        return addrs
+
+    async def update_group(
+        self,
+        group: str,
+        *,
+        orderly: bool = False,
+        retry_max_times: int = 16,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+    ) -> list[str]:
+        """Sets consumer group ``group``'s settings (``mqadmin updateSubGroup``) on
+        ``broker_addr``, or on every master of ``cluster`` (default: of every cluster);
+        returns the brokers' addresses. ``orderly``: its RocketMQ 5 clients consume FIFO
+        messages in order; ``retry_max_times``: redeliveries before its DLQ."""
+        body = json.dumps(
+            {
+                "groupName": group,
+                "consumeEnable": True,
+                "consumeFromMinEnable": True,
+                "consumeBroadcastEnable": True,
+                "consumeMessageOrderly": orderly,
+                "retryQueueNums": 1,
+                "retryMaxTimes": retry_max_times,
+                "brokerId": 0,
+                "whichBrokerWhenConsumeSlowly": 1,
+                "notifyConsumerIdsChangedEnable": True,
+            }
+        ).encode()
+        addrs = [broker_addr] if broker_addr else await self._masters(cluster)
+        for addr in addrs:
+            response = await self._call(
+                addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body
+            )
+            self._check(addr, response)
+        return addrs
+
+    async def groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """Every consumer group's settings on one broker, by name, in RocketMQ's JSON form."""
+        response = await self._call(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        self._check(broker_addr, response)
+        table = loads_loose_json(response.body).get("subscriptionGroupTable") or {}
+        return {str(name): dict(value) for name, value in table.items()}
+
+    async def delete_group(self, group: str, *, cluster: str | None = None) -> list[str]:
+        """Deletes group ``group``'s settings from every master of ``cluster`` (default: of
+        every cluster); returns the brokers' addresses."""
+        addrs = await self._masters(cluster)
+        for addr in addrs:
+            response = await self._call(
+                addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group}
+            )
+            self._check(addr, response)
         return addrs
 
     async def _route(self, topic: str) -> TopicRoute:

@@ -75,10 +75,12 @@ class PopQueue:
     the DLQ, or read past because it did not match the filter.
     """
 
-    __slots__ = ("cursor", "inflight")
+    __slots__ = ("cursor", "inflight", "last_attempt")
 
     def __init__(self, start: int) -> None:
         self.cursor = start
+        # The attempt id of the receive that took the current batch (orderly groups).
+        self.last_attempt = ""
         # Offsets are added in increasing order (the cursor only moves forward) and a
         # redelivery updates its entry in place, so the first key is the smallest.
         self.inflight: dict[int, InFlight] = {}

@@ -62,6 +62,7 @@ def _status(code: "pb.Code | int", message: str = "") -> pb.Status:
 
 
 OK = _status(pb.OK)
+NOT_FOUND = _status(pb.MESSAGE_NOT_FOUND, "no new message")
 
 
 @dataclasses.dataclass(slots=True)
@@ -75,6 +76,24 @@ class Client:
     streams: int = 0
     streamed: bool = False
     last_seen: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Receive:
+    """One ReceiveMessage request, checked."""
+
+    client: Client
+    group: str
+    config: TopicConfig
+    expression: str
+    batch: int
+    invisible_s: float
+    auto_renew: bool
+    # -1: every readable queue.
+    queue_id: int
+    attempt_id: str
+    orderly: bool
+    max_attempts: int
 
 
 class MessagingService:
@@ -204,16 +223,27 @@ class MessagingService:
             return pb.QueryAssignmentResponse(
                 status=_status(pb.FORBIDDEN, f"topic {config.topic_name!r} has no readable queue")
             )
-        # One assignment for the whole broker (queue id -1): receives pop from every queue.
-        queue = pb.MessageQueue(
-            topic=request.topic,
-            id=-1,
-            permission=pb.READ_WRITE if config.perm & PERM_WRITE else pb.READ,
-            broker=self._broker(),
-            accept_message_types=[pb.NORMAL, pb.FIFO],
-        )
+        if self.broker.group_config(request.group.name).consume_message_orderly:
+            # An orderly group receives queue by queue, each queue one batch at a time.
+            ids = [
+                i
+                for i in self.broker.queue_ids(config.read_queue_nums)
+                if self._queue_permission(config, i) in (pb.READ, pb.READ_WRITE)
+            ]
+            queues = [self._message_queue(request.topic, config, i) for i in ids]
+        else:
+            # One assignment for the whole broker (queue id -1): receives pop from every queue.
+            queues = [
+                pb.MessageQueue(
+                    topic=request.topic,
+                    id=-1,
+                    permission=pb.READ_WRITE if config.perm & PERM_WRITE else pb.READ,
+                    broker=self._broker(),
+                    accept_message_types=[pb.NORMAL, pb.FIFO],
+                )
+            ]
         return pb.QueryAssignmentResponse(
-            status=OK, assignments=[pb.Assignment(message_queue=queue)]
+            status=OK, assignments=[pb.Assignment(message_queue=q) for q in queues]
         )
 
     # -- client lifecycle ------------------------------------------------------------------
@@ -278,20 +308,20 @@ class MessagingService:
             subscription = reply.subscription
             if subscription.HasField("group"):
                 client.group = subscription.group.name
-            subscription.fifo = False
+            group_settings = self.broker.group_config(client.group)
+            subscription.fifo = group_settings.consume_message_orderly
             if not subscription.HasField("long_polling_timeout"):
                 subscription.long_polling_timeout.FromSeconds(int(DEFAULT_LONG_POLLING_S))
             subscription.receive_batch_size = MAX_BATCH
             policy = reply.backoff_policy
-            policy.max_attempts = self._max_attempts
+            policy.max_attempts = group_settings.retry_max_times + 1
             policy.customized_backoff.ClearField("next")
             for ms in config.store.delay_levels_ms():
                 policy.customized_backoff.next.add().FromMilliseconds(ms)
         return reply
 
-    @property
-    def _max_attempts(self) -> int:
-        return self.broker.config.max_reconsume_times + 1
+    def _max_attempts(self, group: str) -> int:
+        return self.broker.group_config(group).retry_max_times + 1
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -419,83 +449,113 @@ class MessagingService:
         stored = result.messages()[0]
         return stored if stored.queue_offset == offset else None
 
-    def _pop(
-        self,
-        client: Client,
-        group: str,
-        config: TopicConfig,
-        expression: str,
-        batch: int,
-        invisible_s: float,
-        auto_renew: bool,
-    ) -> list[tuple[StoredMessage, Delivery]]:
-        """Takes up to ``batch`` messages for ``group``: due redeliveries first, then new ones,
-        over every readable queue of the topic, starting at a different queue each time."""
-        topic = config.topic_name
-        queue_ids = list(self.broker.queue_ids(config.read_queue_nums))
+    def _pop(self, r: "_Receive") -> list[tuple[StoredMessage, Delivery]]:
+        """Takes up to ``r.batch`` messages: due redeliveries first, then new ones, from the
+        queue asked for or every readable queue of the topic, starting at a different queue
+        each time."""
+        if r.queue_id >= 0:
+            queue_ids = [r.queue_id] if r.queue_id < r.config.read_queue_nums else []
+        else:
+            queue_ids = list(self.broker.queue_ids(r.config.read_queue_nums))
         if not queue_ids:
             return []
         start = next(self._round_robin) % len(queue_ids)
         queue_ids = queue_ids[start:] + queue_ids[:start]
         now = time.monotonic()
-        visible_at = now + invisible_s
         present = self._present(now)
+        topic = r.config.topic_name
         out: list[tuple[StoredMessage, Delivery]] = []
         for queue_id in queue_ids:
-            queue = self._pop_queue(group, topic, queue_id)
-            for entry in queue.due(now, present):
-                if len(out) >= batch:
-                    break
-                stored = self._read_one(topic, queue_id, entry.offset)
-                if stored is None:
-                    queue.finish(entry.offset)
-                    continue
-                if entry.attempt + stored.reconsume_times >= self._max_attempts:
-                    if self._to_dead_letters(group, stored, entry.attempt):
-                        queue.finish(entry.offset)
-                    continue
-                generation = next(self._generations)
-                queue.redelivered(
-                    entry, generation, visible_at, client.client_id, auto_renew=auto_renew
-                )
-                out.append((stored, self._delivery(queue_id, entry, invisible_s)))
-            room = batch - len(out)
-            if room > 0:
-                out.extend(
-                    self._pop_new(
-                        client,
-                        group,
-                        topic,
-                        queue_id,
-                        queue,
-                        expression,
-                        room,
-                        now,
-                        invisible_s,
-                        auto_renew,
-                    )
-                )
-            self._commit(group, topic, queue_id, queue)
-            if len(out) >= batch:
+            queue = self._pop_queue(r.group, topic, queue_id)
+            room = r.batch - len(out)
+            if r.orderly:
+                out += self._pop_orderly(r, queue_id, queue, room, now, present)
+            else:
+                out += self._redeliver(r, queue_id, queue, queue.due(now, present), room, now)
+                room = r.batch - len(out)
+                if room > 0:
+                    out += self._pop_new(r, queue_id, queue, room, now)
+            self._commit(r.group, topic, queue_id, queue)
+            if len(out) >= r.batch:
                 break
         return out
 
-    def _pop_new(
+    def _pop_orderly(
         self,
-        client: Client,
-        group: str,
-        topic: str,
+        r: "_Receive",
         queue_id: int,
         queue: PopQueue,
-        expression: str,
         room: int,
         now: float,
-        invisible_s: float,
-        auto_renew: bool,
+        present: set[str],
     ) -> list[tuple[StoredMessage, Delivery]]:
-        result = self.broker.store.get(
-            topic, queue_id, queue.cursor, max_count=room, tags=expression
-        )
+        """An orderly group takes one batch of a queue at a time, as RocketMQ's proxy does:
+        nothing more of the queue is delivered until every message of the batch is acked or
+        forwarded, and a batch whose invisibility ran out comes back whole and first. So each
+        message group is consumed in order, whatever groups a batch mixes."""
+        if queue.inflight:
+            if (
+                r.attempt_id
+                and queue.last_attempt == r.attempt_id
+                and all(e.client_id == r.client.client_id for e in queue.inflight.values())
+            ):
+                # The same receive again: its answer was lost, so the batch is sent again.
+                return self._redeliver(
+                    r, queue_id, queue, list(queue.inflight.values()), room, now, count=False
+                )
+            due = queue.due(now, present)
+            if len(due) < len(queue.inflight):
+                return []
+            out = self._redeliver(r, queue_id, queue, due, room, now)
+        else:
+            out = self._pop_new(r, queue_id, queue, room, now)
+        if out:
+            queue.last_attempt = r.attempt_id
+        return out
+
+    def _redeliver(
+        self,
+        r: "_Receive",
+        queue_id: int,
+        queue: PopQueue,
+        entries: list[InFlight],
+        room: int,
+        now: float,
+        *,
+        count: bool = True,
+    ) -> list[tuple[StoredMessage, Delivery]]:
+        """Delivers ``entries`` again, in order; one out of attempts goes to the DLQ instead.
+        ``count=False`` sends a delivery again without counting an attempt."""
+        topic = r.config.topic_name
+        out: list[tuple[StoredMessage, Delivery]] = []
+        for entry in entries:
+            if len(out) >= room:
+                break
+            stored = self._read_one(topic, queue_id, entry.offset)
+            if stored is None:
+                queue.finish(entry.offset)
+                continue
+            if count and entry.attempt + stored.reconsume_times >= r.max_attempts:
+                if self._to_dead_letters(r.group, stored, entry.attempt):
+                    queue.finish(entry.offset)
+                continue
+            generation = next(self._generations)
+            visible_at = now + r.invisible_s
+            if count:
+                queue.redelivered(
+                    entry, generation, visible_at, r.client.client_id, auto_renew=r.auto_renew
+                )
+            else:
+                entry.generation, entry.visible_at = generation, visible_at
+            out.append((stored, self._delivery(queue_id, entry, r.invisible_s)))
+        return out
+
+    def _pop_new(
+        self, r: "_Receive", queue_id: int, queue: PopQueue, room: int, now: float
+    ) -> list[tuple[StoredMessage, Delivery]]:
+        store = self.broker.store
+        topic = r.config.topic_name
+        result = store.get(topic, queue_id, queue.cursor, max_count=room, tags=r.expression)
         status = result.status
         if status is GetMessageStatus.FOUND:
             out = []
@@ -503,17 +563,15 @@ class MessagingService:
                 entry = queue.delivered(
                     stored.queue_offset,
                     next(self._generations),
-                    now + invisible_s,
-                    client.client_id,
-                    auto_renew=auto_renew,
+                    now + r.invisible_s,
+                    r.client.client_id,
+                    auto_renew=r.auto_renew,
                 )
-                out.append((stored, self._delivery(queue_id, entry, invisible_s)))
+                out.append((stored, self._delivery(queue_id, entry, r.invisible_s)))
             queue.moved_cursor(result.next_begin_offset)
             return out
-        if (
-            status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
-            and result.next_begin_offset < queue.cursor
-        ):
+        behind = result.next_begin_offset < queue.cursor
+        if status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and behind:
             # The queue is behind the group: the topic was deleted and made again.
             queue.inflight.clear()
             queue.cursor = result.next_begin_offset
@@ -614,15 +672,11 @@ class MessagingService:
         self, request: pb.ReceiveMessageRequest, context: Any
     ) -> AsyncIterator[pb.ReceiveMessageResponse]:
         client = self._client(context)
-        answer = self._check_receive(request, client)
-        if isinstance(answer, pb.Status):
-            yield pb.ReceiveMessageResponse(status=answer)
+        r = self._check_receive(request, client)
+        if isinstance(r, pb.Status):
+            yield pb.ReceiveMessageResponse(status=r)
             yield pb.ReceiveMessageResponse(delivery_timestamp=messages.timestamp(_now_ms()))
             return
-        assert client is not None
-        config, expression, batch, invisible_s = answer
-        group = request.group.name
-        auto_renew = request.auto_renew
         loop = self.broker.loop
         remaining = context.time_remaining()
         window = DEFAULT_LONG_POLLING_S
@@ -631,22 +685,21 @@ class MessagingService:
         if remaining is not None:
             window = min(window, remaining - DEADLINE_MARGIN_S)
         end = loop.time() + max(0.0, window)
-        popped = self._pop(client, group, config, expression, batch, invisible_s, auto_renew)
+        topic = r.config.topic_name
+        popped = self._pop(r)
         while not popped:
             left = end - loop.time()
             if left <= 0:
                 break
-            visible_in = self._next_visible_in(group, config, time.monotonic())
+            visible_in = self._next_visible_in(r.group, r.config, time.monotonic())
             if visible_in is not None:
                 left = min(left, visible_in + 0.001)
-            await self._wait(group, config.topic_name, config, expression, left)
-            popped = self._pop(client, group, config, expression, batch, invisible_s, auto_renew)
+            await self._wait(r.group, topic, r.config, r.expression, left)
+            popped = self._pop(r)
         namespace = request.group.resource_namespace
         try:
             if not popped:
-                yield pb.ReceiveMessageResponse(
-                    status=_status(pb.MESSAGE_NOT_FOUND, "no new message")
-                )
+                yield pb.ReceiveMessageResponse(status=NOT_FOUND)
             else:
                 yield pb.ReceiveMessageResponse(status=OK)
                 for stored, delivery in popped:
@@ -656,7 +709,7 @@ class MessagingService:
             yield pb.ReceiveMessageResponse(delivery_timestamp=messages.timestamp(_now_ms()))
         except BaseException:
             # The client is gone (deadline, cancel): what it did not get is visible again.
-            self._release(group, config.topic_name, popped)
+            self._release(r.group, topic, popped)
             raise
 
     def _release(
@@ -676,10 +729,11 @@ class MessagingService:
 
     def _check_receive(
         self, request: pb.ReceiveMessageRequest, client: Client | None
-    ) -> tuple[TopicConfig, str, int, float] | pb.Status:
+    ) -> "_Receive | pb.Status":
         if client is None:
             return _status(pb.CLIENT_ID_REQUIRED)
-        group_status = _check_group(request.group.name)
+        group = request.group.name
+        group_status = _check_group(group)
         if group_status is not None:
             return group_status
         config = self._topic(request.message_queue.topic, create=False)
@@ -690,8 +744,6 @@ class MessagingService:
         filter_expression = request.filter_expression
         if filter_expression.type == pb.SQL:
             return _status(pb.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported")
-        expression = filter_expression.expression.strip() or "*"
-        batch = min(max(request.batch_size, 1), MAX_BATCH)
         if request.auto_renew:
             invisible_s = AUTO_RENEW_INVISIBLE_S
         else:
@@ -702,7 +754,31 @@ class MessagingService:
                     f"invisible duration {invisible_s:g} s is outside "
                     f"[{MIN_INVISIBLE_S:g} s, {MAX_INVISIBLE_S:g} s]",
                 )
-        return config, expression, batch, invisible_s
+        settings = self.broker.group_config(group)
+        orderly = settings.consume_message_orderly
+        return _Receive(
+            client=client,
+            group=group,
+            config=config,
+            expression=filter_expression.expression.strip() or "*",
+            batch=min(max(request.batch_size, 1), MAX_BATCH),
+            invisible_s=invisible_s,
+            auto_renew=request.auto_renew,
+            # A normal group pops from every queue of the broker, whatever queue the client
+            # named (RocketMQ's proxy does the same); an orderly one from the queue assigned.
+            queue_id=request.message_queue.id if orderly else -1,
+            attempt_id=request.attempt_id,
+            orderly=orderly,
+            max_attempts=settings.retry_max_times + 1,
+        )
+
+    def _finish(self, group: str, topic: str, queue_id: int, queue: PopQueue, offset: int) -> None:
+        """A message is acked or forwarded: commit what that allows, and let a receive of an
+        orderly group that waits on the queue's batch take the next one."""
+        queue.finish(offset)
+        self._commit(group, topic, queue_id, queue)
+        if not queue.inflight:
+            self._wake(group, topic)
 
     def _in_flight(
         self, group: str, topic: str, handle: str
@@ -730,8 +806,7 @@ class MessagingService:
                 status = found
             else:
                 queue, entry, receipt = found
-                queue.finish(entry.offset)
-                self._commit(group, topic, receipt.queue_id, queue)
+                self._finish(group, topic, receipt.queue_id, queue, entry.offset)
                 status = OK
             results.append(
                 pb.AckMessageResultEntry(
@@ -771,11 +846,10 @@ class MessagingService:
         stored = self._read_one(topic, receipt.queue_id, entry.offset)
         if (
             stored is not None
-            and entry.attempt + stored.reconsume_times >= self._max_attempts
+            and entry.attempt + stored.reconsume_times >= self._max_attempts(group)
             and self._to_dead_letters(group, stored, entry.attempt)
         ):
-            queue.finish(entry.offset)
-            self._commit(group, topic, receipt.queue_id, queue)
+            self._finish(group, topic, receipt.queue_id, queue, entry.offset)
         # A receive waiting on this group re-checks when the message comes due.
         self._wake(group, topic)
         return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
@@ -795,8 +869,7 @@ class MessagingService:
             return pb.ForwardMessageToDeadLetterQueueResponse(
                 status=_status(pb.INTERNAL_SERVER_ERROR, "the dead-letter queue refused it")
             )
-        queue.finish(entry.offset)
-        self._commit(group, topic, receipt.queue_id, queue)
+        self._finish(group, topic, receipt.queue_id, queue, entry.offset)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
     # -- introspection ---------------------------------------------------------------------

@@ -103,7 +103,7 @@ class SendProcessor:
         reconsume_times = header.reconsume_times
         if topic.startswith(RETRY_PREFIX) and not batch:
             group = topic[len(RETRY_PREFIX) :]
-            limit_times = broker.config.max_reconsume_times
+            limit_times = broker.group_config(group).retry_max_times
             if (
                 request.version >= MAX_RECONSUME_TIMES_MIN_VERSION
                 and header.max_reconsume_times is not None
@@ -286,7 +286,7 @@ class SendProcessor:
             props["ORIGIN_MESSAGE_ID"] = original.msg_id
         props["WAIT"] = "false"
         props.pop("DELAY", None)
-        max_times = broker.config.max_reconsume_times
+        max_times = broker.group_config(group).retry_max_times
         if (
             request.version >= MAX_RECONSUME_TIMES_MIN_VERSION
             and header.max_reconsume_times is not None

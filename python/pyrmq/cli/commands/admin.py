@@ -189,6 +189,60 @@ def update_topic(
         click.echo(f"create topic to {addr} success.")
 
 
+@admin.command("update-group")
+@_NAMESRV
+@click.option("-g", "--group", required=True, help="Consumer group name.")
+@click.option("-c", "--cluster", help="On every master of this cluster [default: of all].")
+@click.option("-b", "--broker-addr", help="On this broker only, host:port.")
+@click.option(
+    "-o",
+    "--orderly",
+    is_flag=True,
+    help="RocketMQ 5 clients of the group consume FIFO messages in order.",
+)
+@click.option(
+    "-r",
+    "--retry-max-times",
+    default=16,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Redeliveries before the group's DLQ.",
+)
+def update_group(
+    namesrv_addr: str,
+    group: str,
+    cluster: str | None,
+    broker_addr: str | None,
+    orderly: bool,
+    retry_max_times: int,
+) -> None:
+    """Create or change a consumer group's settings."""
+    addrs = _ask(
+        namesrv_addr,
+        lambda a: a.update_group(
+            group,
+            orderly=orderly,
+            retry_max_times=retry_max_times,
+            cluster=cluster,
+            broker_addr=broker_addr,
+        ),
+    )
+    for addr in addrs:
+        click.echo(f"create subscription group to {addr} success.")
+
+
+@admin.command("delete-group")
+@_NAMESRV
+@click.option("-g", "--group", required=True, help="Consumer group name.")
+@click.option("-c", "--cluster", help="From every master of this cluster [default: of all].")
+def delete_group(namesrv_addr: str, group: str, cluster: str | None) -> None:
+    """Delete a consumer group's settings (its offsets stay)."""
+    addrs = _ask(namesrv_addr, lambda a: a.delete_group(group, cluster=cluster))
+    click.echo(
+        f"delete subscription group [{group}] from {', '.join(addrs) or 'no broker'} success."
+    )
+
+
 @admin.command("delete-topic")
 @_NAMESRV
 @click.option("-t", "--topic", required=True, help="Topic name.")

@@ -1,0 +1,121 @@
+"""Consumer group settings (``mqadmin updateSubGroup``) against a real ``pyrmq serve``: kept
+across restarts, refused when malformed, and a group's ``retryMaxTimes`` deciding where a
+message a consumer hands back goes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from tests.compat.servers import serving
+from tests.helpers import pull_head, pyrmq_admin
+
+from pyrmq.client.admin import Admin
+from pyrmq.errors import BrokerError
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+pytestmark = pytest.mark.integration
+
+
+async def _call(broker: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+    client = RemotingClient()
+    try:
+        return await client.invoke(broker, RemotingCommand.request(code, ext, body), 5.0)
+    finally:
+        await client.close()
+
+
+async def _groups(namesrv: str, broker: str) -> dict[str, dict[str, object]]:
+    async with Admin(namesrv) as admin:
+        return await admin.groups(broker)
+
+
+def test_group_settings_are_kept_across_restarts_and_bad_ones_refused(tmp_path: Path) -> None:
+    with serving(tmp_path) as server:
+        namesrv, broker = server.addresses()
+        done = pyrmq_admin("update-group", "-n", namesrv, "-g", "GID_ORDERLY", "-o", "-r", "3")
+        assert done.returncode == 0, done.stderr
+        assert f"create subscription group to {broker} success." in done.stdout
+        assert pyrmq_admin("update-group", "-n", namesrv, "-g", "GID_GONE").returncode == 0
+        for body in (b"[]", b"{}", b"{not json", json.dumps({"groupName": "bad group"}).encode()):
+            refused = asyncio.run(
+                _call(broker, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+            )
+            assert refused.code == ResponseCode.SYSTEM_ERROR, body
+            assert "bad subscription group" in (refused.remark or "")
+        wrong_kind = {"groupName": "GID_WRONG", "retryMaxTimes": "three"}
+        refused = asyncio.run(
+            _call(
+                broker,
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                {},
+                json.dumps(wrong_kind).encode(),
+            )
+        )
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        assert pyrmq_admin("delete-group", "-n", namesrv, "-g", "GID_GONE").returncode == 0
+    with serving(tmp_path) as server:
+        namesrv, broker = server.addresses()
+        groups = asyncio.run(_groups(namesrv, broker))
+    assert sorted(groups) == ["GID_ORDERLY"]
+    assert groups["GID_ORDERLY"]["consumeMessageOrderly"] is True
+    assert groups["GID_ORDERLY"]["retryMaxTimes"] == 3
+
+
+def test_a_groups_retry_max_times_decides_when_a_handed_back_message_is_dead(
+    tmp_path: Path,
+) -> None:
+    with serving(tmp_path) as server:
+        namesrv, broker = server.addresses()
+        assert (
+            pyrmq_admin("update-group", "-n", namesrv, "-g", "GID_NO_RETRY", "-r", "0").returncode
+            == 0
+        )
+        body = b"handed back"
+        sent = asyncio.run(
+            _call(
+                broker,
+                RequestCode.SEND_MESSAGE,
+                {
+                    "producerGroup": "PG",
+                    "topic": "TopicGroupRetry",
+                    "defaultTopic": "TBW102",
+                    "defaultTopicQueueNums": "4",
+                    "queueId": "0",
+                    "sysFlag": "0",
+                    "bornTimestamp": "0",
+                    "flag": "0",
+                    "reconsumeTimes": "0",
+                    "unitMode": "false",
+                },
+                body,
+            )
+        )
+        assert sent.code == ResponseCode.SUCCESS
+        [stored] = asyncio.run(pull_head(broker, "broker-a", "TopicGroupRetry", 0)).messages
+        for group in ("GID_NO_RETRY", "GID_DEFAULT"):
+            # No maxReconsumeTimes in the request: the group's setting decides.
+            back = asyncio.run(
+                _call(
+                    broker,
+                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    {
+                        "offset": str(stored.commit_log_offset),
+                        "group": group,
+                        "delayLevel": "0",
+                        "originMsgId": stored.msg_id,
+                        "originTopic": "TopicGroupRetry",
+                    },
+                )
+            )
+            assert back.code == ResponseCode.SUCCESS, back.remark
+        [dead] = asyncio.run(pull_head(broker, "broker-a", "%DLQ%GID_NO_RETRY", 0)).messages
+        assert dead.body == body
+        # A group without settings gets the broker's 16 retries: its message went to its retry
+        # topic, and it has no dead-letter topic at all.
+        with pytest.raises(BrokerError, match="not exist"):
+            asyncio.run(pull_head(broker, "broker-a", "%DLQ%GID_DEFAULT", 0))
