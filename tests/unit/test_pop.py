@@ -48,6 +48,10 @@ def test_auto_renewed_messages_are_due_only_once_their_client_is_gone() -> None:
     assert [e.offset for e in queue.due(1000.0, alive={"push", "simple"})] == [1]
     assert [e.offset for e in queue.due(1000.0, alive={"simple"})] == [0, 1]
     assert queue.next_visible_at() == 10.0
+    # A simple consumer's message keeps the invisibility it asked for: another client may
+    # still ack it with its handle.
+    assert queue.release("simple", visible_at=0.0) == 0
+    assert queue.next_visible_at() == 10.0
     assert queue.release("push", visible_at=5.0) == 1
     assert queue.next_visible_at() == 5.0
 

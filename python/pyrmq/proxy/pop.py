@@ -164,10 +164,12 @@ class PopQueue:
         self.inflight.pop(offset, None)
 
     def release(self, client_id: str, visible_at: float) -> int:
-        """Makes a departed client's messages visible again by ``visible_at``; returns how many."""
+        """Makes the auto-renewed messages of a departed client visible again by
+        ``visible_at``; returns how many. Others keep the invisibility their receive asked
+        for: any client may still ack them with their handles."""
         count = 0
         for entry in self.inflight.values():
-            if entry.client_id == client_id:
+            if entry.auto_renew and entry.client_id == client_id:
                 entry.auto_renew = False
                 entry.visible_at = min(entry.visible_at, visible_at)
                 count += 1

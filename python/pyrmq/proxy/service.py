@@ -453,10 +453,7 @@ class MessagingService:
         """Takes up to ``r.batch`` messages: due redeliveries first, then new ones, from the
         queue asked for or every readable queue of the topic, starting at a different queue
         each time."""
-        if r.queue_id >= 0:
-            queue_ids = [r.queue_id] if r.queue_id < r.config.read_queue_nums else []
-        else:
-            queue_ids = list(self.broker.queue_ids(r.config.read_queue_nums))
+        queue_ids = self._queue_ids(r)
         if not queue_ids:
             return []
         start = next(self._round_robin) % len(queue_ids)
@@ -479,6 +476,12 @@ class MessagingService:
             if len(out) >= r.batch:
                 break
         return out
+
+    def _queue_ids(self, r: "_Receive") -> list[int]:
+        readable = self.broker.queue_ids(r.config.read_queue_nums)
+        if r.queue_id >= 0:
+            return [r.queue_id] if r.queue_id in readable else []
+        return list(readable)
 
     def _pop_orderly(
         self,
@@ -629,25 +632,22 @@ class MessagingService:
         for event in self._waiters.get((group, topic), ()):
             event.set()
 
-    async def _wait(
-        self, group: str, topic: str, config: TopicConfig, expression: str, timeout_s: float
-    ) -> None:
-        """Waits until a message may have arrived on one of the topic's queues, a message of
-        the group became visible again, or ``timeout_s`` passed."""
+    async def _wait(self, r: "_Receive", timeout_s: float) -> None:
+        """Waits until a message may have arrived on a queue the receive reads, a message of
+        the group became visible again or an orderly queue's batch was finished, or
+        ``timeout_s`` passed."""
         broker = self.broker
         event = asyncio.Event()
-        key = (group, topic)
+        topic = r.config.topic_name
+        key = (r.group, topic)
         self._waiters.setdefault(key, set()).add(event)
         deadline = broker.loop.time() + timeout_s
         held = []
         try:
-            for queue_id in broker.queue_ids(config.read_queue_nums):
-                queue = self._pop_queue(group, topic, queue_id)
-                held.append(
-                    broker.hold.hold(
-                        HeldPull(topic, queue_id, queue.cursor, expression, deadline, event.set)
-                    )
-                )
+            for queue_id in self._queue_ids(r):
+                queue = self._pop_queue(r.group, topic, queue_id)
+                pull = HeldPull(topic, queue_id, queue.cursor, r.expression, deadline, event.set)
+                held.append(broker.hold.hold(pull))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout_s)
         finally:
@@ -694,7 +694,7 @@ class MessagingService:
             visible_in = self._next_visible_in(r.group, r.config, time.monotonic())
             if visible_in is not None:
                 left = min(left, visible_in + 0.001)
-            await self._wait(r.group, topic, r.config, r.expression, left)
+            await self._wait(r, left)
             popped = self._pop(r)
         namespace = request.group.resource_namespace
         try:
