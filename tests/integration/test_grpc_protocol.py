@@ -352,3 +352,152 @@ def test_a_nack_to_zero_makes_the_message_visible_again_with_a_new_handle(client
     assert again.body == b"nacked"
     assert again.system_properties.delivery_attempt == 2
     assert again.system_properties.receipt_handle not in (handle, changed.receipt_handle)
+
+
+def _create_topic(server: servers.ServerProcess, topic: str, queues: int = 1) -> None:
+    servers.create_topic(server.addresses()[1], topic, queues)
+
+
+def _ack(client: Client, group: str, topic: str, message: Any) -> int:
+    ack = client.call(
+        "AckMessage",
+        pb.AckMessageRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            entries=[
+                pb.AckMessageEntry(
+                    message_id=message.system_properties.message_id,
+                    receipt_handle=message.system_properties.receipt_handle,
+                )
+            ],
+        ),
+    )
+    return int(ack.status.code)
+
+
+def _send_4x(server: servers.ServerProcess, topic: str, body: bytes, sys_flag: int = 0) -> None:
+    """A 4.x SEND_MESSAGE with any sys flag (a compressed body, say), as a client sends it."""
+    import asyncio
+
+    from pyrmq.remoting.client import RemotingClient
+    from pyrmq.remoting.command import RemotingCommand
+    from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+    ext = {
+        "producerGroup": "PG",
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "0",
+        "sysFlag": str(sys_flag),
+        "bornTimestamp": "0",
+        "flag": "0",
+        "reconsumeTimes": "0",
+        "unitMode": "false",
+    }
+
+    async def send() -> None:
+        remoting = RemotingClient()
+        try:
+            request = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
+            response = await remoting.invoke(server.addresses()[1], request, 5.0)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+        finally:
+            await remoting.close()
+
+    asyncio.run(send())
+
+
+def test_messages_in_flight_stay_when_the_filter_reads_past_others(
+    server: servers.ServerProcess, client: Client
+) -> None:
+    """A receive that finds only messages the filter does not take moves the group's cursor
+    past them, never past the messages it still has to ack."""
+    topic, group = "TopicGrpcFilterKeep", "GID_FILTER_KEEP"
+    _create_topic(server, topic)
+    request = _receive_request(topic, group)
+    request.filter_expression.expression = "TagA"
+    assert _send(client, _message(topic, b"wanted", tag="TagA")).status.code == pb.OK
+    [wanted] = _messages(client.receive(request))
+    assert _send(client, _message(topic, b"other", tag="TagB")).status.code == pb.OK
+    assert _code(client.receive(request)) == pb.MESSAGE_NOT_FOUND
+    assert _ack(client, group, topic, wanted) == pb.OK
+    # Nothing is left to deliver, and nothing was lost on the way.
+    assert _code(client.receive(request)) == pb.MESSAGE_NOT_FOUND
+
+
+def test_a_receive_repeated_with_its_attempt_id_gets_the_same_messages(
+    server: servers.ServerProcess, client: Client
+) -> None:
+    topic, group = "TopicGrpcAttempt", "GID_ATTEMPT"
+    _create_topic(server, topic, 2)
+    for i in range(4):
+        assert _send(client, _message(topic, f"a{i}".encode())).status.code == pb.OK
+    settings = pb.Settings(
+        client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group))
+    )
+    _, (stream, done) = client.telemetry(settings)
+    try:
+        request = _receive_request(topic, group, auto_renew=True)
+        request.attempt_id = "attempt-1"
+        first = _messages(client.receive(request))
+        assert sorted(m.body for m in first) == [b"a0", b"a1", b"a2", b"a3"]
+        # The answer was lost: the client asks again with the same attempt id.
+        again = _messages(client.receive(request))
+        assert sorted(m.body for m in again) == sorted(m.body for m in first)
+        assert {m.system_properties.delivery_attempt for m in again} == {1}
+        # A new attempt finds them all held.
+        request.attempt_id = "attempt-2"
+        request.long_polling_timeout.FromSeconds(1)
+        assert _code(client.receive(request)) == pb.MESSAGE_NOT_FOUND
+        for message in again:
+            assert _ack(client, group, topic, message) == pb.OK
+    finally:
+        done.set()
+        stream.cancel()
+
+
+def test_compressed_4x_bodies_arrive_inflated_and_undecodable_ones_go_to_the_dlq(
+    server: servers.ServerProcess, client: Client
+) -> None:
+    import hashlib
+    import zlib
+
+    topic, group = "TopicGrpcCompressed", "GID_COMPRESSED"
+    _create_topic(server, topic)
+    big = b"pyrmq " * 2000
+    _send_4x(server, topic, b"plain")
+    _send_4x(server, topic, zlib.compress(big), sys_flag=1)
+    _send_4x(server, topic, b"not zlib at all", sys_flag=1)
+    _send_4x(server, topic, zlib.compress(b"lz4 is claimed"), sys_flag=1 | (1 << 8))
+    _send_4x(server, topic, b"after")
+    got = _messages(client.receive(_receive_request(topic, group)))
+    assert [m.body for m in got] == [b"plain", big, b"after"]
+    for message in got:
+        sp = message.system_properties
+        assert sp.body_encoding == pb.IDENTITY
+        assert sp.body_digest.checksum == hashlib.md5(message.body).hexdigest().upper()
+    dead = _messages(client.receive(_receive_request(f"%DLQ%{group}", "GID_DLQ_READER")))
+    assert [m.system_properties.dead_letter_queue.topic for m in dead] == [topic, topic]
+    # Read from the DLQ, a body that does not inflate comes as stored.
+    assert [m.body for m in dead] == [b"not zlib at all", zlib.compress(b"lz4 is claimed")]
+
+
+def test_the_default_topic_takes_no_sends_and_assignments_need_a_valid_group(
+    client: Client,
+) -> None:
+    assert _send(client, _message("TBW102", b"x")).status.code == pb.ILLEGAL_TOPIC
+    method = client.channel.unary_unary(
+        f"/{SERVICE_NAME}/QueryAssignment",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.QueryAssignmentResponse.FromString,
+    )
+    for group in ("", "bad group"):
+        answer = method(
+            pb.QueryAssignmentRequest(
+                topic=pb.Resource(name="TopicGrpcBad"), group=pb.Resource(name=group)
+            ),
+            metadata=client.metadata,
+            timeout=5,
+        )
+        assert answer.status.code == pb.ILLEGAL_CONSUMER_GROUP

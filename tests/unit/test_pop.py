@@ -41,27 +41,31 @@ def test_a_handle_is_current_only_for_its_generation_and_until_it_runs_out() -> 
     assert queue.current(Receipt(3, 0, 200), now=31.0) is not None
 
 
-def test_auto_renewed_messages_are_due_only_once_their_client_is_gone() -> None:
+def test_auto_renewed_messages_are_due_once_their_client_is_gone_or_held_them_too_long() -> None:
     queue = PopQueue(0)
-    queue.delivered(0, 1, 10.0, "push", auto_renew=True)
+    # Held by a push consumer until 10800 at most; by a simple consumer until 10.
+    queue.delivered(0, 1, 10_800.0, "push", auto_renew=True)
     queue.delivered(1, 2, 10.0, "simple", auto_renew=False)
     assert [e.offset for e in queue.due(1000.0, alive={"push", "simple"})] == [1]
     assert [e.offset for e in queue.due(1000.0, alive={"simple"})] == [0, 1]
+    assert [e.offset for e in queue.due(10_800.0, alive={"push", "simple"})] == [0, 1]
     assert queue.next_visible_at() == 10.0
     # A simple consumer's message keeps the invisibility it asked for: another client may
     # still ack it with its handle.
     assert queue.release("simple", visible_at=0.0) == 0
-    assert queue.next_visible_at() == 10.0
     assert queue.release("push", visible_at=5.0) == 1
     assert queue.next_visible_at() == 5.0
 
 
-def test_offsets_gone_from_the_store_are_skipped() -> None:
+def test_a_cursor_moved_past_filtered_offsets_keeps_what_is_in_flight_below() -> None:
     queue = PopQueue(0)
     _deliver(queue, range(4))
-    queue.skip_to(3)
-    assert sorted(queue.inflight) == [3]
-    assert queue.committed == 3
+    queue.moved_cursor(9)
+    assert sorted(queue.inflight) == [0, 1, 2, 3]
+    assert queue.committed == 0
+    for offset in range(4):
+        queue.finish(offset)
+    assert queue.committed == 9
 
 
 def test_malformed_handles_are_refused() -> None:

@@ -209,6 +209,37 @@ class Delivery:
     # 1 for a first delivery (RocketMQ's reconsumeTimes + 1).
     attempt: int
     invisible_s: float
+    # The body as delivered: inflated if it was stored compressed.
+    body: bytes
+    queue_id: int
+    generation: int
+
+
+class BodyError(Exception):
+    """A stored body that cannot be delivered as it is."""
+
+
+# RocketMQ 5's compression type in a message's sys flag (bits 8-10); 0 is RocketMQ 4's zlib.
+COMPRESSION_TYPE_MASK = 0x7 << 8
+COMPRESSION_TYPES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
+
+
+def inflate(body: bytes, sys_flag: int, limit: int) -> bytes:
+    """A compressed body's bytes; raises :class:`BodyError` for a body that does not inflate,
+    a compression other than zlib, or more than ``limit`` bytes."""
+    kind = COMPRESSION_TYPES.get((sys_flag & COMPRESSION_TYPE_MASK) >> 8, "unknown")
+    if kind != "zlib":
+        raise BodyError(f"{kind} compression is not supported")
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as e:
+        raise BodyError(f"the zlib body does not inflate: {e}") from e
+    if len(out) > limit:
+        raise BodyError(f"the body inflates past {limit} bytes")
+    if not inflater.eof:
+        raise BodyError("the zlib body is truncated")
+    return out
 
 
 def _host(address: str) -> str:
@@ -219,11 +250,11 @@ def _host(address: str) -> str:
 def to_delivered(stored: StoredMessage, delivery: Delivery, namespace: str = "") -> pb.Message:
     """A stored message as a gRPC consumer receives it."""
     props: Mapping[str, str] = stored.properties
-    body = stored.body
+    body = delivery.body
     sp = pb.SystemProperties(
         message_id=props.get(UNIQ_KEY) or stored.msg_id,
         body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper()),
-        body_encoding=pb.GZIP if stored.sys_flag & SYSFLAG_COMPRESSED else pb.IDENTITY,
+        body_encoding=pb.IDENTITY,
         born_timestamp=timestamp(stored.born_timestamp_ms),
         born_host=_host(stored.born_host),
         store_timestamp=timestamp(stored.store_timestamp_ms),

@@ -61,10 +61,11 @@ class InFlight:
     # times come on top.
     attempt: int
     generation: int
-    # time.monotonic() at which the message may be delivered again.
+    # time.monotonic() at which the message may be delivered again; for an auto-renewed one,
+    # the end of the longest time a client may hold it.
     visible_at: float
     client_id: str
-    # Kept invisible while its client is connected (push consumers), instead of by visible_at.
+    # Kept invisible while its client is connected (push consumers), until visible_at at most.
     auto_renew: bool
 
 
@@ -75,12 +76,10 @@ class PopQueue:
     the DLQ, or read past because it did not match the filter.
     """
 
-    __slots__ = ("cursor", "inflight", "last_attempt")
+    __slots__ = ("cursor", "inflight")
 
     def __init__(self, start: int) -> None:
         self.cursor = start
-        # The attempt id of the receive that took the current batch (orderly groups).
-        self.last_attempt = ""
         # Offsets are added in increasing order (the cursor only moves forward) and a
         # redelivery updates its entry in place, so the first key is the smallest.
         self.inflight: dict[int, InFlight] = {}
@@ -91,12 +90,6 @@ class PopQueue:
         for offset in self.inflight:
             return offset
         return self.cursor
-
-    def skip_to(self, offset: int) -> None:
-        """Moves past offsets that are gone from the store (retention, a deleted topic)."""
-        for gone in [o for o in self.inflight if o < offset]:
-            del self.inflight[gone]
-        self.cursor = max(self.cursor, offset)
 
     def delivered(
         self,
@@ -118,20 +111,16 @@ class PopQueue:
 
     def due(self, now: float, alive: set[str]) -> list[InFlight]:
         """In-flight messages that may be delivered again, oldest first. An auto-renewed message
-        is due once its client is gone (not in ``alive``)."""
-        out = []
-        for entry in self.inflight.values():
-            if entry.auto_renew:
-                if entry.client_id in alive:
-                    continue
-            elif entry.visible_at > now:
-                continue
-            out.append(entry)
-        return out
+        is due once its client is gone (not in ``alive``) or has held it too long."""
+        return [
+            entry
+            for entry in self.inflight.values()
+            if entry.visible_at <= now or (entry.auto_renew and entry.client_id not in alive)
+        ]
 
     def next_visible_at(self) -> float | None:
-        """When the earliest message that is not auto-renewed becomes visible again."""
-        times = [e.visible_at for e in self.inflight.values() if not e.auto_renew]
+        """When the earliest in-flight message becomes visible again."""
+        times = [e.visible_at for e in self.inflight.values()]
         return min(times) if times else None
 
     @staticmethod
@@ -151,11 +140,9 @@ class PopQueue:
 
     def current(self, receipt: Receipt, now: float) -> InFlight | None:
         """The in-flight message ``receipt`` names, if the handle is still its latest and has
-        not run out (auto-renewed messages do not run out while their client is connected)."""
+        not run out."""
         entry = self.inflight.get(receipt.offset)
-        if entry is None or entry.generation != receipt.generation:
-            return None
-        if not entry.auto_renew and entry.visible_at <= now:
+        if entry is None or entry.generation != receipt.generation or entry.visible_at <= now:
             return None
         return entry
 

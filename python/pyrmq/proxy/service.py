@@ -46,15 +46,20 @@ DEFAULT_LONG_POLLING_S = 20.0
 MAX_LONG_POLLING_S = 20.0
 MIN_INVISIBLE_S = 10.0
 MAX_INVISIBLE_S = 12 * 3600.0
-# Messages popped for a push consumer are kept invisible while it stays connected; this is
-# only the figure reported to it.
+# Messages popped for a push consumer are kept invisible while it stays connected (this is
+# only the figure reported to it), for at most 3 hours, as RocketMQ's proxy renews them.
 AUTO_RENEW_INVISIBLE_S = 60.0
+AUTO_RENEW_MAX_S = 3 * 3600.0
+# A compressed 4.x body is inflated for 5.x clients up to this size.
+MAX_INFLATED_BYTES = 64 * 1024 * 1024
 # A long poll ends this long before the client's deadline, so its answer arrives in time.
 DEADLINE_MARGIN_S = 0.5
 # A client with no telemetry stream counts as present this long after its last call.
 CLIENT_PRESENT_S = 30.0
 # What a producer is told to retry with: RocketMQ 5's defaults.
 PRODUCER_MAX_ATTEMPTS = 3
+# The topic new topics take their settings from (RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC).
+DEFAULT_TOPIC = "TBW102"
 
 
 def _status(code: "pb.Code | int", message: str = "") -> pb.Status:
@@ -89,6 +94,8 @@ class _Receive:
     batch: int
     invisible_s: float
     auto_renew: bool
+    # How long a delivery stays invisible unless acked or nacked.
+    hold_s: float
     # -1: every readable queue.
     queue_id: int
     attempt_id: str
@@ -107,6 +114,10 @@ class MessagingService:
         # Receives waiting for a message, by (group, topic): woken by an arrival, a nack or a
         # client that left.
         self._waiters: dict[tuple[str, str], set[asyncio.Event]] = {}
+        # Each client's last receive with an attempt id, by (client, group, topic): the id and
+        # the deliveries (queue id, offset, generation) it answered with. A client asks again
+        # with the same id when that answer never reached it.
+        self._attempts: dict[tuple[str, str, str], tuple[str, list[tuple[int, int, int]]]] = {}
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -133,6 +144,8 @@ class MessagingService:
 
     def _client_left(self, client: Client) -> None:
         """Makes the messages a departed client held visible to its group again."""
+        for key in [k for k in self._attempts if k[0] == client.client_id]:
+            del self._attempts[key]
         now = time.monotonic()
         for (group, topic, _), queue in self._queues.items():
             if queue.release(client.client_id, now):
@@ -162,7 +175,7 @@ class MessagingService:
         group_topic = name.startswith((RETRY_PREFIX, DLQ_PREFIX))
         if config is None and create and not group_topic and broker.config.auto_create_topic_enable:
             config, created = broker.topics.create_on_send(
-                name, "TBW102", broker.config.default_topic_queue_nums
+                name, DEFAULT_TOPIC, broker.config.default_topic_queue_nums
             )
             if created:
                 broker.request_registration()
@@ -216,6 +229,9 @@ class MessagingService:
     async def query_assignment(self, request: pb.QueryAssignmentRequest, context: Any) -> Any:
         if self._client(context) is None:
             return pb.QueryAssignmentResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        group_status = _check_group(request.group.name)
+        if group_status is not None:
+            return pb.QueryAssignmentResponse(status=group_status)
         config = self._topic(request.topic, create=False)
         if isinstance(config, pb.Status):
             return pb.QueryAssignmentResponse(status=config)
@@ -338,7 +354,7 @@ class MessagingService:
                 status=_status(pb.MESSAGE_CORRUPTED, "the messages name different topics")
             )
         config = self._topic(topic, create=True)
-        if topic.name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+        if topic.name.startswith((RETRY_PREFIX, DLQ_PREFIX)) or topic.name == DEFAULT_TOPIC:
             config = _status(pb.ILLEGAL_TOPIC, f"topic {topic.name!r} takes no sends from clients")
         if isinstance(config, pb.Status):
             entries = [pb.SendResultEntry(status=config) for _ in request.messages]
@@ -453,6 +469,37 @@ class MessagingService:
         """Takes up to ``r.batch`` messages: due redeliveries first, then new ones, from the
         queue asked for or every readable queue of the topic, starting at a different queue
         each time."""
+        again = self._same_attempt(r)
+        if again:
+            return again
+        out = self._pop_queues(r)
+        if r.attempt_id and out:
+            self._attempts[(r.client.client_id, r.group, r.config.topic_name)] = (
+                r.attempt_id,
+                [(d.queue_id, stored.queue_offset, d.generation) for stored, d in out],
+            )
+        return out
+
+    def _same_attempt(self, r: "_Receive") -> list[tuple[StoredMessage, Delivery]]:
+        """The deliveries of the client's last receive, again, if this receive repeats its
+        attempt id and they are still the client's: that answer was lost on the way."""
+        if not r.attempt_id:
+            return []
+        last = self._attempts.get((r.client.client_id, r.group, r.config.topic_name))
+        if last is None or last[0] != r.attempt_id:
+            return []
+        now = time.monotonic()
+        out: list[tuple[StoredMessage, Delivery]] = []
+        for queue_id, offset, generation in last[1]:
+            queue = self._queues.get((r.group, r.config.topic_name, queue_id))
+            if queue is None:
+                continue
+            entry = queue.current(Receipt(queue_id, offset, generation), now)
+            if entry is not None and entry.client_id == r.client.client_id:
+                out += self._redeliver(r, queue_id, queue, [entry], 1, now, count=False)
+        return out
+
+    def _pop_queues(self, r: "_Receive") -> list[tuple[StoredMessage, Delivery]]:
         queue_ids = self._queue_ids(r)
         if not queue_ids:
             return []
@@ -497,24 +544,11 @@ class MessagingService:
         forwarded, and a batch whose invisibility ran out comes back whole and first. So each
         message group is consumed in order, whatever groups a batch mixes."""
         if queue.inflight:
-            if (
-                r.attempt_id
-                and queue.last_attempt == r.attempt_id
-                and all(e.client_id == r.client.client_id for e in queue.inflight.values())
-            ):
-                # The same receive again: its answer was lost, so the batch is sent again.
-                return self._redeliver(
-                    r, queue_id, queue, list(queue.inflight.values()), room, now, count=False
-                )
             due = queue.due(now, present)
             if len(due) < len(queue.inflight):
                 return []
-            out = self._redeliver(r, queue_id, queue, due, room, now)
-        else:
-            out = self._pop_new(r, queue_id, queue, room, now)
-        if out:
-            queue.last_attempt = r.attempt_id
-        return out
+            return self._redeliver(r, queue_id, queue, due, room, now)
+        return self._pop_new(r, queue_id, queue, room, now)
 
     def _redeliver(
         self,
@@ -536,21 +570,27 @@ class MessagingService:
                 break
             stored = self._read_one(topic, queue_id, entry.offset)
             if stored is None:
+                # Gone to retention, or a deleted topic.
                 queue.finish(entry.offset)
                 continue
             if count and entry.attempt + stored.reconsume_times >= r.max_attempts:
                 if self._to_dead_letters(r.group, stored, entry.attempt):
                     queue.finish(entry.offset)
                 continue
+            body = self._body(r.group, stored)
+            if body is None:
+                if self._to_dead_letters(r.group, stored, entry.attempt):
+                    queue.finish(entry.offset)
+                continue
             generation = next(self._generations)
-            visible_at = now + r.invisible_s
+            visible_at = now + r.hold_s
             if count:
                 queue.redelivered(
                     entry, generation, visible_at, r.client.client_id, auto_renew=r.auto_renew
                 )
             else:
                 entry.generation, entry.visible_at = generation, visible_at
-            out.append((stored, self._delivery(queue_id, entry, r.invisible_s)))
+            out.append((stored, self._delivery(queue_id, entry, r.invisible_s, body)))
         return out
 
     def _pop_new(
@@ -562,31 +602,64 @@ class MessagingService:
         status = result.status
         if status is GetMessageStatus.FOUND:
             out = []
+            cursor = result.next_begin_offset
             for stored in result.messages():
+                body = self._body(r.group, stored)
+                if body is None:
+                    if self._to_dead_letters(r.group, stored, 0):
+                        continue
+                    # The DLQ refused it (a full disk): the queue waits at it.
+                    cursor = stored.queue_offset
+                    break
                 entry = queue.delivered(
                     stored.queue_offset,
                     next(self._generations),
-                    now + r.invisible_s,
+                    now + r.hold_s,
                     r.client.client_id,
                     auto_renew=r.auto_renew,
                 )
-                out.append((stored, self._delivery(queue_id, entry, r.invisible_s)))
-            queue.moved_cursor(result.next_begin_offset)
+                out.append((stored, self._delivery(queue_id, entry, r.invisible_s, body)))
+            queue.moved_cursor(cursor)
             return out
-        behind = result.next_begin_offset < queue.cursor
-        if status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and behind:
+        if status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and result.next_begin_offset < (
+            queue.cursor
+        ):
             # The queue is behind the group: the topic was deleted and made again.
             queue.inflight.clear()
             queue.cursor = result.next_begin_offset
-        elif result.next_begin_offset > queue.cursor:
-            # Filtered out, or gone to retention: nothing left there to deliver.
-            queue.skip_to(result.next_begin_offset)
+        else:
+            # Past messages the filter does not take, or gone to retention. What is in flight
+            # below stays so: it is still to be acked.
+            queue.moved_cursor(result.next_begin_offset)
         return []
 
     @staticmethod
-    def _delivery(queue_id: int, entry: InFlight, invisible_s: float) -> Delivery:
+    def _body(group: str, stored: StoredMessage) -> bytes | None:
+        """The body a 5.x client gets, inflated: the client cannot take RocketMQ's other
+        compressions, and one body it cannot decode fails its whole receive. None for a body
+        that does not inflate, which then belongs in the group's DLQ (read from a DLQ, such a
+        body comes as stored)."""
+        if not stored.sys_flag & messages.SYSFLAG_COMPRESSED:
+            return stored.body
+        try:
+            return messages.inflate(stored.body, stored.sys_flag, MAX_INFLATED_BYTES)
+        except messages.BodyError as e:
+            if stored.topic.startswith(DLQ_PREFIX):
+                # The end of the line: whoever drains a DLQ gets the bytes as stored.
+                return stored.body
+            log.error(
+                "message %s:%d for %s cannot be delivered over gRPC (%s); it goes to the DLQ",
+                stored.topic,
+                stored.queue_offset,
+                group,
+                e,
+            )
+            return None
+
+    @staticmethod
+    def _delivery(queue_id: int, entry: InFlight, invisible_s: float, body: bytes) -> Delivery:
         handle = Receipt(queue_id, entry.offset, entry.generation).encode()
-        return Delivery(handle, entry.attempt, invisible_s)
+        return Delivery(handle, entry.attempt, invisible_s, body, queue_id, entry.generation)
 
     def _to_dead_letters(self, group: str, stored: StoredMessage, attempts: int) -> bool:
         """Copies a message that used up its attempts to ``%DLQ%<group>``; False if the store
@@ -764,6 +837,7 @@ class MessagingService:
             batch=min(max(request.batch_size, 1), MAX_BATCH),
             invisible_s=invisible_s,
             auto_renew=request.auto_renew,
+            hold_s=AUTO_RENEW_MAX_S if request.auto_renew else invisible_s,
             # A normal group pops from every queue of the broker, whatever queue the client
             # named (RocketMQ's proxy does the same); an orderly one from the queue assigned.
             queue_id=request.message_queue.id if orderly else -1,
