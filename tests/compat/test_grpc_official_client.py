@@ -380,3 +380,60 @@ def test_an_orderly_groups_push_consumer_takes_each_message_group_in_order(
     [dead] = [m for m in _queue_messages(server, f"%DLQ%{group}", 0)]
     assert dead.body == b"g2-5"
     assert dead.get_property("DLQ_ORIGIN_MESSAGE_ID") == id_of["g2-5"]
+
+
+def test_a_5x_client_given_one_broker_reaches_a_topic_spread_over_two(
+    tmp_path: Path, rmq5: Any
+) -> None:
+    """namesrv + broker-a + broker-b, each serving gRPC. The clients know only broker-a's
+    address; its routes and assignments name both brokers at their own gRPC ports."""
+    namesrv_proc = servers.ServerProcess(["namesrv", "--port", "0"], tmp_path / "namesrv.log")
+    namesrv = namesrv_proc.addresses()[0]
+    brokers: dict[str, servers.ServerProcess] = {}
+    topic = "TopicG5TwoBrokers"
+    try:
+        for name in ("broker-a", "broker-b"):
+            conf = tmp_path / f"{name}.conf"
+            conf.write_text(f"brokerName={name}\nbrokerClusterName=DefaultCluster\nbrokerId=0\n")
+            brokers[name] = servers.ServerProcess(
+                [
+                    *("broker", "-n", namesrv, "-c", str(conf), "--store", str(tmp_path / name)),
+                    *("--port", "0", "--grpc-port", "0"),
+                ],
+                tmp_path / f"{name}.log",
+            )
+            servers.create_topic(brokers[name].addresses()[-1], topic, 2)
+        access = brokers["broker-a"].grpc_address()
+        assert access != brokers["broker-b"].grpc_address()
+        bodies = [f"c{i}" for i in range(20)]
+        ids = rmq5(
+            "produce",
+            {"endpoint": access, "topic": topic, "messages": [{"body": _b64(b)} for b in bodies]},
+        )
+        assert all(isinstance(i, str) for i in ids), ids
+        stored = {
+            name: [
+                m.body.decode()
+                for q in range(2)
+                for m in asyncio.run(pull_head(proc.addresses()[-1], name, topic, q)).messages
+            ]
+            for name, proc in brokers.items()
+        }
+        # Round robin over both brokers' queues, each message once.
+        assert all(len(got) == 10 for got in stored.values()), stored
+        assert sorted(stored["broker-a"] + stored["broker-b"]) == sorted(bodies)
+        log = rmq5(
+            "push",
+            {
+                "endpoint": access,
+                "group": "GID_G5_TWO",
+                "topic": topic,
+                "count": 20,
+                "timeout_s": 30,
+            },
+        )
+        assert sorted(_text(seen) for seen in log) == sorted(bodies)
+    finally:
+        for proc in brokers.values():
+            assert proc.stop() == 0
+        namesrv_proc.stop()

@@ -125,6 +125,8 @@ class BrokerController:
         if self.grpc is not None:
             # Bound before the store opens, so that a port in use fails the start at once.
             await self.grpc.start()
+            # Peers ask for it (GET_BROKER_CONFIG) to route 5.x clients here: the bound port.
+            self.config = dataclasses.replace(self.config, grpc_server_port=self.grpc.port)
         store_config = dataclasses.replace(self.config.store, store_host=self.address)
         self._loop = loop = asyncio.get_running_loop()
         self._store = await loop.run_in_executor(None, MessageStore.open, self._root, store_config)

@@ -10,6 +10,7 @@ long-polling through the broker's held-pull service. Failures are answered in th
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import itertools
 import logging
 import time
@@ -28,6 +29,7 @@ from pyrmq.errors import (
 )
 from pyrmq.properties import RECONSUME_TIME, UNIQ_KEY
 from pyrmq.proxy import messages
+from pyrmq.proxy.cluster import BrokerQueues, ClusterRoutes
 from pyrmq.proxy.messages import Delivery, SendCheckError
 from pyrmq.proxy.pop import InFlight, PopQueue, Receipt, new_generations
 from pyrmq.proxy.proto import messaging_pb2 as pb
@@ -109,6 +111,7 @@ class MessagingService:
         self.port = port
         self.clients: dict[str, Client] = {}
         self._queues: dict[tuple[str, str, int], PopQueue] = {}
+        self.cluster = ClusterRoutes(broker)
         self._generations = new_generations()
         self._round_robin = itertools.count()
         # Receives waiting for a message, by (group, topic): woken by an arrival, a nack or a
@@ -183,14 +186,13 @@ class MessagingService:
             return _status(pb.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
         return config
 
-    def _endpoints(self) -> pb.Endpoints:
-        return pb.Endpoints(
-            scheme=pb.IPv4,
-            addresses=[pb.Address(host=self.broker.config.broker_ip1, port=self.port)],
-        )
-
-    def _broker(self) -> pb.Broker:
-        return pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=self._endpoints())
+    @staticmethod
+    def _endpoints(host: str, port: int) -> pb.Endpoints:
+        try:
+            scheme = pb.IPv6 if ipaddress.ip_address(host).version == 6 else pb.IPv4
+        except ValueError:
+            scheme = pb.DOMAIN_NAME
+        return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
 
     @staticmethod
     def _queue_permission(config: TopicConfig, queue_id: int) -> "pb.Permission":
@@ -204,26 +206,46 @@ class MessagingService:
             return pb.WRITE
         return pb.NONE
 
-    def _message_queue(self, resource: pb.Resource, config: TopicConfig, queue_id: int) -> Any:
+    def _message_queue(
+        self, resource: pb.Resource, share: BrokerQueues, queue_id: int, permission: int
+    ) -> Any:
         return pb.MessageQueue(
             topic=resource,
             id=queue_id,
-            permission=self._queue_permission(config, queue_id),
-            broker=self._broker(),
+            permission=permission,  # type: ignore[arg-type]
+            broker=pb.Broker(
+                name=share.broker_name, id=0, endpoints=self._endpoints(share.host, share.port)
+            ),
             accept_message_types=[pb.NORMAL, pb.FIFO],
         )
+
+    async def _shares(
+        self, resource: pb.Resource, *, create: bool
+    ) -> list[BrokerQueues] | pb.Status:
+        """The topic's queues on every broker of the cluster that serves gRPC."""
+        config = self._topic(resource, create=create)
+        if isinstance(config, pb.Status) and config.code != pb.TOPIC_NOT_FOUND:
+            return config
+        local = None if isinstance(config, pb.Status) else config
+        shares = await self.cluster.brokers(local, resource.name)
+        if not shares:
+            return _status(pb.TOPIC_NOT_FOUND, f"topic {resource.name!r} does not exist")
+        return shares
 
     async def query_route(self, request: pb.QueryRouteRequest, context: Any) -> Any:
         if self._client(context) is None:
             return pb.QueryRouteResponse(status=_status(pb.CLIENT_ID_REQUIRED))
-        config = self._topic(request.topic, create=True)
-        if isinstance(config, pb.Status):
-            return pb.QueryRouteResponse(status=config)
-        count = max(config.read_queue_nums, config.write_queue_nums)
-        queues = [
-            self._message_queue(request.topic, config, queue_id)
-            for queue_id in self.broker.queue_ids(count)
-        ]
+        shares = await self._shares(request.topic, create=True)
+        if isinstance(shares, pb.Status):
+            return pb.QueryRouteResponse(status=shares)
+        queues = []
+        for share in shares:
+            config = share.config
+            for queue_id in self.broker.queue_ids(
+                max(config.read_queue_nums, config.write_queue_nums)
+            ):
+                permission = self._queue_permission(config, queue_id)
+                queues.append(self._message_queue(request.topic, share, queue_id, permission))
         return pb.QueryRouteResponse(status=OK, message_queues=queues)
 
     async def query_assignment(self, request: pb.QueryAssignmentRequest, context: Any) -> Any:
@@ -232,32 +254,28 @@ class MessagingService:
         group_status = _check_group(request.group.name)
         if group_status is not None:
             return pb.QueryAssignmentResponse(status=group_status)
-        config = self._topic(request.topic, create=False)
-        if isinstance(config, pb.Status):
-            return pb.QueryAssignmentResponse(status=config)
-        if not config.perm & PERM_READ or config.read_queue_nums < 1:
+        shares = await self._shares(request.topic, create=False)
+        if isinstance(shares, pb.Status):
+            return pb.QueryAssignmentResponse(status=shares)
+        orderly = self.broker.group_config(request.group.name).consume_message_orderly
+        queues = []
+        for share in shares:
+            config = share.config
+            if not config.perm & PERM_READ or config.read_queue_nums < 1:
+                continue
+            if orderly:
+                # An orderly group receives queue by queue, each queue one batch at a time.
+                for queue_id in self.broker.queue_ids(config.read_queue_nums):
+                    permission = self._queue_permission(config, queue_id)
+                    queues.append(self._message_queue(request.topic, share, queue_id, permission))
+            else:
+                # One assignment per broker (queue id -1): its receives pop from every queue.
+                permission = pb.READ_WRITE if config.perm & PERM_WRITE else pb.READ
+                queues.append(self._message_queue(request.topic, share, -1, permission))
+        if not queues:
             return pb.QueryAssignmentResponse(
-                status=_status(pb.FORBIDDEN, f"topic {config.topic_name!r} has no readable queue")
+                status=_status(pb.FORBIDDEN, f"topic {request.topic.name!r} has no readable queue")
             )
-        if self.broker.group_config(request.group.name).consume_message_orderly:
-            # An orderly group receives queue by queue, each queue one batch at a time.
-            ids = [
-                i
-                for i in self.broker.queue_ids(config.read_queue_nums)
-                if self._queue_permission(config, i) in (pb.READ, pb.READ_WRITE)
-            ]
-            queues = [self._message_queue(request.topic, config, i) for i in ids]
-        else:
-            # One assignment for the whole broker (queue id -1): receives pop from every queue.
-            queues = [
-                pb.MessageQueue(
-                    topic=request.topic,
-                    id=-1,
-                    permission=pb.READ_WRITE if config.perm & PERM_WRITE else pb.READ,
-                    broker=self._broker(),
-                    accept_message_types=[pb.NORMAL, pb.FIFO],
-                )
-            ]
         return pb.QueryAssignmentResponse(
             status=OK, assignments=[pb.Assignment(message_queue=q) for q in queues]
         )
