@@ -40,6 +40,8 @@ def _seen(message: Any) -> dict[str, Any]:
         "attempt": message.delivery_attempt,
         "group": message.message_group,
         "corrupted": message.corrupted,
+        "delivery_timestamp": message.delivery_timestamp,
+        "received_ms": int(time.time() * 1000),
     }
 
 
@@ -59,6 +61,9 @@ def produce(spec: dict[str, Any]) -> Any:
                 message.keys = item["key"]
             if item.get("group"):
                 message.message_group = item["group"]
+            if item.get("delay_ms"):
+                # Epoch milliseconds, as the client's own docs and tests pass it.
+                message.delivery_timestamp = int(time.time() * 1000) + item["delay_ms"]
             for name, value in item.get("properties", {}).items():
                 message.add_property(name, value)
             try:

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -437,3 +438,33 @@ def test_a_5x_client_given_one_broker_reaches_a_topic_spread_over_two(
         for proc in brokers.values():
             assert proc.stop() == 0
         namesrv_proc.stop()
+
+
+def test_a_5x_delay_message_arrives_when_due(server: servers.ServerProcess, rmq5: Any) -> None:
+    topic = "TopicG5Delay"
+    sent_ms = int(time.time() * 1000)
+    rmq5(
+        "produce",
+        {
+            "endpoint": server.grpc_address(),
+            "topic": topic,
+            "messages": [{"body": _b64("now")}, {"body": _b64("later"), "delay_ms": 4_000}],
+        },
+    )
+    report = rmq5(
+        "simple",
+        {
+            "endpoint": server.grpc_address(),
+            "group": "GID_G5_DELAY",
+            "topic": topic,
+            "count": 2,
+            "timeout_s": 30,
+        },
+    )
+    got = {_text(m): m for m in report["messages"]}
+    assert sorted(got) == ["later", "now"]
+    later = got["later"]
+    assert later["received_ms"] >= sent_ms + 4_000
+    # The client reads the delivery time back as epoch milliseconds.
+    assert sent_ms + 4_000 <= later["delivery_timestamp"] <= later["received_ms"]
+    assert got["now"]["received_ms"] < later["received_ms"]

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 from tests.compat import servers
 
 from pyrmq.proxy.proto import messaging_pb2 as pb
@@ -179,7 +180,7 @@ def test_routes_name_the_grpc_address_with_broker_id_0_and_the_accepted_types(
         assert (queue.broker.name, queue.broker.id) == ("broker-a", 0)
         [address] = queue.broker.endpoints.addresses
         assert (address.host, address.port) == (host, int(port))
-        assert list(queue.accept_message_types) == [pb.NORMAL, pb.FIFO]
+        assert list(queue.accept_message_types) == [pb.NORMAL, pb.FIFO, pb.DELAY]
 
 
 @pytest.mark.parametrize(
@@ -192,9 +193,15 @@ def test_routes_name_the_grpc_address_with_broker_id_0_and_the_accepted_types(
         (_message("TopicGrpcBad", b"x", keys=["k\x01"]), pb.ILLEGAL_MESSAGE_KEY),
         (_message("TopicGrpcBad", b"x", message_group="g" * 64), pb.ILLEGAL_MESSAGE_GROUP),
         (_message("TopicGrpcBad", b"x", message_type=pb.FIFO), pb.ILLEGAL_MESSAGE_GROUP),
+        (_message("TopicGrpcBad", b"x", message_type=pb.DELAY), pb.ILLEGAL_DELIVERY_TIME),
         (
-            _message("TopicGrpcBad", b"x", message_type=pb.DELAY),
-            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            _message(
+                "TopicGrpcBad",
+                b"x",
+                message_type=pb.DELAY,
+                delivery_timestamp=Timestamp(seconds=int(time.time()) + 2 * 86_400),
+            ),
+            pb.ILLEGAL_DELIVERY_TIME,
         ),
         (
             _message("TopicGrpcBad", b"x", message_type=pb.TRANSACTION),
@@ -501,3 +508,32 @@ def test_the_default_topic_takes_no_sends_and_assignments_need_a_valid_group(
             timeout=5,
         )
         assert answer.status.code == pb.ILLEGAL_CONSUMER_GROUP
+
+
+@pytest.mark.parametrize("unit", ["seconds", "milliseconds"])
+def test_a_delay_message_is_received_once_due_and_not_before(
+    server: servers.ServerProcess, client: Client, unit: str
+) -> None:
+    """The official Python client puts milliseconds where seconds belong; both arrive due."""
+    topic, group = f"TopicGrpcDelay{unit}", f"GID_DELAY_{unit}"
+    _create_topic(server, topic)
+    due_ms = int(time.time() * 1000) + 2_000
+    stamp = (
+        Timestamp(seconds=due_ms // 1000 + 1) if unit == "seconds" else Timestamp(seconds=due_ms)
+    )
+    if unit == "seconds":
+        due_ms = stamp.seconds * 1000
+    sent = _send(client, _message(topic, b"later", message_type=pb.DELAY, delivery_timestamp=stamp))
+    assert sent.status.code == pb.OK, sent.status.message
+    assert _code(client.receive(_receive_request(topic, group))) == pb.MESSAGE_NOT_FOUND
+    got: list[Any] = []
+    deadline = time.monotonic() + 15
+    while not got and time.monotonic() < deadline:
+        got = _messages(client.receive(_receive_request(topic, group, wait_s=5)))
+    received_ms = int(time.time() * 1000)
+    [message] = got
+    assert message.body == b"later"
+    assert received_ms >= due_ms
+    sp = message.system_properties
+    assert sp.message_type == pb.DELAY
+    assert sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000 == due_ms

@@ -30,6 +30,9 @@ __all__ = [
 ]
 
 MESSAGE_GROUP = "__SHARDINGKEY"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+# RocketMQ 5's proxy: a delay message is due at most a day ahead.
+MAX_DELAY_MS = 24 * 3600 * 1000
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 SYSFLAG_COMPRESSED = 0x1
@@ -106,7 +109,7 @@ def _has_control(text: str) -> bool:
     return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
 
 
-def checked_properties(message: pb.Message, max_body_size: int) -> dict[str, str]:
+def checked_properties(message: pb.Message, max_body_size: int, now_ms: int) -> dict[str, str]:
     """The record properties of a sent message; raises :class:`SendCheckError` for a message
     the send must refuse."""
     sp = message.system_properties
@@ -121,13 +124,28 @@ def checked_properties(message: pb.Message, max_body_size: int) -> dict[str, str
     message_id = sp.message_id.strip()
     if not message_id or _has_control(message_id):
         raise SendCheckError(pb.ILLEGAL_MESSAGE_ID, "the message id is blank")
-    if sp.message_type in (pb.DELAY, pb.TRANSACTION) or sp.HasField("delivery_timestamp"):
+    if sp.message_type == pb.TRANSACTION:
         raise SendCheckError(
             pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            "pyrmq accepts NORMAL and FIFO messages over gRPC; delivery at a chosen time and "
-            "transactions are not supported yet",
+            "pyrmq accepts NORMAL, FIFO and DELAY messages over gRPC; transactions are not "
+            "supported yet",
         )
     props: dict[str, str] = {}
+    if sp.HasField("delivery_timestamp"):
+        if sp.HasField("message_group"):
+            raise SendCheckError(
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a message has a delivery time or a message group, not both",
+            )
+        due = delivery_ms(sp.delivery_timestamp)
+        if due - now_ms > MAX_DELAY_MS:
+            raise SendCheckError(
+                pb.ILLEGAL_DELIVERY_TIME,
+                f"the delivery time is more than {MAX_DELAY_MS // 3_600_000} h ahead",
+            )
+        props[TIMER_DELIVER_MS] = str(due)
+    elif sp.message_type == pb.DELAY:
+        raise SendCheckError(pb.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery time")
     user = message.user_properties
     if len(user) > MAX_USER_PROPERTIES:
         raise SendCheckError(
@@ -187,6 +205,14 @@ def fifo_queue(message_group: str, queue_count: int) -> int:
     """The queue every message of ``message_group`` goes to: a hash that stays the same across
     broker restarts and Python runs."""
     return zlib.crc32(message_group.encode()) % queue_count
+
+
+def delivery_ms(value: Timestamp) -> int:
+    """A delivery time in epoch milliseconds. The official Python client 5.1.2 puts
+    milliseconds in ``seconds``; no date before the year 5138 has that many seconds."""
+    if value.seconds > 100_000_000_000:
+        return value.seconds
+    return timestamp_ms(value)
 
 
 def timestamp(ms: int) -> Timestamp:
@@ -272,9 +298,13 @@ def to_delivered(stored: StoredMessage, delivery: Delivery, namespace: str = "")
     if keys:
         sp.keys.extend(k for k in keys.split(KEY_SEPARATOR) if k)
     group = props.get(MESSAGE_GROUP)
+    due = props.get(TIMER_DELIVER_MS)
     if group is not None:
         sp.message_group = group
         sp.message_type = pb.FIFO
+    elif due is not None and due.strip().lstrip("-").isdigit():
+        sp.delivery_timestamp.CopyFrom(timestamp(int(due)))
+        sp.message_type = pb.DELAY
     else:
         sp.message_type = pb.NORMAL
     origin_topic = props.get(DLQ_ORIGIN_TOPIC)

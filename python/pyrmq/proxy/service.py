@@ -60,6 +60,8 @@ DEADLINE_MARGIN_S = 0.5
 CLIENT_PRESENT_S = 30.0
 # What a producer is told to retry with: RocketMQ 5's defaults.
 PRODUCER_MAX_ATTEMPTS = 3
+# Every topic takes these (RocketMQ's MIXED); transactions are not built yet.
+ACCEPTED_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY]
 # The topic new topics take their settings from (RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC).
 DEFAULT_TOPIC = "TBW102"
 
@@ -216,7 +218,7 @@ class MessagingService:
             broker=pb.Broker(
                 name=share.broker_name, id=0, endpoints=self._endpoints(share.host, share.port)
             ),
-            accept_message_types=[pb.NORMAL, pb.FIFO],
+            accept_message_types=ACCEPTED_TYPES,
         )
 
     async def _shares(
@@ -394,7 +396,9 @@ class MessagingService:
                 message_id=message_id,
             )
         try:
-            props = messages.checked_properties(message, broker.config.store.max_message_size)
+            props = messages.checked_properties(
+                message, broker.config.store.max_message_size, _now_ms()
+            )
         except SendCheckError as e:
             return pb.SendResultEntry(status=_status(e.code, str(e)), message_id=message_id)
         group = props.get(messages.MESSAGE_GROUP)

@@ -57,6 +57,11 @@ pub const PROPERTY_REAL_TOPIC: &str = "REAL_TOPIC";
 pub const PROPERTY_REAL_QUEUE_ID: &str = "REAL_QID";
 /// "false" on a message the broker stores itself (a delayed one falling due), as RocketMQ marks it.
 pub const PROPERTY_WAIT: &str = "WAIT";
+/// RocketMQ 5's timer messages: the delivery time in epoch milliseconds, or a delay from the
+/// put in seconds or milliseconds.
+pub const PROPERTY_TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+pub const PROPERTY_TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+pub const PROPERTY_TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
 
 /// Bytes before the body with IPv4 born and store hosts.
 pub const FIXED_LEN_V4: usize = 88;

@@ -27,6 +27,8 @@ use crate::store::{Inner, SCHEDULE_TOPIC};
 pub struct Pass {
     /// Messages stored again under their real topic.
     pub delivered: usize,
+    /// Timer messages not yet due, parked again in a shorter level.
+    pub parked_again: usize,
     /// The earliest due time of a message left waiting, if any.
     pub next_due_ms: Option<i64>,
     /// A level stopped on an error worth retrying (a full disk, say): its message waits.
@@ -183,8 +185,14 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
             continue;
         };
         // Progress outside the queue's range (retention, a lost file) restarts at its edge.
-        let mut offset = offsets.get(level).clamp(q.min_offset(), q.max_offset());
-        while let Some(unit) = q.unit(offset) {
+        let end = q.max_offset();
+        let mut offset = offsets.get(level).clamp(q.min_offset(), end);
+        // Only units there when the pass began: a timer message delivered early is parked
+        // again, maybe in this very level, and must wait for a later pass.
+        while offset < end {
+            let Some(unit) = q.unit(offset) else {
+                break;
+            };
             // A due time further off than the level's delay means the clock went back: due now.
             let due = if unit.tags_code > now_ms.saturating_add(*delay as i64) {
                 now_ms
@@ -195,13 +203,14 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
                 pass.next_due_ms = Some(pass.next_due_ms.map_or(due, |d| d.min(due)));
                 break;
             }
-            match deliver(inner, unit.phy_offset) {
-                Ok(Some(wrote)) => {
+            match deliver(inner, unit.phy_offset, now_ms) {
+                Ok(Delivery::Stored(wrote)) => {
                     pass.delivered += 1;
                     offsets.delivered.fetch_add(1, Ordering::AcqRel);
                     offsets.delivered_bytes.fetch_add(wrote, Ordering::AcqRel);
                 }
-                Ok(None) => {}
+                Ok(Delivery::ParkedAgain) => pass.parked_again += 1,
+                Ok(Delivery::Gone) => {}
                 Err(e) if retryable(&e) => {
                     log::warn!("delay level {level}: delivering offset {offset} failed: {e}");
                     pass.failed = true;
@@ -219,11 +228,20 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
     pass
 }
 
-/// Stores the parked record at `phy` again under its real topic and queue; returns the bytes
-/// written, or `None` when there is no such record any more (retention removed it).
-fn deliver(inner: &Inner, phy: u64) -> StoreResult<Option<u64>> {
+/// What became of a parked record that fell due.
+enum Delivery {
+    /// Stored under its real topic and queue: the bytes written.
+    Stored(u64),
+    /// A timer message not yet due: parked again, in a shorter level.
+    ParkedAgain,
+    /// No such record any more (retention removed it).
+    Gone,
+}
+
+/// Stores the parked record at `phy` again under its real topic and queue.
+fn deliver(inner: &Inner, phy: u64, now_ms: i64) -> StoreResult<Delivery> {
     let Some(raw) = inner.look(phy)? else {
-        return Ok(None);
+        return Ok(Delivery::Gone);
     };
     let rec = message::decode(&raw, false).map_err(|e| StoreError::Corrupt {
         phy_offset: phy,
@@ -259,7 +277,13 @@ fn deliver(inner: &Inner, phy: u64) -> StoreResult<Option<u64>> {
         reconsume_times: rec.reconsume_times,
         prepared_transaction_offset: rec.prepared_transaction_offset,
     };
-    Ok(Some(inner.put_internal(&[input])?.wrote_bytes))
+    let early = crate::store::timer_due(&properties, now_ms).is_some_and(|due| due > now_ms);
+    let wrote = inner.put_internal(&[input], now_ms)?.wrote_bytes;
+    Ok(if early {
+        Delivery::ParkedAgain
+    } else {
+        Delivery::Stored(wrote)
+    })
 }
 
 #[cfg(test)]

@@ -34,7 +34,8 @@ use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::{
     self, Assigned, MessageInput, MAX_PROPERTIES_LEN, PROPERTY_DELAY, PROPERTY_KEYS,
-    PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS, PROPERTY_UNIQ_KEY_SHORT,
+    PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS, PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELIVER_MS, PROPERTY_UNIQ_KEY_SHORT,
     SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
 };
 use crate::queue_map::QueueMap;
@@ -978,7 +979,13 @@ impl Inner {
 
     /// A message with `DELAY` > 0 (and not a transaction half/rollback) is parked in
     /// SCHEDULE_TOPIC_XXXX, queue level - 1, with its real topic and queue in properties.
-    fn delay_rewrite(&self, m: &MessageInput<'_>) -> StoreResult<Option<Rewrite>> {
+    ///
+    /// A timer message (RocketMQ 5's `TIMER_DELIVER_MS`, or `TIMER_DELAY_SEC`/`_MS` from
+    /// `now_ms`) rides the same levels: it is parked in the longest level that does not
+    /// overshoot its delivery time, with that time fixed in `TIMER_DELIVER_MS`, and parked
+    /// again each time a level delivers it early, until it is due. It arrives at most one
+    /// shortest level (1 s by default) late, as RocketMQ's timer wheel has 1 s precision.
+    fn delay_rewrite(&self, m: &MessageInput<'_>, now_ms: i64) -> StoreResult<Option<Rewrite>> {
         let tx = m.sys_flag & SYSFLAG_TRANSACTION_MASK;
         if tx == SYSFLAG_TRANSACTION_PREPARED
             || tx == SYSFLAG_TRANSACTION_ROLLBACK
@@ -986,20 +993,42 @@ impl Inner {
         {
             return Ok(None);
         }
-        let Some(level) = message::property(m.properties, PROPERTY_DELAY)
-            .and_then(|v| v.trim().parse::<i64>().ok())
-        else {
-            return Ok(None);
-        };
         let levels = &self.config.message_delay_level_ms;
-        if level <= 0 || levels.is_empty() {
+        if levels.is_empty() {
             return Ok(None);
         }
-        let level = (level as usize).min(levels.len());
+        let (level, timer) = match timer_due(m.properties, now_ms) {
+            Some(due) if due <= now_ms => return Ok(None),
+            Some(due) => (level_for(levels, due - now_ms), Some(due)),
+            None => {
+                let Some(level) = message::property(m.properties, PROPERTY_DELAY)
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                else {
+                    return Ok(None);
+                };
+                if level <= 0 {
+                    return Ok(None);
+                }
+                ((level as usize).min(levels.len()), None)
+            }
+        };
         let mut properties = message::without_properties(
             m.properties,
             &[PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID],
         );
+        if let Some(due) = timer {
+            properties = message::without_properties(
+                &properties,
+                &[
+                    PROPERTY_DELAY,
+                    PROPERTY_TIMER_DELIVER_MS,
+                    PROPERTY_TIMER_DELAY_SEC,
+                    PROPERTY_TIMER_DELAY_MS,
+                ],
+            );
+            message::push_property(&mut properties, PROPERTY_DELAY, &level.to_string());
+            message::push_property(&mut properties, PROPERTY_TIMER_DELIVER_MS, &due.to_string());
+        }
         message::push_property(&mut properties, PROPERTY_REAL_TOPIC, m.topic);
         message::push_property(
             &mut properties,
@@ -1053,9 +1082,17 @@ impl Inner {
         let mut delayed = SameProperties::default();
         for (i, m) in msgs.iter().enumerate() {
             if delayed.get(m.properties, |p| {
-                message::has_any_property(p, &[PROPERTY_DELAY])
+                message::has_any_property(
+                    p,
+                    &[
+                        PROPERTY_DELAY,
+                        PROPERTY_TIMER_DELIVER_MS,
+                        PROPERTY_TIMER_DELAY_SEC,
+                        PROPERTY_TIMER_DELAY_MS,
+                    ],
+                )
             }) {
-                if let Some(rw) = self.delay_rewrite(m)? {
+                if let Some(rw) = self.delay_rewrite(m, now_ms)? {
                     rewrites.push((i, rw));
                 }
             }
@@ -1316,8 +1353,13 @@ impl Inner {
 
     /// A put by the store itself (a delayed message falling due): reserved topics allowed;
     /// under `SYNC_FLUSH` its flush is requested, not waited for.
-    pub(crate) fn put_internal(&self, msgs: &[MessageInput<'_>]) -> StoreResult<PutOutcome> {
-        self.put(msgs, true, clock::now_ms(), false)
+    /// A put by the store itself, as of `now_ms` (a schedule pass's clock).
+    pub(crate) fn put_internal(
+        &self,
+        msgs: &[MessageInput<'_>],
+        now_ms: i64,
+    ) -> StoreResult<PutOutcome> {
+        self.put(msgs, true, now_ms, false)
     }
 
     fn delete_topic(&self, topic: &str) -> StoreResult<usize> {
@@ -1900,6 +1942,38 @@ fn index_record(index: &IndexService, d: &Dispatch<'_>, behind: &AtomicU64) -> b
         }
     }
     true
+}
+
+/// A timer message's delivery time in epoch milliseconds: `TIMER_DELIVER_MS`, else
+/// `TIMER_DELAY_SEC` or `TIMER_DELAY_MS` after `now_ms`; None for any other message.
+pub(crate) fn timer_due(properties: &[u8], now_ms: i64) -> Option<i64> {
+    let number =
+        |name| message::property(properties, name).and_then(|v| v.trim().parse::<i64>().ok());
+    if let Some(at) = number(PROPERTY_TIMER_DELIVER_MS) {
+        return Some(at);
+    }
+    if let Some(seconds) = number(PROPERTY_TIMER_DELAY_SEC) {
+        return Some(now_ms.saturating_add(seconds.saturating_mul(1000)));
+    }
+    number(PROPERTY_TIMER_DELAY_MS).map(|ms| now_ms.saturating_add(ms))
+}
+
+/// The level (1-based) a timer message `remaining_ms` from due is parked in: the longest delay
+/// that does not pass the due time, else the shortest.
+fn level_for(levels: &[u64], remaining_ms: i64) -> usize {
+    let fits = levels
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| **d as i64 <= remaining_ms)
+        .max_by_key(|(_, d)| **d);
+    let (index, _) = fits.unwrap_or_else(|| {
+        levels
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, d)| **d)
+            .expect("levels is not empty")
+    });
+    index + 1
 }
 
 /// Tag code of a ConsumeQueue unit. As in RocketMQ, a SCHEDULE_TOPIC_XXXX record with a DELAY
