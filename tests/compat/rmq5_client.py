@@ -22,6 +22,8 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 
 
@@ -197,7 +199,67 @@ def push(spec: dict[str, Any]) -> Any:
         return listener.log
 
 
-SCENARIOS = {"produce": produce, "simple": simple, "redeliver": redeliver, "push": push}
+class _Checker(TransactionChecker):
+    """Answers the broker's checks: commit for bodies listed, rollback for the others."""
+
+    def __init__(self, commit: set[str]) -> None:
+        self.commit = commit
+        self.checked: list[str] = []
+        self.lock = threading.Lock()
+
+    def check(self, message: Any) -> Any:
+        body = message.body.decode()
+        with self.lock:
+            self.checked.append(body)
+        if body in self.commit:
+            return TransactionResolution.COMMIT
+        return TransactionResolution.ROLLBACK
+
+
+def transactions(spec: dict[str, Any]) -> Any:
+    """Sends ``commit``, ``rollback`` and ``unresolved`` bodies as transaction messages: the
+    first committed, the second rolled back, the last left for the broker's check, which the
+    checker answers with a commit. Waits ``check_wait_s`` for checks."""
+    checker = _Checker(set(spec["unresolved"]))
+    producer = Producer(_config(spec), (spec["topic"],), checker)
+    producer.startup()
+    out: dict[str, Any] = {"ends": []}
+    try:
+        for kind in ("commit", "rollback", "unresolved"):
+            for body in spec[kind]:
+                transaction = producer.begin_transaction()
+                message = Message()
+                message.topic = spec["topic"]
+                message.body = body.encode()
+                producer.send(message, transaction)
+                # commit() and rollback() raise unless the broker answers OK.
+                if kind == "commit":
+                    transaction.commit()
+                    out["ends"].append(kind)
+                elif kind == "rollback":
+                    transaction.rollback()
+                    out["ends"].append(kind)
+        deadline = time.monotonic() + spec["check_wait_s"]
+        while time.monotonic() < deadline:
+            with checker.lock:
+                if len(set(checker.checked)) >= len(spec["unresolved"]):
+                    break
+            time.sleep(0.1)
+        time.sleep(1.0)  # the checker's EndTransaction leaves after it returns
+    finally:
+        producer.shutdown()
+    with checker.lock:
+        out["checked"] = list(checker.checked)
+    return out
+
+
+SCENARIOS = {
+    "produce": produce,
+    "simple": simple,
+    "redeliver": redeliver,
+    "push": push,
+    "transactions": transactions,
+}
 
 if __name__ == "__main__":
     result = SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))

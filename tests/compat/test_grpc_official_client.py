@@ -64,7 +64,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ServerP
     """``pyrmq serve`` whose groups get 3 deliveries of a message (maxReconsumeTimes=2)."""
     root = tmp_path_factory.mktemp("serve")
     conf = root / "broker.conf"
-    conf.write_text(f"maxReconsumeTimes=2\ndefaultTopicQueueNums={QUEUES}\n")
+    conf.write_text(
+        f"maxReconsumeTimes=2\ndefaultTopicQueueNums={QUEUES}\n"
+        # Transactions left open are checked after 1 s, every 0.5 s.
+        "transactionTimeOut=1000\ntransactionCheckInterval=500\n"
+    )
     with servers.serving(root, "-c", str(conf)) as proc:
         yield proc
 
@@ -468,3 +472,35 @@ def test_a_5x_delay_message_arrives_when_due(server: servers.ServerProcess, rmq5
     # The client reads the delivery time back as epoch milliseconds.
     assert sent_ms + 4_000 <= later["delivery_timestamp"] <= later["received_ms"]
     assert got["now"]["received_ms"] < later["received_ms"]
+
+
+def test_5x_transactions_commit_roll_back_and_are_checked_when_left_open(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    topic = "TopicG5Tx"
+    report = rmq5(
+        "transactions",
+        {
+            "endpoint": server.grpc_address(),
+            "topic": topic,
+            "commit": ["tx-commit-1", "tx-commit-2"],
+            "rollback": ["tx-rollback"],
+            "unresolved": ["tx-checked"],
+            "check_wait_s": 20,
+        },
+    )
+    assert report["ends"] == ["commit", "commit", "rollback"]
+    # Only the half left open was checked, and the checker committed it.
+    assert set(report["checked"]) == {"tx-checked"}
+    got = rmq5(
+        "simple",
+        {
+            "endpoint": server.grpc_address(),
+            "group": "GID_G5_TX",
+            "topic": topic,
+            # One more than there should be: a rolled back message would show up.
+            "count": 4,
+            "timeout_s": 6,
+        },
+    )["messages"]
+    assert sorted(_text(m) for m in got) == ["tx-checked", "tx-commit-1", "tx-commit-2"]

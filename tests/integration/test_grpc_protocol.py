@@ -180,7 +180,12 @@ def test_routes_name_the_grpc_address_with_broker_id_0_and_the_accepted_types(
         assert (queue.broker.name, queue.broker.id) == ("broker-a", 0)
         [address] = queue.broker.endpoints.addresses
         assert (address.host, address.port) == (host, int(port))
-        assert list(queue.accept_message_types) == [pb.NORMAL, pb.FIFO, pb.DELAY]
+        assert list(queue.accept_message_types) == [
+            pb.NORMAL,
+            pb.FIFO,
+            pb.DELAY,
+            pb.TRANSACTION,
+        ]
 
 
 @pytest.mark.parametrize(
@@ -204,7 +209,7 @@ def test_routes_name_the_grpc_address_with_broker_id_0_and_the_accepted_types(
             pb.ILLEGAL_DELIVERY_TIME,
         ),
         (
-            _message("TopicGrpcBad", b"x", message_type=pb.TRANSACTION),
+            _message("TopicGrpcBad", b"x", message_type=pb.TRANSACTION, message_group="g"),
             pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
         ),
         (_message("Topic Bad", b"x"), pb.ILLEGAL_TOPIC),
@@ -265,8 +270,11 @@ def test_requests_without_a_client_id_or_with_bad_names_and_handles_get_their_co
             ),
         )
         assert ack.status.code == pb.INVALID_RECEIPT_HANDLE
-    end = client.call("EndTransaction", pb.EndTransactionRequest(transaction_id="t"))
-    assert end.status.code == pb.NOT_IMPLEMENTED
+    for transaction_id in ("t", "", "7F0000010000000000000000000000FF"):
+        end = client.call(
+            "EndTransaction", pb.EndTransactionRequest(transaction_id=transaction_id, resolution=1)
+        )
+        assert end.status.code == pb.INVALID_TRANSACTION_ID
     # An RPC the broker does not serve is gRPC's UNIMPLEMENTED, as from RocketMQ's proxy.
     pull = client.channel.unary_unary(f"/{SERVICE_NAME}/PullMessage")
     with pytest.raises(grpc.RpcError) as raised:

@@ -31,6 +31,9 @@ _ALIASES = {
     "flushConsumerOffsetInterval": "flush_consumer_offset_interval_ms",
     "channelExpiredTimeout": "channel_expired_timeout_ms",
     "grpcServerPort": "grpc_server_port",
+    "transactionTimeOut": "transaction_timeout_ms",
+    "transactionCheckInterval": "transaction_check_interval_ms",
+    "transactionCheckMax": "transaction_check_max",
     "maxReconsumeTimes": "max_reconsume_times",
     "brokerConfigPath": "broker_config_path",
 }
@@ -63,6 +66,11 @@ class BrokerConfig:
     channel_expired_timeout_ms: int = 120_000
     # Deliveries before a message goes to %DLQ%<group> (the group's retryMaxTimes).
     max_reconsume_times: int = 16
+    # A transaction's half message is checked with its producer once it is this old, every
+    # interval, at most this many times.
+    transaction_timeout_ms: int = 6_000
+    transaction_check_interval_ms: int = 60_000
+    transaction_check_max: int = 15
     # The broker.conf these settings came from, where settings changed while the broker runs
     # are written (RocketMQ's brokerConfigPath); empty: such changes last until it stops.
     broker_config_path: str = ""
@@ -74,6 +82,8 @@ class BrokerConfig:
             problems.append(f"listen_port {self.listen_port} is not a port")
         if not -1 <= self.grpc_server_port < 65536:
             problems.append(f"grpc_server_port {self.grpc_server_port} is not a port or -1")
+        if self.transaction_check_interval_ms <= 0 or self.transaction_timeout_ms < 0:
+            problems.append("transaction timings must be positive")
         if self.default_topic_queue_nums <= 0:
             problems.append("default_topic_queue_nums must be positive")
         if self.broker_id < 0:

@@ -19,8 +19,10 @@ from pyrmq.broker.processors.groups import GroupProcessor
 from pyrmq.broker.processors.pull import PullProcessor
 from pyrmq.broker.processors.send import SendProcessor
 from pyrmq.broker.processors.stats import StatsProcessor
+from pyrmq.broker.processors.transactions import EndTransactionProcessor
 from pyrmq.broker.services.hold import PullHoldService
 from pyrmq.broker.services.stats import BrokerStats
+from pyrmq.broker.services.transactions import TransactionService
 from pyrmq.broker.state.groups import GroupConfig, GroupTable
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.queue_locks import QueueLockTable
@@ -63,6 +65,7 @@ class BrokerController:
         self.offsets = OffsetTable(self._root / "config" / "consumerOffset.json")
         self.queue_locks = QueueLockTable(self._root / "config" / "queueLocks.json")
         self.groups = GroupTable(self._root / "config" / "subscriptionGroup.json")
+        self.transactions = TransactionService(self)
         self.stats = BrokerStats()
         self._store: MessageStore | None = None
         self._hold: PullHoldService | None = None
@@ -83,6 +86,7 @@ class BrokerController:
             AdminProcessor(self),
             StatsProcessor(self),
             ConfigProcessor(self),
+            EndTransactionProcessor(self),
         ):
             processor.install(self.server)
         self.server.on_disconnect.append(self._client_disconnected)
@@ -127,10 +131,13 @@ class BrokerController:
             await self.grpc.start()
             # Peers ask for it (GET_BROKER_CONFIG) to route 5.x clients here: the bound port.
             self.config = dataclasses.replace(self.config, grpc_server_port=self.grpc.port)
+            assert self.grpc.service is not None
+            self.transactions.askers.append(self.grpc.service.ask_producer)
         store_config = dataclasses.replace(self.config.store, store_host=self.address)
         self._loop = loop = asyncio.get_running_loop()
         self._store = await loop.run_in_executor(None, MessageStore.open, self._root, store_config)
         self.topics.save_system_topics()
+        await loop.run_in_executor(None, self.transactions.load)
         interval = (
             HOLD_CHECK_INTERVAL_S
             if self.config.long_polling_enable
@@ -149,6 +156,7 @@ class BrokerController:
             loop.create_task(self._persist_offsets_loop()),
             loop.create_task(self._client_scan_loop()),
             loop.create_task(self._stats_loop()),
+            loop.create_task(self._transaction_check_loop()),
         ]
         log.info(
             "broker started name=%s id=%s address=%s",
@@ -225,6 +233,12 @@ class BrokerController:
         if self._flushes is None:
             return result, True
         return result, await self._flushes.durable(result.end_offset)
+
+    async def durable(self, result: PutResult) -> bool:
+        """Waits as :meth:`put` does for an append made with :meth:`put_now`."""
+        if self._flushes is None:
+            return True
+        return await self._flushes.durable(result.end_offset)
 
     def request_registration(self) -> None:
         """Registers with the name servers soon (a topic was created or changed)."""
@@ -337,6 +351,14 @@ class BrokerController:
                 self.notify_consumer_ids_changed(group)
             if self.grpc is not None and self.grpc.service is not None:
                 self.grpc.service.expire_clients()
+
+    async def _transaction_check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.transaction_check_interval_ms / 1000)
+            try:
+                await self.transactions.check()
+            except Exception:
+                log.exception("transaction check failed")
 
     async def _stats_loop(self) -> None:
         while True:

@@ -124,11 +124,12 @@ def checked_properties(message: pb.Message, max_body_size: int, now_ms: int) -> 
     message_id = sp.message_id.strip()
     if not message_id or _has_control(message_id):
         raise SendCheckError(pb.ILLEGAL_MESSAGE_ID, "the message id is blank")
-    if sp.message_type == pb.TRANSACTION:
+    if sp.message_type == pb.TRANSACTION and (
+        sp.HasField("delivery_timestamp") or sp.HasField("message_group")
+    ):
         raise SendCheckError(
             pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            "pyrmq accepts NORMAL, FIFO and DELAY messages over gRPC; transactions are not "
-            "supported yet",
+            "a transaction message has no delivery time and no message group",
         )
     props: dict[str, str] = {}
     if sp.HasField("delivery_timestamp"):

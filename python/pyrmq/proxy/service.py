@@ -13,12 +13,15 @@ import dataclasses
 import ipaddress
 import itertools
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pyrmq import _core
+from pyrmq.broker.services import transactions
 from pyrmq.broker.services.hold import HeldPull
+from pyrmq.broker.services.transactions import TransactionError
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import (
     DiskFullError,
@@ -60,8 +63,10 @@ DEADLINE_MARGIN_S = 0.5
 CLIENT_PRESENT_S = 30.0
 # What a producer is told to retry with: RocketMQ 5's defaults.
 PRODUCER_MAX_ATTEMPTS = 3
-# Every topic takes these (RocketMQ's MIXED); transactions are not built yet.
-ACCEPTED_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY]
+# Every topic takes every type (RocketMQ's MIXED).
+ACCEPTED_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+# EndTransactionRequest.resolution
+COMMIT, ROLLBACK = 1, 2
 # The topic new topics take their settings from (RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC).
 DEFAULT_TOPIC = "TBW102"
 
@@ -82,9 +87,22 @@ class Client:
     client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
     group: str = ""
     settings: pb.Settings | None = None
-    streams: int = 0
+    # One per open telemetry stream: commands the broker sends the client on it.
+    outboxes: list["asyncio.Queue[pb.TelemetryCommand]"] = dataclasses.field(default_factory=list)
     streamed: bool = False
     last_seen: float = 0.0
+
+    @property
+    def streams(self) -> int:
+        return len(self.outboxes)
+
+    def publishes(self, topic: str) -> bool:
+        settings = self.settings
+        return (
+            settings is not None
+            and settings.WhichOneof("pub_sub") == "publishing"
+            and any(t.name == topic for t in settings.publishing.topics)
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -310,16 +328,59 @@ class MessagingService:
         if client is None:
             yield pb.TelemetryCommand(status=_status(pb.CLIENT_ID_REQUIRED))
             return
-        client.streams += 1
+        # Answers to the client's commands and the broker's own (transaction checks) share the
+        # stream: both go through the outbox, read while the client's commands are.
+        outbox: asyncio.Queue[pb.TelemetryCommand] = asyncio.Queue()
+        client.outboxes.append(outbox)
         client.streamed = True
+        reader = asyncio.ensure_future(self._read_commands(client, requests, outbox))
         try:
-            async for command in requests:
-                if command.HasField("settings"):
-                    yield pb.TelemetryCommand(status=OK, settings=self._settings(client, command))
+            while True:
+                take = asyncio.ensure_future(outbox.get())
+                await asyncio.wait({take, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if not take.done():
+                    take.cancel()
+                    break
+                yield take.result()
         finally:
-            client.streams -= 1
+            reader.cancel()
+            client.outboxes.remove(outbox)
             if client.streams == 0:
                 self._client_left(client)
+
+    async def _read_commands(
+        self,
+        client: Client,
+        requests: AsyncIterator[pb.TelemetryCommand],
+        outbox: "asyncio.Queue[pb.TelemetryCommand]",
+    ) -> None:
+        async for command in requests:
+            if command.HasField("settings"):
+                outbox.put_nowait(
+                    pb.TelemetryCommand(status=OK, settings=self._settings(client, command))
+                )
+
+    async def ask_producer(self, stored: StoredMessage, transaction_id: str) -> bool:
+        """Asks a connected producer of a half message's topic to resolve it (RocketMQ's
+        orphaned transaction recovery); False when none is connected."""
+        topic = stored.property(transactions.REAL_TOPIC) or ""
+        producers = [c for c in self.clients.values() if c.outboxes and c.publishes(topic)]
+        if not producers:
+            return False
+        body = self._body("", stored)
+        if body is None:
+            return False
+        message = messages.to_delivered(stored, Delivery("", 1, 0, body, 0, 0))
+        message.topic.name = topic
+        message.system_properties.message_type = pb.TRANSACTION
+        message.system_properties.ClearField("receipt_handle")
+        command = pb.TelemetryCommand(
+            recover_orphaned_transaction_command=pb.RecoverOrphanedTransactionCommand(
+                message=message, transaction_id=transaction_id
+            )
+        )
+        random.choice(producers).outboxes[-1].put_nowait(command)
+        return True
 
     def _settings(self, client: Client, command: pb.TelemetryCommand) -> pb.Settings:
         """Records a client's settings and answers them with the broker's part filled in."""
@@ -409,18 +470,33 @@ class MessagingService:
         born = message.system_properties.born_timestamp
         born_ms = messages.timestamp_ms(born) if born.seconds else None
         store = broker.store
+        transaction = message.system_properties.message_type == pb.TRANSACTION
         try:
-            result, durable = await broker.put(
-                lambda: store.put(
+            if transaction:
+                # A half message, held back until EndTransaction; RocketMQ's proxy names the
+                # topic as the producer group of gRPC producers.
+                result = broker.transactions.prepare(
                     config.topic_name,
+                    queue_id,
                     message.body,
-                    queue_id=queue_id,
-                    properties=props,
+                    props,
+                    config.topic_name,
                     born_timestamp_ms=born_ms,
                     born_host=born_host,
-                    wait_for_flush=False,
                 )
-            )
+                durable = await broker.durable(result)
+            else:
+                result, durable = await broker.put(
+                    lambda: store.put(
+                        config.topic_name,
+                        message.body,
+                        queue_id=queue_id,
+                        properties=props,
+                        born_timestamp_ms=born_ms,
+                        born_host=born_host,
+                        wait_for_flush=False,
+                    )
+                )
         except MessageIllegalError as e:
             return pb.SendResultEntry(status=_status(pb.BAD_REQUEST, str(e)), message_id=message_id)
         except (DiskFullError, StoreClosedError) as e:
@@ -439,12 +515,34 @@ class MessagingService:
                 message_id=message_id,
                 offset=result.queue_offset,
             )
-        return pb.SendResultEntry(status=OK, message_id=message_id, offset=result.queue_offset)
+        return pb.SendResultEntry(
+            status=OK,
+            message_id=message_id,
+            offset=result.queue_offset,
+            # The half's offset message id: EndTransaction finds it by that.
+            transaction_id=result.msg_id if transaction else "",
+        )
 
     async def end_transaction(self, request: pb.EndTransactionRequest, context: Any) -> Any:
-        return pb.EndTransactionResponse(
-            status=_status(pb.NOT_IMPLEMENTED, "transactions are not supported over gRPC yet")
-        )
+        if self._client(context) is None:
+            return pb.EndTransactionResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        if request.resolution not in (COMMIT, ROLLBACK):
+            # Not known yet: the half waits for the next check.
+            return pb.EndTransactionResponse(status=OK)
+        try:
+            _, phy_offset = _core.decode_offset_msg_id(request.transaction_id)
+            result = self.broker.transactions.end(
+                phy_offset, commit=request.resolution == COMMIT, message_id=request.message_id
+            )
+        except (ValueError, TransactionError) as e:
+            return pb.EndTransactionResponse(status=_status(pb.INVALID_TRANSACTION_ID, str(e)))
+        except (StoreError, MessageIllegalError) as e:
+            return pb.EndTransactionResponse(status=_status(pb.INTERNAL_SERVER_ERROR, str(e)))
+        if not await self.broker.durable(result):
+            return pb.EndTransactionResponse(
+                status=_status(pb.MASTER_PERSISTENCE_TIMEOUT, "ended, but not flushed in time")
+            )
+        return pb.EndTransactionResponse(status=OK)
 
     async def recall_message(self, request: pb.RecallMessageRequest, context: Any) -> Any:
         return pb.RecallMessageResponse(

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_TRANSACTION_MASK = 0xC
+SYSFLAG_TRANSACTION_PREPARED = 0x4
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
 
@@ -121,6 +122,7 @@ class SendProcessor:
         body = request.body
         sys_flag = header.sys_flag
         store = broker.store
+        half = not batch and sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
         put: Callable[[], PutResult]
         if batch:
             if sys_flag & SYSFLAG_COMPRESSED:
@@ -165,6 +167,22 @@ class SendProcessor:
                     wait_for_flush=False,
                 )
 
+        elif half:
+            # A transaction's half message: held back until END_TRANSACTION. The service
+            # appends it with put_now itself.
+            def put() -> PutResult:
+                return broker.transactions.prepare(
+                    topic,
+                    queue_id,
+                    body,
+                    parse_properties(properties),
+                    header.producer_group,
+                    flag=header.flag,
+                    sys_flag=sys_flag,
+                    born_timestamp_ms=header.born_timestamp,
+                    born_host=born_host,
+                )
+
         else:
 
             def put() -> PutResult:
@@ -183,7 +201,7 @@ class SendProcessor:
                 )
 
         try:
-            result = broker.put_now(put)
+            result = put() if half else broker.put_now(put)
         except (MessageIllegalError, StoreError) as e:
             return self._put_failed(request, e, topic, queue_id)
         if broker.puts_wait_for_disk:

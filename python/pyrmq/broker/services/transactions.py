@@ -1,0 +1,246 @@
+"""Transaction messages: half messages held back until their producer commits or rolls back.
+
+As RocketMQ does it: a half message is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` with its real
+topic and queue in properties, where no consumer reads it. A commit stores it again under its
+real topic; a rollback drops it. Either way an op record naming the half's queue offset goes to
+``RMQ_SYS_TRANS_OP_HALF_TOPIC``, so a restarted broker knows which halves are still open (it
+reads both topics at start). A half left open longer than ``transactionTimeOut`` is checked:
+the broker asks a live producer of its topic, every ``transactionCheckInterval``, up to
+``transactionCheckMax`` times, and then gives it up (RocketMQ moves it to
+``TRANS_CHECK_MAX_TIME_TOPIC``; pyrmq logs it and drops it).
+
+Producers of RocketMQ 5's gRPC protocol are asked over their telemetry stream. Checks of 4.x
+producers (CHECK_TRANSACTION_STATE) are not sent yet: their halves wait for an
+END_TRANSACTION.
+"""
+
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from pyrmq.properties import UNIQ_KEY
+from pyrmq.store import GetMessageStatus, MessageStore, PutResult, StoredMessage
+
+if TYPE_CHECKING:
+    from pyrmq.broker.controller import BrokerController
+
+__all__ = ["HALF_TOPIC", "OP_TOPIC", "HalfMessage", "TransactionError", "TransactionService"]
+
+log = logging.getLogger(__name__)
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+TRAN_MSG = "TRAN_MSG"
+PRODUCER_GROUP = "PGROUP"
+CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+# RocketMQ's op record tag for an ended half.
+OP_TAG = "d"
+SYSFLAG_TRANSACTION_MASK = 0xC
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+SYSFLAG_TRANSACTION_COMMIT = 0x8
+
+
+class TransactionError(Exception):
+    """An end of transaction the broker cannot carry out: unknown or already ended."""
+
+
+@dataclasses.dataclass(slots=True)
+class HalfMessage:
+    queue_offset: int
+    phy_offset: int
+    topic: str
+    producer_group: str
+    # Epoch ms from which the half is checked, and when it was checked last.
+    check_from_ms: int
+    checks: int = 0
+    checked_ms: int = 0
+
+
+Asker = Callable[[StoredMessage, str], Awaitable[bool]]
+
+
+class TransactionService:
+    def __init__(self, broker: "BrokerController") -> None:
+        self.broker = broker
+        self.open: dict[int, HalfMessage] = {}
+        # Asks a live producer to resolve a half (``stored``, transaction id); True if asked.
+        self.askers: list[Asker] = []
+
+    @property
+    def _settings(self) -> tuple[int, int, int]:
+        c = self.broker.config
+        return c.transaction_timeout_ms, c.transaction_check_interval_ms, c.transaction_check_max
+
+    def load(self) -> None:
+        """Finds the halves still open: every half not named by an op record."""
+        store = self.broker.store
+        ended = {int(body) for body in _bodies(store, OP_TOPIC) if body.isdigit()}
+        timeout_ms = self._settings[0]
+        for stored in _messages(store, HALF_TOPIC):
+            if stored.queue_offset not in ended:
+                self._track(stored, timeout_ms)
+        if self.open:
+            log.info("transactions: %d half messages still open", len(self.open))
+
+    def _track(self, stored: StoredMessage, timeout_ms: int) -> None:
+        immunity = stored.property(CHECK_IMMUNITY)
+        wait_ms = timeout_ms
+        if immunity is not None and immunity.strip().isdigit():
+            wait_ms = max(timeout_ms, int(immunity) * 1000)
+        self.open[stored.queue_offset] = HalfMessage(
+            queue_offset=stored.queue_offset,
+            phy_offset=stored.phy_offset,
+            topic=stored.property(REAL_TOPIC) or "",
+            producer_group=stored.property(PRODUCER_GROUP) or "",
+            check_from_ms=stored.store_timestamp_ms + wait_ms,
+        )
+
+    def prepare(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        properties: dict[str, str],
+        producer_group: str,
+        *,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_timestamp_ms: int | None = None,
+        born_host: str | None = None,
+    ) -> PutResult:
+        """Stores a half message (appended now; durable as :meth:`BrokerController.put_now`
+        describes) and tracks it."""
+        props = dict(properties)
+        props[REAL_TOPIC] = topic
+        props[REAL_QID] = str(queue_id)
+        props[TRAN_MSG] = "true"
+        props[PRODUCER_GROUP] = producer_group
+        broker = self.broker
+        broker.topics.create_system(HALF_TOPIC, 1, 6)
+        result = broker.put_now(
+            lambda: broker.store.put(
+                HALF_TOPIC,
+                body,
+                queue_id=0,
+                properties=props,
+                flag=flag,
+                sys_flag=sys_flag & ~SYSFLAG_TRANSACTION_MASK,
+                born_timestamp_ms=born_timestamp_ms,
+                born_host=born_host,
+                internal=True,
+                wait_for_flush=False,
+            )
+        )
+        stored = broker.store.look_message_by_offset(result.phy_offset)
+        if stored is not None:
+            self._track(stored, self._settings[0])
+        return result
+
+    def end(self, phy_offset: int, *, commit: bool, message_id: str | None = None) -> PutResult:
+        """Commits or rolls back the half at ``phy_offset``; returns the op record's put (and
+        the commit's, appended before it). Raises :class:`TransactionError` for a half that
+        is unknown, already ended, or not the message ``message_id`` names."""
+        broker = self.broker
+        stored = broker.store.look_message_by_offset(phy_offset)
+        if stored is None or stored.topic != HALF_TOPIC:
+            raise TransactionError(f"no half message at offset {phy_offset}")
+        if stored.queue_offset not in self.open:
+            raise TransactionError(f"the transaction of {stored.msg_id} has already ended")
+        if message_id is not None and stored.property(UNIQ_KEY) not in (None, message_id):
+            raise TransactionError(f"the half message at {phy_offset} is not {message_id}")
+        if commit:
+            props = dict(stored.properties)
+            topic = props.pop(REAL_TOPIC, "")
+            queue_id = int(props.pop(REAL_QID, "0") or 0)
+            broker.put_now(
+                lambda: broker.store.put(
+                    topic,
+                    stored.body,
+                    queue_id=queue_id,
+                    properties=props,
+                    flag=stored.flag,
+                    sys_flag=(stored.sys_flag & ~SYSFLAG_TRANSACTION_MASK)
+                    | SYSFLAG_TRANSACTION_COMMIT,
+                    born_timestamp_ms=stored.born_timestamp_ms,
+                    born_host=stored.born_host,
+                    reconsume_times=stored.reconsume_times,
+                    internal=True,
+                    wait_for_flush=False,
+                )
+            )
+        result = self._op(stored.queue_offset)
+        del self.open[stored.queue_offset]
+        log.info(
+            "transaction %s of %s %s",
+            stored.property(UNIQ_KEY) or stored.msg_id,
+            stored.property(REAL_TOPIC),
+            "committed" if commit else "rolled back",
+        )
+        return result
+
+    def _op(self, queue_offset: int) -> PutResult:
+        broker = self.broker
+        broker.topics.create_system(OP_TOPIC, 1, 6)
+        return broker.put_now(
+            lambda: broker.store.put(
+                OP_TOPIC,
+                str(queue_offset).encode(),
+                queue_id=0,
+                tags=OP_TAG,
+                internal=True,
+                wait_for_flush=False,
+            )
+        )
+
+    async def check(self, now_ms: int | None = None) -> int:
+        """One round of checks; returns how many producers were asked."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        _, interval_ms, max_checks = self._settings
+        asked = 0
+        for half in list(self.open.values()):
+            if now_ms < half.check_from_ms or now_ms - half.checked_ms < interval_ms:
+                continue
+            if half.checks >= max_checks:
+                log.warning(
+                    "transaction at offset %d of %s given up after %d checks",
+                    half.phy_offset,
+                    half.topic,
+                    half.checks,
+                )
+                self._op(half.queue_offset)
+                del self.open[half.queue_offset]
+                continue
+            stored = self.broker.store.look_message_by_offset(half.phy_offset)
+            if stored is None:
+                # Gone to retention.
+                del self.open[half.queue_offset]
+                continue
+            for ask in self.askers:
+                if await ask(stored, stored.msg_id):
+                    half.checks += 1
+                    half.checked_ms = now_ms
+                    asked += 1
+                    break
+        return asked
+
+
+def _messages(store: MessageStore, topic: str) -> list[StoredMessage]:
+    out: list[StoredMessage] = []
+    offset = store.min_offset(topic, 0)
+    while True:
+        result = store.get(topic, 0, offset, max_count=256)
+        if result.status is not GetMessageStatus.FOUND:
+            if result.next_begin_offset > offset:
+                offset = result.next_begin_offset
+                continue
+            return out
+        out += result.messages()
+        offset = result.next_begin_offset
+
+
+def _bodies(store: MessageStore, topic: str) -> list[str]:
+    return [m.body.decode(errors="replace") for m in _messages(store, topic)]

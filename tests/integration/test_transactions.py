@@ -1,0 +1,100 @@
+"""Transaction messages over RocketMQ's 4.x protocol against a real ``pyrmq serve``: a half
+message is held back until END_TRANSACTION commits it (stored under its topic) or rolls it
+back (never readable), ends only once, and stays open across a broker restart."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from tests.compat.servers import create_topic, serving
+from tests.helpers import pull_head
+
+from pyrmq import _core
+from pyrmq.errors import BrokerError
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+pytestmark = pytest.mark.integration
+
+COMMIT, ROLLBACK = 8, 12
+
+
+async def _call(broker: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+    client = RemotingClient()
+    try:
+        return await client.invoke(broker, RemotingCommand.request(code, ext, body), 5.0)
+    finally:
+        await client.close()
+
+
+def _send_half(broker: str, topic: str, body: bytes) -> str:
+    """A 4.x transactional producer's half message; returns its offset message id."""
+    ext = {
+        "producerGroup": "PG_TX",
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "0",
+        "sysFlag": "4",
+        "bornTimestamp": "0",
+        "flag": "0",
+        "properties": "TRAN_MSG\x01true\x02PGROUP\x01PG_TX\x02KEYS\x01k-" + body.decode(),
+        "reconsumeTimes": "0",
+        "unitMode": "false",
+    }
+    sent = asyncio.run(_call(broker, RequestCode.SEND_MESSAGE, ext, body))
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    return sent.ext_fields["msgId"]
+
+
+def _end(broker: str, msg_id: str, kind: int) -> RemotingCommand:
+    _, phy_offset = _core.decode_offset_msg_id(msg_id)
+    ext = {
+        "producerGroup": "PG_TX",
+        "tranStateTableOffset": "0",
+        "commitLogOffset": str(phy_offset),
+        "commitOrRollback": str(kind),
+        "fromTransactionCheck": "false",
+        "msgId": msg_id,
+    }
+    return asyncio.run(_call(broker, RequestCode.END_TRANSACTION, ext))
+
+
+def _bodies(broker: str, topic: str) -> list[bytes]:
+    try:
+        return [m.body for m in asyncio.run(pull_head(broker, "broker-a", topic, 0)).messages]
+    except BrokerError:
+        return []
+
+
+def test_a_half_message_is_held_until_committed_and_never_read_when_rolled_back(
+    tmp_path: Path,
+) -> None:
+    topic = "TopicTx4"
+    with serving(tmp_path) as server:
+        broker = server.addresses()[1]
+        create_topic(broker, topic, 1)
+        kept, dropped, later = (
+            _send_half(broker, topic, b) for b in (b"kept", b"dropped", b"later")
+        )
+        assert _bodies(broker, topic) == []
+        assert _end(broker, kept, COMMIT).code == ResponseCode.SUCCESS
+        assert _end(broker, dropped, ROLLBACK).code == ResponseCode.SUCCESS
+        [message] = asyncio.run(pull_head(broker, "broker-a", topic, 0)).messages
+        assert (message.body, message.keys) == (b"kept", "k-kept")
+        assert message.get_property("TRAN_MSG") == "true"
+        # A transaction ends once.
+        for msg_id, kind in ((kept, ROLLBACK), (dropped, COMMIT)):
+            again = _end(broker, msg_id, kind)
+            assert again.code == ResponseCode.SYSTEM_ERROR
+            assert "already ended" in (again.remark or "")
+    # The open half survives a restart, and ends there.
+    with serving(tmp_path) as server:
+        broker = server.addresses()[1]
+        assert _bodies(broker, topic) == [b"kept"]
+        assert _end(broker, kept, COMMIT).code == ResponseCode.SYSTEM_ERROR
+        assert _end(broker, later, COMMIT).code == ResponseCode.SUCCESS
+        assert _bodies(broker, topic) == [b"kept", b"later"]
