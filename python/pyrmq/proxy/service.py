@@ -334,16 +334,20 @@ class MessagingService:
         client.outboxes.append(outbox)
         client.streamed = True
         reader = asyncio.ensure_future(self._read_commands(client, requests, outbox))
+        take: asyncio.Future[pb.TelemetryCommand] | None = None
         try:
             while True:
                 take = asyncio.ensure_future(outbox.get())
                 await asyncio.wait({take, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if not take.done():
-                    take.cancel()
                     break
                 yield take.result()
         finally:
+            if take is not None:
+                take.cancel()
             reader.cancel()
+            if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                log.debug("telemetry stream of %s ended: %r", client.client_id, reader.exception())
             client.outboxes.remove(outbox)
             if client.streams == 0:
                 self._client_left(client)
