@@ -22,7 +22,9 @@ from pyrmq.client.api import ClientAPI, PullResult
 from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import MessageQueue
 from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import PullMessageRequestHeader
+from pyrmq.remoting.protocol import RequestCode
 
 __all__ = [
     "child_env",
@@ -33,8 +35,10 @@ __all__ = [
     "pull_head",
     "pyrmq_admin",
     "readable",
+    "remoting_call",
     "run",
     "run_python",
+    "send_raw",
 ]
 
 
@@ -139,3 +143,44 @@ async def pull_head(broker: str, broker_name: str, topic: str, queue_id: int) ->
         return await ClientAPI(remoting).pull(broker, broker_name, header, 5.0)
     finally:
         await remoting.close()
+
+
+def remoting_call(addr: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+    """One request on a fresh connection, and its answer."""
+
+    async def call() -> RemotingCommand:
+        client = RemotingClient()
+        try:
+            return await client.invoke(addr, RemotingCommand.request(code, ext, body), 5.0)
+        finally:
+            await client.close()
+
+    return asyncio.run(call())
+
+
+def send_raw(
+    broker: str,
+    topic: str,
+    body: bytes,
+    *,
+    sys_flag: int = 0,
+    properties: str = "",
+    queue_id: int = 0,
+    producer_group: str = "PG",
+) -> RemotingCommand:
+    """SEND_MESSAGE as a 4.x client sends it, with any sys flag and encoded properties
+    (``name\\x01value\\x02``...)."""
+    ext = {
+        "producerGroup": producer_group,
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": str(queue_id),
+        "sysFlag": str(sys_flag),
+        "bornTimestamp": "0",
+        "flag": "0",
+        "properties": properties,
+        "reconsumeTimes": "0",
+        "unitMode": "false",
+    }
+    return remoting_call(broker, RequestCode.SEND_MESSAGE, ext, body)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers import remoting_call, send_raw
 
 from pyrmq import _core
 from pyrmq.remoting.client import RemotingClient
@@ -24,38 +25,15 @@ from .servers import ServerProcess
 pytestmark = pytest.mark.integration
 
 
-async def _call(addr: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
-    client = RemotingClient()
-    try:
-        return await client.invoke(addr, RemotingCommand.request(code, ext, body), timeout_s=5)
-    finally:
-        await client.close()
-
-
 # Any free port for each listener.
 FREE_PORTS = ["--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0"]
 
 
-def call(addr: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
-    return asyncio.run(_call(addr, code, ext, body))
+call = remoting_call
 
 
 def send(broker: str, topic: str, body: bytes) -> RemotingCommand:
-    ext = {
-        "producerGroup": "PG",
-        "topic": topic,
-        "defaultTopic": "TBW102",
-        "defaultTopicQueueNums": "4",
-        "queueId": "0",
-        "sysFlag": "0",
-        "bornTimestamp": "0",
-        "flag": "0",
-        "properties": "",
-        "reconsumeTimes": "0",
-        "unitMode": "0",
-        "batch": "0",
-    }
-    return call(broker, RequestCode.SEND_MESSAGE, ext, body)
+    return send_raw(broker, topic, body)
 
 
 @pytest.mark.parametrize("flush", ["sync", "async"])

@@ -10,23 +10,13 @@ from pathlib import Path
 
 import pytest
 from tests.compat.servers import serving
-from tests.helpers import pull_head, pyrmq_admin
+from tests.helpers import pull_head, pyrmq_admin, remoting_call, send_raw
 
 from pyrmq.client.admin import Admin
 from pyrmq.errors import BrokerError
-from pyrmq.remoting.client import RemotingClient
-from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.integration
-
-
-async def _call(broker: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
-    client = RemotingClient()
-    try:
-        return await client.invoke(broker, RemotingCommand.request(code, ext, body), 5.0)
-    finally:
-        await client.close()
 
 
 async def _groups(namesrv: str, broker: str) -> dict[str, dict[str, object]]:
@@ -42,19 +32,17 @@ def test_group_settings_are_kept_across_restarts_and_bad_ones_refused(tmp_path: 
         assert f"create subscription group to {broker} success." in done.stdout
         assert pyrmq_admin("update-group", "-n", namesrv, "-g", "GID_GONE").returncode == 0
         for body in (b"[]", b"{}", b"{not json", json.dumps({"groupName": "bad group"}).encode()):
-            refused = asyncio.run(
-                _call(broker, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+            refused = remoting_call(
+                broker, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body
             )
             assert refused.code == ResponseCode.SYSTEM_ERROR, body
             assert "bad subscription group" in (refused.remark or "")
         wrong_kind = {"groupName": "GID_WRONG", "retryMaxTimes": "three"}
-        refused = asyncio.run(
-            _call(
-                broker,
-                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                {},
-                json.dumps(wrong_kind).encode(),
-            )
+        refused = remoting_call(
+            broker,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            {},
+            json.dumps(wrong_kind).encode(),
         )
         assert refused.code == ResponseCode.SYSTEM_ERROR
         assert pyrmq_admin("delete-group", "-n", namesrv, "-g", "GID_GONE").returncode == 0
@@ -76,41 +64,21 @@ def test_a_groups_retry_max_times_decides_when_a_handed_back_message_is_dead(
             == 0
         )
         body = b"handed back"
-        sent = asyncio.run(
-            _call(
-                broker,
-                RequestCode.SEND_MESSAGE,
-                {
-                    "producerGroup": "PG",
-                    "topic": "TopicGroupRetry",
-                    "defaultTopic": "TBW102",
-                    "defaultTopicQueueNums": "4",
-                    "queueId": "0",
-                    "sysFlag": "0",
-                    "bornTimestamp": "0",
-                    "flag": "0",
-                    "reconsumeTimes": "0",
-                    "unitMode": "false",
-                },
-                body,
-            )
-        )
+        sent = send_raw(broker, "TopicGroupRetry", body)
         assert sent.code == ResponseCode.SUCCESS
         [stored] = asyncio.run(pull_head(broker, "broker-a", "TopicGroupRetry", 0)).messages
         for group in ("GID_NO_RETRY", "GID_DEFAULT"):
             # No maxReconsumeTimes in the request: the group's setting decides.
-            back = asyncio.run(
-                _call(
-                    broker,
-                    RequestCode.CONSUMER_SEND_MSG_BACK,
-                    {
-                        "offset": str(stored.commit_log_offset),
-                        "group": group,
-                        "delayLevel": "0",
-                        "originMsgId": stored.msg_id,
-                        "originTopic": "TopicGroupRetry",
-                    },
-                )
+            back = remoting_call(
+                broker,
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {
+                    "offset": str(stored.commit_log_offset),
+                    "group": group,
+                    "delayLevel": "0",
+                    "originMsgId": stored.msg_id,
+                    "originTopic": "TopicGroupRetry",
+                },
             )
             assert back.code == ResponseCode.SUCCESS, back.remark
         [dead] = asyncio.run(pull_head(broker, "broker-a", "%DLQ%GID_NO_RETRY", 0)).messages

@@ -17,6 +17,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from tests.compat import servers
+from tests.helpers import send_raw
 
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.proxy.server import SERVICE_NAME
@@ -391,36 +392,8 @@ def _ack(client: Client, group: str, topic: str, message: Any) -> int:
 
 
 def _send_4x(server: servers.ServerProcess, topic: str, body: bytes, sys_flag: int = 0) -> None:
-    """A 4.x SEND_MESSAGE with any sys flag (a compressed body, say), as a client sends it."""
-    import asyncio
-
-    from pyrmq.remoting.client import RemotingClient
-    from pyrmq.remoting.command import RemotingCommand
-    from pyrmq.remoting.protocol import RequestCode, ResponseCode
-
-    ext = {
-        "producerGroup": "PG",
-        "topic": topic,
-        "defaultTopic": "TBW102",
-        "defaultTopicQueueNums": "4",
-        "queueId": "0",
-        "sysFlag": str(sys_flag),
-        "bornTimestamp": "0",
-        "flag": "0",
-        "reconsumeTimes": "0",
-        "unitMode": "false",
-    }
-
-    async def send() -> None:
-        remoting = RemotingClient()
-        try:
-            request = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
-            response = await remoting.invoke(server.addresses()[1], request, 5.0)
-            assert response.code == ResponseCode.SUCCESS, response.remark
-        finally:
-            await remoting.close()
-
-    asyncio.run(send())
+    sent = send_raw(server.addresses()[1], topic, body, sys_flag=sys_flag)
+    assert sent.code == 0, sent.remark
 
 
 def test_messages_in_flight_stay_when_the_filter_reads_past_others(

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 from tests.compat.servers import create_topic, serving
-from tests.helpers import pull_head
+from tests.helpers import pull_head, remoting_call, send_raw
 
 from pyrmq import _core
 from pyrmq.errors import BrokerError
-from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
@@ -22,30 +21,10 @@ pytestmark = pytest.mark.integration
 COMMIT, ROLLBACK = 8, 12
 
 
-async def _call(broker: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
-    client = RemotingClient()
-    try:
-        return await client.invoke(broker, RemotingCommand.request(code, ext, body), 5.0)
-    finally:
-        await client.close()
-
-
 def _send_half(broker: str, topic: str, body: bytes) -> str:
     """A 4.x transactional producer's half message; returns its offset message id."""
-    ext = {
-        "producerGroup": "PG_TX",
-        "topic": topic,
-        "defaultTopic": "TBW102",
-        "defaultTopicQueueNums": "4",
-        "queueId": "0",
-        "sysFlag": "4",
-        "bornTimestamp": "0",
-        "flag": "0",
-        "properties": "TRAN_MSG\x01true\x02PGROUP\x01PG_TX\x02KEYS\x01k-" + body.decode(),
-        "reconsumeTimes": "0",
-        "unitMode": "false",
-    }
-    sent = asyncio.run(_call(broker, RequestCode.SEND_MESSAGE, ext, body))
+    properties = "TRAN_MSG\x01true\x02PGROUP\x01PG_TX\x02KEYS\x01k-" + body.decode()
+    sent = send_raw(broker, topic, body, sys_flag=4, properties=properties, producer_group="PG_TX")
     assert sent.code == ResponseCode.SUCCESS, sent.remark
     return sent.ext_fields["msgId"]
 
@@ -60,7 +39,7 @@ def _end(broker: str, msg_id: str, kind: int) -> RemotingCommand:
         "fromTransactionCheck": "false",
         "msgId": msg_id,
     }
-    return asyncio.run(_call(broker, RequestCode.END_TRANSACTION, ext))
+    return remoting_call(broker, RequestCode.END_TRANSACTION, ext)
 
 
 def _bodies(broker: str, topic: str) -> list[bytes]:

@@ -5,25 +5,18 @@
 
 mod common;
 
-use common::{born, config, read_all};
-use pyrmq_store::message::{self, MessageInput};
+use common::{config, put_one, read_all};
+use pyrmq_store::message;
 use pyrmq_store::MessageStore;
 
 fn put(store: &MessageStore, topic: &str, body: &[u8], props: &[(&str, &str)]) {
-    let properties = message::encode_properties(props.iter().copied());
-    let input = MessageInput {
+    put_one(
+        store,
         topic,
-        queue_id: 0,
-        flag: 0,
+        0,
         body,
-        properties: &properties,
-        sys_flag: 0,
-        born_timestamp_ms: 1,
-        born_host: born(),
-        reconsume_times: 0,
-        prepared_transaction_offset: 0,
-    };
-    store.put(&[input], false).unwrap();
+        &message::encode_properties(props.iter().copied()),
+    );
 }
 
 /// Runs schedule passes from `start_ms`, each at the due time the last one reported (or 100 ms
