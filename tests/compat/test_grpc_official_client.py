@@ -25,6 +25,7 @@ from tests.helpers import committed_offset, fast_config, pull_head
 
 from pyrmq.client import aio
 from pyrmq.client.message import MessageQueue
+from pyrmq.errors import BrokerError
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow]
 
@@ -438,6 +439,24 @@ def test_a_5x_client_given_one_broker_reaches_a_topic_spread_over_two(
             },
         )
         assert sorted(_text(seen) for seen in log) == sorted(bodies)
+        # A topic only broker-b holds stays there: broker-a, the access point, does not make
+        # one of its own.
+        only_b = "TopicG5OnlyB"
+        servers.create_topic(brokers["broker-b"].addresses()[-1], only_b, 2)
+        rmq5(
+            "produce",
+            {"endpoint": access, "topic": only_b, "messages": [{"body": _b64("b")}] * 4},
+        )
+        on_b = [
+            m.body
+            for q in range(2)
+            for m in asyncio.run(
+                pull_head(brokers["broker-b"].addresses()[-1], "broker-b", only_b, q)
+            ).messages
+        ]
+        assert on_b == [b"b"] * 4
+        with pytest.raises(BrokerError, match="not exist"):
+            asyncio.run(pull_head(brokers["broker-a"].addresses()[-1], "broker-a", only_b, 0))
     finally:
         for proc in brokers.values():
             assert proc.stop() == 0

@@ -518,3 +518,32 @@ def test_a_delay_message_is_received_once_due_and_not_before(
     sp = message.system_properties
     assert sp.message_type == pb.DELAY
     assert sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000 == due_ms
+
+
+def test_messages_a_consumer_gives_back_at_shutdown_come_again_as_first_attempts(
+    server: servers.ServerProcess,
+) -> None:
+    topic, group = "TopicGrpcGivenBack", "GID_GIVEN_BACK"
+    leaving = Client(server.grpc_address(), "leaving@1")
+    staying = Client(server.grpc_address(), "staying@2")
+    try:
+        _create_topic(server, topic)
+        for i in range(3):
+            assert _send(leaving, _message(topic, f"g{i}".encode())).status.code == pb.OK
+        settings = pb.Settings(
+            client_type=pb.PUSH_CONSUMER,
+            subscription=pb.Subscription(group=pb.Resource(name=group)),
+        )
+        _, (stream, done) = leaving.telemetry(settings)
+        held = _messages(leaving.receive(_receive_request(topic, group, auto_renew=True)))
+        assert len(held) == 3
+        request = pb.NotifyClientTerminationRequest(group=pb.Resource(name=group))
+        assert leaving.call("NotifyClientTermination", request).status.code == pb.OK
+        done.set()
+        stream.cancel()
+        again = _messages(staying.receive(_receive_request(topic, group)))
+        assert sorted(m.body for m in again) == [b"g0", b"g1", b"g2"]
+        assert {m.system_properties.delivery_attempt for m in again} == {1}
+    finally:
+        leaving.close()
+        staying.close()

@@ -29,10 +29,10 @@ def _send_half(broker: str, topic: str, body: bytes) -> str:
     return sent.ext_fields["msgId"]
 
 
-def _end(broker: str, msg_id: str, kind: int) -> RemotingCommand:
+def _end(broker: str, msg_id: str, kind: int, group: str = "PG_TX") -> RemotingCommand:
     _, phy_offset = _core.decode_offset_msg_id(msg_id)
     ext = {
-        "producerGroup": "PG_TX",
+        "producerGroup": group,
         "tranStateTableOffset": "0",
         "commitLogOffset": str(phy_offset),
         "commitOrRollback": str(kind),
@@ -59,6 +59,11 @@ def test_a_half_message_is_held_until_committed_and_never_read_when_rolled_back(
         kept, dropped, later = (
             _send_half(broker, topic, b) for b in (b"kept", b"dropped", b"later")
         )
+        assert _bodies(broker, topic) == []
+        # Only the producer group that sent it ends a transaction.
+        wrong = _end(broker, kept, COMMIT, group="PG_OTHER")
+        assert wrong.code == ResponseCode.SYSTEM_ERROR
+        assert "producer group wrong" in (wrong.remark or "")
         assert _bodies(broker, topic) == []
         assert _end(broker, kept, COMMIT).code == ResponseCode.SUCCESS
         assert _end(broker, dropped, ROLLBACK).code == ResponseCode.SUCCESS

@@ -71,3 +71,19 @@ def test_a_cursor_moved_past_filtered_offsets_keeps_what_is_in_flight_below() ->
 def test_malformed_handles_are_refused() -> None:
     for handle in ("", "p1", "p1.1.2", "p2.1.2.3", "p1.a.2.3", "p1.-1.2.3", "p1.1.-2.3"):
         assert Receipt.parse(handle) is None
+
+
+def test_a_message_given_back_by_a_client_that_shut_down_costs_no_attempt() -> None:
+    queue = PopQueue(0)
+    queue.delivered(0, 1, 100.0, "leaving", auto_renew=True)
+    queue.delivered(1, 2, 100.0, "crashed", auto_renew=True)
+    assert queue.release("leaving", visible_at=5.0, returned=True) == 1
+    assert queue.release("crashed", visible_at=5.0) == 1
+    given_back, crashed = queue.due(5.0, alive=set())
+    for entry, generation in ((given_back, 10), (crashed, 11)):
+        PopQueue.redelivered(entry, generation, 50.0, "next", auto_renew=True)
+    assert (given_back.attempt, crashed.attempt) == (1, 2)
+    # Only that one delivery was free: the next one counts.
+    queue.release("next", visible_at=60.0)
+    PopQueue.redelivered(given_back, 12, 90.0, "other", auto_renew=False)
+    assert given_back.attempt == 2

@@ -31,6 +31,8 @@ _ALIASES = {
     "flushConsumerOffsetInterval": "flush_consumer_offset_interval_ms",
     "channelExpiredTimeout": "channel_expired_timeout_ms",
     "grpcServerPort": "grpc_server_port",
+    "enablePropertyFilter": "enable_property_filter",
+    "timerMaxDelaySec": "timer_max_delay_s",
     "transactionTimeOut": "transaction_timeout_ms",
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionCheckMax": "transaction_check_max",
@@ -58,6 +60,8 @@ class BrokerConfig:
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = 8
     long_polling_enable: bool = True
+    # Consumers may filter by SQL92 over message properties (RocketMQ's default: off).
+    enable_property_filter: bool = False
     # How long a pull waits when long polling is off.
     short_polling_time_ms: int = 1000
     register_name_server_period_ms: int = 30_000
@@ -71,6 +75,8 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6_000
     transaction_check_interval_ms: int = 60_000
     transaction_check_max: int = 15
+    # How far ahead a timer message may be due (RocketMQ's default: 3 days).
+    timer_max_delay_s: int = 3 * 24 * 3600
     # The broker.conf these settings came from, where settings changed while the broker runs
     # are written (RocketMQ's brokerConfigPath); empty: such changes last until it stops.
     broker_config_path: str = ""

@@ -67,6 +67,9 @@ class InFlight:
     client_id: str
     # Kept invisible while its client is connected (push consumers), until visible_at at most.
     auto_renew: bool
+    # Given back unconsumed (its client shut down, or never got it): the next delivery does
+    # not count as another attempt.
+    returned: bool = False
 
 
 class PopQueue:
@@ -132,7 +135,9 @@ class PopQueue:
         *,
         auto_renew: bool,
     ) -> None:
-        entry.attempt += 1
+        if not entry.returned:
+            entry.attempt += 1
+        entry.returned = False
         entry.generation = generation
         entry.visible_at = visible_at
         entry.client_id = client_id
@@ -150,14 +155,17 @@ class PopQueue:
         """Acked or forwarded to the DLQ: the message is done."""
         self.inflight.pop(offset, None)
 
-    def release(self, client_id: str, visible_at: float) -> int:
+    def release(self, client_id: str, visible_at: float, *, returned: bool = False) -> int:
         """Makes the auto-renewed messages of a departed client visible again by
         ``visible_at``; returns how many. Others keep the invisibility their receive asked
-        for: any client may still ack them with their handles."""
+        for: any client may still ack them with their handles. ``returned``: the client
+        shut down and gave them back, so their next delivery is no new attempt (a client
+        that crashed may have crashed on one of them: that delivery counts)."""
         count = 0
         for entry in self.inflight.values():
             if entry.auto_renew and entry.client_id == client_id:
                 entry.auto_renew = False
                 entry.visible_at = min(entry.visible_at, visible_at)
+                entry.returned = entry.returned or returned
                 count += 1
         return count

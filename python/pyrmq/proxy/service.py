@@ -165,13 +165,14 @@ class MessagingService:
             if c.streams > 0 or (not c.streamed and now - c.last_seen < CLIENT_PRESENT_S)
         }
 
-    def _client_left(self, client: Client) -> None:
-        """Makes the messages a departed client held visible to its group again."""
+    def _client_left(self, client: Client, *, returned: bool = False) -> None:
+        """Makes the messages a departed client held visible to its group again (``returned``:
+        as given back, see :meth:`PopQueue.release`)."""
         for key in [k for k in self._attempts if k[0] == client.client_id]:
             del self._attempts[key]
         now = time.monotonic()
         for (group, topic, _), queue in self._queues.items():
-            if queue.release(client.client_id, now):
+            if queue.release(client.client_id, now, returned=returned):
                 self._wake(group, topic)
 
     def expire_clients(self) -> None:
@@ -242,12 +243,19 @@ class MessagingService:
     async def _shares(
         self, resource: pb.Resource, *, create: bool
     ) -> list[BrokerQueues] | pb.Status:
-        """The topic's queues on every broker of the cluster that serves gRPC."""
-        config = self._topic(resource, create=create)
+        """The topic's queues on every broker of the cluster that serves gRPC. With ``create``
+        a topic no broker holds is created here (``autoCreateTopicEnable``), as a send
+        creates it over the 4.x protocol; one that other brokers hold is left to them."""
+        config = self._topic(resource, create=False)
         if isinstance(config, pb.Status) and config.code != pb.TOPIC_NOT_FOUND:
             return config
         local = None if isinstance(config, pb.Status) else config
         shares = await self.cluster.brokers(local, resource.name)
+        if not shares and create:
+            config = self._topic(resource, create=True)
+            if isinstance(config, pb.Status):
+                return config
+            shares = [self.cluster.local(config)]
         if not shares:
             return _status(pb.TOPIC_NOT_FOUND, f"topic {resource.name!r} does not exist")
         return shares
@@ -318,7 +326,8 @@ class MessagingService:
         if client is None:
             return pb.NotifyClientTerminationResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         self.clients.pop(client.client_id, None)
-        self._client_left(client)
+        # A client shutting down gives back what it has not consumed: no attempt is spent.
+        self._client_left(client, returned=True)
         return pb.NotifyClientTerminationResponse(status=OK)
 
     async def telemetry(
@@ -920,8 +929,10 @@ class MessagingService:
                 continue
             entry = queue.current(receipt, now)
             if entry is not None:
+                # Never delivered: the next delivery is no new attempt.
                 entry.auto_renew = False
                 entry.visible_at = now
+                entry.returned = True
         self._wake(group, topic)
 
     def _check_receive(

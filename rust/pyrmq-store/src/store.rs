@@ -997,10 +997,11 @@ impl Inner {
         if levels.is_empty() {
             return Ok(None);
         }
+        // A timer already due (a consumer handing back a delivered timer message, say)
+        // leaves the message to its delay level, if it has one.
         let (level, timer) = match timer_due(m.properties, now_ms) {
-            Some(due) if due <= now_ms => return Ok(None),
-            Some(due) => (level_for(levels, due - now_ms), Some(due)),
-            None => {
+            Some(due) if due > now_ms => (level_for(levels, due - now_ms), Some(due)),
+            _ => {
                 let Some(level) = message::property(m.properties, PROPERTY_DELAY)
                     .and_then(|v| v.trim().parse::<i64>().ok())
                 else {

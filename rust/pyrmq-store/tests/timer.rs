@@ -169,3 +169,23 @@ fn a_clock_gone_back_delivers_no_timer_message_early_and_ends_every_pass() {
     store.deliver_due(due + 10_000_000).unwrap();
     assert_eq!(read_all(&store, "TopicBack", 0), vec![b"back".to_vec()]);
 }
+
+#[test]
+fn a_delay_level_on_a_message_whose_timer_is_past_still_delays_it() {
+    // A consumer hands back a delivered timer message for a retry at level 3 (10 s).
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path())).unwrap();
+    let now = pyrmq_store::clock::now_ms();
+    put(
+        &store,
+        "%RETRY%G",
+        b"retry",
+        &[
+            ("TIMER_DELIVER_MS", &(now - 5_000).to_string()),
+            ("DELAY", "3"),
+        ],
+    );
+    assert!(read_all(&store, "%RETRY%G", 0).is_empty());
+    let arrived = run_until_arrived(&store, "%RETRY%G", 1, now);
+    assert!(arrived >= now + 10_000, "{}", arrived - now);
+}

@@ -11,6 +11,7 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag, RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
+from pyrmq.sql_filter import SqlFilter, SqlFilterError
 from pyrmq.store import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ _NOT_FOUND = {
     GetMessageStatus.OFFSET_FOUND_NULL,
     GetMessageStatus.OFFSET_OVERFLOW_ONE,
 }
+SQL92 = "SQL92"
 _RETRY = {GetMessageStatus.MESSAGE_WAS_REMOVING, GetMessageStatus.NO_MATCHED_MESSAGE}
 _MOVED = {GetMessageStatus.OFFSET_OVERFLOW_BADLY, GetMessageStatus.OFFSET_TOO_SMALL}
 _EMPTY = {GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE}
@@ -41,6 +43,7 @@ class PullProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
         self._subscriptions: dict[tuple[str, str, str | None], Subscription] = {}
+        self._sql_filters: dict[str, SqlFilter | SqlFilterError] = {}
 
     def install(self, server: RemotingServer) -> None:
         # Never waits: run at once when the request arrives (no task per pull).
@@ -59,6 +62,18 @@ class PullProcessor:
                 self._subscriptions.clear()
             found = Subscription.parse(topic, expression, expression_type)
             self._subscriptions[key] = found
+        return found
+
+    def _sql_filter(self, expression: str) -> SqlFilter | SqlFilterError:
+        found = self._sql_filters.get(expression)
+        if found is None:
+            if len(self._sql_filters) >= _SUBSCRIPTIONS_CACHED:
+                self._sql_filters.clear()
+            try:
+                found = SqlFilter.parse(expression)
+            except SqlFilterError as e:
+                found = e
+            self._sql_filters[expression] = found
         return found
 
     def _pull(
@@ -108,15 +123,26 @@ class PullProcessor:
                     remark=f"the consumer's subscription not exist, group: {header.consumer_group}",
                 )
             subscription = found
+        sql: SqlFilter | None = None
         if subscription.expression_type != TAG:
-            # As RocketMQ with enablePropertyFilter off: read as tags, a SQL92 expression
-            # would match nothing, and the consumer would skip every message.
-            return RemotingCommand.response_to(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                remark="The broker does not support consumer to filter message by "
-                f"{subscription.expression_type}",
-            )
+            if subscription.expression_type != SQL92 or not broker.config.enable_property_filter:
+                # As RocketMQ with enablePropertyFilter off: read as tags, a SQL92 expression
+                # would match nothing, and the consumer would skip every message.
+                return RemotingCommand.response_to(
+                    request,
+                    ResponseCode.SYSTEM_ERROR,
+                    remark="The broker does not support consumer to filter message by "
+                    f"{subscription.expression_type}",
+                )
+            parsed = self._sql_filter(subscription.expression)
+            if isinstance(parsed, SqlFilterError):
+                return RemotingCommand.response_to(
+                    request,
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                    remark=f"parse the consumer's subscription[{subscription.expression}] "
+                    f"failed: {parsed}",
+                )
+            sql = parsed
 
         got = broker.store.get(
             header.topic,
@@ -128,9 +154,22 @@ class PullProcessor:
         # The store already computes RocketMQ's next offset for every outcome.
         status = got.status
         body = b""
+        matched = got.message_count
+        if status is GetMessageStatus.FOUND and sql is not None:
+            kept = [
+                view
+                for view, message in zip(got.views(), got.messages(), strict=True)
+                if sql.matches(message.properties)
+            ]
+            matched = len(kept)
+            body = b"".join(kept)
+            if not kept:
+                # RocketMQ's NO_MATCHED_MESSAGE: pull again from past what was read.
+                status = GetMessageStatus.NO_MATCHED_MESSAGE
         if status is GetMessageStatus.FOUND:
             code = ResponseCode.SUCCESS
-            body = got.buffer
+            if sql is None:
+                body = got.buffer
         elif status in _RETRY:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         elif status in _MOVED:
@@ -144,7 +183,7 @@ class PullProcessor:
             assert status in _NOT_FOUND
             code = ResponseCode.PULL_NOT_FOUND
         broker.stats.pulled(
-            found=got.message_count if code == ResponseCode.SUCCESS else 0,
+            found=matched if code == ResponseCode.SUCCESS else 0,
             topic=header.topic,
             group=header.consumer_group,
         )
@@ -202,7 +241,8 @@ class PullProcessor:
                 topic=header.topic,
                 queue_id=header.queue_id,
                 queue_offset=header.queue_offset,
-                expression=subscription.expression,
+                # Any arrival may match a SQL92 filter: the pull then runs it.
+                expression=subscription.expression if subscription.expression_type == TAG else "*",
                 deadline=time.monotonic() + max(timeout_ms, 0) / 1000,
                 answer=answer,
             )

@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import random
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
+TIMER_PREFIX = "TIMER_"
+TIMER_PROPERTIES = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
 
@@ -101,6 +104,10 @@ class SendProcessor:
                 f"request queueId[{queue_id}] is illegal, {config} Producer: {conn.peer_address}",
             )
         properties = header.properties
+        if not batch and TIMER_PREFIX in properties:
+            illegal = _timer_problem(properties, broker.config.timer_max_delay_s)
+            if illegal is not None:
+                return self._error(request, ResponseCode.MESSAGE_ILLEGAL, illegal)
         reconsume_times = header.reconsume_times
         if topic.startswith(RETRY_PREFIX) and not batch:
             group = topic[len(RETRY_PREFIX) :]
@@ -345,3 +352,30 @@ class SendProcessor:
             # As RocketMQ answers a send-back whose put was not PUT_OK.
             return self._error(request, ResponseCode.SYSTEM_ERROR, "FLUSH_DISK_TIMEOUT")
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+def _timer_problem(properties: str, max_delay_s: int) -> str | None:
+    """What is wrong with a timer message's timer (RocketMQ's checks), or None."""
+    props = parse_properties(properties)
+    now_ms = int(time.time() * 1000)
+    for name in TIMER_PROPERTIES:
+        raw = props.get(name)
+        if raw is None:
+            continue
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            return f"timer message illegal: {name} {raw!r} is not an integer"
+        if name == "TIMER_DELIVER_MS":
+            due_ms = value
+        elif value < 0:
+            return f"timer message illegal: {name} {value} is negative"
+        else:
+            due_ms = now_ms + (value * 1000 if name == "TIMER_DELAY_SEC" else value)
+        if due_ms - now_ms > max_delay_s * 1000:
+            return (
+                f"timer message illegal: {name} is more than timerMaxDelaySec "
+                f"({max_delay_s} s) ahead"
+            )
+        return None
+    return None

@@ -44,7 +44,9 @@ class EndTransactionProcessor:
                 request, ResponseCode.SYSTEM_ERROR, remark=f"commitOrRollback {kind} is unknown"
             )
         try:
-            result = self.broker.transactions.end(phy_offset, commit=kind == COMMIT)
+            result = self.broker.transactions.end(
+                phy_offset, commit=kind == COMMIT, producer_group=ext.get("producerGroup", "")
+            )
         except TransactionError as e:
             log.warning("END_TRANSACTION from %s refused: %s", conn.peer_address, e)
             return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))

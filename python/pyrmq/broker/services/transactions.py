@@ -140,10 +140,18 @@ class TransactionService:
             self._track(stored, self._settings[0])
         return result
 
-    def end(self, phy_offset: int, *, commit: bool, message_id: str | None = None) -> PutResult:
+    def end(
+        self,
+        phy_offset: int,
+        *,
+        commit: bool,
+        message_id: str | None = None,
+        producer_group: str | None = None,
+    ) -> PutResult:
         """Commits or rolls back the half at ``phy_offset``; returns the op record's put (and
         the commit's, appended before it). Raises :class:`TransactionError` for a half that
-        is unknown, already ended, or not the message ``message_id`` names."""
+        is unknown, already ended, not the message ``message_id`` names, or another
+        ``producer_group``'s."""
         broker = self.broker
         stored = broker.store.look_message_by_offset(phy_offset)
         if stored is None or stored.topic != HALF_TOPIC:
@@ -152,6 +160,11 @@ class TransactionService:
             raise TransactionError(f"the transaction of {stored.msg_id} has already ended")
         if message_id is not None and stored.property(UNIQ_KEY) not in (None, message_id):
             raise TransactionError(f"the half message at {phy_offset} is not {message_id}")
+        if producer_group is not None and stored.property(PRODUCER_GROUP) != producer_group:
+            raise TransactionError(
+                f"The producer group wrong: the half message at {phy_offset} is "
+                f"{stored.property(PRODUCER_GROUP)!r}'s, not {producer_group!r}'s"
+            )
         if commit:
             props = dict(stored.properties)
             topic = props.pop(REAL_TOPIC, "")

@@ -1,0 +1,338 @@
+"""RocketMQ's SQL92 message filter: a boolean expression over a message's properties.
+
+The grammar is RocketMQ's (a subset of SQL92's WHERE clause): comparisons ``= <> != > >= < <=``
+between a property and a literal, ``BETWEEN a AND b``, ``IN (...)``, ``IS [NOT] NULL``,
+RocketMQ 5's ``CONTAINS``, ``STARTSWITH`` and ``ENDSWITH``, each with ``NOT``, combined with
+``AND``, ``OR``, ``NOT`` and parentheses. Literals are strings in single quotes (``''`` is a
+quote), integers, decimals, ``TRUE``, ``FALSE`` and ``NULL``. Properties are strings: a
+comparison with a number compares the property as a number, and is unknown when it is not one.
+As in SQL, a missing property makes a comparison unknown, ``NOT`` of unknown is unknown, and
+only a true result takes the message.
+
+>>> f = SqlFilter.parse("a > 5 AND (b = 'x' OR c IS NULL)")
+>>> f.matches({"a": "7", "b": "x"}), f.matches({"a": "7", "c": "1"}), f.matches({"b": "x"})
+(True, False, False)
+>>> SqlFilter.parse("region IN ('eu', 'us') AND NOT name STARTSWITH 'tmp'").matches(
+...     {"region": "eu", "name": "order-1"})
+True
+"""
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from decimal import Decimal, InvalidOperation
+from typing import TypeAlias
+
+__all__ = ["SqlFilter", "SqlFilterError"]
+
+Value: TypeAlias = "str | Decimal | bool | None"
+# Three-valued logic: None is unknown.
+Truth: TypeAlias = "bool | None"
+Node: TypeAlias = "Callable[[Mapping[str, str]], Truth]"
+
+MAX_EXPRESSION_LENGTH = 8192
+# Parentheses and NOTs nest no deeper: evaluation recurses as deep.
+MAX_NESTING = 64
+
+
+class SqlFilterError(ValueError):
+    """An expression that does not parse."""
+
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<string>'(?:[^']|'')*')
+      | (?P<number>[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[lLdDfF]?)
+      | (?P<op><>|!=|>=|<=|=|>|<|\(|\)|,)
+      | (?P<word>[A-Za-z_$][A-Za-z0-9_.$]*)
+    )""",
+    re.VERBOSE,
+)
+_KEYWORDS = frozenset(
+    {
+        "AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE",
+        "CONTAINS", "STARTSWITH", "ENDSWITH",
+    }
+)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Token:
+    kind: str  # string, number, op, word, keyword, end
+    text: str
+    at: int
+
+
+def _tokens(text: str) -> list[_Token]:
+    out = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos == len(text):
+            out.append(_Token("end", "", pos))
+            return out
+        match = _TOKEN.match(text, pos)
+        if match is None or match.end() == pos:
+            raise SqlFilterError(f"unexpected {text[pos : pos + 10]!r} at {pos}")
+        kind = match.lastgroup or ""
+        token = match.group(kind)
+        if kind == "word" and token.upper() in _KEYWORDS:
+            out.append(_Token("keyword", token.upper(), match.start(kind)))
+        else:
+            out.append(_Token(kind, token, match.start(kind)))
+        pos = match.end()
+
+
+def _number(text: str) -> Decimal | None:
+    try:
+        value = Decimal(text.strip().rstrip("lLdDfF"))
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def _compare(prop: str | None, literal: Value, test: Callable[[int], bool]) -> Truth:
+    """``test`` of the ordering of a property against a literal (-1, 0, 1), or unknown."""
+    if prop is None or literal is None:
+        return None
+    if isinstance(literal, bool):
+        if prop.lower() not in ("true", "false"):
+            return None
+        ordering = (prop.lower() == "true") - literal
+        return test(ordering)
+    if isinstance(literal, Decimal):
+        number = _number(prop)
+        if number is None:
+            return None
+        return test((number > literal) - (number < literal))
+    return test((prop > literal) - (prop < literal))
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokens(text)
+        self.pos = 0
+        self.depth = 0
+
+    def nested(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise SqlFilterError(f"parentheses and NOTs nest deeper than {MAX_NESTING}")
+
+    def peek(self) -> _Token:
+        return self.tokens[self.pos]
+
+    def take(self) -> _Token:
+        token = self.tokens[self.pos]
+        self.pos += 1
+        return token
+
+    def keyword(self, *words: str) -> bool:
+        token = self.peek()
+        if token.kind == "keyword" and token.text in words:
+            self.pos += 1
+            return True
+        return False
+
+    def expect(self, kind: str, text: str | None = None) -> _Token:
+        token = self.take()
+        if token.kind != kind or (text is not None and token.text != text):
+            want = text or kind
+            raise SqlFilterError(
+                f"expected {want} at {token.at}, found {token.text or 'the end'!r}"
+            )
+        return token
+
+    def parse(self) -> Node:
+        node = self.or_()
+        if self.peek().kind != "end":
+            token = self.peek()
+            raise SqlFilterError(f"unexpected {token.text!r} at {token.at}")
+        return node
+
+    def or_(self) -> Node:
+        parts = [self.and_()]
+        while self.keyword("OR"):
+            parts.append(self.and_())
+        if len(parts) == 1:
+            return parts[0]
+
+        def any_of(props: Mapping[str, str]) -> Truth:
+            unknown = False
+            for part in parts:
+                value = part(props)
+                if value is True:
+                    return True
+                unknown = unknown or value is None
+            return None if unknown else False
+
+        return any_of
+
+    def and_(self) -> Node:
+        parts = [self.not_()]
+        while self.keyword("AND"):
+            parts.append(self.not_())
+        if len(parts) == 1:
+            return parts[0]
+
+        def all_of(props: Mapping[str, str]) -> Truth:
+            unknown = False
+            for part in parts:
+                value = part(props)
+                if value is False:
+                    return False
+                unknown = unknown or value is None
+            return None if unknown else True
+
+        return all_of
+
+    def not_(self) -> Node:
+        if self.keyword("NOT"):
+            self.nested()
+            inner = self.not_()
+            self.depth -= 1
+
+            def negated(props: Mapping[str, str]) -> Truth:
+                value = inner(props)
+                return None if value is None else not value
+
+            return negated
+        return self.predicate()
+
+    def literal(self) -> Value:
+        token = self.take()
+        if token.kind == "string":
+            return token.text[1:-1].replace("''", "'")
+        if token.kind == "number":
+            value = _number(token.text)
+            if value is None:
+                raise SqlFilterError(f"bad number {token.text!r} at {token.at}")
+            return value
+        if token.kind == "keyword" and token.text in ("TRUE", "FALSE"):
+            return token.text == "TRUE"
+        if token.kind == "keyword" and token.text == "NULL":
+            return None
+        raise SqlFilterError(f"expected a value at {token.at}, found {token.text or 'the end'!r}")
+
+    def predicate(self) -> Node:
+        token = self.peek()
+        if token.kind == "op" and token.text == "(":
+            self.take()
+            self.nested()
+            node = self.or_()
+            self.expect("op", ")")
+            self.depth -= 1
+            return node
+        if token.kind == "keyword" and token.text in ("TRUE", "FALSE"):
+            self.take()
+            constant: Truth = token.text == "TRUE"
+            return lambda props: constant
+        name = self.expect("word").text
+        return self.condition(name)
+
+    def condition(self, name: str) -> Node:
+        if self.keyword("IS"):
+            negate = self.keyword("NOT")
+            self.expect("keyword", "NULL")
+            return lambda props: (name in props) if negate else (name not in props)
+        negate = self.keyword("NOT")
+        node = self.positive_condition(name, negate)
+
+        def maybe_negated(props: Mapping[str, str]) -> Truth:
+            value = node(props)
+            if negate and value is not None:
+                return not value
+            return value
+
+        return maybe_negated
+
+    def positive_condition(self, name: str, after_not: bool) -> Node:
+        if self.keyword("BETWEEN"):
+            low = self.literal()
+            self.expect("keyword", "AND")
+            high = self.literal()
+
+            def between(props: Mapping[str, str]) -> Truth:
+                prop = props.get(name)
+                above = _compare(prop, low, lambda o: o >= 0)
+                below = _compare(prop, high, lambda o: o <= 0)
+                if above is None or below is None:
+                    return None
+                return above and below
+
+            return between
+        if self.keyword("IN"):
+            self.expect("op", "(")
+            values = [self.literal()]
+            while self.peek().kind == "op" and self.peek().text == ",":
+                self.take()
+                values.append(self.literal())
+            self.expect("op", ")")
+
+            def within(props: Mapping[str, str]) -> Truth:
+                prop = props.get(name)
+                results = [_compare(prop, v, lambda o: o == 0) for v in values]
+                if any(r is True for r in results):
+                    return True
+                return None if any(r is None for r in results) else False
+
+            return within
+        for word, test in (
+            ("CONTAINS", str.__contains__),
+            ("STARTSWITH", str.startswith),
+            ("ENDSWITH", str.endswith),
+        ):
+            if self.keyword(word):
+                value = self.literal()
+                if not isinstance(value, str):
+                    raise SqlFilterError(f"{word} takes a string")
+
+                def text_test(
+                    props: Mapping[str, str],
+                    test: Callable[[str, str], bool] = test,
+                    value: str = value,
+                ) -> Truth:
+                    prop = props.get(name)
+                    return None if prop is None else test(prop, value)
+
+                return text_test
+        if after_not:
+            token = self.peek()
+            raise SqlFilterError(f"expected BETWEEN, IN or a text test after NOT at {token.at}")
+        token = self.take()
+        tests: dict[str, Callable[[int], bool]] = {
+            "=": lambda o: o == 0,
+            "<>": lambda o: o != 0,
+            "!=": lambda o: o != 0,
+            ">": lambda o: o > 0,
+            ">=": lambda o: o >= 0,
+            "<": lambda o: o < 0,
+            "<=": lambda o: o <= 0,
+        }
+        if token.kind != "op" or token.text not in tests:
+            raise SqlFilterError(f"expected a comparison at {token.at}, found {token.text!r}")
+        compare = tests[token.text]
+        value = self.literal()
+        return lambda props: _compare(props.get(name), value, compare)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class SqlFilter:
+    """A parsed expression; :meth:`matches` takes a message's properties."""
+
+    expression: str
+    _node: Node
+
+    @classmethod
+    def parse(cls, expression: str) -> "SqlFilter":
+        """Raises :class:`SqlFilterError` for an expression that does not parse."""
+        if len(expression) > MAX_EXPRESSION_LENGTH:
+            raise SqlFilterError(f"the expression is longer than {MAX_EXPRESSION_LENGTH}")
+        if not expression.strip():
+            raise SqlFilterError("the expression is empty")
+        return cls(expression, _Parser(expression).parse())
+
+    def matches(self, properties: Mapping[str, str]) -> bool:
+        return self._node(properties) is True
