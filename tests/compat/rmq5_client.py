@@ -25,6 +25,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+from rocketmq.grpc_protocol import FilterType
 
 
 def _config(spec: dict[str, Any]) -> ClientConfiguration:
@@ -79,10 +80,11 @@ def produce(spec: dict[str, Any]) -> Any:
 
 def simple(spec: dict[str, Any]) -> Any:
     """Receives until ``count`` messages came or ``timeout_s`` passed; acks each if ``ack``."""
+    kind = FilterType.SQL if spec.get("sql") else FilterType.TAG
     consumer = SimpleConsumer(
         _config(spec),
         spec["group"],
-        {spec["topic"]: FilterExpression(spec.get("expression", "*"))},
+        {spec["topic"]: FilterExpression(spec.get("expression", "*"), kind)},
         await_duration=spec.get("await_s", 2),
     )
     consumer.startup()

@@ -69,6 +69,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ServerP
         f"maxReconsumeTimes=2\ndefaultTopicQueueNums={QUEUES}\n"
         # Transactions left open are checked after 1 s, every 0.5 s.
         "transactionTimeOut=1000\ntransactionCheckInterval=500\n"
+        "enablePropertyFilter=true\n"
     )
     with servers.serving(root, "-c", str(conf)) as proc:
         yield proc
@@ -523,3 +524,32 @@ def test_5x_transactions_commit_roll_back_and_are_checked_when_left_open(
         },
     )["messages"]
     assert sorted(_text(m) for m in got) == ["tx-checked", "tx-commit-1", "tx-commit-2"]
+
+
+def test_a_5x_simple_consumer_filters_by_sql92(server: servers.ServerProcess, rmq5: Any) -> None:
+    topic = "TopicG5Sql"
+    rmq5(
+        "produce",
+        {
+            "endpoint": server.grpc_address(),
+            "topic": topic,
+            "messages": [
+                {"body": _b64(f"s{i}"), "properties": {"n": str(i), "kind": kind}}
+                for i, kind in enumerate(["a", "b", "a", "b", "a", "a"])
+            ],
+        },
+    )
+    got = rmq5(
+        "simple",
+        {
+            "endpoint": server.grpc_address(),
+            "group": "GID_G5_SQL",
+            "topic": topic,
+            "expression": "kind = 'a' AND n >= 2",
+            "sql": True,
+            # One more than there should be: a message the filter refuses would show up.
+            "count": 4,
+            "timeout_s": 6,
+        },
+    )["messages"]
+    assert sorted(_text(m) for m in got) == ["s2", "s4", "s5"]

@@ -36,6 +36,7 @@ from pyrmq.proxy.cluster import BrokerQueues, ClusterRoutes
 from pyrmq.proxy.messages import Delivery, SendCheckError
 from pyrmq.proxy.pop import InFlight, PopQueue, Receipt, new_generations
 from pyrmq.proxy.proto import messaging_pb2 as pb
+from pyrmq.sql_filter import SqlFilter, SqlFilterError
 from pyrmq.store import GetMessageStatus, StoredMessage
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class _Receive:
     attempt_id: str
     orderly: bool
     max_attempts: int
+    sql: SqlFilter | None = None
 
 
 class MessagingService:
@@ -737,6 +739,9 @@ class MessagingService:
             out = []
             cursor = result.next_begin_offset
             for stored in result.messages():
+                if r.sql is not None and not r.sql.matches(stored.properties):
+                    # Not this group's: read past, as the store reads past other tags.
+                    continue
                 body = self._body(r.group, stored)
                 if body is None:
                     if self._to_dead_letters(r.group, stored, 0):
@@ -950,8 +955,17 @@ class MessagingService:
         if not config.perm & PERM_READ:
             return _status(pb.FORBIDDEN, f"topic {config.topic_name!r} is not readable")
         filter_expression = request.filter_expression
+        sql = None
         if filter_expression.type == pb.SQL:
-            return _status(pb.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported")
+            if not self.broker.config.enable_property_filter:
+                return _status(
+                    pb.ILLEGAL_FILTER_EXPRESSION,
+                    "this broker does not filter by SQL92 (enablePropertyFilter is off)",
+                )
+            try:
+                sql = SqlFilter.parse(filter_expression.expression)
+            except SqlFilterError as e:
+                return _status(pb.ILLEGAL_FILTER_EXPRESSION, f"bad SQL92 filter: {e}")
         if request.auto_renew:
             invisible_s = AUTO_RENEW_INVISIBLE_S
         else:
@@ -968,7 +982,9 @@ class MessagingService:
             client=client,
             group=group,
             config=config,
-            expression=filter_expression.expression.strip() or "*",
+            # The store filters by tag; a SQL92 filter takes what it reads.
+            expression="*" if sql else filter_expression.expression.strip() or "*",
+            sql=sql,
             batch=min(max(request.batch_size, 1), MAX_BATCH),
             invisible_s=invisible_s,
             auto_renew=request.auto_renew,
