@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.compat.servers import create_topic, serving
@@ -82,3 +83,61 @@ def test_a_half_message_is_held_until_committed_and_never_read_when_rolled_back(
         assert _end(broker, kept, COMMIT).code == ResponseCode.SYSTEM_ERROR
         assert _end(broker, later, COMMIT).code == ResponseCode.SUCCESS
         assert _bodies(broker, topic) == [b"kept", b"later"]
+
+
+def test_a_half_left_open_is_checked_with_a_producer_of_its_group(tmp_path: Path) -> None:
+    """CHECK_TRANSACTION_STATE goes to a connected producer of the half's group, with the half
+    under its real topic; the producer's END_TRANSACTION from the check commits it."""
+    import json
+
+    from pyrmq.remoting.client import RemotingClient
+    from pyrmq.remoting.command import RemotingCommand as Command
+
+    topic = "TopicTxCheck"
+    conf = tmp_path / "broker.conf"
+    conf.write_text("transactionTimeOut=500\ntransactionCheckInterval=300\n")
+
+    async def scenario(broker: str) -> list[Any]:
+        checks: asyncio.Queue[Command] = asyncio.Queue()
+
+        async def on_check(request: Command) -> None:
+            checks.put_nowait(request)
+
+        producer = RemotingClient()
+        producer.server_request_handlers[RequestCode.CHECK_TRANSACTION_STATE] = on_check
+        try:
+            heartbeat = {
+                "clientID": "127.0.0.1@tx",
+                "producerDataSet": [{"groupName": "PG_TX"}],
+                "consumerDataSet": [],
+            }
+            beat = Command.request(RequestCode.HEART_BEAT, {}, json.dumps(heartbeat).encode())
+            assert (await producer.invoke(broker, beat, 5.0)).code == ResponseCode.SUCCESS
+            msg_id = await asyncio.to_thread(_send_half, broker, topic, b"checked")
+            check = await asyncio.wait_for(checks.get(), 20)
+            [half] = _core.decode_messages(check.body)
+            _, phy_offset = _core.decode_offset_msg_id(msg_id)
+            assert check.ext_fields["commitLogOffset"] == str(phy_offset)
+            end = {
+                "producerGroup": "PG_TX",
+                "tranStateTableOffset": check.ext_fields["tranStateTableOffset"],
+                "commitLogOffset": check.ext_fields["commitLogOffset"],
+                "commitOrRollback": str(COMMIT),
+                "fromTransactionCheck": "true",
+                "msgId": check.ext_fields["msgId"],
+            }
+            answer = await producer.invoke(
+                broker, Command.request(RequestCode.END_TRANSACTION, end), 5.0
+            )
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            return [half]
+        finally:
+            await producer.close()
+
+    with serving(tmp_path, "-c", str(conf)) as server:
+        broker = server.addresses()[1]
+        create_topic(broker, topic, 1)
+        [half] = asyncio.run(scenario(broker))
+        # The producer saw the half under its real topic, as RocketMQ shows it.
+        assert (half.topic, half.queue_id, half.body) == (topic, 0, b"checked")
+        assert _bodies(broker, topic) == [b"checked"]

@@ -1,13 +1,18 @@
-"""END_TRANSACTION: a 4.x producer commits or rolls back a transaction's half message."""
+"""END_TRANSACTION: a 4.x producer commits or rolls back a transaction's half message; and
+CHECK_TRANSACTION_STATE, the broker asking a producer of the half's group to do so."""
 
 import logging
+import random
 from typing import TYPE_CHECKING
 
+from pyrmq.broker.services import transactions
 from pyrmq.broker.services.transactions import TransactionError
 from pyrmq.errors import HeaderError, MessageIllegalError, StoreError
+from pyrmq.properties import UNIQ_KEY
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
+from pyrmq.store import StoredMessage
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
@@ -25,6 +30,7 @@ NOT_TYPE = 0x0
 class EndTransactionProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
+        broker.transactions.askers.append(self.ask_producer)
 
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.END_TRANSACTION, self.end)
@@ -57,3 +63,32 @@ class EndTransactionProcessor:
                 request, ResponseCode.FLUSH_DISK_TIMEOUT, remark="the end was not flushed in time"
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def ask_producer(self, stored: StoredMessage, transaction_id: str) -> bool:
+        """Sends CHECK_TRANSACTION_STATE (oneway) to a connected producer of the half's group;
+        False when none is connected."""
+        group = stored.property(transactions.PRODUCER_GROUP) or ""
+        members = self.broker.clients.producers.get(group) or {}
+        connections = [c for c, _ in members.values() if isinstance(c, Connection)]
+        record = self.broker.store.look_record(stored.phy_offset)
+        if not connections or record is None:
+            return False
+        topic = stored.property(transactions.REAL_TOPIC) or stored.topic
+        queue_id = int(stored.property(transactions.REAL_QID) or 0)
+        unique = stored.property(UNIQ_KEY) or ""
+        request = RemotingCommand.request(
+            RequestCode.CHECK_TRANSACTION_STATE,
+            {
+                "tranStateTableOffset": str(stored.queue_offset),
+                "commitLogOffset": str(stored.phy_offset),
+                "msgId": unique,
+                "transactionId": unique or transaction_id,
+                "offsetMsgId": stored.msg_id,
+                "topic": topic,
+                "brokerName": self.broker.config.broker_name,
+            },
+            transactions.as_real_topic(record, topic, queue_id),
+            oneway=True,
+        )
+        random.choice(connections).send(request)
+        return True

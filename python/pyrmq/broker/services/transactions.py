@@ -9,13 +9,14 @@ the broker asks a live producer of its topic, every ``transactionCheckInterval``
 ``transactionCheckMax`` times, and then gives it up (RocketMQ moves it to
 ``TRANS_CHECK_MAX_TIME_TOPIC``; pyrmq logs it and drops it).
 
-Producers of RocketMQ 5's gRPC protocol are asked over their telemetry stream. Checks of 4.x
-producers (CHECK_TRANSACTION_STATE) are not sent yet: their halves wait for an
-END_TRANSACTION.
+Producers of RocketMQ 5's gRPC protocol are asked over their telemetry stream, 4.x producers
+of the half's producer group with CHECK_TRANSACTION_STATE on their connection, the half as its
+body under its real topic and queue (as RocketMQ restores them); either answers with an end.
 """
 
 import dataclasses
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -239,6 +240,30 @@ class TransactionService:
                     asked += 1
                     break
         return asked
+
+
+def as_real_topic(record: bytes, topic: str, queue_id: int) -> bytes:
+    """A stored half record rewritten under its real topic and queue id: RocketMQ's stored
+    layout, with the topic after the body and the total size first."""
+    sys_flag = struct.unpack_from(">i", record, 36)[0]
+    # total, magic, body CRC, queue id, flag, queue offset, physical offset, sys flag, born
+    # timestamp; then the hosts, IPv6 ones 12 bytes longer each.
+    at = 48
+    at += 20 if sys_flag & 0x10 else 8  # born host
+    at += 8  # store timestamp
+    at += 20 if sys_flag & 0x20 else 8  # store host
+    at += 4 + 8  # reconsume times, prepared transaction offset
+    body_len = struct.unpack_from(">i", record, at)[0]
+    topic_at = at + 4 + body_len
+    old_len = record[topic_at]
+    encoded = topic.encode()
+    out = bytearray(record[:topic_at])
+    out.append(len(encoded))
+    out += encoded
+    out += record[topic_at + 1 + old_len :]
+    struct.pack_into(">i", out, 0, len(out))
+    struct.pack_into(">i", out, 12, queue_id)
+    return bytes(out)
 
 
 def _messages(store: MessageStore, topic: str) -> list[StoredMessage]:
