@@ -1,13 +1,17 @@
 """RocketMQ's SQL92 message filter: a boolean expression over a message's properties.
 
-The grammar is RocketMQ's (a subset of SQL92's WHERE clause): comparisons ``= <> != > >= < <=``
-between a property and a literal, ``BETWEEN a AND b``, ``IN (...)``, ``IS [NOT] NULL``,
-RocketMQ 5's ``CONTAINS``, ``STARTSWITH`` and ``ENDSWITH``, each with ``NOT``, combined with
-``AND``, ``OR``, ``NOT`` and parentheses. Literals are strings in single quotes (``''`` is a
-quote), integers, decimals, ``TRUE``, ``FALSE`` and ``NULL``. Properties are strings: a
-comparison with a number compares the property as a number, and is unknown when it is not one.
-As in SQL, a missing property makes a comparison unknown, ``NOT`` of unknown is unknown, and
-only a true result takes the message.
+The grammar is RocketMQ's (a subset of SQL92's WHERE clause), each condition a property on the
+left and literals on the right: ``= <> !=`` against any literal, ``> >= < <=`` and
+``BETWEEN a AND b`` against numbers (RocketMQ refuses strings there), ``IN (...)``,
+``IS [NOT] NULL``, RocketMQ 5's ``CONTAINS``, ``STARTSWITH`` and ``ENDSWITH``, each with
+``NOT``, combined with ``AND``, ``OR``, ``NOT`` and parentheses. Literals are strings in single
+quotes (``''`` is a quote), integers, decimals, ``TRUE``, ``FALSE`` and ``NULL``. Properties are
+strings: a comparison with a number compares the property as a number (plain decimal
+notation), and is unknown when it is not one. As in SQL, a missing property makes a
+comparison unknown, ``NOT`` of unknown is unknown, and only a true result takes the message.
+
+A filter runs on the broker for every message a consumer reads, so an expression holds at
+most 256 conditions and IN values, and each property is read as a number once per message.
 
 >>> f = SqlFilter.parse("a > 5 AND (b = 'x' OR c IS NULL)")
 >>> f.matches({"a": "7", "b": "x"}), f.matches({"a": "7", "c": "1"}), f.matches({"b": "x"})
@@ -23,16 +27,42 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import TypeAlias
 
-__all__ = ["SqlFilter", "SqlFilterError"]
+__all__ = ["SqlFilter", "SqlFilterError", "parse_cached"]
 
 Value: TypeAlias = "str | Decimal | bool | None"
 # Three-valued logic: None is unknown.
 Truth: TypeAlias = "bool | None"
-Node: TypeAlias = "Callable[[Mapping[str, str]], Truth]"
+Node: TypeAlias = "Callable[[_Message], Truth]"
 
 MAX_EXPRESSION_LENGTH = 8192
 # Parentheses and NOTs nest no deeper: evaluation recurses as deep.
 MAX_NESTING = 64
+MAX_TERMS = 256
+# Tokens enough for MAX_TERMS conditions: reading stops there.
+MAX_TOKENS = 8 * MAX_TERMS
+_PROPERTY_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+class _Message:
+    """One message's properties while a filter runs: each read as a number at most once."""
+
+    __slots__ = ("_numbers", "props")
+
+    def __init__(self, props: Mapping[str, str]) -> None:
+        self.props = props
+        self._numbers: dict[str, Decimal | None] = {}
+
+    def number(self, name: str) -> Decimal | None:
+        try:
+            return self._numbers[name]
+        except KeyError:
+            pass
+        text = self.props.get(name)
+        value = None
+        if text is not None and _PROPERTY_NUMBER.fullmatch(text.strip()):
+            value = _number(text)
+        self._numbers[name] = value
+        return value
 
 
 class SqlFilterError(ValueError):
@@ -46,7 +76,7 @@ _TOKEN = re.compile(
       | (?P<op><>|!=|>=|<=|=|>|<|\(|\)|,)
       | (?P<word>[A-Za-z_$][A-Za-z0-9_.$]*)
     )""",
-    re.VERBOSE,
+    re.VERBOSE | re.ASCII,
 )
 _KEYWORDS = frozenset(
     {
@@ -72,6 +102,8 @@ def _tokens(text: str) -> list[_Token]:
         if pos == len(text):
             out.append(_Token("end", "", pos))
             return out
+        if len(out) >= MAX_TOKENS:
+            raise SqlFilterError(f"more than {MAX_TOKENS} words and symbols")
         match = _TOKEN.match(text, pos)
         if match is None or match.end() == pos:
             raise SqlFilterError(f"unexpected {text[pos : pos + 10]!r} at {pos}")
@@ -92,8 +124,9 @@ def _number(text: str) -> Decimal | None:
     return value if value.is_finite() else None
 
 
-def _compare(prop: str | None, literal: Value, test: Callable[[int], bool]) -> Truth:
+def _compare(m: _Message, name: str, literal: Value, test: Callable[[int], bool]) -> Truth:
     """``test`` of the ordering of a property against a literal (-1, 0, 1), or unknown."""
+    prop = m.props.get(name)
     if prop is None or literal is None:
         return None
     if isinstance(literal, bool):
@@ -102,7 +135,7 @@ def _compare(prop: str | None, literal: Value, test: Callable[[int], bool]) -> T
         ordering = (prop.lower() == "true") - literal
         return test(ordering)
     if isinstance(literal, Decimal):
-        number = _number(prop)
+        number = m.number(name)
         if number is None:
             return None
         return test((number > literal) - (number < literal))
@@ -115,6 +148,12 @@ class _Parser:
         self.tokens = _tokens(text)
         self.pos = 0
         self.depth = 0
+        self.terms = 0
+
+    def term(self, count: int = 1) -> None:
+        self.terms += count
+        if self.terms > MAX_TERMS:
+            raise SqlFilterError(f"more than {MAX_TERMS} conditions and IN values")
 
     def nested(self) -> None:
         self.depth += 1
@@ -159,10 +198,10 @@ class _Parser:
         if len(parts) == 1:
             return parts[0]
 
-        def any_of(props: Mapping[str, str]) -> Truth:
+        def any_of(m: _Message) -> Truth:
             unknown = False
             for part in parts:
-                value = part(props)
+                value = part(m)
                 if value is True:
                     return True
                 unknown = unknown or value is None
@@ -177,10 +216,10 @@ class _Parser:
         if len(parts) == 1:
             return parts[0]
 
-        def all_of(props: Mapping[str, str]) -> Truth:
+        def all_of(m: _Message) -> Truth:
             unknown = False
             for part in parts:
-                value = part(props)
+                value = part(m)
                 if value is False:
                     return False
                 unknown = unknown or value is None
@@ -194,8 +233,8 @@ class _Parser:
             inner = self.not_()
             self.depth -= 1
 
-            def negated(props: Mapping[str, str]) -> Truth:
-                value = inner(props)
+            def negated(m: _Message) -> Truth:
+                value = inner(m)
                 return None if value is None else not value
 
             return negated
@@ -228,20 +267,21 @@ class _Parser:
         if token.kind == "keyword" and token.text in ("TRUE", "FALSE"):
             self.take()
             constant: Truth = token.text == "TRUE"
-            return lambda props: constant
+            return lambda m: constant
         name = self.expect("word").text
         return self.condition(name)
 
     def condition(self, name: str) -> Node:
+        self.term()
         if self.keyword("IS"):
             negate = self.keyword("NOT")
             self.expect("keyword", "NULL")
-            return lambda props: (name in props) if negate else (name not in props)
+            return lambda m: (name in m.props) if negate else (name not in m.props)
         negate = self.keyword("NOT")
         node = self.positive_condition(name, negate)
 
-        def maybe_negated(props: Mapping[str, str]) -> Truth:
-            value = node(props)
+        def maybe_negated(m: _Message) -> Truth:
+            value = node(m)
             if negate and value is not None:
                 return not value
             return value
@@ -250,14 +290,13 @@ class _Parser:
 
     def positive_condition(self, name: str, after_not: bool) -> Node:
         if self.keyword("BETWEEN"):
-            low = self.literal()
+            low = self.ordered_literal()
             self.expect("keyword", "AND")
-            high = self.literal()
+            high = self.ordered_literal()
 
-            def between(props: Mapping[str, str]) -> Truth:
-                prop = props.get(name)
-                above = _compare(prop, low, lambda o: o >= 0)
-                below = _compare(prop, high, lambda o: o <= 0)
+            def between(m: _Message) -> Truth:
+                above = _compare(m, name, low, lambda o: o >= 0)
+                below = _compare(m, name, high, lambda o: o <= 0)
                 if above is None or below is None:
                     return None
                 return above and below
@@ -268,15 +307,29 @@ class _Parser:
             values = [self.literal()]
             while self.peek().kind == "op" and self.peek().text == ",":
                 self.take()
+                self.term()
                 values.append(self.literal())
             self.expect("op", ")")
+            texts = {v for v in values if isinstance(v, str)}
+            numbers = {v for v in values if isinstance(v, Decimal)}
+            flags = {v for v in values if isinstance(v, bool)}
+            has_null = None in values
 
-            def within(props: Mapping[str, str]) -> Truth:
-                prop = props.get(name)
-                results = [_compare(prop, v, lambda o: o == 0) for v in values]
-                if any(r is True for r in results):
+            def within(m: _Message) -> Truth:
+                prop = m.props.get(name)
+                if prop is None:
+                    return None
+                if prop in texts:
                     return True
-                return None if any(r is None for r in results) else False
+                number = m.number(name) if numbers else None
+                if number is not None and number in numbers:
+                    return True
+                lowered = prop.lower() if flags else ""
+                if lowered in ("true", "false") and (lowered == "true") in flags:
+                    return True
+                if has_null or (numbers and number is None):
+                    return None
+                return False
 
             return within
         for word, test in (
@@ -290,11 +343,11 @@ class _Parser:
                     raise SqlFilterError(f"{word} takes a string")
 
                 def text_test(
-                    props: Mapping[str, str],
+                    m: _Message,
                     test: Callable[[str, str], bool] = test,
                     value: str = value,
                 ) -> Truth:
-                    prop = props.get(name)
+                    prop = m.props.get(name)
                     return None if prop is None else test(prop, value)
 
                 return text_test
@@ -314,8 +367,16 @@ class _Parser:
         if token.kind != "op" or token.text not in tests:
             raise SqlFilterError(f"expected a comparison at {token.at}, found {token.text!r}")
         compare = tests[token.text]
+        value = self.literal() if token.text in ("=", "<>", "!=") else self.ordered_literal()
+        return lambda m: _compare(m, name, value, compare)
+
+    def ordered_literal(self) -> Value:
+        """A literal an ordering compares with: a number (RocketMQ: "cannot be compared")."""
+        at = self.peek().at
         value = self.literal()
-        return lambda props: _compare(props.get(name), value, compare)
+        if not isinstance(value, Decimal):
+            raise SqlFilterError(f"value {value!r} at {at} cannot be compared: not a number")
+        return value
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -335,4 +396,25 @@ class SqlFilter:
         return cls(expression, _Parser(expression).parse())
 
     def matches(self, properties: Mapping[str, str]) -> bool:
-        return self._node(properties) is True
+        return self._node(_Message(properties)) is True
+
+
+_CACHE: dict[str, SqlFilter | SqlFilterError] = {}
+_CACHE_SIZE = 1024
+
+
+def parse_cached(expression: str) -> SqlFilter:
+    """:meth:`SqlFilter.parse`, remembered: consumers send the same expression with every pull
+    or receive, and a long one takes milliseconds to parse (or to refuse)."""
+    found = _CACHE.get(expression)
+    if found is None:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.clear()
+        try:
+            found = SqlFilter.parse(expression)
+        except SqlFilterError as e:
+            found = e
+        _CACHE[expression] = found
+    if isinstance(found, SqlFilterError):
+        raise SqlFilterError(str(found))
+    return found

@@ -34,6 +34,10 @@ def _bodies(broker: str, topic: str) -> list[bytes]:
         "TIMER_DELAY_MS\x01-1",
         "TIMER_DELAY_SEC\x01300000",
         f"TIMER_DELIVER_MS\x01{2**63 - 1}",
+        # Read as the store reads it: what it cannot read, it would ignore.
+        "TIMER_DELAY_SEC\x015_0",
+        "TIMER_DELAY_SEC\x01\uff15",
+        f"TIMER_DELIVER_MS\x01{2**64}\x02TIMER_DELAY_SEC\x012",
     ],
 )
 def test_a_bad_timer_is_refused_and_stores_nothing(tmp_path: Path, timer: str) -> None:

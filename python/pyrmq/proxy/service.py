@@ -36,7 +36,7 @@ from pyrmq.proxy.cluster import BrokerQueues, ClusterRoutes
 from pyrmq.proxy.messages import Delivery, SendCheckError
 from pyrmq.proxy.pop import InFlight, PopQueue, Receipt, new_generations
 from pyrmq.proxy.proto import messaging_pb2 as pb
-from pyrmq.sql_filter import SqlFilter, SqlFilterError
+from pyrmq.sql_filter import SqlFilter, SqlFilterError, parse_cached
 from pyrmq.store import GetMessageStatus, StoredMessage
 
 if TYPE_CHECKING:
@@ -963,7 +963,7 @@ class MessagingService:
                     "this broker does not filter by SQL92 (enablePropertyFilter is off)",
                 )
             try:
-                sql = SqlFilter.parse(filter_expression.expression)
+                sql = parse_cached(filter_expression.expression)
             except SqlFilterError as e:
                 return _status(pb.ILLEGAL_FILTER_EXPRESSION, f"bad SQL92 filter: {e}")
         if request.auto_renew:

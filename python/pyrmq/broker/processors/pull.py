@@ -11,7 +11,7 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag, RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
-from pyrmq.sql_filter import SqlFilter, SqlFilterError
+from pyrmq.sql_filter import SqlFilter, SqlFilterError, parse_cached
 from pyrmq.store import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -43,7 +43,6 @@ class PullProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
         self._subscriptions: dict[tuple[str, str, str | None], Subscription] = {}
-        self._sql_filters: dict[str, SqlFilter | SqlFilterError] = {}
 
     def install(self, server: RemotingServer) -> None:
         # Never waits: run at once when the request arrives (no task per pull).
@@ -62,18 +61,6 @@ class PullProcessor:
                 self._subscriptions.clear()
             found = Subscription.parse(topic, expression, expression_type)
             self._subscriptions[key] = found
-        return found
-
-    def _sql_filter(self, expression: str) -> SqlFilter | SqlFilterError:
-        found = self._sql_filters.get(expression)
-        if found is None:
-            if len(self._sql_filters) >= _SUBSCRIPTIONS_CACHED:
-                self._sql_filters.clear()
-            try:
-                found = SqlFilter.parse(expression)
-            except SqlFilterError as e:
-                found = e
-            self._sql_filters[expression] = found
         return found
 
     def _pull(
@@ -134,15 +121,15 @@ class PullProcessor:
                     remark="The broker does not support consumer to filter message by "
                     f"{subscription.expression_type}",
                 )
-            parsed = self._sql_filter(subscription.expression)
-            if isinstance(parsed, SqlFilterError):
+            try:
+                sql = parse_cached(subscription.expression)
+            except SqlFilterError as e:
                 return RemotingCommand.response_to(
                     request,
                     ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                     remark=f"parse the consumer's subscription[{subscription.expression}] "
-                    f"failed: {parsed}",
+                    f"failed: {e}",
                 )
-            sql = parsed
 
         got = broker.store.get(
             header.topic,

@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import random
+import re
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,7 @@ SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 TIMER_PREFIX = "TIMER_"
+_DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+")
 TIMER_PROPERTIES = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
@@ -355,27 +357,38 @@ class SendProcessor:
 
 
 def _timer_problem(properties: str, max_delay_s: int) -> str | None:
-    """What is wrong with a timer message's timer (RocketMQ's checks), or None."""
+    """What is wrong with a timer message's timer (RocketMQ's checks), or None. Each timer
+    property must be a 64-bit integer, read as the store reads it; the store then goes by the
+    first of them, and so does this check."""
     props = parse_properties(properties)
-    now_ms = int(time.time() * 1000)
-    for name in TIMER_PROPERTIES:
-        raw = props.get(name)
-        if raw is None:
-            continue
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            return f"timer message illegal: {name} {raw!r} is not an integer"
-        if name == "TIMER_DELIVER_MS":
-            due_ms = value
-        elif value < 0:
-            return f"timer message illegal: {name} {value} is negative"
-        else:
-            due_ms = now_ms + (value * 1000 if name == "TIMER_DELAY_SEC" else value)
-        if due_ms - now_ms > max_delay_s * 1000:
-            return (
-                f"timer message illegal: {name} is more than timerMaxDelaySec "
-                f"({max_delay_s} s) ahead"
-            )
+    present = [(name, props[name]) for name in TIMER_PROPERTIES if name in props]
+    values = []
+    for name, raw in present:
+        value = _i64(raw)
+        if value is None:
+            return f"timer message illegal: {name} {raw!r} is not a 64-bit integer"
+        values.append(value)
+    if not present:
         return None
+    (name, _), value = present[0], values[0]
+    now_ms = int(time.time() * 1000)
+    if name == "TIMER_DELIVER_MS":
+        due_ms = value
+    elif value < 0:
+        return f"timer message illegal: {name} {value} is negative"
+    else:
+        due_ms = now_ms + (value * 1000 if name == "TIMER_DELAY_SEC" else value)
+    if due_ms - now_ms > max_delay_s * 1000:
+        return (
+            f"timer message illegal: {name} is more than timerMaxDelaySec ({max_delay_s} s) ahead"
+        )
     return None
+
+
+def _i64(text: str) -> int | None:
+    """``text`` as Rust's ``str::trim().parse::<i64>()`` reads it, or None."""
+    stripped = text.strip()
+    if not _DECIMAL_INTEGER.fullmatch(stripped):
+        return None
+    value = int(stripped)
+    return value if -(2**63) <= value < 2**63 else None
