@@ -16,7 +16,7 @@ from pyrmq import _core
 from pyrmq.properties import encode_properties
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.remoting.headers import PullMessageRequestHeader
-from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.protocol import PullSysFlag, RequestCode, ResponseCode
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +99,38 @@ def test_a_5x_receive_takes_only_matching_messages(server: servers.ServerProcess
         assert status.code == pb.ILLEGAL_FILTER_EXPRESSION
     finally:
         channel.close()
+
+
+def test_a_held_4x_pull_waits_past_arrivals_its_filter_refuses(
+    server: servers.ServerProcess,
+) -> None:
+    import threading
+    import time
+
+    broker = server.addresses()[1]
+    end = len(MESSAGES)
+    header = dataclasses.replace(
+        PullMessageRequestHeader.immediate("GID_SQL_HOLD", TOPIC, 0, end, 32, "region = 'apac'"),
+        expression_type="SQL92",
+        sys_flag=int(PullSysFlag.SUBSCRIPTION | PullSysFlag.SUSPEND),
+        suspend_timeout_millis=8000,
+    )
+    answers: list[Any] = []
+    pull = threading.Thread(
+        target=lambda: answers.append(
+            remoting_call(broker, RequestCode.PULL_MESSAGE, header.to_ext())
+        )
+    )
+    pull.start()
+    time.sleep(0.5)
+    other = send_raw(broker, TOPIC, b"m6", properties=encode_properties({"region": "eu"}))
+    assert other.code == ResponseCode.SUCCESS
+    time.sleep(0.5)
+    assert answers == []
+    wanted = send_raw(broker, TOPIC, b"m7", properties=encode_properties({"region": "apac"}))
+    assert wanted.code == ResponseCode.SUCCESS
+    pull.join(10)
+    [answer] = answers
+    assert answer.code == ResponseCode.SUCCESS
+    assert [m.body for m in _core.decode_messages(answer.body)] == [b"m7"]
+    assert answer.ext_fields["nextBeginOffset"] == str(end + 2)

@@ -1,5 +1,6 @@
 """PULL_MESSAGE: read a batch from a queue, or hold the request until messages arrive."""
 
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -218,10 +219,26 @@ class PullProcessor:
         subscription: Subscription,
         timeout_ms: int,
     ) -> None:
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+
         def answer() -> None:
             response = self._pull(conn, request, allow_suspend=False, header=header)
-            if response is not None:
-                conn.send(response)
+            if response is None:
+                return
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if (
+                subscription.expression_type != TAG
+                and response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+                and left_ms > 0
+            ):
+                # What arrived does not match the SQL92 filter: hold on past it, as RocketMQ
+                # keeps such a pull parked, instead of sending the consumer round again.
+                later = dataclasses.replace(
+                    header, queue_offset=int(response.ext_fields["nextBeginOffset"])
+                )
+                self._hold(conn, request, later, subscription, left_ms)
+                return
+            conn.send(response)
 
         self.broker.hold.hold(
             HeldPull(
@@ -230,7 +247,7 @@ class PullProcessor:
                 queue_offset=header.queue_offset,
                 # Any arrival may match a SQL92 filter: the pull then runs it.
                 expression=subscription.expression if subscription.expression_type == TAG else "*",
-                deadline=time.monotonic() + max(timeout_ms, 0) / 1000,
+                deadline=deadline,
                 answer=answer,
             )
         )
