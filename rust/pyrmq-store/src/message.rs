@@ -506,6 +506,14 @@ fn value_if_named<'a>(pair: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
         .strip_prefix(&[NAME_VALUE_SEPARATOR])
 }
 
+/// Whether a pair may ask for a delay: one named `DELAY`, or starting `TIMER_` (the cheap
+/// test, on every put, before the delay and timer properties are read).
+pub fn may_ask_for_delay(props: &[u8]) -> bool {
+    segments(props).any(|pair| {
+        pair.starts_with(b"TIMER_") || value_if_named(pair, PROPERTY_DELAY.as_bytes()).is_some()
+    })
+}
+
 /// Whether a pair is named one of `names` (values unchecked): the cheap test before lookups.
 pub fn has_any_property(props: &[u8], names: &[&str]) -> bool {
     // A pair's name ends at its first separator, so a name holding one is never there.

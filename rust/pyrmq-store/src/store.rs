@@ -1082,17 +1082,7 @@ impl Inner {
         let mut rewrites: Vec<(usize, Rewrite)> = Vec::new();
         let mut delayed = SameProperties::default();
         for (i, m) in msgs.iter().enumerate() {
-            if delayed.get(m.properties, |p| {
-                message::has_any_property(
-                    p,
-                    &[
-                        PROPERTY_DELAY,
-                        PROPERTY_TIMER_DELIVER_MS,
-                        PROPERTY_TIMER_DELAY_SEC,
-                        PROPERTY_TIMER_DELAY_MS,
-                    ],
-                )
-            }) {
+            if delayed.get(m.properties, message::may_ask_for_delay) {
                 if let Some(rw) = self.delay_rewrite(m, now_ms)? {
                     rewrites.push((i, rw));
                 }
