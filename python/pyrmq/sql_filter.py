@@ -142,6 +142,24 @@ def _compare(m: _Message, name: str, literal: Value, test: Callable[[int], bool]
     return test((prop > literal) - (prop < literal))
 
 
+def _junction(parts: list[Node], *, decisive: bool) -> Node:
+    """OR (``decisive`` True: one true part decides) or AND (one false part decides) in
+    three-valued logic: without a deciding part, an unknown part makes the whole unknown."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def junction(m: _Message) -> Truth:
+        unknown = False
+        for part in parts:
+            value = part(m)
+            if value is decisive:
+                return decisive
+            unknown = unknown or value is None
+        return None if unknown else not decisive
+
+    return junction
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -195,37 +213,13 @@ class _Parser:
         parts = [self.and_()]
         while self.keyword("OR"):
             parts.append(self.and_())
-        if len(parts) == 1:
-            return parts[0]
-
-        def any_of(m: _Message) -> Truth:
-            unknown = False
-            for part in parts:
-                value = part(m)
-                if value is True:
-                    return True
-                unknown = unknown or value is None
-            return None if unknown else False
-
-        return any_of
+        return _junction(parts, decisive=True)
 
     def and_(self) -> Node:
         parts = [self.not_()]
         while self.keyword("AND"):
             parts.append(self.not_())
-        if len(parts) == 1:
-            return parts[0]
-
-        def all_of(m: _Message) -> Truth:
-            unknown = False
-            for part in parts:
-                value = part(m)
-                if value is False:
-                    return False
-                unknown = unknown or value is None
-            return None if unknown else True
-
-        return all_of
+        return _junction(parts, decisive=False)
 
     def not_(self) -> Node:
         if self.keyword("NOT"):

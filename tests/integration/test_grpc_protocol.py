@@ -110,6 +110,13 @@ def _message(topic: str, body: bytes, message_id: str = "01AAAA", **system: Any)
     )
 
 
+def _push_settings(group: str) -> pb.Settings:
+    """What a push consumer of ``group`` opens its telemetry stream with."""
+    return pb.Settings(
+        client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group))
+    )
+
+
 def _send(client: Client, message: pb.Message) -> Any:
     return client.call("SendMessage", pb.SendMessageRequest(messages=[message]))
 
@@ -313,11 +320,7 @@ def test_messages_a_departed_push_consumer_held_go_to_another_at_once(
     try:
         for i in range(3):
             assert _send(first, _message(topic, f"m{i}".encode())).status.code == pb.OK
-        settings = pb.Settings(
-            client_type=pb.PUSH_CONSUMER,
-            subscription=pb.Subscription(group=pb.Resource(name=group)),
-        )
-        _, (stream, done) = first.telemetry(settings)
+        _, (stream, done) = first.telemetry(_push_settings(group))
         held = _messages(first.receive(_receive_request(topic, group, auto_renew=True)))
         assert sorted(m.body for m in held) == [b"m0", b"m1", b"m2"]
         # Auto-renewed: invisible to the group while the holder is connected.
@@ -421,10 +424,7 @@ def test_a_receive_repeated_with_its_attempt_id_gets_the_same_messages(
     _create_topic(server, topic, 2)
     for i in range(4):
         assert _send(client, _message(topic, f"a{i}".encode())).status.code == pb.OK
-    settings = pb.Settings(
-        client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group))
-    )
-    _, (stream, done) = client.telemetry(settings)
+    _, (stream, done) = client.telemetry(_push_settings(group))
     try:
         request = _receive_request(topic, group, auto_renew=True)
         request.attempt_id = "attempt-1"
@@ -530,11 +530,7 @@ def test_messages_a_consumer_gives_back_at_shutdown_come_again_as_first_attempts
         _create_topic(server, topic)
         for i in range(3):
             assert _send(leaving, _message(topic, f"g{i}".encode())).status.code == pb.OK
-        settings = pb.Settings(
-            client_type=pb.PUSH_CONSUMER,
-            subscription=pb.Subscription(group=pb.Resource(name=group)),
-        )
-        _, (stream, done) = leaving.telemetry(settings)
+        _, (stream, done) = leaving.telemetry(_push_settings(group))
         held = _messages(leaving.receive(_receive_request(topic, group, auto_renew=True)))
         assert len(held) == 3
         request = pb.NotifyClientTerminationRequest(group=pb.Resource(name=group))
