@@ -230,9 +230,7 @@ class BrokerController:
         """Runs a store append with :meth:`put_now` and waits as :meth:`when_durable` does;
         returns the result and whether the append is durable as the flush mode promises."""
         result = self.put_now(fn)
-        if self._flushes is None:
-            return result, True
-        return result, await self._flushes.durable(result.end_offset)
+        return result, await self.durable(result)
 
     async def durable(self, result: PutResult) -> bool:
         """Waits as :meth:`put` does for an append made with :meth:`put_now`."""

@@ -22,6 +22,7 @@ from pyrmq import _core
 from pyrmq.broker.services import transactions
 from pyrmq.broker.services.hold import HeldPull
 from pyrmq.broker.services.transactions import TransactionError
+from pyrmq.broker.state.groups import check_group_name
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import (
     DiskFullError,
@@ -117,14 +118,17 @@ class _Receive:
     batch: int
     invisible_s: float
     auto_renew: bool
-    # How long a delivery stays invisible unless acked or nacked.
-    hold_s: float
     # -1: every readable queue.
     queue_id: int
     attempt_id: str
     orderly: bool
     max_attempts: int
     sql: SqlFilter | None = None
+
+    @property
+    def hold_s(self) -> float:
+        """How long a delivery stays invisible unless acked or nacked."""
+        return AUTO_RENEW_MAX_S if self.auto_renew else self.invisible_s
 
 
 class MessagingService:
@@ -928,10 +932,10 @@ class MessagingService:
     ) -> None:
         now = time.monotonic()
         for stored, delivery in popped:
-            queue = self._queues.get((group, topic, stored.queue_id))
-            receipt = Receipt.parse(delivery.receipt_handle)
-            if queue is None or receipt is None:
+            queue = self._queues.get((group, topic, delivery.queue_id))
+            if queue is None:
                 continue
+            receipt = Receipt(delivery.queue_id, stored.queue_offset, delivery.generation)
             entry = queue.current(receipt, now)
             if entry is not None:
                 # Never delivered: the next delivery is no new attempt.
@@ -988,7 +992,6 @@ class MessagingService:
             batch=min(max(request.batch_size, 1), MAX_BATCH),
             invisible_s=invisible_s,
             auto_renew=request.auto_renew,
-            hold_s=AUTO_RENEW_MAX_S if request.auto_renew else invisible_s,
             # A normal group pops from every queue of the broker, whatever queue the client
             # named (RocketMQ's proxy does the same); an orderly one from the queue assigned.
             queue_id=request.message_queue.id if orderly else -1,
@@ -1107,11 +1110,9 @@ class MessagingService:
 
 def _check_group(group: str) -> pb.Status | None:
     try:
-        _core.validate_topic(RETRY_PREFIX + group, internal=True)
-    except MessageIllegalError:
-        return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r} is not a valid name")
-    if not group or len(group) > 255:
-        return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r} is not a valid name")
+        check_group_name(group)
+    except MessageIllegalError as e:
+        return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r}: {e}")
     return None
 
 

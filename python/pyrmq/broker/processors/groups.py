@@ -5,8 +5,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pyrmq import _core
-from pyrmq.broker.state.topics import RETRY_PREFIX
+from pyrmq.broker.state.groups import check_group_name
 from pyrmq.errors import MessageIllegalError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -70,5 +69,5 @@ def _group_json(body: bytes) -> dict[str, Any]:
     group = value.get("groupName")
     if not isinstance(group, str) or not group:
         raise ValueError("groupName is missing")
-    _core.validate_topic(RETRY_PREFIX + group, internal=True)
+    check_group_name(group)
     return value

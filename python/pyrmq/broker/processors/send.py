@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
+from pyrmq.broker.state.groups import check_group_name
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import (
     DiskFullError,
@@ -279,7 +280,7 @@ class SendProcessor:
         broker = self.broker
         try:
             # The group names its retry and dead-letter topics; refused before either exists.
-            _core.validate_topic(RETRY_PREFIX + header.group, internal=True)
+            check_group_name(header.group)
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, f"group {header.group!r}: {e}")
         # As RocketMQ: the retry topic exists, and takes messages, even for one bound for the DLQ.

@@ -88,16 +88,35 @@ class TransactionService:
             log.info("transactions: %d half messages still open", len(self.open))
 
     def _track(self, stored: StoredMessage, timeout_ms: int) -> None:
-        immunity = stored.property(CHECK_IMMUNITY)
+        self._open(
+            stored.queue_offset,
+            stored.phy_offset,
+            stored.store_timestamp_ms,
+            stored.property(REAL_TOPIC) or "",
+            stored.property(PRODUCER_GROUP) or "",
+            stored.property(CHECK_IMMUNITY),
+            timeout_ms,
+        )
+
+    def _open(
+        self,
+        queue_offset: int,
+        phy_offset: int,
+        store_timestamp_ms: int,
+        topic: str,
+        producer_group: str,
+        immunity: str | None,
+        timeout_ms: int,
+    ) -> None:
         wait_ms = timeout_ms
         if immunity is not None and immunity.strip().isdigit():
             wait_ms = max(timeout_ms, int(immunity) * 1000)
-        self.open[stored.queue_offset] = HalfMessage(
-            queue_offset=stored.queue_offset,
-            phy_offset=stored.phy_offset,
-            topic=stored.property(REAL_TOPIC) or "",
-            producer_group=stored.property(PRODUCER_GROUP) or "",
-            check_from_ms=stored.store_timestamp_ms + wait_ms,
+        self.open[queue_offset] = HalfMessage(
+            queue_offset=queue_offset,
+            phy_offset=phy_offset,
+            topic=topic,
+            producer_group=producer_group,
+            check_from_ms=store_timestamp_ms + wait_ms,
         )
 
     def prepare(
@@ -136,9 +155,16 @@ class TransactionService:
                 wait_for_flush=False,
             )
         )
-        stored = broker.store.look_message_by_offset(result.phy_offset)
-        if stored is not None:
-            self._track(stored, self._settings[0])
+        # Tracked from what was put: no read of the record back.
+        self._open(
+            result.queue_offset,
+            result.phy_offset,
+            result.store_timestamp_ms,
+            topic,
+            producer_group,
+            props.get(CHECK_IMMUNITY),
+            self._settings[0],
+        )
         return result
 
     def end(

@@ -14,9 +14,21 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from pyrmq import _core
 from pyrmq.broker.state.json_file import load_json, store_json
+from pyrmq.broker.state.topics import RETRY_PREFIX
+from pyrmq.errors import MessageIllegalError
 
-__all__ = ["GroupConfig", "GroupTable"]
+__all__ = ["GroupConfig", "GroupTable", "check_group_name"]
+
+
+def check_group_name(group: str) -> None:
+    """Raises MessageIllegalError for a consumer group name that cannot name its retry and
+    dead-letter topics (``%RETRY%<group>``, ``%DLQ%<group>``)."""
+    if not group:
+        raise MessageIllegalError("the consumer group name is empty")
+    _core.validate_topic(RETRY_PREFIX + group, internal=True)
+
 
 # Field name -> RocketMQ's JSON name.
 _JSON_NAMES = {
