@@ -30,6 +30,7 @@ __all__ = [
     "child_env",
     "client_batch",
     "committed_offset",
+    "consumer_heartbeat",
     "eventually",
     "fast_config",
     "pull_head",
@@ -124,6 +125,27 @@ def run_python(*args: str, timeout_s: float = 120) -> Any:
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     return json.loads(done.stdout)
+
+
+def consumer_heartbeat(client_id: str, group: str, topic: str) -> bytes:
+    """A C++-shaped HeartbeatData with one clustering push consumer group subscribed to
+    ``topic``."""
+    data = {
+        "clientID": client_id,
+        "consumerDataSet": [
+            {
+                "consumeFromWhere": 0,
+                "consumeType": 1,
+                "groupName": group,
+                "messageModel": 1,
+                "subscriptionDataSet": [
+                    {"codeSet": [], "subString": "*", "subVersion": "1", "tagsSet": [],
+                     "topic": topic},
+                ],
+            }
+        ],
+    }  # fmt: skip
+    return json.dumps(data).encode() + b"\n"
 
 
 async def committed_offset(broker: str, group: str, mq: MessageQueue) -> int | None:

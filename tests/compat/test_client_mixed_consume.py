@@ -19,7 +19,7 @@ from tests import helpers
 from tests.helpers import fast_config
 
 from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
-from pyrmq.client.message import Message, MessageExt
+from pyrmq.client.message import Message, MessageExt, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
 
@@ -49,13 +49,16 @@ eventually = functools.partial(helpers.eventually, timeout_s=30.0, interval_s=0.
 
 
 class Collect:
-    """A listener that keeps every message it is given."""
+    """A listener that keeps every message it is given, taking ``delay_s`` over each."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay_s: float = 0.0) -> None:
         self.lock = threading.Lock()
         self.msgs: list[MessageExt] = []
+        self.delay_s = delay_s
 
     def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        if self.delay_s:
+            time.sleep(self.delay_s * len(msgs))
         with self.lock:
             self.msgs.extend(msgs)
         return ConsumeStatus.CONSUME_SUCCESS
@@ -165,6 +168,66 @@ def test_official_and_pyrmq_push_consumers_share_a_group_and_lose_nothing(
         started = time.monotonic()
         run(scenario)
         assert time.monotonic() - started < 90
+
+
+def test_an_official_consumer_joining_mid_backlog_takes_its_queues_without_duplicates(
+    serve: tuple[str, str],
+) -> None:
+    """Our consumer is busy with a backlog on all 8 queues when the official one joins. Ours
+    consumes what it was delivered on the queues it gives away, commits and unlocks them; the
+    broker holds the official client's pulls until then, and moves it to the committed offset:
+    each message is consumed once."""
+    namesrv, broker = serve
+    topic, group, count = "TopicMixedHandOver", "CG_MIXED_HAND_OVER", 1200
+    create_topic(broker, topic, 8)
+
+    async def scenario() -> None:
+        async with Producer("PG_MIXED_HAND_OVER", client_config=fast_config(namesrv)) as producer:
+            for start in range(0, count, 100):
+                sent = await asyncio.gather(
+                    *(
+                        producer.send(Message(topic, f"ho{i}".encode()))
+                        for i in range(start, start + 100)
+                    )
+                )
+                assert all(r.status is SendStatus.OK for r in sent)
+        ours = Collect(delay_s=0.002)
+        c = PushConsumer(
+            group,
+            client_config=fast_config(namesrv),
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            consume_thread_max=2,
+            pull_threshold_for_queue=40,
+        )
+        c.subscribe(topic, "*", ours)
+        await c.start()
+        try:
+            await eventually(lambda: len(ours.msgs) >= 150, what="our consumer busy")
+            with start_push_consumer(
+                namesrv, topic, group=group, instance_name="cpp", timeout=100
+            ) as cpp:
+                want = {f"ho{i}".encode() for i in range(count)}
+
+                def everything() -> bool:
+                    theirs = {m["body"] for m in cpp.messages()}
+                    return {m.body for m in ours.msgs} | theirs >= want
+
+                await eventually(everything, timeout_s=60, what="every message consumed")
+                await asyncio.sleep(1.0)
+                cpp_msgs = cpp.messages()
+                theirs = [m["body"] for m in cpp_msgs]
+        finally:
+            await c.shutdown()
+        mine = [m.body for m in ours.msgs]
+        assert theirs, "the official consumer got nothing"
+        both = collections.Counter(mine + theirs)
+        assert set(both) == want
+        duplicated = sorted(
+            (m["queue_id"], m["queue_offset"]) for m in cpp_msgs if both[m["body"]] > 1
+        )
+        assert not duplicated, f"{len(duplicated)} (queue, offset) consumed by both: {duplicated}"
+
+    helpers.run(scenario, 110)
 
 
 def test_official_and_pyrmq_orderly_consumers_split_a_group_through_the_broker_locks(

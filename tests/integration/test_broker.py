@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers import consumer_heartbeat
 
 from pyrmq import _core
 from pyrmq.broker.config import BrokerConfig
@@ -649,26 +650,6 @@ def test_a_broker_registers_with_every_name_server(tmp_path: Path) -> None:
             await second.stop()
 
     run(scenario)
-
-
-def consumer_heartbeat(client_id: str, group: str, topic: str) -> bytes:
-    """A C++-shaped HeartbeatData with one push consumer group subscribed to ``topic``."""
-    data = {
-        "clientID": client_id,
-        "consumerDataSet": [
-            {
-                "consumeFromWhere": 0,
-                "consumeType": 1,
-                "groupName": group,
-                "messageModel": 1,
-                "subscriptionDataSet": [
-                    {"codeSet": [], "subString": "*", "subVersion": "1", "tagsSet": [],
-                     "topic": topic},
-                ],
-            }
-        ],
-    }  # fmt: skip
-    return json.dumps(data).encode() + b"\n"
 
 
 def test_reset_offset_by_time_moves_offsets_back_and_tells_each_consumer(tmp_path: Path) -> None:

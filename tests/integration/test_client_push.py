@@ -526,6 +526,58 @@ def test_a_consumer_leaving_cleanly_hands_over_without_duplicates(
     run(scenario)
 
 
+def test_queues_change_hands_mid_backlog_without_a_message_consumed_twice(
+    addrs: tuple[str, str],
+) -> None:
+    """Duplicate-free rebalancing: with a backlog in flight at every consumer, B and C join
+    and B leaves again. A consumer giving a queue away consumes what it was delivered first,
+    and the broker lets the next owner in only then, at the committed offset; without that,
+    each hand-over repeats up to a pull batch per queue."""
+    namesrv, broker = addrs
+    topic, group, count = "TopicHandOver", "CG_HAND_OVER", 1200
+    create_topic(broker, topic, 8)
+
+    async def scenario() -> None:
+        recs = [Recorder(lambda m: time.sleep(0.002)) for _ in range(3)]
+        a, b, c = (
+            consumer(
+                namesrv,
+                group,
+                topic,
+                r,
+                consume_thread_max=2,
+                consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                # Each queue's backlog then outlasts what a consumer takes in at once.
+                pull_threshold_for_queue=40,
+            )
+            for r in recs
+        )
+        await send_bodies(namesrv, topic, [f"h{i}".encode() for i in range(count)])
+
+        def consumed() -> int:
+            return sum(len(r.done) for r in recs)
+
+        try:
+            await a.start()
+            await eventually(lambda: consumed() >= 150, what="A consuming")
+            await b.start()
+            await eventually(lambda: len(recs[1].done) >= 100, what="B consuming")
+            await c.start()
+            await eventually(lambda: len(recs[2].done) >= 100, what="C consuming")
+            await b.shutdown()
+            await eventually(lambda: consumed() >= count, timeout_s=60, what="all consumed")
+            await asyncio.sleep(1.0)
+        finally:
+            for x in (a, b, c):
+                await x.shutdown()
+        every = [body for r in recs for body in r.bodies()]
+        assert sorted(set(every)) == sorted(f"h{i}".encode() for i in range(count))
+        duplicated = sorted(body for body, n in collections.Counter(every).items() if n > 1)
+        assert not duplicated, (len(duplicated), duplicated[:20])
+
+    run(scenario, 90)
+
+
 # --- 4. broadcasting ----------------------------------------------------------------------
 
 

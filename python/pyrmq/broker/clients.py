@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pyrmq import _core
@@ -101,6 +102,12 @@ class ClientTable:
     def __init__(self) -> None:
         self.consumers: dict[str, dict[str, ConsumerInfo]] = {}
         self.producers: dict[str, dict[str, tuple[object, int]]] = {}
+        # Called with (group, client id) for each consumer that leaves, however it leaves.
+        self.on_consumer_left: list[Callable[[str, str], None]] = []
+
+    def _left(self, group: str, client_id: str) -> None:
+        for callback in self.on_consumer_left:
+            callback(group, client_id)
 
     def register_consumer(
         self,
@@ -153,6 +160,7 @@ class ClientTable:
         ):
             changed.append(consumer_group)
             log.info("consumer left group=%s client_id=%s", consumer_group, client_id)
+            self._left(consumer_group, client_id)
         if producer_group:
             self.producers.get(producer_group, {}).pop(client_id, None)
         self._drop_empty_groups()
@@ -174,6 +182,7 @@ class ClientTable:
                     del members[cid]
                     changed.append(group)
                     log.info("consumer gone group=%s client_id=%s (connection closed)", group, cid)
+                    self._left(group, cid)
         for producers in self.producers.values():
             for cid, (conn, _) in list(producers.items()):
                 if conn is connection:
@@ -189,6 +198,7 @@ class ClientTable:
                     del members[cid]
                     changed.append(group)
                     log.warning("consumer expired group=%s client_id=%s", group, cid)
+                    self._left(group, cid)
         for producers in self.producers.values():
             for cid, (_, seen) in list(producers.items()):
                 if now_ms - seen > expired_after_ms:
@@ -198,6 +208,13 @@ class ClientTable:
 
     def consumer_ids(self, group: str) -> list[str]:
         return sorted(self.consumers.get(group, {}))
+
+    def consumer_on(self, group: str, connection: object) -> ConsumerInfo | None:
+        """The member of ``group`` whose heartbeats come over ``connection``."""
+        for info in self.consumers.get(group, {}).values():
+            if info.connection is connection:
+                return info
+        return None
 
     def members(self, group: str) -> list[ConsumerInfo]:
         return list(self.consumers.get(group, {}).values())

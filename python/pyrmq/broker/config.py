@@ -37,6 +37,8 @@ _ALIASES = {
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionCheckMax": "transaction_check_max",
     "maxReconsumeTimes": "max_reconsume_times",
+    "mqAccessControlEnable": "mq_access_control_enable",
+    "lockQueueTimeout": "lock_queue_timeout_ms",
     "brokerConfigPath": "broker_config_path",
 }
 _KEYS = {name: key for key, name in _ALIASES.items()}
@@ -75,6 +77,11 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6_000
     transaction_check_interval_ms: int = 60_000
     transaction_check_max: int = 15
+    # A queue of a clustering push group moves to another client only once its owner has
+    # acked what it was delivered, released it, left, or not pulled it for lockQueueTimeout
+    # (DeFiBus's access lock; its timeout is 100 ms, for clients that do not long-poll).
+    mq_access_control_enable: bool = True
+    lock_queue_timeout_ms: int = 5_000
     # How far ahead a timer message may be due (RocketMQ's default: 3 days).
     timer_max_delay_s: int = 3 * 24 * 3600
     # The broker.conf these settings came from, where settings changed while the broker runs
@@ -90,6 +97,8 @@ class BrokerConfig:
             problems.append(f"grpc_server_port {self.grpc_server_port} is not a port or -1")
         if self.transaction_check_interval_ms <= 0 or self.transaction_timeout_ms < 0:
             problems.append("transaction timings must be positive")
+        if self.lock_queue_timeout_ms < 0:
+            problems.append("lock_queue_timeout_ms must be >= 0")
         if self.default_topic_queue_nums <= 0:
             problems.append("default_topic_queue_nums must be positive")
         if self.broker_id < 0:

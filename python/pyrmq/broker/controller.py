@@ -77,9 +77,11 @@ class BrokerController:
         self.grpc: GrpcServer | None = None
         if config.grpc_server_port >= 0:
             self.grpc = GrpcServer(self, config.broker_ip1, config.grpc_server_port)
+        self.pulls = PullProcessor(self)
+        self.clients.on_consumer_left.append(self.pulls.client_left)
         for processor in (
             SendProcessor(self),
-            PullProcessor(self),
+            self.pulls,
             ClientManageProcessor(self),
             ConsumerManageProcessor(self),
             GroupProcessor(self),

@@ -87,6 +87,13 @@ later may follow another consumer's turn."""
 DROP_WAIT_S: Final = 1.0
 """How long an orderly rebalance waits for a listener call to end before it keeps the
 queue until the next rebalance."""
+HANDOVER_STALL_S: Final = 5.0
+"""A concurrent queue given away at a rebalance is handed over once its delivered messages
+are consumed, or once none of them has finished for this long (a broker's
+``lockQueueTimeout`` lets the next owner in after as long without word from this one)."""
+HANDOVER_COMMIT_S: Final = 1.0
+"""While a queue is handed over, its progress is committed this often: the broker counts the
+commits as this consumer still at work on the queue."""
 
 AnyProcessQueue = ProcessQueue | OrderlyProcessQueue
 
@@ -179,6 +186,8 @@ class PushConsumer(ClientLifecycle):
         self._queues: dict[str, list[MessageQueue]] = {}
         self._pqs: dict[MessageQueue, AnyProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        # Queues given away whose delivered messages are still being consumed.
+        self._handing_over: dict[MessageQueue, ProcessQueue] = {}
         # Per queue: the subscription a pull header was made for, and its unchanging fields.
         self._pull_headers: dict[MessageQueue, tuple[Subscription, dict[str, str]]] = {}
         self._instance: ClientInstance | None = None
@@ -312,12 +321,14 @@ class PushConsumer(ClientLifecycle):
             await self._service.shutdown()
         if self._orderly is not None:
             await self._orderly.shutdown()
-        for pq in self._pqs.values():
+        handing_over, self._handing_over = self._handing_over, {}
+        for pq in [*self._pqs.values(), *handing_over.values()]:
             pq.dropped = True
+        mqs = [*self._pqs, *handing_over]
         if isinstance(self.offset_store, RemoteBrokerOffsetStore):
-            await self.offset_store.commit_all(list(self._pqs))
+            await self.offset_store.commit_all(mqs)
         else:
-            await self.offset_store.persist(list(self._pqs))
+            await self.offset_store.persist(mqs)
         if self.orderly and self.clustering:
             # After the commit: the next owner starts where this one stopped.
             await self._unlock_queues(inst, list(self._pqs))
@@ -502,6 +513,10 @@ class PushConsumer(ClientLifecycle):
         for mq in [q for q in self._pqs if q.topic == topic and q not in mine]:
             await self._drop_queue(mq, persist=True)
         new = sorted(mine - self._pqs.keys())
+        if any(mq in self._handing_over for mq in new):
+            # Back before its hand-over ended: taken again once its last messages finish.
+            new = [mq for mq in new if mq not in self._handing_over]
+            self._rebalance_later(LOCK_RETRY_S)
         locked = None
         if self.orderly and self.clustering and new:
             # Taken only once locked: until then its last owner may still be consuming it.
@@ -575,9 +590,14 @@ class PushConsumer(ClientLifecycle):
             log.info("%s keeps %s: a listener call on it has not ended", self.group, mq)
             return False
         self._pqs.pop(mq, None)
+        self._pull_headers.pop(mq, None)
+        if isinstance(pq, ProcessQueue) and persist and self.clustering:
+            await self._stop_pulling(mq)
+            self._handing_over[mq] = pq
+            self._spawn(self._hand_over(mq, pq))
+            return True
         if pq is not None:
             pq.dropped = True
-        self._pull_headers.pop(mq, None)
         await self._stop_pulling(mq)
         committed = True
         if persist and pq is not None:
@@ -598,6 +618,54 @@ class PushConsumer(ClientLifecycle):
             # owner, reading an older offset sooner, would consume messages again.
             await self._unlock_queues(inst, [mq])
         return True
+
+    async def _hand_over(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Gives a concurrent queue to its next owner without a message consumed twice: the
+        messages delivered here are consumed here first, then the offset is committed and
+        the queue unlocked, which lets the broker hand it over at once (see
+        :mod:`pyrmq.broker.state.queue_access`). Messages still unfinished after
+        ``HANDOVER_STALL_S`` without progress go to the next owner too."""
+        store = self.offset_store
+        try:
+            last_offset = store.read(mq)
+            last_progress = sent = time.monotonic()
+            while pq.msg_count and time.monotonic() - last_progress < HANDOVER_STALL_S:
+                await asyncio.sleep(0.01)
+                offset = store.read(mq)
+                if offset != last_offset:
+                    last_offset, last_progress = offset, time.monotonic()
+                if isinstance(store, RemoteBrokerOffsetStore) and last_progress - sent >= (
+                    HANDOVER_COMMIT_S
+                ):
+                    sent = last_progress
+                    with contextlib.suppress(PyrmqError):
+                        await store.commit_now(mq)
+            if self._handing_over.get(mq) is not pq:
+                return  # shutdown() took it over
+            pq.dropped = True
+            try:
+                if isinstance(store, RemoteBrokerOffsetStore):
+                    await store.commit_now(mq)
+                else:
+                    await store.persist([mq])
+            except PyrmqError as e:
+                # Left locked: the broker frees it once this consumer has been silent for
+                # lockQueueTimeout, and the next owner starts at the offset committed before.
+                log.warning("cannot commit offset of %s: %s", mq, e)
+                return
+            store.remove(mq)
+            inst = self._instance
+            if inst is not None:
+                await self._unlock_queues(inst, [mq])
+            log.info(
+                "%s gives up %s%s",
+                self.group,
+                mq,
+                f" with {pq.msg_count} message(s) unfinished" if pq.msg_count else "",
+            )
+        finally:
+            if self._handing_over.get(mq) is pq:
+                del self._handing_over[mq]
 
     async def _stop_pulling(self, mq: MessageQueue) -> None:
         task = self._pull_tasks.pop(mq, None)

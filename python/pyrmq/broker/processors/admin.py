@@ -129,6 +129,7 @@ class AdminProcessor:
             )
         broker.topics.delete(topic)
         broker.offsets.clean_topic(topic)
+        broker.pulls.access.forget_topic(topic)
         offsets = broker.offsets.encode(force=True)
 
         def delete() -> None:

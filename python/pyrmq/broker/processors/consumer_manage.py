@@ -122,9 +122,8 @@ class ConsumerManageProcessor:
 
     async def update_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = UpdateConsumerOffsetRequestHeader.from_ext(request.ext_fields)
-        self.broker.offsets.commit(
-            header.consumer_group, header.topic, header.queue_id, header.commit_offset
-        )
+        key = (header.consumer_group, header.topic, header.queue_id)
+        self.broker.pulls.commit_from(conn, key, header.commit_offset)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def max_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -192,6 +191,10 @@ class ConsumerManageProcessor:
             )
         if self._locks.unlock(client_id, keys):
             await self._save_locks()
+        # A concurrent consumer unlocks too, once it has committed what it was delivered:
+        # the queue's next owner may start at once.
+        broker_name = self.broker.config.broker_name
+        self.broker.pulls.release([(g, t, q) for g, t, b, q in keys if b == broker_name], client_id)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def _save_locks(self) -> None:

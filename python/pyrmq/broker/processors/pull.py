@@ -1,5 +1,6 @@
 """PULL_MESSAGE: read a batch from a queue, or hold the request until messages arrive."""
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pyrmq.broker.clients import TAG, Subscription
 from pyrmq.broker.services.hold import HeldPull
+from pyrmq.broker.state.queue_access import Access, AccessKey, QueueAccessTable
 from pyrmq.broker.state.topics import PERM_READ
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import PullMessageRequestHeader
@@ -39,18 +41,33 @@ _RETRY = {GetMessageStatus.MESSAGE_WAS_REMOVING, GetMessageStatus.NO_MATCHED_MES
 _MOVED = {GetMessageStatus.OFFSET_OVERFLOW_BADLY, GetMessageStatus.OFFSET_TOO_SMALL}
 _EMPTY = {GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE}
 
+CLUSTERING = "CLUSTERING"
+PUSH = "CONSUME_PASSIVELY"
+# How often pulls waiting for a queue look again whether its owner has fallen idle.
+ACCESS_RECHECK_S = 0.5
+REFUSED_REMARK = "mq is locked by other client."
+MOVED_REMARK = "lock a queue success, update pull offset."
+
 
 class PullProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
         self._subscriptions: dict[tuple[str, str, str | None], Subscription] = {}
+        self.access = QueueAccessTable(broker.config.lock_queue_timeout_ms)
+        # Parked pulls of queue owners by hold id, to be let go on release.
+        self._parked: dict[AccessKey, dict[int, _AccessWait]] = {}
+        # Pulls refused the queue, waiting for it.
+        self._waits: dict[AccessKey, list[_AccessWait]] = {}
+        self._recheck_timer: asyncio.TimerHandle | None = None
+        # Queues whose offset moved while pulls waited for them, to be checked again.
+        self._recheck_soon: set[AccessKey] = set()
 
     def install(self, server: RemotingServer) -> None:
         # Never waits: run at once when the request arrives (no task per pull).
         server.register_inline(RequestCode.PULL_MESSAGE, self.pull)
 
     def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
-        return self._pull(conn, request, allow_suspend=True)
+        return self._pull(conn, request)
 
     def _subscription(
         self, topic: str, expression: str, expression_type: str | None
@@ -69,13 +86,23 @@ class PullProcessor:
         conn: Connection,
         request: RemotingCommand,
         *,
-        allow_suspend: bool,
         header: PullMessageRequestHeader | None = None,
+        park_until: float | None = None,
     ) -> RemotingCommand | None:
-        """Answers a pull; never waits, so a woken held pull is answered inline (with the
-        header parsed on its first pass: the rest is checked again)."""
+        """Answers a pull, or parks it (None) until ``park_until`` at most; never waits, so
+        a parked pull is answered inline when it wakes. Its first pass (``header`` None)
+        parses the header and may park until the request's suspend time runs out; a woken
+        pull is checked again, and parks only with a ``park_until``."""
+        first = header is None
         if header is None:
             header = PullMessageRequestHeader.from_ext(request.ext_fields)
+            if header.sys_flag & FLAG_SUSPEND:
+                timeout_ms = (
+                    header.suspend_timeout_millis
+                    if self.broker.config.long_polling_enable
+                    else self.broker.config.short_polling_time_ms
+                )
+                park_until = time.monotonic() + max(timeout_ms, 0) / 1000
         broker = self.broker
         config = broker.topics.get(header.topic)
         if config is None:
@@ -132,6 +159,46 @@ class PullProcessor:
                     f"failed: {e}",
                 )
 
+        client_id = self._controlled(conn, header.consumer_group)
+        if client_id is not None:
+            key = (header.consumer_group, header.topic, header.queue_id)
+            now_ms = time.monotonic_ns() // 1_000_000
+            access = self.access.access(key, client_id, now_ms, self._committed, self._locked)
+            if access is not Access.OWNER:
+                committed = broker.offsets.query(*key)
+                if first:
+                    self._commit_piggybacked(header, forward_only=True)
+                if access is Access.REFUSED:
+                    if park_until is not None and park_until > time.monotonic():
+                        self._wait_for_access(key, conn, request, header, client_id, park_until)
+                        return None
+                    return self._not_found(request, header, header.queue_offset, REFUSED_REMARK)
+                if committed is not None and committed > header.queue_offset:
+                    # It read the offset before the last owner's final commit.
+                    self.access.answered(key, client_id, committed, now_ms)
+                    log.info(
+                        "%s takes %s:%d of %s at the committed offset %d instead of %d",
+                        client_id,
+                        header.topic,
+                        header.queue_id,
+                        header.consumer_group,
+                        committed,
+                        header.queue_offset,
+                    )
+                    return self._not_found(request, header, committed, MOVED_REMARK)
+                log.info(
+                    "%s takes %s:%d of %s at offset %d",
+                    client_id,
+                    header.topic,
+                    header.queue_id,
+                    header.consumer_group,
+                    header.queue_offset,
+                )
+            elif first:
+                self._commit_piggybacked(header, forward_only=False)
+        elif first:
+            self._commit_piggybacked(header, forward_only=False)
+
         got = broker.store.get(
             header.topic,
             header.queue_id,
@@ -176,27 +243,21 @@ class PullProcessor:
             group=header.consumer_group,
         )
 
-        # Only on the first pass: a held pull's commit offset is old by the time it wakes,
-        # and storing it again would move back an offset committed meanwhile.
         if (
-            allow_suspend
-            and header.sys_flag & FLAG_COMMIT_OFFSET
-            and header.commit_offset is not None
-            and header.commit_offset >= 0
+            code == ResponseCode.PULL_NOT_FOUND
+            and park_until is not None
+            and park_until > time.monotonic()
         ):
-            broker.offsets.commit(
-                header.consumer_group, header.topic, header.queue_id, header.commit_offset
-            )
-
-        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and header.sys_flag & FLAG_SUSPEND:
-            timeout_ms = (
-                header.suspend_timeout_millis
-                if broker.config.long_polling_enable
-                else broker.config.short_polling_time_ms
-            )
-            self._hold(conn, request, header, subscription, timeout_ms)
+            self._hold(conn, request, header, subscription, park_until, client_id)
             return None
 
+        if client_id is not None:
+            self.access.answered(
+                (header.consumer_group, header.topic, header.queue_id),
+                client_id,
+                got.next_begin_offset,
+                time.monotonic_ns() // 1_000_000,
+            )
         remark = status.name if code != ResponseCode.SUCCESS else None
         return RemotingCommand.response_to(
             request,
@@ -217,30 +278,36 @@ class PullProcessor:
         request: RemotingCommand,
         header: PullMessageRequestHeader,
         subscription: Subscription,
-        timeout_ms: int,
+        deadline: float,
+        client_id: str | None,
     ) -> None:
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        key = (header.consumer_group, header.topic, header.queue_id)
 
         def answer() -> None:
-            response = self._pull(conn, request, allow_suspend=False, header=header)
+            if client_id is not None:
+                parked = self._parked.get(key)
+                if parked is not None:
+                    parked.pop(pull_id, None)
+                    if not parked:
+                        del self._parked[key]
+            response = self._pull(conn, request, header=header)
             if response is None:
                 return
-            left_ms = int((deadline - time.monotonic()) * 1000)
             if (
                 subscription.expression_type != TAG
                 and response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
-                and left_ms > 0
+                and deadline > time.monotonic()
             ):
                 # What arrived does not match the SQL92 filter: hold on past it, as RocketMQ
                 # keeps such a pull parked, instead of sending the consumer round again.
                 later = dataclasses.replace(
                     header, queue_offset=int(response.ext_fields["nextBeginOffset"])
                 )
-                self._hold(conn, request, later, subscription, left_ms)
+                self._hold(conn, request, later, subscription, deadline, client_id)
                 return
             conn.send(response)
 
-        self.broker.hold.hold(
+        pull_id = self.broker.hold.hold(
             HeldPull(
                 topic=header.topic,
                 queue_id=header.queue_id,
@@ -251,3 +318,199 @@ class PullProcessor:
                 answer=answer,
             )
         )
+        if client_id is not None:
+            self._parked.setdefault(key, {})[pull_id] = _AccessWait(
+                conn, request, header, client_id, deadline
+            )
+            self.access.held(key, client_id, int(deadline * 1000))
+
+    # --- the queue access lock of clustering push groups ----------------------------------
+
+    def _controlled(self, conn: Connection, group: str) -> str | None:
+        """The client id of a pull the access lock applies to: a clustering push consumer
+        of ``group`` that has sent its heartbeat over ``conn``."""
+        if not self.broker.config.mq_access_control_enable:
+            return None
+        info = self.broker.clients.consumer_on(group, conn)
+        if info is None or info.message_model != CLUSTERING or info.consume_type != PUSH:
+            return None
+        return info.client_id
+
+    def _committed(self, key: AccessKey) -> int | None:
+        return self.broker.offsets.query(*key)
+
+    def _locked(self, key: AccessKey, client_id: str) -> bool:
+        group, topic, queue_id = key
+        broker_name = self.broker.config.broker_name
+        return self.broker.queue_locks.holds(client_id, (group, topic, broker_name, queue_id))
+
+    def _commit_piggybacked(self, header: PullMessageRequestHeader, *, forward_only: bool) -> None:
+        """Stores the offset a pull commits. Only on a pull's first pass: by the time a held
+        pull wakes, its offset is old, and storing it again would move back an offset
+        committed meanwhile."""
+        if (
+            header.sys_flag & FLAG_COMMIT_OFFSET
+            and header.commit_offset is not None
+            and header.commit_offset >= 0
+        ):
+            self.commit(
+                (header.consumer_group, header.topic, header.queue_id),
+                header.commit_offset,
+                forward_only=forward_only,
+            )
+
+    def commit(self, key: AccessKey, offset: int, *, forward_only: bool) -> None:
+        """Commits a consumer's offset. One from a client that does not own the queue may
+        only move it forward: such a client read its offset before the owner's commits.
+        Pulls waiting for the queue are checked again, as the owner may now be caught up."""
+        offsets = self.broker.offsets
+        if forward_only:
+            committed = offsets.query(*key)
+            if committed is not None and committed >= offset:
+                return
+        offsets.commit(*key, offset)
+        if key in self._waits:
+            # Not now: a pull's own commit comes before its read, and a waiting pull let in
+            # here would take the queue from under it.
+            self._recheck_soon.add(key)
+            if len(self._recheck_soon) == 1:
+                self.broker.loop.call_soon(self._recheck_committed)
+
+    def commit_from(self, conn: Connection, key: AccessKey, offset: int) -> None:
+        """UPDATE_CONSUMER_OFFSET: a commit from the queue's owner counts as its access
+        (it is still consuming what it was delivered), and one from another client of a
+        group under the access lock only moves the offset forward."""
+        client_id = self._controlled(conn, key[0])
+        if client_id is None:
+            self.commit(key, offset, forward_only=False)
+            return
+        owner = self.access.touch(key, client_id, time.monotonic_ns() // 1_000_000)
+        self.commit(key, offset, forward_only=not owner)
+
+    def release(self, keys: list[AccessKey], client_id: str) -> None:
+        """``client_id`` gives up ``keys`` (it committed what it consumed and unlocked them,
+        or it left the group): its parked pulls of them are answered empty, as a woken one
+        would take the queue again, and pulls waiting for them are checked again."""
+        released = self.access.release(keys, client_id)
+        for key in keys:
+            parked = self._parked.get(key)
+            if parked is not None:
+                for pull_id, wait in [
+                    (i, w) for i, w in parked.items() if w.client_id == client_id
+                ]:
+                    del parked[pull_id]
+                    if self.broker.hold.cancel(pull_id):
+                        self._answer_refused(wait)
+                if not parked:
+                    del self._parked[key]
+            waits = self._waits.get(key)
+            if waits:
+                for wait in [w for w in waits if w.client_id == client_id]:
+                    waits.remove(wait)
+                    if wait.timer is not None:
+                        wait.timer.cancel()
+                    self._answer_refused(wait)
+                if not waits:
+                    del self._waits[key]
+        for key in released:
+            if key in self._waits:
+                self.recheck(key)
+
+    def client_left(self, group: str, client_id: str) -> None:
+        self.release(self.access.keys_of(group, client_id), client_id)
+
+    def _wait_for_access(
+        self,
+        key: AccessKey,
+        conn: Connection,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        client_id: str,
+        deadline: float,
+    ) -> None:
+        """Parks a refused pull until the queue is free or ``deadline``: refused at once,
+        a long-polling consumer would ask again at once, over and over."""
+        loop = self.broker.loop
+        wait = _AccessWait(conn, request, header, client_id, deadline)
+        wait.timer = loop.call_at(deadline, self._access_expired, key, wait)
+        self._waits.setdefault(key, []).append(wait)
+        if self._recheck_timer is None:
+            self._recheck_timer = loop.call_later(ACCESS_RECHECK_S, self._recheck_all)
+
+    def _access_expired(self, key: AccessKey, wait: "_AccessWait") -> None:
+        waits = self._waits.get(key)
+        if waits is None or wait not in waits:
+            return
+        waits.remove(wait)
+        if not waits:
+            del self._waits[key]
+        self._answer_refused(wait)
+
+    def _answer_refused(self, wait: "_AccessWait") -> None:
+        if not wait.conn.closed.is_set():
+            wait.conn.send(
+                self._not_found(wait.request, wait.header, wait.header.queue_offset, REFUSED_REMARK)
+            )
+
+    def _recheck_committed(self) -> None:
+        keys, self._recheck_soon = self._recheck_soon, set()
+        for key in keys:
+            self.recheck(key)
+
+    def recheck(self, key: AccessKey) -> None:
+        """Runs the pulls waiting for ``key`` again; those still refused wait on."""
+        for wait in self._waits.pop(key, []):
+            if wait.timer is not None:
+                wait.timer.cancel()
+            if wait.conn.closed.is_set():
+                continue
+            try:
+                response = self._pull(
+                    wait.conn, wait.request, header=wait.header, park_until=wait.deadline
+                )
+            except Exception:
+                log.exception("a pull waiting for %s failed", key)
+                continue
+            if response is not None:
+                wait.conn.send(response)
+
+    def _recheck_all(self) -> None:
+        """Every ACCESS_RECHECK_S while pulls wait: an owner may have fallen idle."""
+        self._recheck_timer = None
+        for key in list(self._waits):
+            self.recheck(key)
+        if self._waits and self._recheck_timer is None:
+            self._recheck_timer = self.broker.loop.call_later(ACCESS_RECHECK_S, self._recheck_all)
+
+    def waiting_count(self) -> int:
+        return sum(len(w) for w in self._waits.values())
+
+    def _not_found(
+        self,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        next_offset: int,
+        remark: str,
+    ) -> RemotingCommand:
+        store = self.broker.store
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.PULL_NOT_FOUND,
+            remark=remark,
+            ext_fields={
+                "suggestWhichBrokerId": "0",
+                "nextBeginOffset": str(next_offset),
+                "minOffset": str(store.min_offset(header.topic, header.queue_id)),
+                "maxOffset": str(store.max_offset(header.topic, header.queue_id)),
+            },
+        )
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _AccessWait:
+    conn: Connection
+    request: RemotingCommand
+    header: PullMessageRequestHeader
+    client_id: str
+    deadline: float
+    timer: asyncio.TimerHandle | None = None

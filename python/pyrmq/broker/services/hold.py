@@ -82,13 +82,15 @@ class PullHoldService:
         self.store.hold_pull(pull_id, pull.topic, pull.queue_id, pull.queue_offset, pull.expression)
         return pull_id
 
-    def cancel(self, pull_id: int) -> None:
-        """Drops a held pull without answering it (its waiter went away)."""
+    def cancel(self, pull_id: int) -> bool:
+        """Drops a held pull without answering it; whether it was still held."""
         pull = self._pulls.pop(pull_id, None)
-        if pull is not None:
-            if pull.timer is not None:
-                pull.timer.cancel()
-            self.store.cancel_held_pull(pull_id, pull.topic, pull.queue_id)
+        if pull is None:
+            return False
+        if pull.timer is not None:
+            pull.timer.cancel()
+        self.store.cancel_held_pull(pull_id, pull.topic, pull.queue_id)
+        return True
 
     def held_count(self) -> int:
         return len(self._pulls)
