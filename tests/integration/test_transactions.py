@@ -5,6 +5,7 @@ back (never readable), ends only once, and stays open across a broker restart.""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,44 @@ def test_a_half_left_open_is_checked_with_a_producer_of_its_group(tmp_path: Path
         # The producer saw the half under its real topic, as RocketMQ shows it.
         assert (half.topic, half.queue_id, half.body) == (topic, 0, b"checked")
         assert _bodies(broker, topic) == [b"checked"]
+
+
+def test_a_half_no_producer_resolves_is_given_up_to_the_check_max_time_topic(
+    tmp_path: Path,
+) -> None:
+    """With no producer of its group to ask, every check round still counts; after
+    ``transactionCheckMax`` of them the half goes to ``TRANS_CHECK_MAX_TIME_TOPIC`` (where
+    an operator finds it), never to its topic, and stays ended across a restart."""
+    topic = "TopicTxGivenUp"
+    conf = tmp_path / "broker.conf"
+    conf.write_text("transactionTimeOut=200\ntransactionCheckInterval=200\ntransactionCheckMax=2\n")
+
+    def given_up(broker: str) -> list[Any]:
+        try:
+            result = asyncio.run(pull_head(broker, "broker-a", "TRANS_CHECK_MAX_TIME_TOPIC", 0))
+        except BrokerError:
+            return []
+        return result.messages
+
+    with serving(tmp_path, "-c", str(conf)) as server:
+        broker = server.addresses()[1]
+        create_topic(broker, topic, 1)
+        msg_id = _send_half(broker, topic, b"orphan")
+        deadline = time.monotonic() + 20
+        while not (kept := given_up(broker)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        [message] = kept
+        assert message.body == b"orphan"
+        assert message.properties["REAL_TOPIC"] == topic
+        assert message.properties["PGROUP"] == "PG_TX"
+        assert message.keys == "k-orphan"
+        assert _bodies(broker, topic) == []
+        late = _end(broker, msg_id, COMMIT)
+        assert late.code != ResponseCode.SUCCESS
+        assert "already ended" in (late.remark or "")
+
+    with serving(tmp_path, "-c", str(conf)) as server:
+        broker = server.addresses()[1]
+        time.sleep(1.0)  # a few check rounds: the half is not open again
+        assert len(given_up(broker)) == 1
+        assert _bodies(broker, topic) == []

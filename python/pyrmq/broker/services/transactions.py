@@ -5,9 +5,11 @@ topic and queue in properties, where no consumer reads it. A commit stores it ag
 real topic; a rollback drops it. Either way an op record naming the half's queue offset goes to
 ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, so a restarted broker knows which halves are still open (it
 reads both topics at start). A half left open longer than ``transactionTimeOut`` is checked:
-the broker asks a live producer of its topic, every ``transactionCheckInterval``, up to
-``transactionCheckMax`` times, and then gives it up (RocketMQ moves it to
-``TRANS_CHECK_MAX_TIME_TOPIC``; pyrmq logs it and drops it).
+the broker asks a live producer of its group, every ``transactionCheckInterval``, up to
+``transactionCheckMax`` times, and then gives it up: it goes to ``TRANS_CHECK_MAX_TIME_TOPIC``,
+where no consumer reads it but an operator finds it. A round counts whether or not a producer
+of the group was there to ask, as in RocketMQ, so a half whose producer is gone for good does
+not stay open for ever.
 
 Producers of RocketMQ 5's gRPC protocol are asked over their telemetry stream, 4.x producers
 of the half's producer group with CHECK_TRANSACTION_STATE on their connection, the half as its
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+GIVEN_UP_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
 TRAN_MSG = "TRAN_MSG"
@@ -244,28 +247,57 @@ class TransactionService:
         for half in list(self.open.values()):
             if now_ms < half.check_from_ms or now_ms - half.checked_ms < interval_ms:
                 continue
-            if half.checks >= max_checks:
-                log.warning(
-                    "transaction at offset %d of %s given up after %d checks",
-                    half.phy_offset,
-                    half.topic,
-                    half.checks,
-                )
-                self._op(half.queue_offset)
-                del self.open[half.queue_offset]
-                continue
             stored = self.broker.store.look_message_by_offset(half.phy_offset)
             if stored is None:
                 # Gone to retention.
                 del self.open[half.queue_offset]
                 continue
+            if half.checks >= max_checks:
+                self._give_up(stored, half)
+                continue
+            half.checks += 1
+            half.checked_ms = now_ms
             for ask in self.askers:
                 if await ask(stored, stored.msg_id):
-                    half.checks += 1
-                    half.checked_ms = now_ms
                     asked += 1
                     break
+            else:
+                log.info(
+                    "no producer of %s to check transaction %s with (check %d of %d)",
+                    half.producer_group,
+                    stored.property(UNIQ_KEY) or stored.msg_id,
+                    half.checks,
+                    max_checks,
+                )
         return asked
+
+    def _give_up(self, stored: StoredMessage, half: HalfMessage) -> None:
+        broker = self.broker
+        broker.topics.create_system(GIVEN_UP_TOPIC, 1)
+        put = broker.put_now(
+            lambda: broker.store.put(
+                GIVEN_UP_TOPIC,
+                stored.body,
+                queue_id=0,
+                properties=dict(stored.properties),
+                flag=stored.flag,
+                sys_flag=stored.sys_flag,
+                born_timestamp_ms=stored.born_timestamp_ms,
+                born_host=stored.born_host,
+                internal=True,
+                wait_for_flush=False,
+            )
+        )
+        self._op(half.queue_offset)
+        del self.open[half.queue_offset]
+        log.warning(
+            "transaction %s of %s given up after %d checks: kept in %s at offset %d",
+            stored.property(UNIQ_KEY) or stored.msg_id,
+            half.topic,
+            half.checks,
+            GIVEN_UP_TOPIC,
+            put.queue_offset,
+        )
 
 
 def as_real_topic(record: bytes, topic: str, queue_id: int) -> bytes:
