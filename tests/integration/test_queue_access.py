@@ -52,14 +52,16 @@ def broker(server: ServerProcess) -> str:
 class Consumer:
     """One consumer client: its own connection, registered by heartbeat."""
 
-    def __init__(self, broker: str, client_id: str, topic: str) -> None:
+    def __init__(self, broker: str, client_id: str, topic: str, *, heartbeat: bool = True) -> None:
         self.broker, self.client_id, self.topic = broker, client_id, topic
+        self.heartbeat = heartbeat
         self.remoting = RemotingClient()
 
     async def __aenter__(self) -> Consumer:
-        beat = consumer_heartbeat(self.client_id, GROUP, self.topic)
-        answer = await self.call(RequestCode.HEART_BEAT, {}, beat)
-        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        if self.heartbeat:
+            beat = consumer_heartbeat(self.client_id, GROUP, self.topic)
+            answer = await self.call(RequestCode.HEART_BEAT, {}, beat)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -71,7 +73,9 @@ class Consumer:
         request = RemotingCommand.request(code, ext, body)
         return await self.remoting.invoke(self.broker, request, timeout_s)
 
-    async def pull(self, offset: int, *, suspend_ms: int = 0, max_nums: int = 4) -> RemotingCommand:
+    async def pull(
+        self, offset: int, *, suspend_ms: int = 0, max_nums: int = 4, expression: str = "*"
+    ) -> RemotingCommand:
         flags = PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if suspend_ms else 0)
         header = PullMessageRequestHeader(
             consumer_group=GROUP,
@@ -83,10 +87,15 @@ class Consumer:
             commit_offset=0,
             suspend_timeout_millis=suspend_ms,
             sub_version=0,
-            subscription="*",
+            subscription=expression,
             expression_type="TAG",
         )
         return await self.call(RequestCode.PULL_MESSAGE, header.to_ext(), timeout_s=30.0)
+
+    async def unregister(self) -> None:
+        ext = {"clientID": self.client_id, "consumerGroup": GROUP, "producerGroup": ""}
+        answer = await self.call(RequestCode.UNREGISTER_CLIENT, ext)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
 
     async def commit(self, offset: int) -> None:
         ext = {
@@ -123,10 +132,11 @@ def next_offset(answer: RemotingCommand) -> int:
     return int(answer.ext_fields["nextBeginOffset"])
 
 
-def fill(broker: str, topic: str, count: int) -> None:
+def fill(broker: str, topic: str, count: int, tags: tuple[str, ...] = ()) -> None:
     create_topic(broker, topic, 1)
     for i in range(count):
-        answer = helpers.send_raw(broker, topic, b"m%d" % i)
+        properties = f"TAGS\x01{tags[i % len(tags)]}\x02" if tags else ""
+        answer = helpers.send_raw(broker, topic, b"m%d" % i, properties=properties)
         assert answer.code == ResponseCode.SUCCESS, answer.remark
 
 
@@ -242,6 +252,101 @@ def test_a_queue_moves_when_its_owner_goes_away_or_falls_silent(broker: str) -> 
                 timeout_s = LOCK_QUEUE_TIMEOUT_MS / 1000
                 assert timeout_s - 0.6 <= waited <= timeout_s + 2, waited
                 assert offsets_of(taken) == [0, 1, 2, 3]
+
+    helpers.run(scenario)
+
+
+def test_the_owner_of_a_queue_taken_from_it_gets_its_parked_pull_answered_empty(
+    broker: str,
+) -> None:
+    """A's long poll outlives its ownership: woken by the next message, it would read what is
+    now B's."""
+    topic = "TopicAccessDisplaced"
+    fill(broker, topic, 4)
+
+    async def scenario() -> None:
+        async with (
+            Consumer(broker, "A", topic) as a,
+            Consumer(broker, "B", topic) as b,
+        ):
+            assert offsets_of(await a.pull(0)) == [0, 1, 2, 3]
+            await a.commit(4)
+            a_pull = asyncio.ensure_future(a.pull(4, suspend_ms=8_000))
+            assert await still_waiting(a_pull, 0.2)
+            moved = await b.pull(0, suspend_ms=8_000)
+            assert (moved.remark, next_offset(moved)) == (MOVED, 4)
+            let_go = await asyncio.wait_for(a_pull, 2)
+            assert (let_go.code, let_go.remark, let_go.body) == (
+                ResponseCode.PULL_NOT_FOUND,
+                REFUSED,
+                b"",
+            )
+            b_pull = asyncio.ensure_future(b.pull(4, suspend_ms=8_000))
+            assert await still_waiting(b_pull, 0.2)
+            await asyncio.to_thread(helpers.send_raw, broker, topic, b"m4")
+            assert offsets_of(await asyncio.wait_for(b_pull, 2)) == [4]
+
+    helpers.run(scenario)
+
+
+def test_clients_without_a_heartbeat_or_gone_from_the_group_are_held_to_the_lock(
+    broker: str,
+) -> None:
+    """A consumer that reconnected (or was dropped as expired, or unregistered) pulls before
+    its next heartbeat: it may not read a queue another client owns, and a pull it had parked
+    is answered empty when it leaves."""
+    topic = "TopicAccessAnonymous"
+    fill(broker, topic, 8)
+
+    async def scenario() -> None:
+        async with (
+            Consumer(broker, "A", topic) as a,
+            Consumer(broker, "B", topic) as b,
+            Consumer(broker, "X", topic, heartbeat=False) as x,
+        ):
+            assert offsets_of(await a.pull(0)) == [0, 1, 2, 3]
+            refused = await x.pull(0)
+            assert (refused.remark, refused.body) == (REFUSED, b"")
+            await x.commit(0)  # moves nothing back, nor forward past the owner's commits
+            b_pull = asyncio.ensure_future(b.pull(0, suspend_ms=8_000))
+            assert await still_waiting(b_pull, 0.2)
+            await b.unregister()
+            left = await asyncio.wait_for(b_pull, 2)
+            assert (left.code, left.remark, left.body) == (
+                ResponseCode.PULL_NOT_FOUND,
+                REFUSED,
+                b"",
+            )
+            # Still connected, B is now a client without a heartbeat.
+            assert (await b.pull(0)).remark == REFUSED
+            await a.commit(4)
+            moved = await x.pull(0)
+            assert (moved.remark, next_offset(moved)) == (MOVED, 4)
+            assert offsets_of(await x.pull(4)) == [4, 5, 6, 7]
+
+    helpers.run(scenario)
+
+
+def test_messages_a_tag_filter_skipped_do_not_hold_the_queue(broker: str) -> None:
+    """The owner is caught up once it committed past the last message it was answered: the
+    ones the filter skipped after it were never its to consume."""
+    topic = "TopicAccessTags"
+    fill(broker, topic, 4, tags=("TagA", "TagB"))
+
+    async def scenario() -> None:
+        async with (
+            Consumer(broker, "A", topic) as a,
+            Consumer(broker, "B", topic) as b,
+        ):
+            got = await a.pull(0, expression="TagA")
+            assert (offsets_of(got), next_offset(got)) == ([0, 2], 4)
+            b_pull = asyncio.ensure_future(b.pull(0, suspend_ms=8_000, expression="TagA"))
+            assert await still_waiting(b_pull)
+            started = time.monotonic()
+            await a.commit(3)
+            moved = await asyncio.wait_for(b_pull, 5)
+            assert time.monotonic() - started < 1.0
+            assert (moved.remark, next_offset(moved)) == (MOVED, 3)
 
     helpers.run(scenario)
 

@@ -14,8 +14,8 @@ def committed_at(offset: int | None) -> Callable[[AccessKey], int | None]:
     return lambda key: offset
 
 
-def unlocked(key: AccessKey, client_id: str) -> bool:
-    return False
+def unlocked(key: AccessKey) -> str | None:
+    return None
 
 
 @pytest.fixture
@@ -75,20 +75,39 @@ def test_a_held_pull_and_a_commit_count_as_access(table: QueueAccessTable) -> No
     )
 
 
-def test_the_orderly_lock_holder_takes_the_queue(table: QueueAccessTable) -> None:
+def test_only_the_orderly_lock_holder_takes_a_locked_queue(table: QueueAccessTable) -> None:
     table.answered(KEY, "A", 32, 100)
-    asked: list[tuple[AccessKey, str]] = []
+    asked: list[AccessKey] = []
 
-    def locked(key: AccessKey, client_id: str) -> bool:
-        asked.append((key, client_id))
-        return client_id == "B"
+    def held_by_b(key: AccessKey) -> str | None:
+        asked.append(key)
+        return "B"
 
-    assert table.access(KEY, "C", 200, committed_at(0), locked) is Access.REFUSED
-    assert table.access(KEY, "B", 200, committed_at(0), locked) is Access.ACQUIRED
-    assert asked == [(KEY, "C"), (KEY, "B")]
-    # The owner is not asked about its lock.
-    assert table.access(KEY, "B", 200, committed_at(0), locked) is Access.OWNER
+    # C may not take it even from an owner that is caught up.
+    assert table.access(KEY, "C", 200, committed_at(32), held_by_b) is Access.REFUSED
+    assert table.access(KEY, "B", 200, committed_at(0), held_by_b) is Access.ACQUIRED
+    assert asked == [KEY, KEY]
+    # The owner is not asked about the lock.
+    assert table.access(KEY, "B", 200, committed_at(0), held_by_b) is Access.OWNER
     assert len(asked) == 2
+    # Nor may anyone else take a locked queue nobody owns.
+    table.release([KEY], "B")
+    assert table.access(KEY, "C", 300, committed_at(0), held_by_b) is Access.REFUSED
+
+
+def test_the_displaced_owner_is_reported() -> None:
+    displaced: list[tuple[AccessKey, str]] = []
+    table = QueueAccessTable(TIMEOUT_MS, lambda key, client: displaced.append((key, client)))
+    assert table.access(KEY, "A", 0, committed_at(None), unlocked) is Access.ACQUIRED
+    assert table.access(KEY, "B", 10, committed_at(None), unlocked) is Access.ACQUIRED
+    assert displaced == [(KEY, "A")]
+
+
+def test_answers_without_messages_leave_what_was_delivered(table: QueueAccessTable) -> None:
+    table.answered(KEY, "A", 5, 100)
+    table.answered(KEY, "A", None, 110)
+    assert table.access(KEY, "B", 120, committed_at(4), unlocked) is Access.REFUSED
+    assert table.access(KEY, "B", 120, committed_at(5), unlocked) is Access.ACQUIRED
 
 
 def test_release_frees_only_the_owners_queues(table: QueueAccessTable) -> None:

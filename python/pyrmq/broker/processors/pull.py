@@ -6,7 +6,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from pyrmq.broker.clients import TAG, Subscription
+from pyrmq.broker.clients import TAG, ConsumerInfo, Subscription
 from pyrmq.broker.services.hold import HeldPull
 from pyrmq.broker.state.queue_access import Access, AccessKey, QueueAccessTable
 from pyrmq.broker.state.topics import PERM_READ
@@ -53,7 +53,7 @@ class PullProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
         self._subscriptions: dict[tuple[str, str, str | None], Subscription] = {}
-        self.access = QueueAccessTable(broker.config.lock_queue_timeout_ms)
+        self.access = QueueAccessTable(broker.config.lock_queue_timeout_ms, self._displaced)
         # Parked pulls of queue owners by hold id, to be let go on release.
         self._parked: dict[AccessKey, dict[int, _AccessWait]] = {}
         # Pulls refused the queue, waiting for it.
@@ -163,7 +163,7 @@ class PullProcessor:
         if client_id is not None:
             key = (header.consumer_group, header.topic, header.queue_id)
             now_ms = time.monotonic_ns() // 1_000_000
-            access = self.access.access(key, client_id, now_ms, self._committed, self._locked)
+            access = self.access.access(key, client_id, now_ms, self._committed, self._lock_holder)
             if access is not Access.OWNER:
                 committed = broker.offsets.query(*key)
                 if first:
@@ -175,7 +175,7 @@ class PullProcessor:
                     return self._not_found(request, header, header.queue_offset, REFUSED_REMARK)
                 if committed is not None and committed > header.queue_offset:
                     # It read the offset before the last owner's final commit.
-                    self.access.answered(key, client_id, committed, now_ms)
+                    self.access.answered(key, client_id, None, now_ms)
                     log.info(
                         "%s takes %s:%d of %s at the committed offset %d instead of %d",
                         client_id,
@@ -210,12 +210,14 @@ class PullProcessor:
         status = got.status
         body = b""
         matched = got.message_count
+        # The offset after the last message answered, for the access lock.
+        delivered: int | None = None
         if status is GetMessageStatus.FOUND and sql is not None:
-            kept = [
-                view
-                for view, message in zip(got.views(), got.messages(), strict=True)
-                if sql.matches(message.properties)
-            ]
+            kept = []
+            for view, message in zip(got.views(), got.messages(), strict=True):
+                if sql.matches(message.properties):
+                    kept.append(view)
+                    delivered = message.queue_offset + 1
             matched = len(kept)
             body = b"".join(kept)
             if not kept:
@@ -225,6 +227,13 @@ class PullProcessor:
             code = ResponseCode.SUCCESS
             if sql is None:
                 body = got.buffer
+                if client_id is not None:
+                    # Past messages a tag filter skipped the owner has not consumed anything.
+                    delivered = (
+                        got.queue_offsets[-1] + 1
+                        if subscription.tags_codes
+                        else got.next_begin_offset
+                    )
         elif status in _RETRY:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         elif status in _MOVED:
@@ -255,7 +264,7 @@ class PullProcessor:
             self.access.answered(
                 (header.consumer_group, header.topic, header.queue_id),
                 client_id,
-                got.next_begin_offset,
+                delivered,
                 time.monotonic_ns() // 1_000_000,
             )
         remark = status.name if code != ResponseCode.SUCCESS else None
@@ -328,21 +337,42 @@ class PullProcessor:
 
     def _controlled(self, conn: Connection, group: str) -> str | None:
         """The client id of a pull the access lock applies to: a clustering push consumer
-        of ``group`` that has sent its heartbeat over ``conn``."""
+        of ``group`` that has sent its heartbeat over ``conn``. A connection without a
+        heartbeat into a group that has such members is held to the lock as a client of its
+        own: a consumer that reconnected, or one dropped as expired, pulls before its next
+        heartbeat, and must not read a queue that changed hands meanwhile."""
         if not self.broker.config.mq_access_control_enable:
             return None
-        info = self.broker.clients.consumer_on(group, conn)
-        if info is None or info.message_model != CLUSTERING or info.consume_type != PUSH:
+        clients = self.broker.clients
+        info = clients.consumer_on(group, conn)
+        if info is None:
+            if any(_locked_out(m) for m in clients.members(group)):
+                return f"{conn.peer_address} without a heartbeat"
             return None
-        return info.client_id
+        if _locked_out(info):
+            return info.client_id
+        return None
 
     def _committed(self, key: AccessKey) -> int | None:
         return self.broker.offsets.query(*key)
 
-    def _locked(self, key: AccessKey, client_id: str) -> bool:
+    def _lock_holder(self, key: AccessKey) -> str | None:
         group, topic, queue_id = key
         broker_name = self.broker.config.broker_name
-        return self.broker.queue_locks.holds(client_id, (group, topic, broker_name, queue_id))
+        return self.broker.queue_locks.holder((group, topic, broker_name, queue_id))
+
+    def _displaced(self, key: AccessKey, client_id: str) -> None:
+        """``client_id`` lost ``key`` to another client: its parked pulls of it are answered
+        empty, as one woken later would read the new owner's messages."""
+        parked = self._parked.get(key)
+        if parked is None:
+            return
+        for pull_id, wait in [(i, w) for i, w in parked.items() if w.client_id == client_id]:
+            del parked[pull_id]
+            if self.broker.hold.cancel(pull_id):
+                self._answer_refused(wait)
+        if not parked:
+            del self._parked[key]
 
     def _commit_piggybacked(self, header: PullMessageRequestHeader, *, forward_only: bool) -> None:
         """Stores the offset a pull commits. Only on a pull's first pass: by the time a held
@@ -393,16 +423,7 @@ class PullProcessor:
         would take the queue again, and pulls waiting for them are checked again."""
         released = self.access.release(keys, client_id)
         for key in keys:
-            parked = self._parked.get(key)
-            if parked is not None:
-                for pull_id, wait in [
-                    (i, w) for i, w in parked.items() if w.client_id == client_id
-                ]:
-                    del parked[pull_id]
-                    if self.broker.hold.cancel(pull_id):
-                        self._answer_refused(wait)
-                if not parked:
-                    del self._parked[key]
+            self._displaced(key, client_id)
             waits = self._waits.get(key)
             if waits:
                 for wait in [w for w in waits if w.client_id == client_id]:
@@ -417,7 +438,12 @@ class PullProcessor:
                 self.recheck(key)
 
     def client_left(self, group: str, client_id: str) -> None:
-        self.release(self.access.keys_of(group, client_id), client_id)
+        """``client_id`` left ``group``: its queues are free, and every pull of it still
+        parked is answered empty, since run again it would no longer be its own."""
+        keys = {*self.access.keys_of(group, client_id)}
+        for table in (self._parked, self._waits):
+            keys.update(k for k in table if k[0] == group)
+        self.release(sorted(keys), client_id)
 
     def _wait_for_access(
         self,
@@ -470,6 +496,7 @@ class PullProcessor:
                 )
             except Exception:
                 log.exception("a pull waiting for %s failed", key)
+                self._answer_refused(wait)
                 continue
             if response is not None:
                 wait.conn.send(response)
@@ -504,6 +531,11 @@ class PullProcessor:
                 "maxOffset": str(store.max_offset(header.topic, header.queue_id)),
             },
         )
+
+
+def _locked_out(info: ConsumerInfo) -> bool:
+    """Whether the access lock applies to ``info``'s pulls: a clustering push consumer's."""
+    return info.message_model == CLUSTERING and info.consume_type == PUSH
 
 
 @dataclasses.dataclass(eq=False, slots=True)

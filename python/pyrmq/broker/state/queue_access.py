@@ -40,15 +40,19 @@ class _Entry:
     client_id: str
     # Monotonic ms of the owner's last pull or answer.
     last_access_ms: int
-    # The next offset of the owner's last answer; -1 before the first.
+    # The offset after the last message answered to the owner; -1 before any.
     delivered: int = -1
     # A held pull of the owner counts as access until it is answered or its deadline.
     held_until_ms: int = 0
 
 
 class QueueAccessTable:
-    def __init__(self, timeout_ms: int) -> None:
+    def __init__(
+        self, timeout_ms: int, on_displaced: Callable[[AccessKey, str], None] | None = None
+    ) -> None:
         self.timeout_ms = timeout_ms
+        # Called with the key and the owner a client has just taken it from.
+        self.on_displaced = on_displaced
         self._entries: dict[AccessKey, _Entry] = {}
 
     def __len__(self) -> int:
@@ -64,20 +68,24 @@ class QueueAccessTable:
         client_id: str,
         now_ms: int,
         committed: Callable[[AccessKey], int | None],
-        locked: Callable[[AccessKey, str], bool],
+        lock_holder: Callable[[AccessKey], str | None],
     ) -> Access:
-        """Whether ``client_id`` may pull ``key`` now, taking the queue when it may and
-        another owned it. Asked only then: ``committed``, the group's committed offset of
-        the queue, and ``locked``, whether the client holds its orderly lock (which wins)."""
+        """Whether ``client_id`` may pull ``key`` now, taking the queue when it may. Asked
+        only when another client owns it or nobody does: ``committed``, the group's committed
+        offset of the queue, and ``lock_holder``, the client holding the queue's orderly lock,
+        whose word is final (only the holder may take a locked queue, whenever it asks)."""
         entry = self._entries.get(key)
-        if entry is None:
-            self._entries[key] = _Entry(client_id, now_ms)
-            return Access.ACQUIRED
-        if entry.client_id == client_id:
+        if entry is not None and entry.client_id == client_id:
             entry.last_access_ms = now_ms
             return Access.OWNER
-        if not self._free(entry, committed(key), now_ms) and not locked(key, client_id):
+        holder = lock_holder(key)
+        if holder is not None and holder != client_id:
             return Access.REFUSED
+        if entry is not None:
+            if holder is None and not self._free(entry, committed(key), now_ms):
+                return Access.REFUSED
+            if self.on_displaced is not None:
+                self.on_displaced(key, entry.client_id)
         self._entries[key] = _Entry(client_id, now_ms)
         return Access.ACQUIRED
 
@@ -95,11 +103,14 @@ class QueueAccessTable:
         entry.last_access_ms = now_ms
         return True
 
-    def answered(self, key: AccessKey, client_id: str, next_offset: int, now_ms: int) -> None:
-        """Records an answer to the owner's pull that left off at ``next_offset``."""
+    def answered(self, key: AccessKey, client_id: str, delivered: int | None, now_ms: int) -> None:
+        """Records an answer to the owner's pull: with messages, ``delivered`` is the offset
+        after the last of them (what the owner commits once it has consumed them); None for
+        an answer without any."""
         entry = self._entries.get(key)
         if entry is not None and entry.client_id == client_id:
-            entry.delivered = next_offset
+            if delivered is not None:
+                entry.delivered = delivered
             entry.last_access_ms = now_ms
             entry.held_until_ms = 0
 

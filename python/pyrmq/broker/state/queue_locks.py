@@ -64,10 +64,12 @@ class QueueLockTable:
             self._version += 1
         return granted, changed
 
-    def holds(self, client_id: str, key: LockKey) -> bool:
-        """Whether ``client_id`` holds the unexpired lock of ``key``."""
+    def holder(self, key: LockKey) -> str | None:
+        """The client holding the unexpired lock of ``key``."""
         held = self._locks.get(key)
-        return held is not None and held[0] == client_id and _now_ms() - held[1] <= LOCK_MAX_LIVE_MS
+        if held is None or _now_ms() - held[1] > LOCK_MAX_LIVE_MS:
+            return None
+        return held[0]
 
     def unlock(self, client_id: str, keys: list[LockKey]) -> bool:
         """Releases the keys ``client_id`` holds; whether any was released."""
