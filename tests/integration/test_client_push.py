@@ -578,6 +578,60 @@ def test_queues_change_hands_mid_backlog_without_a_message_consumed_twice(
     run(scenario, 90)
 
 
+def test_a_queue_handed_over_leaves_its_buffered_backlog_to_the_next_owner(
+    addrs: tuple[str, str],
+) -> None:
+    """A has pulled the whole backlog of its queues when B joins. On the queues it gives
+    away, A finishes only the listener calls already running; the messages it buffered but
+    never began go to B, instead of B waiting while A works through them."""
+    namesrv, broker = addrs
+    topic, group, count = "TopicHandOverBacklog", "CG_HAND_OVER_BACKLOG", 1200
+    create_topic(broker, topic, 4)
+
+    recs = [Recorder(lambda m: time.sleep(0.01)) for _ in range(2)]
+    before: collections.Counter[int] = collections.Counter()
+
+    async def scenario() -> None:
+        a, b = (
+            consumer(
+                namesrv,
+                group,
+                topic,
+                r,
+                consume_thread_max=2,
+                consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            )
+            for r in recs
+        )
+        await send_bodies(namesrv, topic, [f"k{i}".encode() for i in range(count)])
+        try:
+            await a.start()
+            await eventually(lambda: len(recs[0].done) >= 40, what="A consuming")
+            with recs[0].lock:
+                before.update(q.queue_id for _, q in recs[0].deliveries)
+            await b.start()
+            await eventually(
+                lambda: sum(len(r.done) for r in recs) >= count, timeout_s=60, what="all consumed"
+            )
+            await asyncio.sleep(0.5)
+        finally:
+            await a.shutdown()
+            await b.shutdown()
+
+    run(scenario, 90)
+    a_rec, b_rec = recs
+    every = a_rec.bodies() + b_rec.bodies()
+    assert sorted(set(every)) == sorted(f"k{i}".encode() for i in range(count))
+    assert len(every) == count, "duplicates"
+    b_queues = {q.queue_id for _, q in b_rec.deliveries}
+    assert len(b_queues) == 2, b_queues
+    after = collections.Counter(q.queue_id for _, q in a_rec.deliveries)
+    # A's calls running at the hand-over (2 threads), give or take one that had to run since
+    # a later message of its queue had finished.
+    handed_late = {q: after[q] - before[q] for q in b_queues}
+    assert all(n <= 8 for n in handed_late.values()), handed_late
+
+
 # --- 4. broadcasting ----------------------------------------------------------------------
 
 

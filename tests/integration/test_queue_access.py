@@ -171,6 +171,9 @@ def test_a_queue_moves_once_its_owner_committed_what_it_was_delivered(broker: st
                 MOVED,
                 4,
             )
+            # B's own stale commit (the offset it started from) does not undo A's.
+            await b.commit(0)
+            assert await b.committed() == 4
             assert offsets_of(await b.pull(4)) == [4, 5, 6, 7]
 
             # A lost the queue: its pulls are refused without a message and without moving

@@ -390,6 +390,12 @@ class ConcurrentConsumeService:
             with contextlib.suppress(RuntimeError):  # pool shut down: left uncommitted
                 self._pool.submit(self._consume_sync, cast(SyncListener, listener), chunk, pq, mq)
 
+    def _rerun(
+        self, listener: Listener, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue
+    ) -> Callable[[], None]:
+        """Begins a call held back during a hand-over, from the loop."""
+        return lambda: self._run(listener, msgs, pq, mq)
+
     def _consume_sync_run(
         self,
         listener: SyncListener,
@@ -440,6 +446,8 @@ class ConcurrentConsumeService:
     ) -> None:
         if pq.dropped:
             return
+        if pq.handing_over and not pq.gate(msgs, self._rerun(listener, msgs, pq, mq)):
+            return
         ctx = ConsumeContext(mq)
         try:
             status = listener(msgs, ctx)
@@ -471,6 +479,8 @@ class ConcurrentConsumeService:
         """Runs a coroutine listener at once, in the loop; only one that waits gets a task
         (and holds a slot until it returns)."""
         if pq.dropped or self._closed.is_set():
+            return
+        if pq.handing_over and not pq.gate(msgs, self._rerun(listener, msgs, pq, mq)):
             return
         ctx = ConsumeContext(mq)
         try:

@@ -15,7 +15,7 @@ import bisect
 import collections
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from sortedcontainers import SortedDict
@@ -80,12 +80,15 @@ class ProcessQueue:
         "_batches",
         "_count",
         "_first",
+        "_held_back",
         "_hint",
         "_hint_key",
         "_lock",
         "dropped",
+        "handing_over",
         "last_consume_ms",
         "last_pull_ms",
+        "max_finished",
         "max_offset_seen",
         "msg_size",
         "room_waiter",
@@ -102,7 +105,12 @@ class ProcessQueue:
         self.msg_size = 0
         """Bytes of the records in flight."""
         self.max_offset_seen = -1
+        self.max_finished = -1
+        """The highest offset finished."""
         self.dropped = False
+        self.handing_over = False
+        """Set while the queue goes to another consumer: see :meth:`gate`."""
+        self._held_back: list[tuple[int, int, Callable[[], None]]] = []
         self.last_pull_ms = self.last_consume_ms = _now_ms()
         self.room_waiter: asyncio.Future[None] | None = None
         """Set while the queue's pull loop waits out flow control; whoever finishes
@@ -136,11 +144,15 @@ class ProcessQueue:
         with self._lock:
             if isinstance(msgs, list) and len(msgs) > 1 and self._remove_run(msgs):
                 self.last_consume_ms = _now_ms()
+                if msgs[-1].queue_offset > self.max_finished:
+                    self.max_finished = msgs[-1].queue_offset
                 return self._commit_offset()
             batches = self._batches
             batch, key = self._hint, self._hint_key
             for m in msgs:
                 offset = m.queue_offset
+                if offset > self.max_finished:
+                    self.max_finished = offset
                 # Messages finish roughly in pull order: try the batch of the last one first.
                 if batch is None or not key <= offset <= batch.last or not batch.left:
                     at = batches.bisect_right(offset) - 1
@@ -173,6 +185,34 @@ class ProcessQueue:
             self._hint, self._hint_key = batch, key
             self.last_consume_ms = _now_ms()
             return self._commit_offset()
+
+    def gate(self, msgs: Sequence[MessageExt], rerun: Callable[[], None]) -> bool:
+        """Whether a listener call on ``msgs`` may begin. While the queue is handed over, a
+        call past every finished message is held back instead (``rerun`` begins it later):
+        left unfinished, it goes to the next owner, and nothing after it was consumed here.
+        One that a finished message comes after must run, or the next owner, starting at
+        the first unfinished message, would consume that one again."""
+        if not self.handing_over:
+            return True
+        first = min(m.queue_offset for m in msgs)
+        with self._lock:
+            if first < self.max_finished:
+                return True
+            self._held_back.append((first, len(msgs), rerun))
+            return False
+
+    def held_back(self) -> int:
+        """How many messages the calls :meth:`gate` held back hold."""
+        with self._lock:
+            return sum(n for _, n, _ in self._held_back)
+
+    def take_held_back_below_finished(self) -> list[Callable[[], None]]:
+        """The held-back calls a finished message has come to pass since they were held
+        back: they must run after all."""
+        with self._lock:
+            due = [c for c in self._held_back if c[0] < self.max_finished]
+            self._held_back = [c for c in self._held_back if c[0] >= self.max_finished]
+            return [rerun for _, _, rerun in due]
 
     def _remove_run(self, msgs: list[MessageExt]) -> bool:
         """Removes ``msgs`` at once if they are a run of one batch, none finished yet (how

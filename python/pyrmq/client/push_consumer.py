@@ -15,6 +15,7 @@ consumers.
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -88,12 +89,11 @@ DROP_WAIT_S: Final = 1.0
 """How long an orderly rebalance waits for a listener call to end before it keeps the
 queue until the next rebalance."""
 HANDOVER_STALL_S: Final = 5.0
-"""A concurrent queue given away at a rebalance is handed over once its delivered messages
-are consumed, or once none of them has finished for this long (a broker's
-``lockQueueTimeout`` lets the next owner in after as long without word from this one)."""
+"""A concurrent queue given away at a rebalance is handed over once the listener calls begun
+on it have finished, or once none has finished for this long."""
 HANDOVER_COMMIT_S: Final = 1.0
-"""While a queue is handed over, its progress is committed this often: the broker counts the
-commits as this consumer still at work on the queue."""
+"""While a queue is handed over, its offset is committed this often: the broker counts the
+commits as this consumer still at work on the queue (``lockQueueTimeout``)."""
 
 AnyProcessQueue = ProcessQueue | OrderlyProcessQueue
 
@@ -370,6 +370,8 @@ class PushConsumer(ClientLifecycle):
             msg, pq = item
             if pq.is_dropped():
                 continue
+            if pq.handing_over and not pq.gate([msg], functools.partial(inbox.put_nowait, item)):
+                continue
             self._unacked = (msg, pq)
             yield msg
 
@@ -435,6 +437,9 @@ class PushConsumer(ClientLifecycle):
         for mq, offset in offsets.items():
             if mq.topic != topic:
                 continue
+            handed = self._handing_over.pop(mq, None)
+            if handed is not None:
+                handed.dropped = True  # its hand-over must not commit over the reset
             await self._drop_queue(mq, persist=False)
             self.offset_store.update(mq, offset, increase_only=False)
             if isinstance(self.offset_store, RemoteBrokerOffsetStore):
@@ -592,6 +597,7 @@ class PushConsumer(ClientLifecycle):
         self._pqs.pop(mq, None)
         self._pull_headers.pop(mq, None)
         if isinstance(pq, ProcessQueue) and persist and self.clustering:
+            pq.handing_over = True
             await self._stop_pulling(mq)
             self._handing_over[mq] = pq
             self._spawn(self._hand_over(mq, pq))
@@ -620,32 +626,44 @@ class PushConsumer(ClientLifecycle):
         return True
 
     async def _hand_over(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        """Gives a concurrent queue to its next owner without a message consumed twice: the
-        messages delivered here are consumed here first, then the offset is committed and
-        the queue unlocked, which lets the broker hand it over at once (see
-        :mod:`pyrmq.broker.state.queue_access`). Messages still unfinished after
-        ``HANDOVER_STALL_S`` without progress go to the next owner too."""
+        """Gives a concurrent queue to its next owner without a message consumed twice. Calls
+        already begun on the queue's messages finish; calls not begun yet are held back
+        (:meth:`ProcessQueue.gate`) and left to the next owner, unless a finished message
+        comes after them. Then the offset is committed and the queue unlocked, which lets
+        the broker hand it over at once (see :mod:`pyrmq.broker.state.queue_access`); until
+        then a commit every ``HANDOVER_COMMIT_S`` tells the broker this consumer is at work.
+        Calls still running after ``HANDOVER_STALL_S`` without one finishing are left to
+        the next owner too."""
         store = self.offset_store
+        remote = store if isinstance(store, RemoteBrokerOffsetStore) else None
         try:
-            last_offset = store.read(mq)
+            last_pending = -1
             last_progress = sent = time.monotonic()
-            while pq.msg_count and time.monotonic() - last_progress < HANDOVER_STALL_S:
-                await asyncio.sleep(0.01)
-                offset = store.read(mq)
-                if offset != last_offset:
-                    last_offset, last_progress = offset, time.monotonic()
-                if isinstance(store, RemoteBrokerOffsetStore) and last_progress - sent >= (
-                    HANDOVER_COMMIT_S
-                ):
-                    sent = last_progress
+            if remote is not None:
+                with contextlib.suppress(PyrmqError):
+                    await remote.commit_now(mq)
+            while self._handing_over.get(mq) is pq:
+                for rerun in pq.take_held_back_below_finished():
+                    rerun()
+                pending = pq.msg_count - pq.held_back()
+                if pending <= 0:
+                    break
+                now = time.monotonic()
+                if pending != last_pending:
+                    last_pending, last_progress = pending, now
+                elif now - last_progress >= HANDOVER_STALL_S:
+                    break
+                if remote is not None and now - sent >= HANDOVER_COMMIT_S:
+                    sent = now
                     with contextlib.suppress(PyrmqError):
-                        await store.commit_now(mq)
+                        await remote.commit_now(mq)
+                await asyncio.sleep(0.01)
             if self._handing_over.get(mq) is not pq:
-                return  # shutdown() took it over
+                return  # shutdown() or an offset reset took it over
             pq.dropped = True
             try:
-                if isinstance(store, RemoteBrokerOffsetStore):
-                    await store.commit_now(mq)
+                if remote is not None:
+                    await remote.commit_now(mq)
                 else:
                     await store.persist([mq])
             except PyrmqError as e:
@@ -661,7 +679,7 @@ class PushConsumer(ClientLifecycle):
                 "%s gives up %s%s",
                 self.group,
                 mq,
-                f" with {pq.msg_count} message(s) unfinished" if pq.msg_count else "",
+                f" with {pq.msg_count} message(s) left to the next owner" if pq.msg_count else "",
             )
         finally:
             if self._handing_over.get(mq) is pq:

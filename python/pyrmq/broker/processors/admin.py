@@ -341,6 +341,7 @@ class AdminProcessor:
 
         for queue_id, offset in offsets.items():
             broker.offsets.commit(group, topic, queue_id, offset)
+        broker.pulls.access.clear_floors(group, topic)
         broker_name = broker.config.broker_name
         body = reset_offset_body(topic, broker_name, offsets)
         cpp_body = reset_offset_body_for_cpp(topic, broker_name, offsets)

@@ -166,8 +166,10 @@ class PullProcessor:
             access = self.access.access(key, client_id, now_ms, self._committed, self._lock_holder)
             if access is not Access.OWNER:
                 committed = broker.offsets.query(*key)
+                if access is Access.ACQUIRED and committed is not None:
+                    self.access.set_floor(key, client_id, committed)
                 if first:
-                    self._commit_piggybacked(header, forward_only=True)
+                    self._commit_piggybacked(header, client_id)
                 if access is Access.REFUSED:
                     if park_until is not None and park_until > time.monotonic():
                         self._wait_for_access(key, conn, request, header, client_id, park_until)
@@ -195,9 +197,9 @@ class PullProcessor:
                     header.queue_offset,
                 )
             elif first:
-                self._commit_piggybacked(header, forward_only=False)
+                self._commit_piggybacked(header, client_id)
         elif first:
-            self._commit_piggybacked(header, forward_only=False)
+            self._commit_piggybacked(header, None)
 
         got = broker.store.get(
             header.topic,
@@ -374,7 +376,7 @@ class PullProcessor:
         if not parked:
             del self._parked[key]
 
-    def _commit_piggybacked(self, header: PullMessageRequestHeader, *, forward_only: bool) -> None:
+    def _commit_piggybacked(self, header: PullMessageRequestHeader, client_id: str | None) -> None:
         """Stores the offset a pull commits. Only on a pull's first pass: by the time a held
         pull wakes, its offset is old, and storing it again would move back an offset
         committed meanwhile."""
@@ -386,17 +388,23 @@ class PullProcessor:
             self.commit(
                 (header.consumer_group, header.topic, header.queue_id),
                 header.commit_offset,
-                forward_only=forward_only,
+                client_id,
             )
 
-    def commit(self, key: AccessKey, offset: int, *, forward_only: bool) -> None:
-        """Commits a consumer's offset. One from a client that does not own the queue may
-        only move it forward: such a client read its offset before the owner's commits.
-        Pulls waiting for the queue are checked again, as the owner may now be caught up."""
+    def commit(self, key: AccessKey, offset: int, client_id: str | None) -> None:
+        """Commits the offset ``client_id`` (None: a client outside the access lock) sends.
+        One from a client that does not own the queue may only move it forward, and the
+        owner's may not go below the offset committed when it took the queue: either read
+        its offset before the last owner's final commit, and would undo it. Pulls waiting
+        for the queue are checked again, as the owner may now be caught up."""
         offsets = self.broker.offsets
-        if forward_only:
-            committed = offsets.query(*key)
-            if committed is not None and committed >= offset:
+        if client_id is not None:
+            floor = self.access.floor(key, client_id)
+            if floor is None:
+                committed = offsets.query(*key)
+                if committed is not None and committed >= offset:
+                    return
+            elif offset < floor:
                 return
         offsets.commit(*key, offset)
         if key in self._waits:
@@ -411,11 +419,9 @@ class PullProcessor:
         (it is still consuming what it was delivered), and one from another client of a
         group under the access lock only moves the offset forward."""
         client_id = self._controlled(conn, key[0])
-        if client_id is None:
-            self.commit(key, offset, forward_only=False)
-            return
-        owner = self.access.touch(key, client_id, time.monotonic_ns() // 1_000_000)
-        self.commit(key, offset, forward_only=not owner)
+        if client_id is not None:
+            self.access.touch(key, client_id, time.monotonic_ns() // 1_000_000)
+        self.commit(key, offset, client_id)
 
     def release(self, keys: list[AccessKey], client_id: str) -> None:
         """``client_id`` gives up ``keys`` (it committed what it consumed and unlocked them,

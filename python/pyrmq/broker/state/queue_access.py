@@ -44,6 +44,9 @@ class _Entry:
     delivered: int = -1
     # A held pull of the owner counts as access until it is answered or its deadline.
     held_until_ms: int = 0
+    # The group's committed offset when the owner took the queue: its commits below it come
+    # from an offset it read before the last owner's final commit.
+    floor: int = -1
 
 
 class QueueAccessTable:
@@ -93,6 +96,25 @@ class QueueAccessTable:
         caught_up = entry.delivered < 0 or (committed is not None and committed >= entry.delivered)
         idle = now_ms > entry.held_until_ms and now_ms - entry.last_access_ms > self.timeout_ms
         return caught_up or idle
+
+    def set_floor(self, key: AccessKey, client_id: str, committed: int) -> None:
+        entry = self._entries.get(key)
+        if entry is not None and entry.client_id == client_id:
+            entry.floor = committed
+
+    def floor(self, key: AccessKey, client_id: str) -> int | None:
+        """The lowest offset the owner ``client_id`` may commit; None if it does not own
+        ``key``."""
+        entry = self._entries.get(key)
+        if entry is None or entry.client_id != client_id:
+            return None
+        return entry.floor
+
+    def clear_floors(self, group: str, topic: str) -> None:
+        """The group's offsets on ``topic`` were reset: its owners follow the reset."""
+        for key, entry in self._entries.items():
+            if key[0] == group and key[1] == topic:
+                entry.floor = -1
 
     def touch(self, key: AccessKey, client_id: str, now_ms: int) -> bool:
         """Counts a sign of life from ``client_id`` as access if it owns ``key``; whether
