@@ -3,12 +3,14 @@ rebalance without messages consumed twice (DeFiBus's access lock).
 
 Duplicates at a rebalance come from a queue that moves while its last owner still has messages
 it was delivered and has not acked: the next owner starts at the committed offset and gets them
-again. So each queue a group pulls has an owner here, with the offset its last answer left off
-at (``delivered``). Another client's pull takes the queue only when the owner is caught up (the
-group's committed offset has reached ``delivered``), has released it, is gone, or has not pulled
-it for ``lockQueueTimeout``; until then it is refused. A pull that takes a queue starts at the
-committed offset if that is further on than where it asked to start, since it read the offset
-before the last owner's final commit.
+again. So each queue a group pulls has an owner here, with the offset after the last message
+it was answered (``delivered``). Another client's pull takes the queue only when the owner is
+caught up (the group's committed offset has reached ``delivered``), has released it, is gone,
+or has not pulled or committed it for ``lockQueueTimeout``; until then it is refused. Where a
+client holds the queue's orderly lock, only that client may take it. A pull that takes a queue
+starts at the committed offset if that is further on than where it asked to start, since it
+read the offset before the last owner's final commit; for the same reason its commits below
+that offset are ignored, and a client that does not own the queue only moves it forward.
 
 DeFiBus also waits for the delivered offset to stay unchanged over three refused pulls. Here a
 grant and the owner's next answer are ordered on the broker's event loop, so an owner caught up
