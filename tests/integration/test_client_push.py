@@ -997,6 +997,40 @@ def test_failed_messages_come_back_and_the_commit_waits_for_a_slow_one(
     run(scenario)
 
 
+def test_an_object_with_an_async_call_method_is_a_coroutine_listener(
+    addrs: tuple[str, str],
+) -> None:
+    namesrv, broker = addrs
+    topic, group, count = "TopicAsyncCallable", "CG_ASYNC_CALLABLE", 20
+    create_topic(broker, topic, 1)
+
+    class Listener:
+        def __init__(self) -> None:
+            self.bodies: list[bytes] = []
+
+        async def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+            await asyncio.sleep(0)
+            self.bodies += [m.body for m in msgs]
+            return ConsumeStatus.CONSUME_SUCCESS
+
+    async def scenario() -> None:
+        listener = Listener()
+        await send_bodies(namesrv, topic, [f"a{i}".encode() for i in range(count)])
+        c = consumer(
+            namesrv, group, topic, listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+        )
+        await c.start()
+        try:
+            await eventually(lambda: len(listener.bodies) >= count, what="all consumed")
+        finally:
+            await c.shutdown()
+        assert sorted(listener.bodies) == sorted(f"a{i}".encode() for i in range(count))
+        # Each call's messages were marked consumed: the offset reached the queue's end.
+        assert await committed_offset(broker, group, MessageQueue(topic, "broker-a", 0)) == count
+
+    run(scenario)
+
+
 def test_coroutine_listeners_wait_at_most_consume_thread_max_at_a_time(
     addrs: tuple[str, str],
 ) -> None:

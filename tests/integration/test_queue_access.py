@@ -354,6 +354,34 @@ def test_messages_a_tag_filter_skipped_do_not_hold_the_queue(broker: str) -> Non
     helpers.run(scenario)
 
 
+def test_an_owner_moved_back_from_a_committed_offset_past_the_end_commits_from_there(
+    broker: str,
+) -> None:
+    """The group's offset is past the queue's end (the store was lost, say): the next owner
+    is moved to the end, and its commits from there on count."""
+    topic = "TopicAccessPastEnd"
+    fill(broker, topic, 4)
+
+    async def scenario() -> None:
+        async with Consumer(broker, "A", topic) as a:
+            assert offsets_of(await a.pull(0)) == [0, 1, 2, 3]
+            await a.commit(1000)
+            await a.unregister()
+        async with Consumer(broker, "B", topic) as b:
+            moved = await b.pull(0)
+            assert (moved.remark, next_offset(moved)) == (MOVED, 1000)
+            out_of_range = await b.pull(1000)
+            assert out_of_range.code == ResponseCode.PULL_OFFSET_MOVED
+            assert next_offset(out_of_range) == 4
+            for i in (4, 5):
+                await asyncio.to_thread(helpers.send_raw, broker, topic, b"m%d" % i)
+            assert offsets_of(await b.pull(4)) == [4, 5]
+            await b.commit(6)
+            assert await b.committed() == 6
+
+    helpers.run(scenario)
+
+
 def test_pull_consumers_and_broadcasting_consumers_are_not_locked_out(broker: str) -> None:
     """The lock is a clustering push group's: a client that assigns itself queues (consumeType
     CONSUME_ACTIVELY) or a broadcasting one reads whatever it asks for."""

@@ -91,6 +91,34 @@ def test_offsets_already_seen_are_not_added_twice() -> None:
     assert [m.queue_offset for m in pq.in_flight()] == [1, 2, 3]
 
 
+def test_a_queue_handed_over_holds_back_calls_past_every_finished_message() -> None:
+    pq = ProcessQueue()
+    msgs = [Msg(i, 10) for i in range(10)]
+    pq.put(msgs)
+    reruns: list[int] = []
+    assert pq.gate(msgs[:2], lambda: reruns.append(0))  # not handed over: every call begins
+    pq.remove(msgs[3:4])
+    pq.handing_over = True
+    assert pq.gate(msgs[2:3], lambda: reruns.append(2))  # 3 finished after it: it must run
+    assert not pq.gate(msgs[5:7], lambda: reruns.append(5))
+    assert not pq.gate(msgs[8:10], lambda: reruns.append(8))
+    # In flight and not held back: 0, 1, 2, 4 and 7.
+    assert pq.hand_over_step() == ([], 5)
+    # 7 finishes after 5 and 6 were held back: they must run after all, and the step sees
+    # the call due and the count without it together.
+    pq.remove(msgs[7:8])
+    due, pending = pq.hand_over_step()
+    assert pending == 6
+    for rerun in due:
+        rerun()
+    assert reruns == [5]
+    assert pq.hand_over_step() == ([], 6)
+    # The next owner starts at the first unfinished message; 8 and 9 go to it.
+    pq.remove([msgs[i] for i in (0, 1, 2, 4, 5, 6)])
+    assert pq.hand_over_step() == ([], 0)
+    assert pq.in_flight() == msgs[8:]
+
+
 # --- OrderlyProcessQueue ---------------------------------------------------------------------
 
 

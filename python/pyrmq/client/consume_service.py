@@ -189,6 +189,27 @@ class _ConsumeThreads:
             self._wake_one()
         self._begun.wait(HAND_OVER_WAIT_S)
 
+    def take_calls(self, pq: object) -> list[tuple[Callable[..., None], tuple[Any, ...]]]:
+        """Removes the queued calls on ``pq``'s messages (its ProcessQueue is the third
+        argument, or the first argument's ``pq``: a run's helper) and returns them."""
+        with self._lock:
+            if not self._calls:
+                return []
+            taken = []
+            kept: collections.deque[tuple[Callable[..., None], tuple[Any, ...], float]] = (
+                collections.deque()
+            )
+            for call in self._calls:
+                args = call[1]
+                if (len(args) > 2 and args[2] is pq) or getattr(args[0], "pq", None) is pq:
+                    taken.append((call[0], args))
+                else:
+                    kept.append(call)
+            if taken:
+                self._calls.clear()
+                self._calls.extend(kept)
+            return taken
+
     def _schedule_check(self) -> None:
         self._loop_thread = threading.get_ident()
         self._last_check = (time.monotonic(), self._cpu_clock())
@@ -316,7 +337,10 @@ class ConcurrentConsumeService:
     def _is_async(self, listener: Listener) -> bool:
         last, is_async = self._last_kind
         if last is not listener:
-            is_async = inspect.iscoroutinefunction(listener)
+            # A coroutine function, or an object whose class has an async __call__.
+            is_async = inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
+                type(listener).__call__
+            )
             self._last_kind = (listener, is_async)
         return is_async
 
@@ -389,6 +413,37 @@ class ConcurrentConsumeService:
         else:
             with contextlib.suppress(RuntimeError):  # pool shut down: left uncommitted
                 self._pool.submit(self._consume_sync, cast(SyncListener, listener), chunk, pq, mq)
+
+    def hold_back(self, pq: ProcessQueue) -> None:
+        """In the loop, while ``pq`` is handed over: takes its calls still queued (behind other
+        queues' calls, or for a coroutine slot) to its gate at once, so the hand-over waits
+        only for the calls that have begun."""
+        taken = self._pool.take_calls(pq)
+        for fn, args in taken:
+            if fn == self._consume_sync_run:
+                listener, chunks, _, mq, begun = args
+                wake(begun)
+            elif fn == self._consume_sync:
+                listener, chunk, _, mq = args
+                chunks = [chunk]
+            else:  # a helper of a run
+                run = args[0]
+                listener, mq, chunks = run.listener, run.mq, []
+                with contextlib.suppress(IndexError):
+                    while True:
+                        chunks.append(run.chunks.popleft())
+            for chunk in chunks:
+                if pq.gate(chunk, self._rerun(listener, chunk, pq, mq)):
+                    self._run(listener, chunk, pq, mq)
+        if self._async_queued:
+            kept: collections.deque[
+                tuple[AsyncListener, list[MessageExt], ProcessQueue, MessageQueue]
+            ] = collections.deque()
+            for item in self._async_queued:
+                listener, chunk, owner, mq = item
+                if owner is not pq or pq.gate(chunk, self._rerun(listener, chunk, pq, mq)):
+                    kept.append(item)
+            self._async_queued = kept
 
     def _rerun(
         self, listener: Listener, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue

@@ -201,18 +201,17 @@ class ProcessQueue:
             self._held_back.append((first, len(msgs), rerun))
             return False
 
-    def held_back(self) -> int:
-        """How many messages the calls :meth:`gate` held back hold."""
+    def hand_over_step(self) -> tuple[list[Callable[[], None]], int]:
+        """The held-back calls a finished message has come to pass since they were held back
+        (they must run after all), and how many messages are in flight but not held back:
+        read together, so that no call finishing in between can hide a due one."""
         with self._lock:
-            return sum(n for _, n, _ in self._held_back)
-
-    def take_held_back_below_finished(self) -> list[Callable[[], None]]:
-        """The held-back calls a finished message has come to pass since they were held
-        back: they must run after all."""
-        with self._lock:
-            due = [c for c in self._held_back if c[0] < self.max_finished]
-            self._held_back = [c for c in self._held_back if c[0] >= self.max_finished]
-            return [rerun for _, _, rerun in due]
+            max_finished = self.max_finished
+            due = [c for c in self._held_back if c[0] < max_finished]
+            if due:
+                self._held_back = [c for c in self._held_back if c[0] >= max_finished]
+            held = sum(n for _, n, _ in self._held_back)
+            return [rerun for _, _, rerun in due], self._count - held
 
     def _remove_run(self, msgs: list[MessageExt]) -> bool:
         """Removes ``msgs`` at once if they are a run of one batch, none finished yet (how

@@ -643,9 +643,12 @@ class PushConsumer(ClientLifecycle):
                 with contextlib.suppress(PyrmqError):
                     await remote.commit_now(mq)
             while self._handing_over.get(mq) is pq:
-                for rerun in pq.take_held_back_below_finished():
+                if self._service is not None:
+                    # Calls queued behind other queues' would reach the gate only in turn.
+                    self._service.hold_back(pq)
+                due, pending = pq.hand_over_step()
+                for rerun in due:
                     rerun()
-                pending = pq.msg_count - pq.held_back()
                 if pending <= 0:
                     break
                 now = time.monotonic()
@@ -659,7 +662,11 @@ class PushConsumer(ClientLifecycle):
                         await remote.commit_now(mq)
                 await asyncio.sleep(0.01)
             if self._handing_over.get(mq) is not pq:
-                return  # shutdown() or an offset reset took it over
+                # An offset reset took it over (the reset is committed), or shutdown() did.
+                inst = self._instance
+                if inst is not None:
+                    await self._unlock_queues(inst, [mq])
+                return
             pq.dropped = True
             try:
                 if remote is not None:

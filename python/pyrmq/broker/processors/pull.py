@@ -167,7 +167,10 @@ class PullProcessor:
             if access is not Access.OWNER:
                 committed = broker.offsets.query(*key)
                 if access is Access.ACQUIRED and committed is not None:
-                    self.access.set_floor(key, client_id, committed)
+                    # Not past the queue's end: an owner moved back there (the offset was
+                    # out of range) must commit what it consumes from there.
+                    floor = min(committed, broker.store.max_offset(header.topic, header.queue_id))
+                    self.access.set_floor(key, client_id, floor)
                 if first:
                     self._commit_piggybacked(header, client_id)
                 if access is Access.REFUSED:
@@ -263,12 +266,11 @@ class PullProcessor:
             return None
 
         if client_id is not None:
-            self.access.answered(
-                (header.consumer_group, header.topic, header.queue_id),
-                client_id,
-                delivered,
-                time.monotonic_ns() // 1_000_000,
-            )
+            key = (header.consumer_group, header.topic, header.queue_id)
+            self.access.answered(key, client_id, delivered, time.monotonic_ns() // 1_000_000)
+            if code == ResponseCode.PULL_OFFSET_MOVED:
+                # The owner moves to where this answer says, and commits from there.
+                self.access.set_floor(key, client_id, -1)
         remark = status.name if code != ResponseCode.SUCCESS else None
         return RemotingCommand.response_to(
             request,
