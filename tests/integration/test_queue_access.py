@@ -10,9 +10,10 @@ owner starts at the committed offset.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,13 @@ class Consumer:
         assert answer.code == ResponseCode.SUCCESS, answer.remark
 
 
+@contextlib.asynccontextmanager
+async def two_consumers(broker: str, topic: str) -> AsyncIterator[tuple[Consumer, Consumer]]:
+    """Consumers A and B of the group, each on its own connection."""
+    async with Consumer(broker, "A", topic) as a, Consumer(broker, "B", topic) as b:
+        yield a, b
+
+
 def offsets_of(answer: RemotingCommand) -> list[int]:
     assert answer.code == ResponseCode.SUCCESS, (answer.code, answer.remark)
     return [m.queue_offset for m in _core.decode_messages(answer.body)]
@@ -150,10 +158,7 @@ def test_a_queue_moves_once_its_owner_committed_what_it_was_delivered(broker: st
     fill(broker, topic, 10)
 
     async def scenario() -> None:
-        async with (
-            Consumer(broker, "A", topic) as a,
-            Consumer(broker, "B", topic) as b,
-        ):
+        async with two_consumers(broker, topic) as (a, b):
             assert offsets_of(await a.pull(0)) == [0, 1, 2, 3]
             # B pulls from the offset it read before A committed anything: parked, not
             # refused at once (a long-polling client would ask again at once).
@@ -204,10 +209,7 @@ def test_an_owner_that_unlocks_the_queue_hands_it_over_at_its_committed_offset(
     fill(broker, topic, 8)
 
     async def scenario() -> None:
-        async with (
-            Consumer(broker, "A", topic) as a,
-            Consumer(broker, "B", topic) as b,
-        ):
+        async with two_consumers(broker, topic) as (a, b):
             assert offsets_of(await a.pull(0, max_nums=8)) == list(range(8))
             await a.commit(3)
             b_pull = asyncio.ensure_future(b.pull(0, suspend_ms=8_000))
@@ -268,10 +270,7 @@ def test_the_owner_of_a_queue_taken_from_it_gets_its_parked_pull_answered_empty(
     fill(broker, topic, 4)
 
     async def scenario() -> None:
-        async with (
-            Consumer(broker, "A", topic) as a,
-            Consumer(broker, "B", topic) as b,
-        ):
+        async with two_consumers(broker, topic) as (a, b):
             assert offsets_of(await a.pull(0)) == [0, 1, 2, 3]
             await a.commit(4)
             a_pull = asyncio.ensure_future(a.pull(4, suspend_ms=8_000))
@@ -303,8 +302,7 @@ def test_clients_without_a_heartbeat_or_gone_from_the_group_are_held_to_the_lock
 
     async def scenario() -> None:
         async with (
-            Consumer(broker, "A", topic) as a,
-            Consumer(broker, "B", topic) as b,
+            two_consumers(broker, topic) as (a, b),
             Consumer(broker, "X", topic, heartbeat=False) as x,
         ):
             assert offsets_of(await a.pull(0)) == [0, 1, 2, 3]
@@ -337,10 +335,7 @@ def test_messages_a_tag_filter_skipped_do_not_hold_the_queue(broker: str) -> Non
     fill(broker, topic, 4, tags=("TagA", "TagB"))
 
     async def scenario() -> None:
-        async with (
-            Consumer(broker, "A", topic) as a,
-            Consumer(broker, "B", topic) as b,
-        ):
+        async with two_consumers(broker, topic) as (a, b):
             got = await a.pull(0, expression="TagA")
             assert (offsets_of(got), next_offset(got)) == ([0, 2], 4)
             b_pull = asyncio.ensure_future(b.pull(0, suspend_ms=8_000, expression="TagA"))
@@ -414,10 +409,7 @@ def test_the_lock_can_be_turned_off(tmp_path: Path) -> None:
         fill(broker, topic, 4)
 
         async def scenario() -> None:
-            async with (
-                Consumer(broker, "A", topic) as a,
-                Consumer(broker, "B", topic) as b,
-            ):
+            async with two_consumers(broker, topic) as (a, b):
                 assert offsets_of(await a.pull(0)) == [0, 1, 2, 3]
                 assert offsets_of(await b.pull(0)) == [0, 1, 2, 3]
 
