@@ -7,6 +7,7 @@ started."""
 import asyncio
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -15,8 +16,10 @@ from pyrmq.client.consume_service import (
     FANOUT_AFTER_S,
     HAND_OVER_AFTER_S,
     HAND_OVER_CALLS,
+    ConcurrentConsumeService,
     _ConsumeThreads,
 )
+from pyrmq.client.process_queue import ProcessQueue
 
 
 @pytest.fixture
@@ -421,3 +424,40 @@ def test_backlog_calls_gathered_at_shutdown_are_dropped_and_later_ones_refused(
 
     in_loop(loop, submit_late)
     assert refused == [True]
+
+
+class _Msg:
+    __slots__ = ("queue_offset", "store_size")
+
+    def __init__(self, offset: int) -> None:
+        self.queue_offset, self.store_size = offset, 10
+
+
+def test_a_queue_handed_over_takes_only_its_calls_the_gate_would_hold_back(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Queued calls on a queue being handed over go to its gate at once, unless a finished
+    message comes after them: those must run, and stay where they are in the queue (taken
+    out and queued again at the back, they would never run while other queues keep it full)."""
+    consumer = types.SimpleNamespace(
+        consume_message_batch_max_size=1, consume_thread_max=1, group="CG"
+    )
+    service = ConcurrentConsumeService(consumer, loop)  # type: ignore[arg-type]
+    pq, other = ProcessQueue(), ProcessQueue()
+    msgs = [_Msg(i) for i in range(12)]
+    pq.put(msgs)  # type: ignore[arg-type]
+    pq.remove([msgs[9]])  # type: ignore[list-item]
+    pq.handing_over = True
+    listener = lambda m, ctx: None  # noqa: E731
+    calls = service._pool._calls
+    queued = [
+        (service._consume_sync, (listener, [msgs[5]], pq, "mq"), 0.0),
+        (service._consume_sync, (listener, [msgs[0]], other, "mq"), 0.0),
+        (service._consume_sync_run, (listener, [[msgs[10]], [msgs[11]]], pq, "mq", None), 0.0),
+    ]
+    calls.extend(queued)
+    service.hold_back(pq)
+    # 5 must run (9 finished after it): still queued where it was, as is the other queue's.
+    assert list(calls) == queued[:2]
+    assert pq.hand_over_step() == ([], 12 - 1 - 2)
+    service._pool.shutdown()

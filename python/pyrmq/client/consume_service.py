@@ -15,6 +15,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import enum
+import functools
 import inspect
 import logging
 import resource
@@ -189,9 +190,10 @@ class _ConsumeThreads:
             self._wake_one()
         self._begun.wait(HAND_OVER_WAIT_S)
 
-    def take_calls(self, pq: object) -> list[tuple[Callable[..., None], tuple[Any, ...]]]:
-        """Removes the queued calls on ``pq``'s messages (its ProcessQueue is the third
-        argument, or the first argument's ``pq``: a run's helper) and returns them."""
+    def take_calls(
+        self, which: Callable[[Callable[..., None], tuple[Any, ...]], bool]
+    ) -> list[tuple[Callable[..., None], tuple[Any, ...]]]:
+        """Removes the queued calls ``which(fn, args)`` picks and returns them."""
         with self._lock:
             if not self._calls:
                 return []
@@ -200,9 +202,8 @@ class _ConsumeThreads:
                 collections.deque()
             )
             for call in self._calls:
-                args = call[1]
-                if (len(args) > 2 and args[2] is pq) or getattr(args[0], "pq", None) is pq:
-                    taken.append((call[0], args))
+                if which(call[0], call[1]):
+                    taken.append((call[0], call[1]))
                 else:
                     kept.append(call)
             if taken:
@@ -418,7 +419,7 @@ class ConcurrentConsumeService:
         """In the loop, while ``pq`` is handed over: takes its calls still queued (behind other
         queues' calls, or for a coroutine slot) to its gate at once, so the hand-over waits
         only for the calls that have begun."""
-        taken = self._pool.take_calls(pq)
+        taken = self._pool.take_calls(functools.partial(self._holdable, pq))
         for fn, args in taken:
             if fn == self._consume_sync_run:
                 listener, chunks, _, mq, begun = args
@@ -444,6 +445,29 @@ class ConcurrentConsumeService:
                 if owner is not pq or pq.gate(chunk, self._rerun(listener, chunk, pq, mq)):
                     kept.append(item)
             self._async_queued = kept
+
+    def _holdable(self, pq: ProcessQueue, fn: Callable[..., None], args: tuple[Any, ...]) -> bool:
+        """Whether a queued call is on ``pq``'s messages, all of them past every one finished
+        (the gate would hold it back). One that must run stays where it is in the queue."""
+        try:
+            if fn == self._help:
+                run = args[0]
+                if run.pq is not pq:
+                    return False
+                chunk = run.chunks[0]
+            elif args[2] is not pq:
+                return False
+            elif fn == self._consume_sync_run:
+                chunk = args[1][0]
+            elif fn == self._consume_sync:
+                chunk = args[1]
+            else:
+                return False
+        except IndexError:  # a run's last chunk taken meanwhile
+            return False
+        first: int = min(m.queue_offset for m in chunk)
+        max_finished: int = pq.max_finished
+        return first >= max_finished
 
     def _rerun(
         self, listener: Listener, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue
