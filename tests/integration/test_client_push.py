@@ -88,6 +88,25 @@ def consumer(
     return c
 
 
+def backlog_consumers(
+    namesrv: str, group: str, topic: str, recs: list[Recorder], **options: Any
+) -> list[PushConsumer]:
+    """One consumer of ``group`` per recorder, with 2 consume threads, reading ``topic`` from
+    its first offset: a backlog for the hand-over tests."""
+    return [
+        consumer(
+            namesrv,
+            group,
+            topic,
+            r,
+            consume_thread_max=2,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            **options,
+        )
+        for r in recs
+    ]
+
+
 async def send_bodies(namesrv: str, topic: str, bodies: list[bytes]) -> None:
     async with Producer(f"PG_{topic}", client_config=fast_config(namesrv)) as producer:
         for r in await asyncio.gather(*(producer.send(Message(topic, b)) for b in bodies)):
@@ -539,19 +558,8 @@ def test_queues_change_hands_mid_backlog_without_a_message_consumed_twice(
 
     async def scenario() -> None:
         recs = [Recorder(lambda m: time.sleep(0.002)) for _ in range(3)]
-        a, b, c = (
-            consumer(
-                namesrv,
-                group,
-                topic,
-                r,
-                consume_thread_max=2,
-                consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-                # Each queue's backlog then outlasts what a consumer takes in at once.
-                pull_threshold_for_queue=40,
-            )
-            for r in recs
-        )
+        # Each queue's backlog then outlasts what a consumer takes in at once.
+        a, b, c = backlog_consumers(namesrv, group, topic, recs, pull_threshold_for_queue=40)
         await send_bodies(namesrv, topic, [f"h{i}".encode() for i in range(count)])
 
         def consumed() -> int:
@@ -592,17 +600,7 @@ def test_a_queue_handed_over_leaves_its_buffered_backlog_to_the_next_owner(
     before: collections.Counter[int] = collections.Counter()
 
     async def scenario() -> None:
-        a, b = (
-            consumer(
-                namesrv,
-                group,
-                topic,
-                r,
-                consume_thread_max=2,
-                consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-            )
-            for r in recs
-        )
+        a, b = backlog_consumers(namesrv, group, topic, recs)
         await send_bodies(namesrv, topic, [f"k{i}".encode() for i in range(count)])
         try:
             await a.start()
