@@ -19,11 +19,15 @@ from pyrmq.errors import ConfigError
 
 __all__ = [
     "ASYNC_FLUSH",
+    "ASYNC_MASTER",
+    "BROKER_ROLES",
     "CQ_STORE_UNIT_SIZE",
     "FLUSH_DISK_TYPES",
     "RETENTION_FIELDS",
     "ROCKETMQ_ALIASES",
+    "SLAVE",
     "SYNC_FLUSH",
+    "SYNC_MASTER",
     "StoreConfig",
     "parse_delay_levels",
     "parse_properties",
@@ -35,6 +39,11 @@ log = logging.getLogger(__name__)
 ASYNC_FLUSH: Final = "ASYNC_FLUSH"
 SYNC_FLUSH: Final = "SYNC_FLUSH"
 FLUSH_DISK_TYPES: Final = frozenset({ASYNC_FLUSH, SYNC_FLUSH})
+
+ASYNC_MASTER: Final = "ASYNC_MASTER"
+SYNC_MASTER: Final = "SYNC_MASTER"
+SLAVE: Final = "SLAVE"
+BROKER_ROLES: Final = frozenset({ASYNC_MASTER, SYNC_MASTER, SLAVE})
 
 CQ_STORE_UNIT_SIZE: Final = 20
 """Bytes in one ConsumeQueue unit: phy_offset i64, size i32, tags_code i64."""
@@ -55,6 +64,7 @@ ROCKETMQ_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
         "mappedFileSizeConsumeQueue": "mapped_file_size_consume_queue",
         "mapedFileSizeConsumeQueue": "mapped_file_size_consume_queue",
         "flushDiskType": "flush_disk_type",
+        "brokerRole": "broker_role",
         "flushIntervalCommitLog": "flush_interval_commit_log_ms",
         "flushIntervalConsumeQueue": "flush_interval_consume_queue_ms",
         "syncFlushTimeout": "sync_flush_timeout_ms",
@@ -127,6 +137,9 @@ class StoreConfig:
     mapped_file_size_consume_queue: int = 300_000 * CQ_STORE_UNIT_SIZE
     # ASYNC_FLUSH: put returns once the record is in the page cache; SYNC_FLUSH: after fsync.
     flush_disk_type: str = ASYNC_FLUSH
+    # ASYNC_MASTER or SYNC_MASTER: a master (a SYNC_MASTER answers a send once a slave has it);
+    # SLAVE: a copy of its master's CommitLog that only replication writes.
+    broker_role: str = ASYNC_MASTER
     # Period of the background CommitLog flush under ASYNC_FLUSH.
     flush_interval_commit_log_ms: int = 500
     # Period of the background ConsumeQueue flush.
@@ -429,6 +442,11 @@ def _check_cq_size(size_bytes: int) -> None:
         raise ValueError(f"must be a multiple of {CQ_STORE_UNIT_SIZE} (the ConsumeQueue unit size)")
 
 
+def _check_broker_role(role: str) -> None:
+    if role not in BROKER_ROLES:
+        raise ValueError(f"must be {ASYNC_MASTER}, {SYNC_MASTER} or {SLAVE}")
+
+
 def _check_flush_disk_type(flush_disk_type: str) -> None:
     if flush_disk_type not in FLUSH_DISK_TYPES:
         raise ValueError(f"must be {ASYNC_FLUSH} or {SYNC_FLUSH}")
@@ -440,6 +458,7 @@ _VALUE_CHECKS: Final[Mapping[str, Callable[[Any], object]]] = MappingProxyType(
         "store_path_commit_log": _check_commit_log_path,
         "mapped_file_size_consume_queue": _check_cq_size,
         "flush_disk_type": _check_flush_disk_type,
+        "broker_role": _check_broker_role,
         "delete_when": _parse_delete_hours,
         "message_delay_level": parse_delay_levels,
         "store_host": _check_ipv4_host,

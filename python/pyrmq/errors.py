@@ -28,10 +28,12 @@ __all__ = [
     "PropertiesTooLargeError",
     "PyrmqError",
     "RemotingError",
+    "ReplicationError",
     "SendError",
     "StoreClosedError",
     "StoreError",
     "StoreIOError",
+    "StoreReadOnlyError",
     "SystemTopicError",
 ]
 
@@ -82,6 +84,16 @@ class DiskFullError(StoreError):
 
 class StoreIOError(StoreError):
     """A read, write, mmap or fsync on a store file failed."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A put reached a slave's store, which only replication from its master writes."""
+
+
+class ReplicationError(StoreError):
+    """Bytes from a master do not continue this slave's CommitLog (a gap, a torn or
+    garbled group), or a master cannot send from the offset a slave asked for; nothing was
+    written."""
 
 
 class MessageIllegalError(PyrmqError, ValueError):

@@ -145,3 +145,59 @@ def create_topic(broker_addr: str, topic: str, queue_nums: int = 4) -> None:
             await client.close()
 
     asyncio.run(main())
+
+
+BROKER_HA = "broker-ha"
+"""The broker name of a :class:`Cluster`'s master and slave."""
+
+
+class Cluster:
+    """A name server and the brokers of ``BROKER_HA`` started so far, each over its own store."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.namesrv_proc = ServerProcess(["namesrv", "--port", "0"], root / "namesrv.log")
+        self.namesrv = self.namesrv_proc.addresses()[0]
+        self.procs: dict[str, ServerProcess] = {}
+        self.addrs: dict[str, str] = {}
+        self.logs: dict[str, Path] = {}
+
+    def start(self, name: str, role: str, *extra: str) -> str:
+        """``pyrmq broker`` ``name`` as a ``role`` (ASYNC_MASTER, SYNC_MASTER or SLAVE) of
+        :data:`BROKER_HA`, with ``extra`` broker.conf lines; returns its address."""
+        broker_id = 1 if role == "SLAVE" else 0
+        conf = self.root / f"{name}.conf"
+        conf.write_text(
+            "\n".join(
+                [
+                    f"brokerName={BROKER_HA}",
+                    f"brokerId={broker_id}",
+                    f"brokerRole={role}",
+                    "haListenPort=0",
+                    f"mappedFileSizeCommitLog={1 << 20}",
+                    "flushConsumerOffsetInterval=500",
+                    *extra,
+                ]
+            )
+            + "\n"
+        )
+        log = self.root / f"{name}-{len(self.logs)}.log"
+        self.logs[name] = log
+        proc = ServerProcess(
+            [
+                *("broker", "-n", self.namesrv, "-c", str(conf)),
+                *("--store", str(self.root / name), "--port", "0"),
+            ],
+            log,
+        )
+        self.procs[name] = proc
+        self.addrs[name] = proc.addresses()[-1]
+        return self.addrs[name]
+
+    def log(self, name: str) -> str:
+        return self.logs[name].read_text()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.kill()
+        self.namesrv_proc.kill()

@@ -55,6 +55,26 @@ def test_store_keys_override_a_base_config_given_by_field(tmp_path: Path) -> Non
     assert config.listen_port == 1
 
 
+def test_replication_keys_load_and_a_role_needs_its_broker_id() -> None:
+    slave = BrokerConfig.from_mapping(
+        {"brokerRole": "SLAVE", "brokerId": "2", "haMasterAddress": "10.0.0.1:10912",
+         "haListenPort": "0", "haTransferBatchSize": "65536"}
+    )  # fmt: skip
+    assert slave.is_slave
+    assert (slave.ha_master_address, slave.ha_listen_port) == ("10.0.0.1:10912", 0)
+    assert slave.ha_transfer_batch_size == 65536
+    assert slave.to_properties()["brokerRole"] == "SLAVE"
+    assert not BrokerConfig.from_mapping({"brokerRole": "SYNC_MASTER"}).is_slave
+    with pytest.raises(ConfigError, match="SLAVE's broker_id must be > 0"):
+        BrokerConfig.from_mapping({"brokerRole": "SLAVE"})
+    with pytest.raises(ConfigError, match="ASYNC_MASTER's broker_id must be 0"):
+        BrokerConfig.from_mapping({"brokerId": "1"})
+    with pytest.raises(ConfigError, match="broker_role"):
+        BrokerConfig.from_mapping({"brokerRole": "LEADER"})
+    with pytest.raises(ConfigError, match="ha_master_address"):
+        BrokerConfig.from_mapping({"brokerRole": "SLAVE", "brokerId": 1, "haMasterAddress": "x"})
+
+
 def test_bad_values_are_reported_together() -> None:
     with pytest.raises(ConfigError) as err:
         BrokerConfig.from_mapping({"listenPort": "port", "autoCreateTopicEnable": "maybe"})

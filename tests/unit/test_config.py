@@ -234,7 +234,6 @@ def test_from_properties_reads_a_broker_conf(
         "key=brokerClusterName",
         "key=brokerId",
         "key=brokerName",
-        "key=brokerRole",
     ]
 
 
@@ -356,6 +355,7 @@ INVALID_VALUES = {
     "mapped_file_size_commit_log": (0, "must be in [4096, 2147483647]"),
     "mapped_file_size_consume_queue": (6000010, "must be a multiple of 20"),
     "flush_disk_type": ("sync_flush", "must be ASYNC_FLUSH or SYNC_FLUSH"),
+    "broker_role": ("MASTER", "must be ASYNC_MASTER, SYNC_MASTER or SLAVE"),
     "flush_interval_commit_log_ms": (-1, "must be in [1, "),
     "flush_interval_consume_queue_ms": (0, "must be in [1, "),
     "sync_flush_timeout_ms": (0, "must be in [1, "),

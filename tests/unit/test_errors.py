@@ -20,10 +20,12 @@ from pyrmq.errors import (
     PropertiesTooLargeError,
     PyrmqError,
     RemotingError,
+    ReplicationError,
     SendError,
     StoreClosedError,
     StoreError,
     StoreIOError,
+    StoreReadOnlyError,
     SystemTopicError,
 )
 
@@ -35,6 +37,8 @@ PARENTS = {
     CorruptRecordError: (StoreError,),
     DiskFullError: (StoreError,),
     StoreIOError: (StoreError,),
+    StoreReadOnlyError: (StoreError,),
+    ReplicationError: (StoreError,),
     MessageIllegalError: (PyrmqError, ValueError),
     InvalidTopicError: (MessageIllegalError,),
     MessageTooLargeError: (MessageIllegalError,),

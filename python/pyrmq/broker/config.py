@@ -40,6 +40,12 @@ _ALIASES = {
     "mqAccessControlEnable": "mq_access_control_enable",
     "lockQueueTimeout": "lock_queue_timeout_ms",
     "brokerConfigPath": "broker_config_path",
+    "haListenPort": "ha_listen_port",
+    "haMasterAddress": "ha_master_address",
+    "haSendHeartbeatInterval": "ha_send_heartbeat_interval_ms",
+    "haHousekeepingInterval": "ha_housekeeping_interval_ms",
+    "haTransferBatchSize": "ha_transfer_batch_size",
+    "haSlaveFallbehindMax": "ha_slave_fallbehind_max",
 }
 _KEYS = {name: key for key, name in _ALIASES.items()}
 
@@ -87,6 +93,20 @@ class BrokerConfig:
     # The broker.conf these settings came from, where settings changed while the broker runs
     # are written (RocketMQ's brokerConfigPath); empty: such changes last until it stops.
     broker_config_path: str = ""
+    # Replication (brokerRole is a store setting). A master serves its slaves on haListenPort
+    # (-1: the listen port + 1, as RocketMQ; 0: any free port, named to the name servers).
+    ha_listen_port: int = -1
+    # A slave's master, "host:haPort"; empty: the one the name server names at registration.
+    ha_master_address: str = ""
+    # A side that heard nothing for the housekeeping interval drops the connection; each sends
+    # at least every heartbeat interval.
+    ha_send_heartbeat_interval_ms: int = 5_000
+    ha_housekeeping_interval_ms: int = 20_000
+    # Bytes a master sends a slave at a time (whole append groups, so one may be larger).
+    ha_transfer_batch_size: int = 32 * 1024
+    # A SYNC_MASTER answers SLAVE_NOT_AVAILABLE at once when no slave is within this many
+    # bytes of its CommitLog's end.
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
@@ -103,12 +123,33 @@ class BrokerConfig:
             problems.append("default_topic_queue_nums must be positive")
         if self.broker_id < 0:
             problems.append("broker_id must be >= 0")
+        elif self.is_slave and self.broker_id == 0:
+            problems.append("a SLAVE's broker_id must be > 0 (0 is its master's)")
+        elif not self.is_slave and self.broker_id != 0:
+            problems.append(
+                f"a {self.store.broker_role}'s broker_id must be 0 (slaves have ids above 0)"
+            )
+        if not -1 <= self.ha_listen_port < 65536:
+            problems.append(f"ha_listen_port {self.ha_listen_port} is not a port or -1")
+        if self.ha_master_address:
+            try:
+                split_addresses(self.ha_master_address)
+            except ValueError as e:
+                problems.append(f"ha_master_address: {e}")
+        if min(self.ha_send_heartbeat_interval_ms, self.ha_housekeeping_interval_ms) <= 0:
+            problems.append("ha intervals must be positive")
+        if self.ha_transfer_batch_size <= 0 or self.ha_slave_fallbehind_max <= 0:
+            problems.append("ha_transfer_batch_size and ha_slave_fallbehind_max must be positive")
         try:
             split_addresses(self.namesrv_addr)
         except ValueError as e:
             problems.append(f"namesrv_addr: {e}")
         if problems:
             raise ConfigError("; ".join(problems), problems=problems)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.store.broker_role == "SLAVE"
 
     @property
     def namesrv_addrs(self) -> list[str]:

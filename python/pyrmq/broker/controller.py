@@ -20,6 +20,8 @@ from pyrmq.broker.processors.pull import PullProcessor
 from pyrmq.broker.processors.send import SendProcessor
 from pyrmq.broker.processors.stats import StatsProcessor
 from pyrmq.broker.processors.transactions import EndTransactionProcessor
+from pyrmq.broker.services.ha_master import HAService
+from pyrmq.broker.services.ha_slave import HAClient, SlaveSync
 from pyrmq.broker.services.hold import PullHoldService
 from pyrmq.broker.services.stats import BrokerStats
 from pyrmq.broker.services.transactions import TransactionService
@@ -45,6 +47,8 @@ CLIENT_SCAN_INTERVAL_S = 10.0
 # Held pulls are re-checked this often (5 s; 1 s without long polling).
 HOLD_CHECK_INTERVAL_S = 5.0
 SHORT_POLLING_CHECK_INTERVAL_S = 1.0
+# A slave whose master is not registered registers again this soon, to learn of it.
+SLAVE_REGISTER_RETRY_S = 5.0
 
 
 class BrokerController:
@@ -75,6 +79,13 @@ class BrokerController:
         self._flushes: FlushWaiter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.grpc: GrpcServer | None = None
+        # A master serves its slaves; a slave follows its master.
+        self.ha: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync: SlaveSync | None = None
+        if config.is_slave:
+            self.ha_client = HAClient(self)
+            self.slave_sync = SlaveSync(self)
         if config.grpc_server_port >= 0:
             self.grpc = GrpcServer(self, config.broker_ip1, config.grpc_server_port)
         self.pulls = PullProcessor(self)
@@ -152,19 +163,35 @@ class BrokerController:
                 self._store, timeout_s=self.config.store.sync_flush_timeout_ms / 1000
             )
             self._flushes.start()
+        if not self.config.is_slave:
+            ha_port = self.config.ha_listen_port
+            if ha_port == -1:
+                # RocketMQ's: the listen port + 1; with a port picked by the system, any.
+                ha_port = self.server.port + 1 if self.config.listen_port else 0
+            self.ha = HAService(self, self.config.broker_ip1, ha_port)
+            await self.ha.start()
         await self._register_all()
         self._tasks = [
             loop.create_task(self._registration_loop()),
             loop.create_task(self._persist_offsets_loop()),
             loop.create_task(self._client_scan_loop()),
             loop.create_task(self._stats_loop()),
-            loop.create_task(self._transaction_check_loop()),
         ]
+        if self.ha_client is not None and self.slave_sync is not None:
+            self._tasks += [
+                loop.create_task(self.ha_client.run()),
+                loop.create_task(self.slave_sync.run()),
+            ]
+        else:
+            # A slave's halves are its master's to check.
+            self._tasks.append(loop.create_task(self._transaction_check_loop()))
         log.info(
-            "broker started name=%s id=%s address=%s",
+            "broker started name=%s id=%s role=%s address=%s%s",
             self.config.broker_name,
             self.config.broker_id,
+            self.config.store.broker_role,
             self.address,
+            f" ha={self.ha.address}" if self.ha is not None else "",
         )
 
     async def stop(self) -> None:
@@ -174,6 +201,8 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._unregister_all()
+        if self.ha is not None:
+            await self.ha.stop()
         if self.grpc is not None:
             await self.grpc.stop()
         if self._hold is not None:
@@ -218,27 +247,57 @@ class BrokerController:
         self.stats.stored(result.count, result.wrote_bytes)
         if self._hold is not None:
             self._hold.answer_ready()
+        if self.ha is not None:
+            self.ha.appended()
         return result
 
-    def when_durable(self, result: PutResult, callback: Callable[[bool], None]) -> None:
-        """Calls ``callback(durable)`` once ``result``'s append is on disk (``True``), or
-        when ``syncFlushTimeout`` passes first (``False``); at once under ASYNC_FLUSH."""
+    @property
+    def puts_wait_for_slave(self) -> bool:
+        """A SYNC_MASTER answers a send once a slave has it too."""
+        return self.config.store.broker_role == "SYNC_MASTER"
+
+    @property
+    def puts_wait(self) -> bool:
+        """Whether a send's answer waits (for the disk, a slave, or both)."""
+        return self.puts_wait_for_disk or self.puts_wait_for_slave
+
+    def when_stored(self, result: PutResult, callback: Callable[[int], None]) -> None:
+        """Calls ``callback`` with the send's answer code once ``result``'s append is as safe
+        as the broker promises: on disk under SYNC_FLUSH (else FLUSH_DISK_TIMEOUT after
+        ``syncFlushTimeout``), then on a slave for a SYNC_MASTER (else FLUSH_SLAVE_TIMEOUT,
+        or SLAVE_NOT_AVAILABLE); SUCCESS at once when neither applies."""
+
+        def flushed(durable: bool) -> None:
+            if not durable:
+                callback(ResponseCode.FLUSH_DISK_TIMEOUT)
+            elif self.puts_wait_for_slave and self.ha is not None:
+                self.ha.when_replicated(result.end_offset, callback)
+            else:
+                callback(ResponseCode.SUCCESS)
+
         if self._flushes is None:
-            callback(True)
+            flushed(True)
         else:
-            self._flushes.when_durable(result.end_offset, callback)
+            self._flushes.when_durable(result.end_offset, flushed)
 
     async def put(self, fn: Callable[[], PutResult]) -> tuple[PutResult, bool]:
-        """Runs a store append with :meth:`put_now` and waits as :meth:`when_durable` does;
-        returns the result and whether the append is durable as the flush mode promises."""
+        """Runs a store append with :meth:`put_now` and waits as :meth:`when_stored` does;
+        returns the result and whether the append is as safe as the broker promises."""
         result = self.put_now(fn)
         return result, await self.durable(result)
 
     async def durable(self, result: PutResult) -> bool:
         """Waits as :meth:`put` does for an append made with :meth:`put_now`."""
-        if self._flushes is None:
+        if not self.puts_wait:
             return True
-        return await self._flushes.durable(result.end_offset)
+        code: asyncio.Future[int] = self.loop.create_future()
+
+        def answer(value: int) -> None:
+            if not code.done():
+                code.set_result(value)
+
+        self.when_stored(result, answer)
+        return await code == ResponseCode.SUCCESS
 
     def request_registration(self) -> None:
         """Registers with the name servers soon (a topic was created or changed)."""
@@ -275,11 +334,16 @@ class BrokerController:
         ).encode()
 
     async def _register_all(self) -> None:
+        ha_addr = (
+            self.ha.address
+            if self.ha is not None
+            else f"{self.config.broker_ip1}:{self.server.port + 1}"
+        )
         header = RegisterBrokerRequestHeader(
             broker_name=self.config.broker_name,
             broker_addr=self.address,
             cluster_name=self.config.broker_cluster_name,
-            ha_server_addr=f"{self.config.broker_ip1}:{self.server.port + 1}",
+            ha_server_addr=ha_addr,
             broker_id=self.config.broker_id,
         )
         body = self._registration_body()
@@ -297,6 +361,13 @@ class BrokerController:
                     response.code,
                     response.remark,
                 )
+            elif self.ha_client is not None and self.slave_sync is not None:
+                # The name server names this slave's master, once it has registered.
+                self.ha_client.master_named(response.ext_fields.get("haServerAddr") or "")
+                self.slave_sync.master_named(response.ext_fields.get("masterAddr") or "")
+        if self.slave_sync is not None and not self.slave_sync.master_addr:
+            # No master registered yet (or it is away): ask again sooner than every 30 s.
+            self.loop.call_later(SLAVE_REGISTER_RETRY_S, self._register_now.set)
 
     async def _unregister_all(self) -> None:
         header = UnregisterBrokerRequestHeader(

@@ -256,6 +256,18 @@ class ClientInstance:
             raise NoRouteError(f"no master address known for broker {broker_name}")
         return addr
 
+    async def offset_addr(self, broker_name: str, topic: str | None = None) -> str:
+        """Where ``broker_name``'s consumer offsets are read and committed: its master, else
+        (the master away) its lowest-numbered slave, as RocketMQ's clients fall back."""
+        addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            if topic is not None:
+                await self.update_route(topic)
+            addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            raise NoRouteError(f"no address known for broker {broker_name}")
+        return addrs.get(0) or addrs[min(addrs)]
+
     def pull_addr(self, broker_name: str, broker_id: int) -> str | None:
         addrs = self.broker_addrs.get(broker_name) or {}
         return addrs.get(broker_id) or addrs.get(0) or (addrs[min(addrs)] if addrs else None)

@@ -62,7 +62,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
 
         Raises :class:`~pyrmq.errors.PyrmqError` when the broker cannot be asked.
         """
-        addr = await self._instance.master_addr(mq.broker_name, mq.topic)
+        addr = await self._instance.offset_addr(mq.broker_name, mq.topic)
         offset = await self._instance.api.query_consumer_offset(addr, self._group, mq)
         if offset is not None:
             self.update(mq, offset, increase_only=False)
@@ -74,7 +74,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
             if offset is None:
                 continue
             try:
-                addr = await self._instance.master_addr(mq.broker_name, mq.topic)
+                addr = await self._instance.offset_addr(mq.broker_name, mq.topic)
                 await self._instance.api.update_consumer_offset(addr, self._group, mq, offset)
             except PyrmqError as e:
                 log.warning("cannot persist offset %d of %s for %s: %s", offset, mq, self._group, e)
@@ -93,7 +93,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         """Persists one queue's offset and waits for the broker's answer."""
         offset = self.table.get(mq)
         if offset is not None:
-            addr = await self._instance.master_addr(mq.broker_name, mq.topic)
+            addr = await self._instance.offset_addr(mq.broker_name, mq.topic)
             await self._instance.api.update_consumer_offset(
                 addr, self._group, mq, offset, oneway=False
             )

@@ -786,9 +786,9 @@ class PushConsumer(ClientLifecycle):
                 return committed
             if mq.topic.startswith(RETRY_PREFIX):
                 return 0
-            addr = await inst.master_addr(mq.broker_name, mq.topic)
             if self.consume_from_where == "CONSUME_FROM_FIRST_OFFSET":
                 return 0
+            addr = await inst.master_addr(mq.broker_name, mq.topic)
             if self.consume_from_where == "CONSUME_FROM_TIMESTAMP":
                 return await inst.api.search_offset(addr, mq, self.consume_timestamp_ms)
             return await inst.api.max_offset(addr, mq)

@@ -17,6 +17,8 @@ pyo3::import_exception!(pyrmq.errors, PropertiesTooLargeError);
 pyo3::import_exception!(pyrmq.errors, InvalidQueueIdError);
 pyo3::import_exception!(pyrmq.errors, SystemTopicError);
 pyo3::import_exception!(pyrmq.errors, FrameDecodeError);
+pyo3::import_exception!(pyrmq.errors, StoreReadOnlyError);
+pyo3::import_exception!(pyrmq.errors, ReplicationError);
 
 // Taken by value so that it plugs into `map_err` directly.
 #[allow(clippy::needless_pass_by_value)]
@@ -42,6 +44,8 @@ pub fn to_py(err: StoreError) -> PyErr {
         StoreError::Closed | StoreError::Forked => StoreClosedError::new_err(msg),
         StoreError::Locked(_) | StoreError::Io { .. } => StoreIOError::new_err(msg),
         StoreError::Config(_) => ConfigError::new_err(msg),
+        StoreError::ReadOnly => StoreReadOnlyError::new_err(msg),
+        StoreError::Replication { .. } => ReplicationError::new_err(msg),
     }
 }
 

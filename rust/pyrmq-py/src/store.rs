@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
-use pyrmq_store::config::{parse_delay_levels, parse_delete_when};
+use pyrmq_store::config::{parse_delay_levels, parse_delete_when, BrokerRole};
 use pyrmq_store::message::{self, BatchItem, MessageInput};
 use pyrmq_store::store::{normalize_host, PutEntry, PutOutcome, PutStatus};
 use pyrmq_store::{FlushDiskType, GetRequest, MessageStore, StoreConfig, StoreError, TimeBoundary};
@@ -61,6 +61,10 @@ fn apply_settings(c: &mut StoreConfig, dict: &Bound<'_, PyDict>) -> PyResult<()>
                 "flush_disk_type" => {
                     c.flush_disk_type =
                         FlushDiskType::parse(&v.extract::<String>()?).map_err(errors::to_py)?;
+                }
+                "broker_role" => {
+                    c.broker_role =
+                        BrokerRole::parse(&v.extract::<String>()?).map_err(errors::to_py)?;
                 }
                 "flush_interval_commit_log_ms" => c.flush_interval_commit_log_ms = v.extract()?,
                 "flush_interval_consume_queue_ms" => {
@@ -851,6 +855,27 @@ impl PyMessageStore {
         let store = &self.store;
         let raw = gil::run(py, || store.look_message_by_offset(phy_offset))?;
         Ok(raw.map(|r| PyBytes::new(py, &r)))
+    }
+
+    /// Published CommitLog bytes from `from_offset` for a slave: whole append groups of about
+    /// `max_bytes` (at least one), or a segment's closing blank alone. Returns the bytes and
+    /// the offset after them, or None when nothing is published past `from_offset`.
+    fn read_replica<'py>(
+        &self,
+        py: Python<'py>,
+        from_offset: u64,
+        max_bytes: usize,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, u64)>> {
+        let store = &self.store;
+        let chunk = gil::run(py, || store.read_replica(from_offset, max_bytes))?;
+        Ok(chunk.map(|(data, next)| (PyBytes::new(py, &data), next)))
+    }
+
+    /// Writes bytes a master's `read_replica` gave for `from_offset` into a slave's store
+    /// and dispatches their records; returns the new end of the CommitLog.
+    fn append_replica(&self, py: Python<'_>, from_offset: u64, data: &[u8]) -> PyResult<u64> {
+        let store = &self.store;
+        gil::run(py, || store.append_replica(from_offset, data))
     }
 
     /// The message named by an offset message id, or None.

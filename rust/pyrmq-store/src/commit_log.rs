@@ -346,6 +346,91 @@ impl CommitLog {
         Ok(Some(raw))
     }
 
+    /// Published bytes from `from` for a slave: whole append groups, at least one and then as
+    /// many as fit in `max_bytes`, all in one segment; or, where a segment's closing blank
+    /// lies, its 8-byte header alone. Returns the bytes and the offset after them (for a blank,
+    /// the next segment's start); `None` when nothing is published past `from`.
+    pub fn read_replica(&self, from: u64, max_bytes: usize) -> StoreResult<Option<(Vec<u8>, u64)>> {
+        let published = self.max_offset();
+        if from >= published {
+            return Ok(None);
+        }
+        let gone = || StoreError::Replication {
+            offset: from,
+            reason: format!(
+                "no segment holds it (the CommitLog runs from {} to {published})",
+                self.min_offset()
+            ),
+        };
+        let file = self.files.find(from).ok_or_else(gone)?;
+        let size = self.segment_size();
+        let base = file.file_from_offset();
+        let rel = from - base;
+        let limit = (published - base).min(size);
+        let mut pos = rel;
+        let mut boundary = None;
+        while pos + 8 <= limit {
+            let head = file.slice(pos, 8);
+            let total = u64::from(u32::from_be_bytes(head[..4].try_into().expect("4 bytes")));
+            let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
+            match magic {
+                MESSAGE_MAGIC_CODE if total >= 8 && pos + total <= limit => pos += total,
+                FENCE_MAGIC_CODE if total == FENCE_LEN as u64 && pos + total <= limit => {
+                    pos += total;
+                    boundary = Some(pos);
+                    if pos - rel >= max_bytes as u64 {
+                        break;
+                    }
+                }
+                BLANK_MAGIC_CODE if pos == rel && total == size - rel => {
+                    return Ok(Some((head.to_vec(), base + size)));
+                }
+                _ if boundary.is_some() => break,
+                _ => {
+                    return Err(StoreError::Corrupt {
+                        phy_offset: base + pos,
+                        reason: format!(
+                            "no record or fence here (size {total}, magic {magic:#010x}): \
+                             the group cannot be sent to a slave"
+                        ),
+                    })
+                }
+            }
+        }
+        let Some(end) = boundary else {
+            return Err(StoreError::Corrupt {
+                phy_offset: from,
+                reason: "no fence seals the published bytes here".to_owned(),
+            });
+        };
+        Ok(Some((
+            file.slice(rel, (end - rel) as usize).to_vec(),
+            base + end,
+        )))
+    }
+
+    /// Writes `data` received from the master at the write position `from` (the caller holds
+    /// the put lock and checked that it is `st.wrote`, and that `data` is whole verified
+    /// groups or a closing blank that fits the segment), and publishes it. Returns the new end.
+    pub fn write_replica(&self, st: &mut WriteState, from: u64, data: &[u8]) -> StoreResult<u64> {
+        let size = self.segment_size();
+        let rel = from % size;
+        let file = self.files.get_or_create(from - rel)?;
+        let blank = data.len() == 8
+            && u32::from_be_bytes(data[4..8].try_into().expect("4 bytes")) == BLANK_MAGIC_CODE;
+        file.ensure_writable(rel, rel + data.len() as u64)?;
+        file.write_through(rel, data)?;
+        let end = if blank {
+            let next = from - rel + size;
+            // Created now, so that recovery finds the roll complete.
+            self.files.get_or_create(next)?;
+            next
+        } else {
+            from + data.len() as u64
+        };
+        Ok(self.publish(st, end))
+    }
+
     /// Flushes published bytes up to now; returns the flushed offset.
     pub fn flush(&self) -> StoreResult<u64> {
         let target = self.max_offset();
@@ -719,6 +804,77 @@ impl CommitLog {
     }
 }
 
+/// Checks bytes a master sent for CommitLog offset `from` in segments of `segment_size`:
+/// whole groups, each record's offset field its own offset and each fence verifying, none
+/// crossing the segment's end; or a closing blank filling the segment. Returns the start and
+/// length of each record, relative to `data`.
+pub fn check_replica(
+    from: u64,
+    data: &[u8],
+    segment_size: u64,
+) -> Result<Vec<(usize, usize)>, String> {
+    let rel = from % segment_size;
+    if data.len() == 8 {
+        let total = u64::from(u32::from_be_bytes(data[..4].try_into().expect("4 bytes")));
+        let magic = u32::from_be_bytes(data[4..8].try_into().expect("4 bytes"));
+        if magic == BLANK_MAGIC_CODE {
+            return if total == segment_size - rel {
+                Ok(Vec::new())
+            } else {
+                Err(format!(
+                    "a closing blank of {total} bytes where {} remain",
+                    segment_size - rel
+                ))
+            };
+        }
+    }
+    if rel + data.len() as u64 + END_FILE_MIN_BLANK_LENGTH > segment_size {
+        return Err(format!("{} bytes run past the segment's end", data.len()));
+    }
+    let mut records = Vec::new();
+    let (mut pos, mut group) = (0usize, 0usize);
+    while pos < data.len() {
+        if pos + 8 > data.len() {
+            return Err(format!(
+                "{} bytes after offset {} are no record",
+                data.len() - pos,
+                from + pos as u64
+            ));
+        }
+        let total = u32::from_be_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+        let magic = u32::from_be_bytes(data[pos + 4..pos + 8].try_into().expect("4 bytes"));
+        let at = from + pos as u64;
+        if total < 8 || pos + total > data.len() {
+            return Err(format!("the record at {at} claims {total} bytes"));
+        }
+        match magic {
+            MESSAGE_MAGIC_CODE => {
+                let rec = message::decode(&data[pos..pos + total], false)
+                    .map_err(|e| format!("the record at {at} does not decode: {e}"))?;
+                if rec.phy_offset != at as i64 {
+                    return Err(format!(
+                        "the record at {at} names offset {}",
+                        rec.phy_offset
+                    ));
+                }
+                records.push((pos, total));
+            }
+            FENCE_MAGIC_CODE if total == FENCE_LEN && pos > group => {
+                if fence(from + group as u64, &data[group..pos]) != data[pos..pos + FENCE_LEN] {
+                    return Err(format!("the fence at {at} does not seal its group"));
+                }
+                group = pos + FENCE_LEN;
+            }
+            _ => return Err(format!("no record or fence at {at} (magic {magic:#010x})")),
+        }
+        pos += total;
+    }
+    if group != data.len() || data.is_empty() {
+        return Err("the bytes do not end with a fence".to_owned());
+    }
+    Ok(records)
+}
+
 /// The fence that seals `records`, a group starting at CommitLog offset `group_start`.
 fn fence(group_start: u64, records: &[u8]) -> [u8; FENCE_LEN] {
     let mut fence = [0u8; FENCE_LEN];
@@ -827,5 +983,24 @@ mod tests {
             log.note_round(1024);
         }
         assert!(!log.populator().large_rounds());
+    }
+
+    fn blank(len: u32) -> Vec<u8> {
+        let mut b = len.to_be_bytes().to_vec();
+        b.extend_from_slice(&BLANK_MAGIC_CODE.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn a_replica_blank_must_fill_its_segment_and_a_group_must_end_with_its_fence() {
+        let size = 4096u64;
+        assert_eq!(check_replica(1000, &blank(3096), size), Ok(Vec::new()));
+        assert!(check_replica(1000, &blank(3000), size).is_err());
+        // Twenty bytes of a fence with nothing before it seal no group.
+        let lone = fence(0, &[]);
+        assert!(check_replica(0, &lone, size).is_err());
+        assert!(check_replica(0, &[], size).is_err());
+        // Past the segment's end (8 bytes stay for its blank).
+        assert!(check_replica(size - 16, &[0u8; 16], size).is_err());
     }
 }

@@ -26,6 +26,31 @@ impl FlushDiskType {
     }
 }
 
+/// The broker's part in replication (RocketMQ's `brokerRole`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokerRole {
+    /// A master that answers a send once its own store has it.
+    AsyncMaster,
+    /// A master that answers a send once a slave has it too; the store is the same.
+    SyncMaster,
+    /// A copy of a master's CommitLog: only replication writes it, and it delivers no
+    /// delayed messages of its own (the master's deliveries reach it as records).
+    Slave,
+}
+
+impl BrokerRole {
+    pub fn parse(name: &str) -> StoreResult<Self> {
+        match name {
+            "ASYNC_MASTER" => Ok(Self::AsyncMaster),
+            "SYNC_MASTER" => Ok(Self::SyncMaster),
+            "SLAVE" => Ok(Self::Slave),
+            other => Err(StoreError::Config(format!(
+                "broker_role must be ASYNC_MASTER, SYNC_MASTER or SLAVE, not {other:?}"
+            ))),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
     pub store_path_root_dir: PathBuf,
@@ -37,6 +62,7 @@ pub struct StoreConfig {
     /// Size of one ConsumeQueue file; a multiple of 20 (the unit size).
     pub mapped_file_size_consume_queue: u64,
     pub flush_disk_type: FlushDiskType,
+    pub broker_role: BrokerRole,
     pub flush_interval_commit_log_ms: u64,
     /// Period of the ConsumeQueue/index flush, which also advances the checkpoint.
     pub flush_interval_consume_queue_ms: u64,
@@ -84,6 +110,7 @@ impl Default for StoreConfig {
             mapped_file_size_commit_log: 1024 * 1024 * 1024,
             mapped_file_size_consume_queue: 300_000 * 20,
             flush_disk_type: FlushDiskType::Async,
+            broker_role: BrokerRole::AsyncMaster,
             flush_interval_commit_log_ms: 500,
             flush_interval_consume_queue_ms: 1000,
             sync_flush_timeout_ms: 5000,

@@ -39,6 +39,10 @@ pub enum StoreError {
         path: PathBuf,
         source: io::Error,
     },
+    #[error("the store is a slave's: only replication from its master writes it")]
+    ReadOnly,
+    #[error("replication stream refused at commit-log offset {offset}: {reason}")]
+    Replication { offset: u64, reason: String },
     #[error("bad store configuration: {0}")]
     Config(String),
 }

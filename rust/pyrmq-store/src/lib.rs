@@ -28,7 +28,7 @@ mod state_file;
 pub mod store;
 pub mod wakeup;
 
-pub use config::{FlushDiskType, StoreConfig};
+pub use config::{BrokerRole, FlushDiskType, StoreConfig};
 pub use error::{StoreError, StoreResult};
 pub use message::MessageInput;
 pub use store::{

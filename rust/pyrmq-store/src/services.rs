@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::clock;
-use crate::config::FlushDiskType;
+use crate::config::{BrokerRole, FlushDiskType};
 use crate::error::{StoreError, StoreResult};
 use crate::store::Inner;
 
@@ -135,24 +135,28 @@ impl Services {
             i.commit_log.populator().run();
         })?;
 
-        let (s, i) = (stop.clone(), inner.clone());
-        self.spawn("pyrmq-schedule", move || {
-            // As RocketMQ's ScheduleMessageService: look again within 100 ms, sooner when a
-            // message falls due; after a failed put (a full disk), in 10 s.
-            loop {
-                let now = clock::now_ms();
-                let pass = i.deliver_due(now);
-                let wait_ms = if pass.failed {
-                    10_000
-                } else {
-                    pass.next_due_ms
-                        .map_or(100, |due| (due - now).clamp(1, 100)) as u64
-                };
-                if s.sleep(Duration::from_millis(wait_ms)) {
-                    break;
+        // A slave delivers nothing itself: its master's deliveries reach it as records.
+        if inner.config.broker_role != BrokerRole::Slave {
+            let (s, i) = (stop.clone(), inner.clone());
+            self.spawn("pyrmq-schedule", move || {
+                // As RocketMQ's ScheduleMessageService: look again within 100 ms, sooner when a
+                // message falls due; after a failed put (a full disk), in 10 s.
+                loop {
+                    let now = clock::now_ms();
+                    let pass = i.deliver_due(now);
+                    let wait_ms = if pass.failed {
+                        10_000
+                    } else {
+                        pass.next_due_ms
+                            .map_or(100, |due| (due - now).clamp(1, 100))
+                            as u64
+                    };
+                    if s.sleep(Duration::from_millis(wait_ms)) {
+                        break;
+                    }
                 }
-            }
-        })?;
+            })?;
+        }
 
         let (s, i) = (stop.clone(), inner.clone());
         self.spawn("pyrmq-clean", move || {

@@ -23,7 +23,7 @@ use smallvec::SmallVec;
 use crate::checkpoint::{Checkpoint, CheckpointFile};
 use crate::clock;
 use crate::commit_log::{CommitLog, RecoveryReport, FENCE_LEN};
-use crate::config::{FlushDiskType, Retention, StoreConfig};
+use crate::config::{BrokerRole, FlushDiskType, Retention, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::deleted_topics::DeletedTopics;
 use crate::error::{StoreError, StoreResult};
@@ -403,6 +403,22 @@ impl MessageStore {
     pub fn get(&self, req: &GetRequest<'_>) -> StoreResult<GetOutcome> {
         self.inner.check_open()?;
         Ok(self.inner.get(req))
+    }
+
+    /// Published CommitLog bytes from `from` for a slave, in whole append groups of about
+    /// `max_bytes` (see [`CommitLog::read_replica`]), and the offset after them.
+    pub fn read_replica(&self, from: u64, max_bytes: usize) -> StoreResult<Option<(Vec<u8>, u64)>> {
+        self.inner.check_open()?;
+        self.inner.commit_log.read_replica(from, max_bytes)
+    }
+
+    /// A slave's store takes `data`, read by its master's [`Self::read_replica`] at `from`:
+    /// checks it, writes it byte for byte, and dispatches its records to their queues and the
+    /// index as the master did. Returns the new end of the CommitLog. `from` must be that end
+    /// (or any offset, to start an empty store); nothing is written when a check fails.
+    pub fn append_replica(&self, from: u64, data: &[u8]) -> StoreResult<u64> {
+        self.inner.check_open()?;
+        self.inner.append_replica(from, data)
     }
 
     /// Delivers the delayed messages due at `now_ms` to their real topics (the store's
@@ -1056,6 +1072,9 @@ impl Inner {
         wait_flush: bool,
     ) -> StoreResult<PutOutcome> {
         self.check_open()?;
+        if self.config.broker_role == BrokerRole::Slave {
+            return Err(StoreError::ReadOnly);
+        }
         if msgs.is_empty() {
             return Err(StoreError::IllegalMessage("no messages to put".to_owned()));
         }
@@ -1340,6 +1359,100 @@ impl Inner {
             end_offset: end,
             store_host,
         })
+    }
+
+    fn append_replica(&self, from: u64, data: &[u8]) -> StoreResult<u64> {
+        if self.config.broker_role != BrokerRole::Slave {
+            return Err(StoreError::Replication {
+                offset: from,
+                reason: "only a slave's store takes replicated bytes".to_owned(),
+            });
+        }
+        let refuse = |reason: String| StoreError::Replication {
+            offset: from,
+            reason,
+        };
+        let records = crate::commit_log::check_replica(from, data, self.commit_log.segment_size())
+            .map_err(refuse)?;
+        let mut st = self.commit_log.lock();
+        self.check_open()?;
+        let empty = self.commit_log.files().is_empty() && st.wrote == 0;
+        if st.wrote != from && !empty {
+            return Err(refuse(format!("the CommitLog here ends at {}", st.wrote)));
+        }
+        // Recovery reads a segment from its start: an empty log starts at one.
+        if empty && !from.is_multiple_of(self.commit_log.segment_size()) {
+            return Err(refuse(
+                "an empty CommitLog starts at a segment's start".to_owned(),
+            ));
+        }
+        if empty {
+            st.wrote = from;
+        }
+        let end = self.commit_log.write_replica(&mut st, from, data)?;
+        let delays = &self.config.message_delay_level_ms;
+        let mut touched: SmallVec<[(Arc<ConsumeQueue>, i64); 4]> = SmallVec::new();
+        let mut group = from;
+        for &(at, len) in &records {
+            let raw = &data[at..at + len];
+            let rec = message::decode(raw, false).expect("checked by check_replica");
+            let phy = from + at as u64;
+            if self.deleted.covers(rec.topic, phy) {
+                continue;
+            }
+            let d = Dispatch {
+                topic: rec.topic,
+                queue_id: rec.queue_id,
+                queue_offset: rec.queue_offset as u64,
+                phy,
+                group,
+                size: rec.total_size,
+                store_ts: rec.store_timestamp_ms,
+                properties: rec.properties,
+                sys_flag: rec.sys_flag,
+            };
+            let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
+            let unit = (tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK)
+                .then(|| unit_tags_code(rec.topic, rec.properties, rec.store_timestamp_ms, delays));
+            if let Some(index) = self.index.as_ref() {
+                index_record(index, &d, &self.index_behind);
+            }
+            let Some(tags_code) = unit else { continue };
+            let q = self.queue_or_create(d.topic, d.queue_id)?;
+            let fresh = q.max_offset() == 0;
+            q.write_unit(d.queue_offset, phy, d.size, tags_code)?;
+            q.publish(d.queue_offset + 1);
+            if fresh && d.queue_offset > 0 {
+                // A slave that started mid-log has no units below its first.
+                q.correct_min_offset(self.commit_log.min_offset())?;
+            }
+            match touched.iter_mut().find(|(t, _)| Arc::ptr_eq(t, &q)) {
+                Some(t) => t.1 = tags_code,
+                None => touched.push((q, tags_code)),
+            }
+            // A fence follows the group's last record.
+            if at + len + FENCE_LEN <= data.len()
+                && u32::from_be_bytes(
+                    data[at + len + 4..at + len + 8]
+                        .try_into()
+                        .expect("4 bytes"),
+                ) == crate::commit_log::FENCE_MAGIC_CODE
+            {
+                group = phy + len as u64 + FENCE_LEN as u64;
+            }
+        }
+        self.dispatched.store(end, Ordering::Release);
+        drop(st);
+        for (q, tags_code) in &touched {
+            let next = q.max_offset();
+            self.arrivals
+                .notify(q.topic(), q.queue_id(), next, &[*tags_code]);
+            self.hold.on_arrival(q.topic(), q.queue_id(), next, None);
+        }
+        if self.config.flush_disk_type == FlushDiskType::Sync {
+            self.commit_log.request_flush(end);
+        }
+        Ok(end)
     }
 
     /// A put by the store itself (a delayed message falling due): reserved topics allowed;

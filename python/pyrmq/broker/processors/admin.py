@@ -1,5 +1,6 @@
 """Topic administration, message lookup and offset reset: UPDATE_AND_CREATE_TOPIC,
-DELETE_TOPIC_IN_BROKER, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, INVOKE_BROKER_TO_RESET_OFFSET."""
+DELETE_TOPIC_IN_BROKER, GET_ALL_TOPIC_CONFIG, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID,
+INVOKE_BROKER_TO_RESET_OFFSET."""
 
 import asyncio
 import json
@@ -54,10 +55,16 @@ class AdminProcessor:
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, self.create_topic)
         server.register(RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic)
+        server.register(RequestCode.GET_ALL_TOPIC_CONFIG, self.all_topics)
         server.register(RequestCode.QUERY_MESSAGE, self.query_message)
         server.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message)
         server.register(RequestCode.QUERY_CONSUME_QUEUE, self.query_consume_queue)
         server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
+
+    async def all_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Every topic's config with the table's data version (a slave copies them)."""
+        body = json.dumps(self.broker.topics.to_json()).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def create_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = CreateTopicRequestHeader.from_ext(request.ext_fields)

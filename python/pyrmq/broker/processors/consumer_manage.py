@@ -1,4 +1,5 @@
 """Consumer groups and offsets: GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET,
+GET_ALL_CONSUMER_OFFSET,
 GET_MAX/MIN_OFFSET, GET_EARLIEST_MSG_STORETIME, SEARCH_OFFSET_BY_TIMESTAMP, LOCK/UNLOCK_BATCH_MQ."""
 
 import asyncio
@@ -42,6 +43,7 @@ class ConsumerManageProcessor:
         server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list)
         server.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_offset)
         server.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_offset)
+        server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self.all_offsets)
         server.register(RequestCode.GET_MAX_OFFSET, self.max_offset)
         server.register(RequestCode.GET_MIN_OFFSET, self.min_offset)
         server.register(RequestCode.GET_EARLIEST_MSG_STORETIME, self.earliest_time)
@@ -49,6 +51,12 @@ class ConsumerManageProcessor:
         server.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self.consumer_running_info)
         server.register(RequestCode.LOCK_BATCH_MQ, self.lock)
         server.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock)
+
+    async def all_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Every group's committed offsets, as consumerOffset.json holds them (a slave copies
+        them)."""
+        body = json.dumps(self.broker.offsets.to_json()).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def consumer_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = GetConsumerListByGroupRequestHeader.from_ext(request.ext_fields)

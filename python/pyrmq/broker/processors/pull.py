@@ -105,6 +105,8 @@ class PullProcessor:
                 park_until = time.monotonic() + max(timeout_ms, 0) / 1000
         broker = self.broker
         config = broker.topics.get(header.topic)
+        if config is None and broker.slave_sync is not None:
+            config = broker.slave_sync.topic_in_store(header.topic, header.queue_id)
         if config is None:
             return RemotingCommand.response_to(
                 request,
@@ -265,6 +267,12 @@ class PullProcessor:
             self._hold(conn, request, header, subscription, park_until, client_id)
             return None
 
+        next_begin = got.next_begin_offset
+        if code == ResponseCode.PULL_OFFSET_MOVED and broker.config.is_slave:
+            # A slave behind its master must not move consumers' offsets (RocketMQ's
+            # offsetCheckInSlave=false): pull again from where it was.
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+            next_begin = header.queue_offset
         if client_id is not None:
             key = (header.consumer_group, header.topic, header.queue_id)
             self.access.answered(key, client_id, delivered, time.monotonic_ns() // 1_000_000)
@@ -278,7 +286,7 @@ class PullProcessor:
             remark=remark,
             ext_fields={
                 "suggestWhichBrokerId": "0",
-                "nextBeginOffset": str(got.next_begin_offset),
+                "nextBeginOffset": str(next_begin),
                 "minOffset": str(got.min_offset),
                 "maxOffset": str(got.max_offset),
             },
@@ -386,6 +394,8 @@ class PullProcessor:
             header.sys_flag & FLAG_COMMIT_OFFSET
             and header.commit_offset is not None
             and header.commit_offset >= 0
+            # As RocketMQ: a slave takes offsets by UPDATE_CONSUMER_OFFSET only.
+            and not self.broker.config.is_slave
         ):
             self.commit(
                 (header.consumer_group, header.topic, header.queue_id),

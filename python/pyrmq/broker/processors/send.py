@@ -17,6 +17,7 @@ from pyrmq.errors import (
     MessageIllegalError,
     StoreClosedError,
     StoreError,
+    StoreReadOnlyError,
     SystemTopicError,
 )
 from pyrmq.properties import encode_properties, parse_properties
@@ -41,6 +42,8 @@ _DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+")
 TIMER_PROPERTIES = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
+# RocketMQ's answer to a send a slave gets (its store refuses every put).
+SLAVE_REMARK = "service not available now: this broker is a slave; messages are sent to its master"
 
 
 class SendProcessor:
@@ -74,6 +77,8 @@ class SendProcessor:
         batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
         topic = header.topic
         broker = self.broker
+        if broker.config.is_slave:
+            return self._error(request, ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
         try:
             _core.validate_topic(topic)
         except SystemTopicError:
@@ -214,20 +219,20 @@ class SendProcessor:
             result = put() if half else broker.put_now(put)
         except (MessageIllegalError, StoreError) as e:
             return self._put_failed(request, e, topic, queue_id)
-        if broker.puts_wait_for_disk:
-            return self._answer_when_durable(request, result, queue_id)
+        if broker.puts_wait:
+            return self._answer_when_stored(request, result, queue_id)
         return self._stored(request, result, queue_id)
 
-    def _answer_when_durable(
+    def _answer_when_stored(
         self, request: RemotingCommand, result: PutResult, queue_id: int
     ) -> asyncio.Future[RemotingCommand]:
         answer: asyncio.Future[RemotingCommand] = self.broker.loop.create_future()
 
-        def flushed(durable: bool) -> None:
+        def stored(code: int) -> None:
             if not answer.done():
-                answer.set_result(self._stored(request, result, queue_id, durable=durable))
+                answer.set_result(self._stored(request, result, queue_id, code=code))
 
-        self.broker.when_durable(result, flushed)
+        self.broker.when_stored(result, stored)
         return answer
 
     def _put_failed(
@@ -235,18 +240,23 @@ class SendProcessor:
     ) -> RemotingCommand:
         if isinstance(e, MessageIllegalError):
             return self._error(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
-        if isinstance(e, (DiskFullError, StoreClosedError)):
+        if isinstance(e, (DiskFullError, StoreClosedError, StoreReadOnlyError)):
             return self._error(request, ResponseCode.SERVICE_NOT_AVAILABLE, str(e))
         log.error("store failed a send topic=%s queue_id=%s: %s", topic, queue_id, e)
         return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
 
     def _stored(
-        self, request: RemotingCommand, result: PutResult, queue_id: int, *, durable: bool = True
+        self,
+        request: RemotingCommand,
+        result: PutResult,
+        queue_id: int,
+        *,
+        code: int = ResponseCode.SUCCESS,
     ) -> RemotingCommand:
         """The send's answer. As RocketMQ's, it names the queue the send asked for (or the DLQ's)
-        even when the store parked a delayed message in SCHEDULE_TOPIC_XXXX."""
-        code = ResponseCode.SUCCESS
-        if not durable or result.status is PutStatus.FLUSH_DISK_TIMEOUT:
+        even when the store parked a delayed message in SCHEDULE_TOPIC_XXXX. A send stored but
+        not as safe as promised (the disk, a slave) is answered with that code and the ids."""
+        if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
             code = ResponseCode.FLUSH_DISK_TIMEOUT
         return RemotingCommand.response_to(
             request,
@@ -278,6 +288,8 @@ class SendProcessor:
         """Stores a message a consumer failed to the group's retry topic (or its DLQ)."""
         header = ConsumerSendMsgBackRequestHeader.from_ext(request.ext_fields)
         broker = self.broker
+        if broker.config.is_slave:
+            return self._error(request, ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
         try:
             # The group names its retry and dead-letter topics; refused before either exists.
             check_group_name(header.group)

@@ -42,6 +42,12 @@ class EndTransactionProcessor:
             kind = int(ext.get("commitOrRollback", "0"))
         except (KeyError, ValueError) as e:
             raise HeaderError(f"END_TRANSACTION: {e!r} in {ext}") from e
+        if self.broker.config.is_slave:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SLAVE_NOT_AVAILABLE,
+                remark="this broker is a slave: a transaction ends on its master",
+            )
         if kind == NOT_TYPE:
             # The producer does not know yet: the half waits for a check.
             return RemotingCommand.response_to(request, ResponseCode.SUCCESS)

@@ -116,6 +116,22 @@ class GroupTable:
             self._persist()
         return config
 
+    def merge_from_master(self, wrapper: dict[str, Any]) -> None:
+        """A slave takes its master's group settings (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
+        configs = [
+            (GroupConfig.from_json(value), dict(value))
+            for value in (wrapper.get("subscriptionGroupTable") or {}).values()
+        ]
+        with self._lock:
+            changed = False
+            for config, raw in configs:
+                entry = (config, {**raw, **config.to_json()})
+                if self._groups.get(config.group_name) != entry:
+                    self._groups[config.group_name] = entry
+                    changed = True
+            if changed:
+                self._persist()
+
     def delete(self, group: str) -> bool:
         with self._lock:
             if self._groups.pop(group, None) is None:

@@ -4,7 +4,7 @@ import json
 import logging
 import threading
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pyrmq.broker.state.json_file import load_json, write_atomic
 
@@ -56,6 +56,26 @@ class OffsetTable:
         suffix = f"@{group}"
         with self._lock:
             return sorted(k[: -len(suffix)] for k in self._table if k.endswith(suffix))
+
+    def merge_from_master(self, table: dict[str, dict[str, int]]) -> None:
+        """A slave takes its master's offsets (GET_ALL_CONSUMER_OFFSET): each ``topic@group``
+        the master has replaces the slave's; the others stay (commits made here while the
+        master was away)."""
+        parsed = {key: {int(q): int(o) for q, o in queues.items()} for key, queues in table.items()}
+        with self._lock:
+            for key, queues in parsed.items():
+                if self._table.get(key) != queues:
+                    self._table[key] = queues
+                    self._dirty = True
+
+    def to_json(self) -> dict[str, Any]:
+        """The table as GET_ALL_CONSUMER_OFFSET answers it: the file's form."""
+        with self._lock:
+            return {
+                "offsetTable": {
+                    k: {str(q): o for q, o in v.items()} for k, v in self._table.items()
+                }
+            }
 
     def clean_topic(self, topic: str) -> None:
         """Forgets every group's offsets on ``topic`` (a deleted topic)."""

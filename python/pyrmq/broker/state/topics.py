@@ -137,6 +137,28 @@ class TopicTable:
             "topicConfigTable": {n: c.to_json() for n, c in sorted(self._topics.items())},
         }
 
+    def replace_from_master(self, wrapper: dict[str, Any]) -> bool:
+        """A slave takes its master's topics (GET_ALL_TOPIC_CONFIG's body) when their data
+        version differs from its own; returns whether they did."""
+        version = wrapper.get("dataVersion") or {}
+        topics = {
+            name: TopicConfig.from_json(value)
+            for name, value in (wrapper.get("topicConfigTable") or {}).items()
+        }
+        with self._lock:
+            if version == self.data_version:
+                return False
+            previous = self._topics, self.data_version
+            self._topics = topics
+            self._add_system_topics()
+            self.data_version = dict(version)
+            try:
+                store_json(self.path, self.to_json())
+            except BaseException:
+                self._topics, self.data_version = previous
+                raise
+        return True
+
     def get(self, topic: str) -> TopicConfig | None:
         with self._lock:
             return self._topics.get(topic)

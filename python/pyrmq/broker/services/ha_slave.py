@@ -1,0 +1,188 @@
+"""A slave's side of replication: the CommitLog stream from its master, and its metadata.
+
+:class:`HAClient` connects to the master's HA port (``haMasterAddress``, else the one the name
+server names when the slave registers), reports the end of its CommitLog, and appends each
+frame the master sends with :meth:`MessageStore.append_replica`, which checks the bytes, writes
+them and dispatches their records to queues and index, waking held pulls. A frame that does not
+continue the log, or fails its checks, closes the connection; it is opened again a second later
+from the slave's end.
+
+:class:`SlaveSync` copies what is not in the CommitLog every 10 s, as RocketMQ's
+SlaveSynchronize does: the topics (GET_ALL_TOPIC_CONFIG), the consumer offsets
+(GET_ALL_CONSUMER_OFFSET) and the consumer groups' settings
+(GET_ALL_SUBSCRIPTIONGROUP_CONFIG). While the master is away consumers read from the slave
+and commit their offsets to it.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pyrmq.broker.services.ha_master import HEADER, REPORT
+from pyrmq.broker.state.topics import PERM_READ, PERM_WRITE, TopicConfig
+from pyrmq.errors import PyrmqError, RemotingError
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from pyrmq.broker.controller import BrokerController
+
+__all__ = ["HAClient", "SlaveSync"]
+
+log = logging.getLogger(__name__)
+
+RECONNECT_S = 1.0
+SYNC_INTERVAL_S = 10.0
+
+
+class HAClient:
+    """Keeps a slave's CommitLog a copy of its master's."""
+
+    def __init__(self, broker: "BrokerController") -> None:
+        self.broker = broker
+        self.master_ha_addr = broker.config.ha_master_address
+        self._addr_known = asyncio.Event()
+        if self.master_ha_addr:
+            self._addr_known.set()
+        self.connected = False
+        self.frames = 0
+
+    def master_named(self, ha_addr: str) -> None:
+        """The name server named the master's HA address (unless one is configured)."""
+        if ha_addr and not self.broker.config.ha_master_address:
+            if ha_addr != self.master_ha_addr:
+                log.info("master HA address is %s", ha_addr)
+            self.master_ha_addr = ha_addr
+            self._addr_known.set()
+
+    async def run(self) -> None:
+        # A master away is told once, not at every attempt to reach it.
+        last_problem = ""
+        while True:
+            await self._addr_known.wait()
+            addr = self.master_ha_addr
+            try:
+                await self._replicate(addr)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+                problem = f"replication from master {addr} stopped: {e or type(e).__name__}"
+                if problem != last_problem:
+                    log.warning("%s", problem)
+                last_problem = problem
+            except PyrmqError as e:
+                log.error("replication from master %s stopped: %s", addr, e)
+                last_problem = ""
+            finally:
+                if self.connected:
+                    last_problem = ""
+                self.connected = False
+            await asyncio.sleep(RECONNECT_S)
+
+    async def _replicate(self, addr: str) -> None:
+        host, _, port = addr.rpartition(":")
+        config = self.broker.config
+        store = self.broker.store
+        loop = self.broker.loop
+        timeout_s = config.ha_housekeeping_interval_ms / 1000
+        heartbeat_s = config.ha_send_heartbeat_interval_ms / 1000
+        # Whole groups come in a frame, and a group fits a segment.
+        largest = config.store.mapped_file_size_commit_log
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(host, port)
+        try:
+            end = store.max_phy_offset
+            writer.write(REPORT.pack(end))
+            await writer.drain()
+            self.connected = True
+            log.info("replicating from master %s at offset %d", addr, end)
+            reported = loop.time()
+            while True:
+                async with asyncio.timeout(timeout_s):
+                    offset, size = HEADER.unpack(await reader.readexactly(HEADER.size))
+                    if not 0 <= size <= largest:
+                        raise PyrmqError(f"a frame of {size} bytes at offset {offset}")
+                    data = await reader.readexactly(size) if size else b""
+                if data:
+                    end = await loop.run_in_executor(None, store.append_replica, offset, data)
+                    self.frames += 1
+                    self.broker.hold.answer_ready()
+                if data or loop.time() - reported >= heartbeat_s:
+                    writer.write(REPORT.pack(end))
+                    await writer.drain()
+                    reported = loop.time()
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+
+class SlaveSync:
+    """Copies the master's topics, consumer offsets and group settings to a slave."""
+
+    def __init__(self, broker: "BrokerController") -> None:
+        self.broker = broker
+        # The master's remoting address, as the name server last named it ("" when away).
+        self.master_addr = ""
+        self._named = asyncio.Event()
+        # Topics read from the copied log, until the master's topics name them.
+        self._found: dict[str, TopicConfig] = {}
+
+    def master_named(self, addr: str) -> None:
+        if addr != self.master_addr:
+            log.info("master address is %s", addr or "unknown")
+        self.master_addr = addr
+        if addr:
+            self._named.set()
+
+    async def run(self) -> None:
+        await self._named.wait()
+        failing = False
+        while True:
+            if self.master_addr:
+                try:
+                    await self.sync(self.master_addr)
+                    failing = False
+                except (RemotingError, ValueError, KeyError, TypeError) as e:
+                    log.log(
+                        logging.DEBUG if failing else logging.WARNING,
+                        "sync from master %s failed: %s",
+                        self.master_addr,
+                        e,
+                    )
+                    failing = True
+            await asyncio.sleep(SYNC_INTERVAL_S)
+
+    def topic_in_store(self, topic: str, queue_id: int) -> TopicConfig | None:
+        """A topic the copied log holds but the copied topics do not yet (created on the
+        master since the last sync, which may have been its last): readable as it is."""
+        store = self.broker.store
+        if store.max_offset(topic, queue_id) == 0:
+            return None
+        config = self._found.get(topic)
+        if config is None or queue_id >= config.read_queue_nums:
+            queues = 1 + max(q for t, q in store.queue_ids() if t == topic)
+            config = TopicConfig(topic, queues, queues, PERM_READ | PERM_WRITE)
+            self._found[topic] = config
+        return config
+
+    async def sync(self, addr: str) -> None:
+        broker = self.broker
+        topics = await self._get(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        if broker.topics.replace_from_master(topics):
+            broker.request_registration()
+        self._found.clear()
+        offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        broker.offsets.merge_from_master(offsets.get("offsetTable") or {})
+        groups = await self._get(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        broker.groups.merge_from_master(groups)
+
+    async def _get(self, addr: str, code: int) -> dict[str, Any]:
+        request = RemotingCommand.request(code, {})
+        response = await self.broker.namesrv.invoke(addr, request, timeout_s=3.0)
+        if response.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"{RequestCode(code).name}: {response.code} {response.remark}")
+        value = json.loads(response.body or b"{}")
+        if not isinstance(value, dict):
+            raise TypeError(f"{RequestCode(code).name} answered {type(value).__name__}")
+        return value

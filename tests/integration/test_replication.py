@@ -1,0 +1,237 @@
+"""Master and slave as RocketMQ runs them: a name server and two `pyrmq broker` processes of one
+broker name, the slave (brokerId 1, brokerRole SLAVE) copying its master's CommitLog over the
+HA port, and clients that read from the slave once the master is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.compat.servers import BROKER_HA, Cluster
+from tests.helpers import committed_offset, eventually, fast_config, remoting_call, run, send_raw
+
+from pyrmq.client.message import Message, MessageQueue, SendStatus
+from pyrmq.client.producer import Producer
+from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+BROKER = BROKER_HA
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def max_offset(broker: str, topic: str, queue_id: int) -> int:
+    answer = remoting_call(
+        broker, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)}
+    )
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return int(answer.ext_fields["offset"])
+
+
+async def max_offsets(broker: str, topic: str, queues: int = 4) -> list[int]:
+    """GET_MAX_OFFSET of each queue, from inside a running loop."""
+    return await asyncio.to_thread(lambda: [max_offset(broker, topic, q) for q in range(queues)])
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, f"{what} not within {timeout_s} s"
+        await asyncio.sleep(0.1)
+
+
+async def send_all(namesrv: str, topic: str, bodies: list[bytes]) -> list[Any]:
+    async with Producer("PG_HA", client_config=fast_config(namesrv)) as producer:
+        return [await producer.send(Message(topic, body)) for body in bodies]
+
+
+async def consume(
+    namesrv: str, group: str, topic: str, want: int, timeout_s: float = 30
+) -> list[bytes]:
+    """Bodies a fresh push consumer of ``group`` receives until it has ``want`` distinct ones
+    (then 1 s more, to see any extra)."""
+    got: list[bytes] = []
+    consumer = PushConsumer(
+        group,
+        client_config=fast_config(namesrv),
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )
+    consumer.subscribe(topic, "*")
+    async with consumer:
+
+        async def take() -> None:
+            async for msg in consumer:
+                got.append(msg.body)
+                if len(set(got)) >= want:
+                    return
+
+        try:
+            async with asyncio.timeout(timeout_s):
+                await take()
+            async with asyncio.timeout(1.0):
+                await take()
+        except TimeoutError:
+            pass
+    return got
+
+
+def test_a_slave_serves_every_acknowledged_message_after_its_master_is_killed(
+    cluster: Cluster,
+) -> None:
+    """SYNC_MASTER: a send is answered once the slave has it. After kill -9 of the master the
+    name server routes to the slave, and a consumer reads everything from it, committing its
+    offsets there."""
+    master = cluster.start("master", "SYNC_MASTER")
+    slave = cluster.start("slave", "SLAVE")
+    topic = "TopicHAFailover"
+    bodies = [b"ha-%d" % i for i in range(400)]
+
+    async def scenario() -> None:
+        await eventually(
+            lambda: "replicating to slave" in cluster.log("master"), 10, what="a slave"
+        )
+        results = await send_all(cluster.namesrv, topic, bodies)
+        assert [r.status for r in results] == [SendStatus.OK] * len(bodies)
+        # Answered means on the slave already: no wait before the kill.
+        cluster.procs["master"].kill()
+        got = await consume(cluster.namesrv, "CG_HA_FAILOVER", topic, len(bodies))
+        assert sorted(got) == sorted(bodies)
+        # The consumer committed to the slave at shutdown, its master gone.
+        for q in range(4):
+            mq = MessageQueue(topic, BROKER, q)
+            committed = await committed_offset(slave, "CG_HA_FAILOVER", mq)
+            assert committed == (await max_offsets(slave, topic))[q]
+
+    run(scenario, timeout_s=90)
+    assert master != slave
+
+
+def test_the_slave_refuses_sends_and_a_sync_master_without_one_says_so(
+    cluster: Cluster,
+) -> None:
+    master = cluster.start("master", "SYNC_MASTER")
+    answer = send_raw(master, "TopicHALonely", b"alone")
+    assert answer.code == ResponseCode.SLAVE_NOT_AVAILABLE
+    # Stored all the same, as RocketMQ: the answer says only that no slave has it.
+    assert max_offset(master, "TopicHALonely", 0) == 1
+    slave = cluster.start("slave", "SLAVE")
+    answer = send_raw(slave, "TopicHALonely", b"to the slave")
+    assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert "slave" in (answer.remark or "")
+
+    async def scenario() -> None:
+        async def copied() -> bool:
+            return (await max_offsets(slave, "TopicHALonely", 1)) == [1]
+
+        await until(copied, 10, "the first message on the slave")
+        results = await send_all(cluster.namesrv, "TopicHALonely", [b"now with a slave"])
+        assert results[0].status == SendStatus.OK
+
+    run(scenario, timeout_s=60)
+
+
+def test_offsets_committed_on_the_master_carry_over_to_the_slave(cluster: Cluster) -> None:
+    """A group consumes half a topic from the master; the slave copies its offsets; after the
+    master dies the group goes on from there on the slave, without the first half again."""
+    master = cluster.start("master", "ASYNC_MASTER")
+    slave = cluster.start("slave", "SLAVE")
+    topic, group = "TopicHAOffsets", "CG_HA_OFFSETS"
+    first = [b"first-%d" % i for i in range(200)]
+    second = [b"second-%d" % i for i in range(200)]
+
+    async def scenario() -> None:
+        await send_all(cluster.namesrv, topic, first)
+        got = await consume(cluster.namesrv, group, topic, len(first))
+        assert sorted(set(got)) == sorted(first)
+        await send_all(cluster.namesrv, topic, second)
+        queues = [MessageQueue(topic, BROKER, q) for q in range(4)]
+        on_master = [await committed_offset(master, group, mq) for mq in queues]
+        assert sum(o or 0 for o in on_master) == len(first)
+
+        async def copied() -> bool:
+            on_slave = [await committed_offset(slave, group, mq) for mq in queues]
+            return on_slave == on_master
+
+        # The slave copies offsets every 10 s.
+        await until(copied, 25, "offsets on the slave")
+        ends = await max_offsets(master, topic)
+
+        async def caught_up() -> bool:
+            return await max_offsets(slave, topic) == ends
+
+        await until(caught_up, 10, "the slave's log")
+        cluster.procs["master"].kill()
+        got = await consume(cluster.namesrv, group, topic, len(second))
+        assert sorted(set(got)) == sorted(second)
+        assert not set(got) & set(first)
+
+    run(scenario, timeout_s=90)
+
+
+def test_a_slave_killed_mid_stream_catches_up_from_its_own_end(cluster: Cluster) -> None:
+    """The slave starts before its master (it finds it at a later registration), is killed
+    with SIGKILL while the master takes sends, and on restart goes on from its own end."""
+    slave = cluster.start("slave", "SLAVE")
+    master = cluster.start("master", "ASYNC_MASTER")
+    topic = "TopicHACatchUp"
+
+    async def scenario() -> None:
+        await eventually(
+            lambda: "replicating from master" in cluster.log("slave"), 15, what="the master found"
+        )
+        async with Producer("PG_HA_CATCH_UP", client_config=fast_config(cluster.namesrv)) as p:
+            for i in range(300):
+                await p.send(Message(topic, b"x%d" % i * 50))
+            cluster.procs["slave"].kill()
+            for i in range(300, 600):
+                await p.send(Message(topic, b"x%d" % i * 50))
+        restarted = await asyncio.to_thread(cluster.start, "slave", "SLAVE")
+        ends = await max_offsets(master, topic)
+        assert sum(ends) == 600
+
+        async def caught_up() -> bool:
+            return await max_offsets(restarted, topic) == ends
+
+        await until(caught_up, 20, "the restarted slave's log")
+        assert "at offset 0" not in cluster.log("slave")
+
+    run(scenario, timeout_s=90)
+    assert slave
+
+
+def test_garbage_on_the_ha_port_drops_that_connection_only(cluster: Cluster) -> None:
+    master = cluster.start("master", "ASYNC_MASTER")
+    log = cluster.log("master")
+    ha = log.split(" ha=")[1].split()[0]
+    host, port = ha.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(struct.pack(">q", -5))
+        sock.settimeout(5)
+        assert sock.recv(64) == b""
+    slave = cluster.start("slave", "SLAVE")
+    answer = send_raw(master, "TopicHAGarbage", b"still here")
+    assert answer.code == ResponseCode.SUCCESS
+
+    async def scenario() -> None:
+        async def copied() -> bool:
+            return (await max_offsets(slave, "TopicHAGarbage", 1)) == [1]
+
+        await until(copied, 10, "the message on the slave")
+
+    run(scenario, timeout_s=60)
+    assert "reported offset -5" in cluster.log("master")
