@@ -235,3 +235,18 @@ def test_garbage_on_the_ha_port_drops_that_connection_only(cluster: Cluster) -> 
 
     run(scenario, timeout_s=60)
     assert "reported offset -5" in cluster.log("master")
+
+
+def test_a_report_past_the_masters_end_acknowledges_nothing(cluster: Cluster) -> None:
+    """A "slave" claiming more than the master has (another master's, or one that kept what
+    its master lost) is refused, and a SYNC_MASTER's sends are not answered as replicated."""
+    master = cluster.start("master", "SYNC_MASTER")
+    ha = cluster.log("master").split(" ha=")[1].split()[0]
+    host, port = ha.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(struct.pack(">q", 10**12))
+        sock.settimeout(5)
+        assert sock.recv(64) == b""
+    answer = send_raw(master, "TopicHAAhead", b"nobody has me")
+    assert answer.code == ResponseCode.SLAVE_NOT_AVAILABLE
+    assert "past this master's end" in cluster.log("master")

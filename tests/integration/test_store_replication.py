@@ -193,3 +193,80 @@ def test_an_empty_slave_can_start_at_a_later_segment(
                 assert (
                     slave.get(topic, queue_id, low - 1).status is GetMessageStatus.OFFSET_TOO_SMALL
                 )
+
+
+def test_a_topic_the_master_deleted_and_created_again_starts_over_on_the_slave(
+    pair: tuple[MessageStore, MessageStore], open_store: Any, tmp_path: Path
+) -> None:
+    master, slave = pair
+    for i in range(5):
+        master.put(TOPIC, b"old-%d" % i, queue_id=0)
+    copy(master, slave)
+    end = slave.max_phy_offset
+    master.delete_topic(TOPIC)
+    master.put(TOPIC, b"new-0", queue_id=0)
+    master.put(TOPIC, b"new-1", queue_id=0)
+    copy(master, slave, start=end)
+    for reopened in (False, True):
+        if reopened:
+            slave.close()
+            slave = open_store(
+                tmp_path / "slave", mapped_file_size_commit_log=SEGMENT, broker_role="SLAVE"
+            )
+        got = slave.get(TOPIC, 0, 0, max_count=10).messages()
+        assert [m.body for m in got] == [b"new-0", b"new-1"]
+        assert slave.max_offset(TOPIC, 0) == 2
+
+
+def test_a_frame_whose_queue_cannot_be_written_is_not_written_at_all(
+    pair: tuple[MessageStore, MessageStore], tmp_path: Path
+) -> None:
+    master, slave = pair
+    master.put("T1", b"first", queue_id=0)
+    copy(master, slave)
+    end = slave.max_phy_offset
+    master.put("T2", b"t2", queue_id=0)
+    master.put("T1", b"second", queue_id=0)
+    blocker = tmp_path / "slave" / "consumequeue" / "T2"
+    blocker.write_bytes(b"not a directory")
+    data, after = master.read_replica(end, 1 << 20) or (b"", 0)
+    with pytest.raises(Exception):  # noqa: B017, PT011 (the OS error the store maps)
+        slave.append_replica(end, data)
+    assert slave.max_phy_offset == end
+    assert slave.max_offset("T1", 0) == 1
+    blocker.unlink()
+    assert slave.append_replica(end, data) == after
+    assert [m.body for m in slave.get("T1", 0, 0).messages()] == [b"first", b"second"]
+    assert [m.body for m in slave.get("T2", 0, 0).messages()] == [b"t2"]
+
+
+def test_a_slave_whose_first_frame_was_cut_short_starts_again(
+    pair: tuple[MessageStore, MessageStore], open_store: Any, tmp_path: Path
+) -> None:
+    master, slave = pair
+    fill(master, 300)
+    slave.close()
+    # What a kill right after the slave created its first segment leaves: no data.
+    with open(tmp_path / "slave" / "commitlog" / f"{0:020d}", "wb") as segment:
+        segment.truncate(SEGMENT)
+    slave = open_store(tmp_path / "slave", mapped_file_size_commit_log=SEGMENT, broker_role="SLAVE")
+    assert slave.max_phy_offset == 0
+    start = master.max_phy_offset - master.max_phy_offset % SEGMENT
+    copy(master, slave, start=start)
+    assert slave.max_phy_offset == master.max_phy_offset
+    assert slave.min_phy_offset == start
+
+
+def test_a_slave_tells_arrivals_with_every_tag_of_a_frame(
+    pair: tuple[MessageStore, MessageStore],
+) -> None:
+    master, slave = pair
+    slave.drain_arrivals()
+    for tag in ("A", "B", "C"):
+        master.put(TOPIC, b"x", tags=tag, queue_id=0)
+    copy(master, slave, batch=1 << 20)
+    arrivals = [a for a in slave.drain_arrivals() if a[0] == TOPIC]
+    assert arrivals
+    assert arrivals[-1][2] == 3
+    tags = {code for a in arrivals for code in (a[3] or [])}
+    assert tags == {ord("A"), ord("B"), ord("C")}

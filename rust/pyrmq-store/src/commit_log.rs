@@ -807,12 +807,12 @@ impl CommitLog {
 /// Checks bytes a master sent for CommitLog offset `from` in segments of `segment_size`:
 /// whole groups, each record's offset field its own offset and each fence verifying, none
 /// crossing the segment's end; or a closing blank filling the segment. Returns the start and
-/// length of each record, relative to `data`.
+/// length of each record and the start of its group, relative to `data`.
 pub fn check_replica(
     from: u64,
     data: &[u8],
     segment_size: u64,
-) -> Result<Vec<(usize, usize)>, String> {
+) -> Result<Vec<(usize, usize, usize)>, String> {
     let rel = from % segment_size;
     if data.len() == 8 {
         let total = u64::from(u32::from_be_bytes(data[..4].try_into().expect("4 bytes")));
@@ -857,7 +857,7 @@ pub fn check_replica(
                         rec.phy_offset
                     ));
                 }
-                records.push((pos, total));
+                records.push((pos, total, group));
             }
             FENCE_MAGIC_CODE if total == FENCE_LEN && pos > group => {
                 if fence(from + group as u64, &data[group..pos]) != data[pos..pos + FENCE_LEN] {

@@ -185,6 +185,11 @@ impl ConsumeQueue {
     }
 
     /// Makes units below `end` visible to readers.
+    /// Moves the min offset up to `min` (a queue whose first unit is there).
+    pub fn raise_min_offset(&self, min: u64) {
+        self.min_offset.fetch_max(min, Ordering::AcqRel);
+    }
+
     pub fn publish(&self, end: u64) {
         self.max_offset.fetch_max(end, Ordering::AcqRel);
     }

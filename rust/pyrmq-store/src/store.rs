@@ -45,6 +45,15 @@ use crate::wakeup::{Arrival, Arrivals};
 
 pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
 
+/// One queue a replicated frame writes to: its units from `first`, and their tag codes.
+struct ReplicaSlot {
+    queue: Arc<ConsumeQueue>,
+    first: u64,
+    fresh: bool,
+    units: Vec<(u64, u32, i64)>,
+    tags: SmallVec<[i64; 8]>,
+}
+
 /// Outcome of an append that stored its messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PutStatus {
@@ -1372,11 +1381,45 @@ impl Inner {
             offset: from,
             reason,
         };
+        let delays = &self.config.message_delay_level_ms;
         let records = crate::commit_log::check_replica(from, data, self.commit_log.segment_size())
             .map_err(refuse)?;
+        // Each record's dispatch, and its queue unit's tag code (transaction halves and
+        // rollbacks have none).
+        let items: Vec<(Dispatch<'_>, Option<i64>)> = records
+            .iter()
+            .map(|&(at, len, group)| {
+                let rec = message::decode(&data[at..at + len], false).expect("checked above");
+                let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
+                let unit = (tx != SYSFLAG_TRANSACTION_PREPARED
+                    && tx != SYSFLAG_TRANSACTION_ROLLBACK)
+                    .then(|| {
+                        unit_tags_code(rec.topic, rec.properties, rec.store_timestamp_ms, delays)
+                    });
+                let d = Dispatch {
+                    topic: rec.topic,
+                    queue_id: rec.queue_id,
+                    queue_offset: rec.queue_offset as u64,
+                    phy: from + at as u64,
+                    group: from + group as u64,
+                    size: rec.total_size,
+                    store_ts: rec.store_timestamp_ms,
+                    properties: rec.properties,
+                    sys_flag: rec.sys_flag,
+                };
+                (d, unit)
+            })
+            .collect();
+        if self.disk_full.load(Ordering::Acquire) {
+            return Err(StoreError::DiskFull(
+                "disk use is above diskSpaceWarningLevelRatio: replication paused".to_owned(),
+            ));
+        }
+
         let mut st = self.commit_log.lock();
         self.check_open()?;
-        let empty = self.commit_log.files().is_empty() && st.wrote == 0;
+        // No data yet (segments left by a first frame cut short may exist, empty).
+        let empty = st.wrote == 0 && self.commit_log.max_offset() == 0;
         if st.wrote != from && !empty {
             return Err(refuse(format!("the CommitLog here ends at {}", st.wrote)));
         }
@@ -1386,73 +1429,125 @@ impl Inner {
                 "an empty CommitLog starts at a segment's start".to_owned(),
             ));
         }
-        if empty {
+        if empty && from > 0 {
+            self.commit_log.files().delete_from(0)?;
             st.wrote = from;
         }
-        let end = self.commit_log.write_replica(&mut st, from, data)?;
-        let delays = &self.config.message_delay_level_ms;
-        let mut touched: SmallVec<[(Arc<ConsumeQueue>, i64); 4]> = SmallVec::new();
-        let mut group = from;
-        for &(at, len) in &records {
-            let raw = &data[at..at + len];
-            let rec = message::decode(raw, false).expect("checked by check_replica");
-            let phy = from + at as u64;
-            if self.deleted.covers(rec.topic, phy) {
+        // Queues and room for their units first, as a put resolves them before its append: a
+        // failure here leaves the frame unwritten, never written with units missing.
+        let mut slots: SmallVec<[ReplicaSlot; 4]> = SmallVec::new();
+        for (d, unit) in &items {
+            let Some(tags_code) = *unit else { continue };
+            if self.deleted.covers(d.topic, d.phy) {
                 continue;
             }
-            let d = Dispatch {
-                topic: rec.topic,
-                queue_id: rec.queue_id,
-                queue_offset: rec.queue_offset as u64,
-                phy,
-                group,
-                size: rec.total_size,
-                store_ts: rec.store_timestamp_ms,
-                properties: rec.properties,
-                sys_flag: rec.sys_flag,
-            };
-            let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
-            let unit = (tx != SYSFLAG_TRANSACTION_PREPARED && tx != SYSFLAG_TRANSACTION_ROLLBACK)
-                .then(|| unit_tags_code(rec.topic, rec.properties, rec.store_timestamp_ms, delays));
-            if let Some(index) = self.index.as_ref() {
-                index_record(index, &d, &self.index_behind);
+            let slot = self.replica_slot(&mut slots, d)?;
+            let s = &mut slots[slot];
+            if d.queue_offset != s.first + s.units.len() as u64 {
+                return Err(refuse(format!(
+                    "record at {} has queue offset {} of {}:{} where {} comes next",
+                    d.phy,
+                    d.queue_offset,
+                    d.topic,
+                    d.queue_id,
+                    s.first + s.units.len() as u64
+                )));
             }
-            let Some(tags_code) = unit else { continue };
-            let q = self.queue_or_create(d.topic, d.queue_id)?;
-            let fresh = q.max_offset() == 0;
-            q.write_unit(d.queue_offset, phy, d.size, tags_code)?;
-            q.publish(d.queue_offset + 1);
-            if fresh && d.queue_offset > 0 {
+            s.units.push((d.phy, d.size, tags_code));
+            if !s.tags.contains(&tags_code) {
+                s.tags.push(tags_code);
+            }
+        }
+        for s in &slots {
+            s.queue
+                .ensure_capacity(s.first, s.first + s.units.len() as u64)?;
+        }
+
+        let end = self.commit_log.write_replica(&mut st, from, data)?;
+        if let Some(index) = self.index.as_ref() {
+            for (d, _) in &items {
+                if !self.deleted.covers(d.topic, d.phy) {
+                    index_record(index, d, &self.index_behind);
+                }
+            }
+        }
+        for s in &slots {
+            s.queue
+                .write_units(s.first, &s.units, None)
+                .expect("unit capacity ensured before the write");
+            if s.fresh && s.first > 0 {
                 // A slave that started mid-log has no units below its first.
-                q.correct_min_offset(self.commit_log.min_offset())?;
+                s.queue.raise_min_offset(s.first);
             }
-            match touched.iter_mut().find(|(t, _)| Arc::ptr_eq(t, &q)) {
-                Some(t) => t.1 = tags_code,
-                None => touched.push((q, tags_code)),
-            }
-            // A fence follows the group's last record.
-            if at + len + FENCE_LEN <= data.len()
-                && u32::from_be_bytes(
-                    data[at + len + 4..at + len + 8]
-                        .try_into()
-                        .expect("4 bytes"),
-                ) == crate::commit_log::FENCE_MAGIC_CODE
-            {
-                group = phy + len as u64 + FENCE_LEN as u64;
-            }
+            s.queue.publish(s.first + s.units.len() as u64);
         }
         self.dispatched.store(end, Ordering::Release);
         drop(st);
-        for (q, tags_code) in &touched {
-            let next = q.max_offset();
-            self.arrivals
-                .notify(q.topic(), q.queue_id(), next, &[*tags_code]);
-            self.hold.on_arrival(q.topic(), q.queue_id(), next, None);
+        for s in &slots {
+            let (q, next) = (&s.queue, s.first + s.units.len() as u64);
+            self.arrivals.notify(q.topic(), q.queue_id(), next, &s.tags);
+            self.hold
+                .on_arrival(q.topic(), q.queue_id(), next, Some(&s.tags));
         }
         if self.config.flush_disk_type == FlushDiskType::Sync {
             self.commit_log.request_flush(end);
         }
         Ok(end)
+    }
+
+    /// The slot of `d`'s queue among `slots`, added (with its queue resolved) when new.
+    fn replica_slot(
+        &self,
+        slots: &mut SmallVec<[ReplicaSlot; 4]>,
+        d: &Dispatch<'_>,
+    ) -> StoreResult<usize> {
+        if let Some(i) = slots
+            .iter()
+            .position(|s| s.queue.queue_id() == d.queue_id && s.queue.topic() == d.topic)
+        {
+            return Ok(i);
+        }
+        let mut q = self.queue_or_create(d.topic, d.queue_id)?;
+        if d.queue_offset < q.max_offset() {
+            // The master deleted the topic and it was created again: its queues start over.
+            // Deleting is not in the CommitLog; this record shows it.
+            self.drop_replica_topic(d.topic, d.phy)?;
+            slots.retain(|s| s.queue.topic() != d.topic);
+            q = self.queue_or_create(d.topic, d.queue_id)?;
+        }
+        let fresh = q.max_offset() == 0;
+        if !fresh && d.queue_offset > q.max_offset() {
+            log::warn!(
+                "replicated record at {} leaves units {}..{} of {}:{} empty",
+                d.phy,
+                q.max_offset(),
+                d.queue_offset,
+                d.topic,
+                d.queue_id
+            );
+        }
+        slots.push(ReplicaSlot {
+            queue: q,
+            first: d.queue_offset,
+            fresh,
+            units: Vec::new(),
+            tags: SmallVec::new(),
+        });
+        Ok(slots.len() - 1)
+    }
+
+    /// Deletes a topic's queues on a slave, as its master did, from CommitLog offset `at`
+    /// (the first record of the topic created again). The caller holds the put lock.
+    fn drop_replica_topic(&self, topic: &str, at: u64) -> StoreResult<()> {
+        self.deleted.record(topic, at)?;
+        let removed = self.queues.write().remove_topic(topic);
+        remove_queue_dir(&self.config.consume_queue_dir(), topic)?;
+        log::warn!(
+            "topic {topic} starts over at offset {at} on the master (deleted there): its {} \
+             queues here are deleted",
+            removed.len()
+        );
+        Ok(())
     }
 
     /// A put by the store itself (a delayed message falling due): reserved topics allowed;

@@ -47,13 +47,31 @@ class SlaveLink:
     """One connected slave."""
 
     peer: str
-    # The end of the slave's CommitLog as it last reported; -1 before its first report.
+    # The end of the slave's CommitLog as it last reported, no further than what it was sent;
+    # -1 before its first report.
     acked: int = -1
     # Where the next frame starts.
     next: int = -1
     last_heard: float = 0.0
     # Set when new bytes may be there to send.
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Waiter:
+    """A send waiting for a slave to have the CommitLog up to ``end``."""
+
+    end: int
+    callback: Callable[[int], None]
+    timer: asyncio.TimerHandle | None = None
+    done: bool = False
+
+    def finish(self, code: int) -> None:
+        if not self.done:
+            self.done = True
+            if self.timer is not None:
+                self.timer.cancel()
+            self.callback(code)
 
 
 class HAService:
@@ -66,10 +84,12 @@ class HAService:
         self.links: set[SlaveLink] = set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        # (end offset, ticket, callback): sends waiting for a slave, the lowest end first.
-        self._waiters: list[tuple[int, int, Callable[[int], None]]] = []
+        # (end offset, ticket, waiter): sends waiting for a slave, the lowest end first; one
+        # answered by its timeout stays until the acks pass it.
+        self._waiters: list[tuple[int, int, _Waiter]] = []
         self._tickets = itertools.count()
-        self.acked_max = 0
+        # Offsets slaves reported past this master's end, each logged once.
+        self._ahead_logged: set[int] = set()
 
     @property
     def address(self) -> str:
@@ -89,9 +109,7 @@ class HAService:
                 await task
         if self._server is not None:
             await self._server.wait_closed()
-        for _, _, callback in self._waiters:
-            callback(ResponseCode.SLAVE_NOT_AVAILABLE)
-        self._waiters.clear()
+        self._finish_all(ResponseCode.SLAVE_NOT_AVAILABLE)
 
     def appended(self) -> None:
         """New bytes are in the CommitLog (called after each append in the loop)."""
@@ -105,19 +123,25 @@ class HAService:
             for link in self.links
         )
 
+    def replicated_to(self) -> int:
+        """The furthest CommitLog offset a connected slave has; -1 with none."""
+        return max((link.acked for link in self.links), default=-1)
+
     def when_replicated(self, end: int, callback: Callable[[int], None]) -> None:
         """Calls ``callback`` with SUCCESS once a slave has the CommitLog up to ``end``, with
         FLUSH_SLAVE_TIMEOUT after ``syncFlushTimeout``, or at once with SLAVE_NOT_AVAILABLE."""
-        if self.acked_max >= end:
+        if self.replicated_to() >= end:
             callback(ResponseCode.SUCCESS)
             return
         if not self.slave_ok(end):
             callback(ResponseCode.SLAVE_NOT_AVAILABLE)
             return
-        entry = (end, next(self._tickets), callback)
-        heapq.heappush(self._waiters, entry)
+        waiter = _Waiter(end, callback)
+        heapq.heappush(self._waiters, (end, next(self._tickets), waiter))
         timeout_s = self.broker.config.store.sync_flush_timeout_ms / 1000
-        self.broker.loop.call_later(timeout_s, self._time_out, entry)
+        waiter.timer = self.broker.loop.call_later(
+            timeout_s, waiter.finish, ResponseCode.FLUSH_SLAVE_TIMEOUT
+        )
 
     async def replicated(self, end: int) -> int:
         """:meth:`when_replicated` as a coroutine."""
@@ -130,19 +154,19 @@ class HAService:
         self.when_replicated(end, answer)
         return await done
 
-    def _time_out(self, entry: tuple[int, int, Callable[[int], None]]) -> None:
-        with contextlib.suppress(ValueError):
-            self._waiters.remove(entry)
-            heapq.heapify(self._waiters)
-            entry[2](ResponseCode.FLUSH_SLAVE_TIMEOUT)
+    def _finish_all(self, code: int) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, _, waiter in waiters:
+            waiter.finish(code)
 
     def _acked(self, link: SlaveLink, offset: int) -> None:
-        link.acked = offset
+        # A slave has no more than it was sent: a report past that (a slave of another
+        # master, or one that kept data its master lost) proves nothing.
+        link.acked = min(offset, link.next) if link.next >= 0 else offset
         link.last_heard = self.broker.loop.time()
-        if offset > self.acked_max:
-            self.acked_max = offset
-        while self._waiters and self._waiters[0][0] <= self.acked_max:
-            heapq.heappop(self._waiters)[2](ResponseCode.SUCCESS)
+        waiters = self._waiters
+        while waiters and (waiters[0][0] <= link.acked or waiters[0][2].done):
+            heapq.heappop(waiters)[2].finish(ResponseCode.SUCCESS)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -162,14 +186,19 @@ class HAService:
                 if offset < 0:
                     log.warning("slave %s reported offset %d; dropping it", peer, offset)
                     return
-                self._acked(link, offset)
                 if pusher is None:
-                    link.next = self._start_offset(offset)
+                    start = self._start_offset(peer, offset)
+                    if start is None:
+                        return
+                    link.next = start
+                    self._acked(link, offset)
                     log.info("replicating to slave %s from offset %d", peer, link.next)
                     pusher = asyncio.create_task(self._push(link, writer))
                     pusher.add_done_callback(lambda _: writer.close())
                 elif pusher.done():
                     return
+                else:
+                    self._acked(link, offset)
         except TimeoutError:
             log.warning("slave %s silent for %d ms; dropped", peer,
                         self.broker.config.ha_housekeeping_interval_ms)  # fmt: skip
@@ -177,6 +206,9 @@ class HAService:
             pass
         finally:
             self.links.discard(link)
+            if not self.links:
+                # No slave left to wait for: say so now rather than at each timeout.
+                self._finish_all(ResponseCode.SLAVE_NOT_AVAILABLE)
             if pusher is not None:
                 pusher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -185,16 +217,23 @@ class HAService:
             self._tasks.discard(task)
             log.info("slave %s disconnected at offset %d", peer, link.acked)
 
-    def _start_offset(self, reported: int) -> int:
+    def _start_offset(self, peer: str, reported: int) -> int | None:
+        """Where a slave that reported ``reported`` is sent from; None to drop it."""
         store = self.broker.store
         if reported > 0:
             if reported > store.max_phy_offset:
-                log.error(
-                    "a slave reports offset %d, past this master's end %d: it holds data this "
-                    "master lost, and receives nothing until the master's log passes it",
-                    reported,
-                    store.max_phy_offset,
-                )
+                # Its log holds data this master does not (lost, or another master's): what
+                # follows here would not continue it.
+                if reported not in self._ahead_logged:
+                    self._ahead_logged.add(reported)
+                    log.error(
+                        "slave %s reports offset %d, past this master's end %d: it holds "
+                        "data this master has not; refused until its store is rebuilt",
+                        peer,
+                        reported,
+                        store.max_phy_offset,
+                    )
+                return None
             return reported
         end = store.max_phy_offset
         segment = self.broker.config.store.mapped_file_size_commit_log

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrmq.broker.services.ha_master import HEADER, REPORT
 from pyrmq.broker.state.topics import PERM_READ, PERM_WRITE, TopicConfig
-from pyrmq.errors import PyrmqError, RemotingError
+from pyrmq.errors import PyrmqError, RemotingError, ReplicationError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
@@ -73,6 +73,10 @@ class HAClient:
             except PyrmqError as e:
                 log.error("replication from master %s stopped: %s", addr, e)
                 last_problem = ""
+            except Exception:
+                # Whatever went wrong with one connection, the next one is tried.
+                log.exception("replication from master %s failed", addr)
+                last_problem = ""
             finally:
                 if self.connected:
                     last_problem = ""
@@ -100,8 +104,8 @@ class HAClient:
             while True:
                 async with asyncio.timeout(timeout_s):
                     offset, size = HEADER.unpack(await reader.readexactly(HEADER.size))
-                    if not 0 <= size <= largest:
-                        raise PyrmqError(f"a frame of {size} bytes at offset {offset}")
+                    if not 0 <= size <= largest or offset < 0:
+                        raise ReplicationError(f"a frame of {size} bytes at offset {offset}")
                     data = await reader.readexactly(size) if size else b""
                 if data:
                     end = await loop.run_in_executor(None, store.append_replica, offset, data)
@@ -127,6 +131,9 @@ class SlaveSync:
         self._named = asyncio.Event()
         # Topics read from the copied log, until the master's topics name them.
         self._found: dict[str, TopicConfig] = {}
+        # Topics the master's table had and then did not: deleted there, so not read from
+        # the copied log here (until the master has them again).
+        self._gone: set[str] = set()
 
     def master_named(self, addr: str) -> None:
         if addr != self.master_addr:
@@ -157,7 +164,7 @@ class SlaveSync:
         """A topic the copied log holds but the copied topics do not yet (created on the
         master since the last sync, which may have been its last): readable as it is."""
         store = self.broker.store
-        if store.max_offset(topic, queue_id) == 0:
+        if topic in self._gone or store.max_offset(topic, queue_id) == 0:
             return None
         config = self._found.get(topic)
         if config is None or queue_id >= config.read_queue_nums:
@@ -169,8 +176,14 @@ class SlaveSync:
     async def sync(self, addr: str) -> None:
         broker = self.broker
         topics = await self._get(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        before = {t.topic_name for t in broker.topics.all()}
         if broker.topics.replace_from_master(topics):
             broker.request_registration()
+            after = {t.topic_name for t in broker.topics.all()}
+            for topic in before - after:
+                # As the master did when it deleted the topic.
+                broker.offsets.clean_topic(topic)
+            self._gone = (self._gone | (before - after)) - after
         self._found.clear()
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         broker.offsets.merge_from_master(offsets.get("offsetTable") or {})
