@@ -5,6 +5,8 @@ HA port, and clients that read from the slave once the master is gone."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import socket
 import struct
 import time
@@ -14,7 +16,15 @@ from typing import Any
 
 import pytest
 from tests.compat.servers import BROKER_HA, Cluster
-from tests.helpers import committed_offset, eventually, fast_config, remoting_call, run, send_raw
+from tests.helpers import (
+    committed_offset,
+    eventually,
+    fast_config,
+    pull_head,
+    remoting_call,
+    run,
+    send_raw,
+)
 
 from pyrmq.client.message import Message, MessageQueue, SendStatus
 from pyrmq.client.producer import Producer
@@ -33,6 +43,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
+
+
+def run_sync(coro: Awaitable[Any]) -> Any:
+    async def wrapped() -> Any:
+        return await coro
+
+    return asyncio.run(wrapped())
 
 
 def max_offset(broker: str, topic: str, queue_id: int) -> int:
@@ -129,6 +146,20 @@ def test_the_slave_refuses_sends_and_a_sync_master_without_one_says_so(
     assert answer.code == ResponseCode.SLAVE_NOT_AVAILABLE
     # Stored all the same, as RocketMQ: the answer says only that no slave has it.
     assert max_offset(master, "TopicHALonely", 0) == 1
+    # WAIT=false asks for no wait at all, and a send-back (RocketMQ stores its copy so)
+    # succeeds: else each failed one would come back to the master again and again.
+    answer = send_raw(master, "TopicHALonely", b"no wait", properties="WAIT\x01false\x02")
+    assert answer.code == ResponseCode.SUCCESS
+    first = run_sync(pull_head(master, BROKER, "TopicHALonely", 0)).messages[0]
+    answer = remoting_call(
+        master,
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {"offset": str(first.commit_log_offset), "group": "CG_HA_LONELY", "delayLevel": "0",
+         "originMsgId": first.msg_id, "originTopic": "TopicHALonely", "unitMode": "false",
+         "maxReconsumeTimes": "16"},
+    )  # fmt: skip
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert max_offset(master, "%RETRY%CG_HA_LONELY", 0) == 0  # parked for its delay level
     slave = cluster.start("slave", "SLAVE")
     answer = send_raw(slave, "TopicHALonely", b"to the slave")
     assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
@@ -136,7 +167,7 @@ def test_the_slave_refuses_sends_and_a_sync_master_without_one_says_so(
 
     async def scenario() -> None:
         async def copied() -> bool:
-            return (await max_offsets(slave, "TopicHALonely", 1)) == [1]
+            return (await max_offsets(slave, "TopicHALonely", 1)) == [2]
 
         await until(copied, 10, "the first message on the slave")
         results = await send_all(cluster.namesrv, "TopicHALonely", [b"now with a slave"])
@@ -250,3 +281,87 @@ def test_a_report_past_the_masters_end_acknowledges_nothing(cluster: Cluster) ->
     answer = send_raw(master, "TopicHAAhead", b"nobody has me")
     assert answer.code == ResponseCode.SLAVE_NOT_AVAILABLE
     assert "past this master's end" in cluster.log("master")
+
+
+def test_a_master_rebuilt_empty_is_not_followed_by_a_slave_holding_its_old_log(
+    cluster: Cluster,
+) -> None:
+    """The master's store is lost and it starts empty; once its new log passes the slave's
+    end, the slave must not splice the new log onto the old one: the fence that ends the
+    master's log there differs from the slave's, and the slave refuses."""
+    master = cluster.start("master", "ASYNC_MASTER")
+    slave = cluster.start("slave", "SLAVE")
+    topic = "TopicHARebuilt"
+    for i in range(20):
+        assert send_raw(master, topic, b"old-%02d" % i).code == ResponseCode.SUCCESS
+
+    async def scenario() -> None:
+        async def copied() -> bool:
+            return (await max_offsets(slave, topic, 1)) == [20]
+
+        await until(copied, 10, "the old log on the slave")
+
+    run(scenario, timeout_s=30)
+    cluster.procs["master"].kill()
+    shutil.rmtree(cluster.root / "master")
+    master = cluster.start("master", "ASYNC_MASTER")
+    for i in range(40):
+        assert send_raw(master, topic, b"new-%02d" % i).code == ResponseCode.SUCCESS
+
+    async def refused() -> None:
+        async def said() -> bool:
+            return "differs from its master's" in cluster.log("slave")
+
+        await until(said, 15, "the slave refusing the rebuilt master's log")
+
+    run(refused, timeout_s=30)
+    bodies = [m.body for m in run_sync(pull_head(slave, BROKER, topic, 0)).messages]
+    assert bodies == [b"old-%02d" % i for i in range(20)]
+
+
+def test_a_slave_never_moves_a_consumers_offset_nor_answers_it_in_a_loop(
+    cluster: Cluster,
+) -> None:
+    """A slave started after the master's first segment holds the log from the next one. With
+    the master gone, a pull below the slave's start is answered at its own offset once its
+    suspend time is over (not at once, which would have the consumer spin), and a pull past
+    the slave's end waits there too."""
+    master = cluster.start("master", "ASYNC_MASTER")
+    topic = "TopicHALate"
+    # 1.2 MB, past the first 1 MiB segment (below 4 KiB a body is not compressed).
+    run(lambda: send_all(cluster.namesrv, topic, [os.urandom(3000) for _ in range(400)]))
+    slave = cluster.start("slave", "SLAVE")
+    ends = [max_offset(master, topic, q) for q in range(4)]
+
+    async def caught_up() -> None:
+        async def same() -> bool:
+            return await max_offsets(slave, topic) == ends
+
+        await until(same, 15, "the slave's log")
+
+    run(caught_up, timeout_s=30)
+    cluster.procs["master"].kill()
+
+    def pull(offset: int, suspend_ms: int) -> tuple[float, Any]:
+        ext = {
+            "consumerGroup": "CG_HA_LATE", "topic": topic, "queueId": "0",
+            "queueOffset": str(offset), "maxMsgNums": "32", "sysFlag": "6",
+            "commitOffset": "0", "suspendTimeoutMillis": str(suspend_ms),
+            "subscription": "*", "subVersion": "0", "expressionType": "TAG",
+        }  # fmt: skip
+        started = time.monotonic()
+        answer = remoting_call(slave, RequestCode.PULL_MESSAGE, ext)
+        return time.monotonic() - started, answer
+
+    low = int(pull(0, 0)[1].ext_fields["minOffset"])
+    assert low > 0, "the slave should start after the master's first segment"
+    waited, answer = pull(0, 1500)
+    assert answer.code == ResponseCode.PULL_NOT_FOUND
+    assert answer.ext_fields["nextBeginOffset"] == "0"
+    assert waited >= 1.4
+    waited, answer = pull(ends[0] + 10, 1500)
+    assert answer.code == ResponseCode.PULL_NOT_FOUND
+    assert answer.ext_fields["nextBeginOffset"] == str(ends[0] + 10)
+    assert waited >= 1.4
+    got = pull(low, 0)[1]
+    assert got.code == ResponseCode.SUCCESS

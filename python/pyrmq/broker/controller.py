@@ -261,16 +261,19 @@ class BrokerController:
         """Whether a send's answer waits (for the disk, a slave, or both)."""
         return self.puts_wait_for_disk or self.puts_wait_for_slave
 
-    def when_stored(self, result: PutResult, callback: Callable[[int], None]) -> None:
+    def when_stored(
+        self, result: PutResult, callback: Callable[[int], None], *, slave: bool = True
+    ) -> None:
         """Calls ``callback`` with the send's answer code once ``result``'s append is as safe
         as the broker promises: on disk under SYNC_FLUSH (else FLUSH_DISK_TIMEOUT after
-        ``syncFlushTimeout``), then on a slave for a SYNC_MASTER (else FLUSH_SLAVE_TIMEOUT,
-        or SLAVE_NOT_AVAILABLE); SUCCESS at once when neither applies."""
+        ``syncFlushTimeout``), then on a slave for a SYNC_MASTER unless ``slave`` is false
+        (else FLUSH_SLAVE_TIMEOUT, or SLAVE_NOT_AVAILABLE); SUCCESS at once when neither
+        applies."""
 
         def flushed(durable: bool) -> None:
             if not durable:
                 callback(ResponseCode.FLUSH_DISK_TIMEOUT)
-            elif self.puts_wait_for_slave and self.ha is not None:
+            elif slave and self.puts_wait_for_slave and self.ha is not None:
                 self.ha.when_replicated(result.end_offset, callback)
             else:
                 callback(ResponseCode.SUCCESS)
@@ -280,15 +283,17 @@ class BrokerController:
         else:
             self._flushes.when_durable(result.end_offset, flushed)
 
-    async def put(self, fn: Callable[[], PutResult]) -> tuple[PutResult, bool]:
+    async def put(
+        self, fn: Callable[[], PutResult], *, slave: bool = True
+    ) -> tuple[PutResult, bool]:
         """Runs a store append with :meth:`put_now` and waits as :meth:`when_stored` does;
         returns the result and whether the append is as safe as the broker promises."""
         result = self.put_now(fn)
-        return result, await self.durable(result)
+        return result, await self.durable(result, slave=slave)
 
-    async def durable(self, result: PutResult) -> bool:
+    async def durable(self, result: PutResult, *, slave: bool = True) -> bool:
         """Waits as :meth:`put` does for an append made with :meth:`put_now`."""
-        if not self.puts_wait:
+        if not (self.puts_wait_for_disk or (slave and self.puts_wait_for_slave)):
             return True
         code: asyncio.Future[int] = self.loop.create_future()
 
@@ -296,7 +301,7 @@ class BrokerController:
             if not code.done():
                 code.set_result(value)
 
-        self.when_stored(result, answer)
+        self.when_stored(result, answer, slave=slave)
         return await code == ResponseCode.SUCCESS
 
     def request_registration(self) -> None:

@@ -759,7 +759,9 @@ class PushConsumer(ClientLifecycle):
     async def _unlock_queues(self, inst: ClientInstance, mqs: Sequence[MessageQueue]) -> None:
         for broker_name, queues in _by_broker(mqs).items():
             try:
-                addr = await inst.master_addr(broker_name, queues[0].topic)
+                # Where the queues were read and committed: with the master away, a pyrmq
+                # slave lets the next owner in at once rather than after lockQueueTimeout.
+                addr = await inst.offset_addr(broker_name, queues[0].topic)
                 await inst.api.unlock_batch_mq(addr, self.group, inst.client_id, queues)
             except PyrmqError as e:
                 log.info("%s cannot unlock its queues on %s: %s", self.group, broker_name, e)

@@ -822,7 +822,8 @@ pub fn check_replica(
                 Ok(Vec::new())
             } else {
                 Err(format!(
-                    "a closing blank of {total} bytes where {} remain",
+                    "a closing blank of {total} bytes where {} remain: the master's segments \
+                     are not {segment_size} bytes (mappedFileSizeCommitLog must be the same)",
                     segment_size - rel
                 ))
             };

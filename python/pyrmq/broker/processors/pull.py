@@ -15,7 +15,7 @@ from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag, RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.sql_filter import SqlFilter, SqlFilterError, parse_cached
-from pyrmq.store import GetMessageStatus
+from pyrmq.store import GetMessageStatus, GetResult
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
@@ -258,6 +258,20 @@ class PullProcessor:
             topic=header.topic,
             group=header.consumer_group,
         )
+        next_begin = got.next_begin_offset
+        if code == ResponseCode.PULL_OFFSET_MOVED and broker.config.is_slave:
+            # A slave never moves consumers' offsets (RocketMQ's offsetCheckInSlave=false):
+            # behind its master, it has not got there yet; the pull waits there, as for a
+            # message not yet arrived, rather than coming back at once.
+            code = ResponseCode.PULL_NOT_FOUND
+            next_begin = header.queue_offset
+            if status is GetMessageStatus.OFFSET_TOO_SMALL:
+                # Gone here (the slave started later than it): no arrival brings it back.
+                # Answered once the pull's suspend time is over, not at once.
+                if client_id is not None:
+                    key = (header.consumer_group, header.topic, header.queue_id)
+                    self.access.answered(key, client_id, None, time.monotonic_ns() // 1_000_000)
+                return self._answer_later(conn, request, got, header, park_until)
 
         if (
             code == ResponseCode.PULL_NOT_FOUND
@@ -267,12 +281,6 @@ class PullProcessor:
             self._hold(conn, request, header, subscription, park_until, client_id)
             return None
 
-        next_begin = got.next_begin_offset
-        if code == ResponseCode.PULL_OFFSET_MOVED and broker.config.is_slave:
-            # A slave behind its master must not move consumers' offsets (RocketMQ's
-            # offsetCheckInSlave=false): pull again from where it was.
-            code = ResponseCode.PULL_RETRY_IMMEDIATELY
-            next_begin = header.queue_offset
         if client_id is not None:
             key = (header.consumer_group, header.topic, header.queue_id)
             self.access.answered(key, client_id, delivered, time.monotonic_ns() // 1_000_000)
@@ -292,6 +300,31 @@ class PullProcessor:
             },
             body=body,
         )
+
+    def _answer_later(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        got: GetResult,
+        header: PullMessageRequestHeader,
+        park_until: float | None,
+    ) -> RemotingCommand | None:
+        response = RemotingCommand.response_to(
+            request,
+            ResponseCode.PULL_NOT_FOUND,
+            remark=GetMessageStatus.OFFSET_TOO_SMALL.name,
+            ext_fields={
+                "suggestWhichBrokerId": "0",
+                "nextBeginOffset": str(header.queue_offset),
+                "minOffset": str(got.min_offset),
+                "maxOffset": str(got.max_offset),
+            },
+        )
+        delay_s = 0.0 if park_until is None else park_until - time.monotonic()
+        if delay_s <= 0:
+            return response
+        self.broker.loop.call_later(delay_s, conn.send, response)
+        return None
 
     def _hold(
         self,

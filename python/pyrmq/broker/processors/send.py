@@ -219,7 +219,7 @@ class SendProcessor:
             result = put() if half else broker.put_now(put)
         except (MessageIllegalError, StoreError) as e:
             return self._put_failed(request, e, topic, queue_id)
-        if broker.puts_wait:
+        if broker.puts_wait and _waits_for_store(properties):
             return self._answer_when_stored(request, result, queue_id)
         return self._stored(request, result, queue_id)
 
@@ -344,6 +344,8 @@ class SendProcessor:
             level = header.delay_level or 3 + original.reconsume_times
             props["DELAY"] = str(level)
         try:
+            # As RocketMQ's (its copy has WAIT=false): no wait for a slave, whose absence
+            # would fail the send-back and have the client send it back again and again.
             _, durable = await broker.put(
                 lambda: broker.store.put(
                     topic,
@@ -357,7 +359,8 @@ class SendProcessor:
                     reconsume_times=original.reconsume_times + 1,
                     internal=True,
                     wait_for_flush=False,
-                )
+                ),
+                slave=False,
             )
         except StoreError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
@@ -367,6 +370,14 @@ class SendProcessor:
             # As RocketMQ answers a send-back whose put was not PUT_OK.
             return self._error(request, ResponseCode.SYSTEM_ERROR, "FLUSH_DISK_TIMEOUT")
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+def _waits_for_store(properties: str) -> bool:
+    """False for a message whose WAIT property is "false": RocketMQ answers it once stored,
+    without waiting for the disk or a slave."""
+    if "WAIT\x01false" not in properties:
+        return True
+    return parse_properties(properties).get("WAIT") != "false"
 
 
 def _timer_problem(properties: str, max_delay_s: int) -> str | None:

@@ -6,7 +6,10 @@ master answers with frames of a 12-byte header, the CommitLog offset of the data
 its length (4), followed by that many bytes of its CommitLog; a frame of length 0 is a
 heartbeat. A slave that reports 0 has nothing: it is sent the master's last segment onward, as
 RocketMQ does, not years of history. pyrmq's frames carry whole append groups, fences included,
-so that the slave checks each group as its recovery would before it writes a byte.
+so that the slave checks each group as its recovery would before it writes a byte. A slave that
+resumes is first sent the fence that ends the master's log where the slave's ends, to compare
+with its own: a log that is not a prefix of the master's (a master rebuilt empty, another
+master's slave) is refused, not continued.
 
 A SYNC_MASTER answers a send once a slave has reported an offset past it:
 SLAVE_NOT_AVAILABLE at once when no slave is connected within ``haSlaveFallbehindMax`` bytes
@@ -29,7 +32,7 @@ from pyrmq.remoting.protocol import ResponseCode
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
 
-__all__ = ["HEADER", "REPORT", "HAService", "SlaveLink"]
+__all__ = ["FENCE_LEN", "HEADER", "REPORT", "HAService", "SlaveLink"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,9 @@ HEADER = struct.Struct(">qi")
 """A master's frame header: the data's CommitLog offset, its length."""
 REPORT = struct.Struct(">q")
 """A slave's report: the end of its CommitLog."""
+FENCE_LEN = 20
+FENCE_MAGIC = (0x5EA1F3C7).to_bytes(4, "big")
+"""An append group's fence (see rust/pyrmq-store/src/commit_log.rs): 20 bytes, magic at 4."""
 
 # When nothing signals an append (the store's own delayed deliveries), look this often.
 _IDLE_LOOK_S = 0.1
@@ -88,8 +94,9 @@ class HAService:
         # answered by its timeout stays until the acks pass it.
         self._waiters: list[tuple[int, int, _Waiter]] = []
         self._tickets = itertools.count()
-        # Offsets slaves reported past this master's end, each logged once.
-        self._ahead_logged: set[int] = set()
+        # (slave host, offset) of refusals and starts already logged: a slave refused comes
+        # back every second.
+        self._logged: set[tuple[str, int]] = set()
 
     @property
     def address(self) -> str:
@@ -175,8 +182,9 @@ class HAService:
         peer = "{}:{}".format(*writer.get_extra_info("peername")[:2])
         link = SlaveLink(peer, last_heard=self.broker.loop.time())
         self.links.add(link)
-        log.info("slave connected from %s", peer)
+        log.debug("slave connected from %s", peer)
         pusher: asyncio.Task[None] | None = None
+        start = -1
         try:
             while True:
                 timeout_s = self.broker.config.ha_housekeeping_interval_ms / 1000
@@ -187,13 +195,18 @@ class HAService:
                     log.warning("slave %s reported offset %d; dropping it", peer, offset)
                     return
                 if pusher is None:
-                    start = self._start_offset(peer, offset)
-                    if start is None:
+                    begin = self._start_offset(peer, offset)
+                    if begin is None:
                         return
-                    link.next = start
+                    link.next = start = begin
                     self._acked(link, offset)
-                    log.info("replicating to slave %s from offset %d", peer, link.next)
-                    pusher = asyncio.create_task(self._push(link, writer))
+                    log.log(
+                        logging.DEBUG if self._told(peer, start) else logging.INFO,
+                        "replicating to slave %s from offset %d",
+                        peer,
+                        start,
+                    )
+                    pusher = asyncio.create_task(self._push(link, writer, self._seal(start)))
                     pusher.add_done_callback(lambda _: writer.close())
                 elif pusher.done():
                     return
@@ -215,7 +228,12 @@ class HAService:
                     await pusher
             writer.close()
             self._tasks.discard(task)
-            log.info("slave %s disconnected at offset %d", peer, link.acked)
+            log.log(
+                logging.INFO if link.acked > start >= 0 else logging.DEBUG,
+                "slave %s disconnected at offset %d",
+                peer,
+                link.acked,
+            )
 
     def _start_offset(self, peer: str, reported: int) -> int | None:
         """Where a slave that reported ``reported`` is sent from; None to drop it."""
@@ -224,8 +242,7 @@ class HAService:
             if reported > store.max_phy_offset:
                 # Its log holds data this master does not (lost, or another master's): what
                 # follows here would not continue it.
-                if reported not in self._ahead_logged:
-                    self._ahead_logged.add(reported)
+                if not self._told(peer, reported):
                     log.error(
                         "slave %s reports offset %d, past this master's end %d: it holds "
                         "data this master has not; refused until its store is rebuilt",
@@ -239,11 +256,49 @@ class HAService:
         segment = self.broker.config.store.mapped_file_size_commit_log
         return max(end - end % segment, store.min_phy_offset)
 
-    async def _push(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
+    def _told(self, peer: str, offset: int) -> bool:
+        """Whether (``peer``'s host, ``offset``) was logged already; notes it if not."""
+        key = (peer.rpartition(":")[0], offset)
+        if key in self._logged:
+            return True
+        self._logged.add(key)
+        return False
+
+    def _seal(self, start: int) -> bytes | None:
+        """The fence that ends this master's log at ``start`` (20 bytes before it), which a
+        slave resuming there must hold too; None at a segment's start (a blank closes the
+        segment before, not a fence) or at 0."""
+        if start % self.broker.config.store.mapped_file_size_commit_log == 0:
+            return None
+        try:
+            chunk = self.broker.store.read_replica(start - FENCE_LEN, FENCE_LEN)
+        except PyrmqError:
+            chunk = None
+        if chunk is None or chunk[1] != start or chunk[0][4:8] != FENCE_MAGIC:
+            return b""
+        return chunk[0]
+
+    async def _push(
+        self, link: SlaveLink, writer: asyncio.StreamWriter, seal: bytes | None
+    ) -> None:
         store = self.broker.store
         batch = self.broker.config.ha_transfer_batch_size
         heartbeat_s = self.broker.config.ha_send_heartbeat_interval_ms / 1000
         loop = self.broker.loop
+        if seal is not None:
+            if not seal:
+                if self._told(link.peer, -link.next):
+                    return
+                log.error(
+                    "slave %s resumes at offset %d, which ends no append group here: its log "
+                    "is not this master's; refused until its store is rebuilt",
+                    link.peer,
+                    link.next,
+                )
+                return
+            # A frame ending where the slave's log ends: it checks that its bytes are these.
+            writer.write(HEADER.pack(link.next - len(seal), len(seal)))
+            writer.write(seal)
         last_sent = loop.time()
         while True:
             link.wake.clear()

@@ -34,6 +34,8 @@ __all__ = ["HAClient", "SlaveSync"]
 log = logging.getLogger(__name__)
 
 RECONNECT_S = 1.0
+# While its master cannot be reached, a slave asks the name servers this often where it is.
+ASK_NAMESRV_S = 5.0
 SYNC_INTERVAL_S = 10.0
 
 
@@ -58,27 +60,37 @@ class HAClient:
             self._addr_known.set()
 
     async def run(self) -> None:
-        # A master away is told once, not at every attempt to reach it.
+        # A problem that lasts (a master away, a log refused) is told once, not at every
+        # attempt; again after replication made progress.
         last_problem = ""
+        asked = 0.0
         while True:
             await self._addr_known.wait()
             addr = self.master_ha_addr
+            frames = self.frames
             try:
                 await self._replicate(addr)
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
-                problem = f"replication from master {addr} stopped: {e or type(e).__name__}"
+                problem = f"replication from master {addr} stopped: {str(e) or type(e).__name__}"
                 if problem != last_problem:
                     log.warning("%s", problem)
                 last_problem = problem
+                now = asyncio.get_running_loop().time()
+                if now - asked >= ASK_NAMESRV_S:
+                    # The master may be back elsewhere (new ports): the name server knows.
+                    asked = now
+                    self.broker.request_registration()
             except PyrmqError as e:
-                log.error("replication from master %s stopped: %s", addr, e)
-                last_problem = ""
+                problem = f"replication from master {addr} refused: {e}"
+                if problem != last_problem:
+                    log.error("%s", problem)
+                last_problem = problem
             except Exception:
                 # Whatever went wrong with one connection, the next one is tried.
                 log.exception("replication from master %s failed", addr)
                 last_problem = ""
             finally:
-                if self.connected:
+                if self.frames != frames:
                     last_problem = ""
                 self.connected = False
             await asyncio.sleep(RECONNECT_S)
@@ -107,7 +119,9 @@ class HAClient:
                     if not 0 <= size <= largest or offset < 0:
                         raise ReplicationError(f"a frame of {size} bytes at offset {offset}")
                     data = await reader.readexactly(size) if size else b""
-                if data:
+                if data and offset < end:
+                    self._check_seal(offset, data, end)
+                elif data:
                     end = await loop.run_in_executor(None, store.append_replica, offset, data)
                     self.frames += 1
                     self.broker.hold.answer_ready()
@@ -119,6 +133,18 @@ class HAClient:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    def _check_seal(self, offset: int, data: bytes, end: int) -> None:
+        """A frame ending where this log ends must be what this log holds there: the master's
+        check that the slave's log is a prefix of its own."""
+        own = (
+            self.broker.store.read_replica(offset, len(data)) if offset + len(data) == end else None
+        )
+        if own is None or own != (data, end):
+            raise ReplicationError(
+                f"this slave's CommitLog differs from its master's before offset {end}: it "
+                "holds data the master does not (rebuild this slave's store to follow it)"
+            )
 
 
 class SlaveSync:
