@@ -504,11 +504,10 @@ class MessageExt:
         """The queue it was pulled from: (stored topic, broker, queue id)."""
     @property
     def reconsume_times(self) -> int:
-        """Deliveries before this one: the broker's count, plus the retries an orderly
-        consumer made in memory."""
+        """Deliveries before this one: the broker's count, plus the retries a consumer made
+        in memory (orderly ones, and a send-back that failed)."""
     def count_local_retry(self) -> int:
-        """Counts a retry an orderly consumer makes in memory; returns the new
-        ``reconsume_times``."""
+        """Counts a retry a consumer makes in memory; returns the new ``reconsume_times``."""
     @property
     def store_size(self) -> int: ...
     @property

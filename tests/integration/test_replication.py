@@ -26,6 +26,8 @@ from tests.helpers import (
     send_raw,
 )
 
+from pyrmq.client.admin import Admin
+from pyrmq.client.consume_service import ConsumeStatus
 from pyrmq.client.message import Message, MessageQueue, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
@@ -126,6 +128,11 @@ def test_a_slave_serves_every_acknowledged_message_after_its_master_is_killed(
         assert [r.status for r in results] == [SendStatus.OK] * len(bodies)
         # Answered means on the slave already: no wait before the kill.
         cluster.procs["master"].kill()
+        await asyncio.sleep(0.5)  # the name server sees the master's connection close
+        async with Admin(cluster.namesrv) as admin:
+            # As mqadmin: with the master away, its slave answers for the queues.
+            status = await admin.topic_status(topic)
+            assert sum(o.max_offset for o in status.values()) == len(bodies)
         got = await consume(cluster.namesrv, "CG_HA_FAILOVER", topic, len(bodies))
         assert sorted(got) == sorted(bodies)
         # The consumer committed to the slave at shutdown, its master gone.
@@ -365,3 +372,38 @@ def test_a_slave_never_moves_a_consumers_offset_nor_answers_it_in_a_loop(
     assert waited >= 1.4
     got = pull(low, 0)[1]
     assert got.code == ResponseCode.SUCCESS
+
+
+def test_a_message_failed_on_the_slave_is_retried_in_place_and_counted(cluster: Cluster) -> None:
+    """With the master away nobody takes a send-back: the client retries the message itself
+    after 5 s, counting the delivery as RocketMQ's client does."""
+    master = cluster.start("master", "ASYNC_MASTER")
+    slave = cluster.start("slave", "SLAVE")
+    topic = "TopicHARetry"
+    assert send_raw(master, topic, b"fail once").code == ResponseCode.SUCCESS
+    seen: list[tuple[bytes, int]] = []
+
+    def listener(msgs: list[Any], ctx: Any) -> ConsumeStatus:
+        seen.extend((m.body, m.reconsume_times) for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER if len(seen) == 1 else ConsumeStatus.CONSUME_SUCCESS
+
+    async def scenario() -> None:
+        async def copied() -> bool:
+            return (await max_offsets(slave, topic, 1)) == [1]
+
+        await until(copied, 10, "the message on the slave")
+        cluster.procs["master"].kill()
+        consumer = PushConsumer(
+            "CG_HA_RETRY",
+            client_config=fast_config(cluster.namesrv),
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        )
+        consumer.subscribe(topic, "*", listener)
+        await consumer.start()
+        try:
+            await eventually(lambda: len(seen) >= 2, 20, what="the retry")
+        finally:
+            await consumer.shutdown()
+
+    run(scenario, timeout_s=60)
+    assert seen[:2] == [(b"fail once", 0), (b"fail once", 1)]

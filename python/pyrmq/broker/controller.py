@@ -28,7 +28,7 @@ from pyrmq.broker.services.transactions import TransactionService
 from pyrmq.broker.state.groups import GroupConfig, GroupTable
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.queue_locks import QueueLockTable
-from pyrmq.broker.state.topics import TopicTable
+from pyrmq.broker.state.topics import TopicConfig, TopicTable
 from pyrmq.errors import PyrmqError, RemotingError
 from pyrmq.proxy.server import GrpcServer
 from pyrmq.remoting.client import RemotingClient
@@ -130,6 +130,14 @@ class BrokerController:
         config = self.groups.get(group)
         if config is None:
             config = GroupConfig(group, retry_max_times=self.config.max_reconsume_times)
+        return config
+
+    def topic(self, topic: str, queue_id: int | None = None) -> TopicConfig | None:
+        """A topic's config; on a slave also a topic only its copied log holds yet (see
+        :meth:`SlaveSync.topic_in_store`)."""
+        config = self.topics.get(topic)
+        if config is None and self.slave_sync is not None:
+            config = self.slave_sync.topic_in_store(topic, queue_id)
         return config
 
     def queue_ids(self, queue_nums: int) -> range:

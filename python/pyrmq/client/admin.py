@@ -200,6 +200,10 @@ class Admin:
             raise NoRouteError(f"no broker in cluster {cluster}")
         return [b.addrs[MASTER_ID] for b in brokers if MASTER_ID in b.addrs]
 
+    async def _readers(self) -> list[str]:
+        """Each broker's master, or its lowest-numbered slave while the master is away."""
+        return [b.addrs[min(b.addrs)] for b in await self.clusters() if b.addrs]
+
     async def create_topic(
         self,
         topic: str,
@@ -308,11 +312,12 @@ class Admin:
         header = GetTopicStatsInfoRequestHeader(topic=topic).to_ext()
         out: dict[MessageQueue, TopicOffset] = {}
         for data in route.brokers.values():
-            if data.master is None:
+            # A master away: its slave has the queues (as mqadmin reads them).
+            addr = data.any_addr()
+            if addr is None:
                 continue
             answer = self._check(
-                data.master,
-                await self._call(data.master, RequestCode.GET_TOPIC_STATS_INFO, header),
+                addr, await self._call(addr, RequestCode.GET_TOPIC_STATS_INFO, header)
             )
             table = loads_queue_table(answer.body)
             for mq, v in table.items():
@@ -327,7 +332,7 @@ class Admin:
         self, group: str, topic: str | None = None
     ) -> dict[MessageQueue, ConsumerProgress]:
         """The group's progress on ``topic``, or on every topic it has committed offsets for,
-        from every master broker."""
+        from every master broker (or its slave while the master is away)."""
         return (await self.consume_stats(group, topic)).queues
 
     async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
@@ -336,7 +341,7 @@ class Admin:
         header = GetConsumeStatsRequestHeader(consumer_group=group, topic=topic).to_ext()
         out: dict[MessageQueue, ConsumerProgress] = {}
         tps = 0.0
-        for addr in await self._masters():
+        for addr in await self._readers():
             answer = self._check(
                 addr, await self._call(addr, RequestCode.GET_CONSUME_STATS, header)
             )
@@ -398,12 +403,13 @@ class Admin:
             ext["_UNIQUE_KEY_QUERY"] = "true"
         found: list[MessageExt] = []
         for name, data in route.brokers.items():
-            if data.master is None:
+            addr = data.any_addr()
+            if addr is None:
                 continue
-            response = await self._call(data.master, RequestCode.QUERY_MESSAGE, ext)
+            response = await self._call(addr, RequestCode.QUERY_MESSAGE, ext)
             if response.code == ResponseCode.QUERY_NOT_FOUND:
                 continue
-            self._check(data.master, response)
+            self._check(addr, response)
             found.extend(_core.decode_received(response.body, name))
         return sorted(found, key=lambda m: (m.store_timestamp, m.broker_name, m.commit_log_offset))
 

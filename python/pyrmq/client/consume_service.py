@@ -643,6 +643,9 @@ class ConcurrentConsumeService:
                 sent.append(m)
             except PyrmqError as e:
                 log.warning("send-back of %s failed, retrying locally: %s", m.id, e)
+                # As RocketMQ's client: the listener sees this delivery counted (a broker
+                # without a master cannot take send-backs for as long as it is away).
+                m.count_local_retry()
                 failed.append(m)
         if sent:
             self._done(sent, pq, mq)

@@ -160,8 +160,8 @@ impl PyMessageExt {
             ))
     }
 
-    /// Deliveries before this one: the broker's count, plus the retries an orderly consumer
-    /// made in memory.
+    /// Deliveries before this one: the broker's count, plus the retries a consumer made in
+    /// memory (orderly ones, and a send-back that failed).
     #[getter]
     fn reconsume_times(&self) -> i32 {
         self.m
@@ -169,7 +169,7 @@ impl PyMessageExt {
             .saturating_add(self.local_retries.load(Ordering::Relaxed))
     }
 
-    /// Counts a retry an orderly consumer makes in memory; returns the new `reconsume_times`.
+    /// Counts a retry a consumer makes in memory; returns the new `reconsume_times`.
     fn count_local_retry(&self) -> i32 {
         let local = self
             .local_retries

@@ -104,9 +104,7 @@ class PullProcessor:
                 )
                 park_until = time.monotonic() + max(timeout_ms, 0) / 1000
         broker = self.broker
-        config = broker.topics.get(header.topic)
-        if config is None and broker.slave_sync is not None:
-            config = broker.slave_sync.topic_in_store(header.topic, header.queue_id)
+        config = broker.topic(header.topic, header.queue_id)
         if config is None:
             return RemotingCommand.response_to(
                 request,

@@ -41,7 +41,7 @@ class StatsProcessor:
     async def topic_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Each write queue's min and max offsets and the store time of its last message."""
         header = GetTopicStatsInfoRequestHeader.from_ext(request.ext_fields)
-        config = self.broker.topics.get(header.topic)
+        config = self.broker.topic(header.topic)
         if config is None:
             return RemotingCommand.response_to(
                 request, ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{header.topic}] not exist"

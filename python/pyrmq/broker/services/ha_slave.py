@@ -186,15 +186,21 @@ class SlaveSync:
                     failing = True
             await asyncio.sleep(SYNC_INTERVAL_S)
 
-    def topic_in_store(self, topic: str, queue_id: int) -> TopicConfig | None:
-        """A topic the copied log holds but the copied topics do not yet (created on the
-        master since the last sync, which may have been its last): readable as it is."""
+    def topic_in_store(self, topic: str, queue_id: int | None = None) -> TopicConfig | None:
+        """A topic the copied log holds (in ``queue_id``, or in any queue) but the copied
+        topics do not yet (created on the master since the last sync, which may have been
+        its last): readable as it is."""
         store = self.broker.store
-        if topic in self._gone or store.max_offset(topic, queue_id) == 0:
+        if topic in self._gone:
             return None
         config = self._found.get(topic)
-        if config is None or queue_id >= config.read_queue_nums:
-            queues = 1 + max(q for t, q in store.queue_ids() if t == topic)
+        if queue_id is not None and store.max_offset(topic, queue_id) == 0:
+            return None
+        if config is None or (queue_id is not None and queue_id >= config.read_queue_nums):
+            queue_ids = [q for t, q in store.queue_ids() if t == topic]
+            if not queue_ids:
+                return None
+            queues = 1 + max(queue_ids)
             config = TopicConfig(topic, queues, queues, PERM_READ | PERM_WRITE)
             self._found[topic] = config
         return config
