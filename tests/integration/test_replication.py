@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import socket
 import struct
 import time
@@ -407,3 +408,42 @@ def test_a_message_failed_on_the_slave_is_retried_in_place_and_counted(cluster: 
 
     run(scenario, timeout_s=60)
     assert seen[:2] == [(b"fail once", 0), (b"fail once", 1)]
+
+
+def test_a_sync_master_answers_flush_slave_timeout_while_its_slave_is_stopped(
+    cluster: Cluster,
+) -> None:
+    """SIGSTOP the slave: its connection stays, its reports stop. Sends are stored and
+    answered FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, each of many in flight; once the
+    slave runs again it catches up, and sends are answered SEND_OK."""
+    master = cluster.start("master", "SYNC_MASTER", "syncFlushTimeout=1000")
+    slave = cluster.start("slave", "SLAVE")
+    topic = "TopicHAStopped"
+
+    async def scenario() -> None:
+        await eventually(
+            lambda: "replicating to slave" in cluster.log("master"), 10, what="a slave"
+        )
+        async with Producer("PG_HA_STOPPED", client_config=fast_config(cluster.namesrv)) as p:
+            assert (await p.send(Message(topic, b"before"))).status == SendStatus.OK
+            os.kill(cluster.procs["slave"].proc.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                stopped = await asyncio.gather(
+                    *(p.send(Message(topic, b"while stopped %d" % i)) for i in range(20))
+                )
+                waited = time.monotonic() - started
+            finally:
+                os.kill(cluster.procs["slave"].proc.pid, signal.SIGCONT)
+            assert {r.status for r in stopped} == {SendStatus.FLUSH_SLAVE_TIMEOUT}
+            assert waited >= 0.9
+            ends = await max_offsets(master, topic)
+            assert sum(ends) == 21
+
+            async def caught_up() -> bool:
+                return await max_offsets(slave, topic) == ends
+
+            await until(caught_up, 15, "the slave after SIGCONT")
+            assert (await p.send(Message(topic, b"after"))).status == SendStatus.OK
+
+    run(scenario, timeout_s=60)

@@ -17,6 +17,7 @@ of the end, FLUSH_SLAVE_TIMEOUT when none reports it within ``syncFlushTimeout``
 """
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import heapq
@@ -65,18 +66,16 @@ class SlaveLink:
 
 @dataclasses.dataclass(eq=False, slots=True)
 class _Waiter:
-    """A send waiting for a slave to have the CommitLog up to ``end``."""
+    """A send waiting for a slave to have the CommitLog up to ``end`` until ``deadline``."""
 
     end: int
+    deadline: float
     callback: Callable[[int], None]
-    timer: asyncio.TimerHandle | None = None
     done: bool = False
 
     def finish(self, code: int) -> None:
         if not self.done:
             self.done = True
-            if self.timer is not None:
-                self.timer.cancel()
             self.callback(code)
 
 
@@ -94,6 +93,11 @@ class HAService:
         # answered by its timeout stays until the acks pass it.
         self._waiters: list[tuple[int, int, _Waiter]] = []
         self._tickets = itertools.count()
+        # The same waiters by deadline (one timeout for all: the order they came in), looked
+        # at by one timer rather than a timer each: a timer per send costs the loop more
+        # than the rest of the wait.
+        self._deadlines: collections.deque[_Waiter] = collections.deque()
+        self._sweeper: asyncio.TimerHandle | None = None
         # (slave host, offset) of refusals and starts already logged: a slave refused comes
         # back every second.
         self._logged: set[tuple[str, int]] = set()
@@ -143,12 +147,24 @@ class HAService:
         if not self.slave_ok(end):
             callback(ResponseCode.SLAVE_NOT_AVAILABLE)
             return
-        waiter = _Waiter(end, callback)
-        heapq.heappush(self._waiters, (end, next(self._tickets), waiter))
+        loop = self.broker.loop
         timeout_s = self.broker.config.store.sync_flush_timeout_ms / 1000
-        waiter.timer = self.broker.loop.call_later(
-            timeout_s, waiter.finish, ResponseCode.FLUSH_SLAVE_TIMEOUT
-        )
+        waiter = _Waiter(end, loop.time() + timeout_s, callback)
+        heapq.heappush(self._waiters, (end, next(self._tickets), waiter))
+        self._deadlines.append(waiter)
+        if self._sweeper is None:
+            self._sweeper = loop.call_at(waiter.deadline, self._sweep)
+
+    def _sweep(self) -> None:
+        """Answers the waiters whose deadline passed FLUSH_SLAVE_TIMEOUT, and comes back at
+        the next deadline."""
+        self._sweeper = None
+        deadlines = self._deadlines
+        now = self.broker.loop.time()
+        while deadlines and (deadlines[0].done or deadlines[0].deadline <= now):
+            deadlines.popleft().finish(ResponseCode.FLUSH_SLAVE_TIMEOUT)
+        if deadlines:
+            self._sweeper = self.broker.loop.call_at(deadlines[0].deadline, self._sweep)
 
     async def replicated(self, end: int) -> int:
         """:meth:`when_replicated` as a coroutine."""
@@ -163,6 +179,10 @@ class HAService:
 
     def _finish_all(self, code: int) -> None:
         waiters, self._waiters = self._waiters, []
+        self._deadlines.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for _, _, waiter in waiters:
             waiter.finish(code)
 
