@@ -201,3 +201,9 @@ class Cluster:
         for proc in self.procs.values():
             proc.kill()
         self.namesrv_proc.kill()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

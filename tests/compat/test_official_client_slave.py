@@ -28,11 +28,8 @@ pytestmark = [
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
+    with Cluster(tmp_path) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_the_official_consumer_reads_from_the_slave_once_the_master_is_killed(

@@ -41,11 +41,8 @@ BROKER = BROKER_HA
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
+    with Cluster(tmp_path) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def run_sync(coro: Awaitable[Any]) -> Any:
