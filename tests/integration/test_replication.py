@@ -444,3 +444,26 @@ def test_a_sync_master_answers_flush_slave_timeout_while_its_slave_is_stopped(
             assert (await p.send(Message(topic, b"after"))).status == SendStatus.OK
 
     run(scenario, timeout_s=60)
+
+
+def test_an_idle_slave_stays_connected_through_heartbeats(cluster: Cluster) -> None:
+    """Heartbeat frames (no bytes) keep an idle link: a SYNC_MASTER's first send after a quiet
+    spell finds its slave there."""
+    beat = "haSendHeartbeatInterval=200"
+    master = cluster.start("master", "SYNC_MASTER", beat)
+    cluster.start("slave", "SLAVE", beat)
+    topic = "TopicHAIdle"
+
+    async def scenario() -> None:
+        await eventually(
+            lambda: "replicating to slave" in cluster.log("master"), 10, what="a slave"
+        )
+        await asyncio.sleep(1.5)  # several heartbeats, nothing sent
+        for _ in range(3):
+            answer = await asyncio.to_thread(send_raw, master, topic, b"after a quiet spell")
+            assert answer.code == ResponseCode.SUCCESS
+            await asyncio.sleep(0.5)
+
+    run(scenario, timeout_s=30)
+    assert "refused" not in cluster.log("slave")
+    assert cluster.log("master").count("replicating to slave") == 1

@@ -45,6 +45,8 @@ FENCE_LEN = 20
 FENCE_MAGIC = (0x5EA1F3C7).to_bytes(4, "big")
 """An append group's fence (see rust/pyrmq-store/src/commit_log.rs): 20 bytes, magic at 4."""
 
+# Entries of HAService._logged kept before they are forgotten (a slave host per entry).
+_LOGGED_KEPT = 1024
 # When nothing signals an append (the store's own delayed deliveries), look this often.
 _IDLE_LOOK_S = 0.1
 
@@ -218,15 +220,28 @@ class HAService:
                     begin = self._start_offset(peer, offset)
                     if begin is None:
                         return
+                    seal = self._seal(begin)
+                    if seal == b"":
+                        if not self._told(peer, -begin):
+                            log.error(
+                                "slave %s resumes at offset %d, which ends no append group "
+                                "here: its log is not this master's; refused until its store "
+                                "is rebuilt",
+                                peer,
+                                begin,
+                            )
+                        return
                     link.next = start = begin
-                    self._acked(link, offset)
+                    if seal is None:
+                        # Nothing to check first: what it reports, it has.
+                        self._acked(link, offset)
                     log.log(
                         logging.DEBUG if self._told(peer, start) else logging.INFO,
                         "replicating to slave %s from offset %d",
                         peer,
                         start,
                     )
-                    pusher = asyncio.create_task(self._push(link, writer, self._seal(start)))
+                    pusher = asyncio.create_task(self._push(link, writer, seal))
                     pusher.add_done_callback(lambda _: writer.close())
                 elif pusher.done():
                     return
@@ -259,6 +274,16 @@ class HAService:
         """Where a slave that reported ``reported`` is sent from; None to drop it."""
         store = self.broker.store
         if reported > 0:
+            if reported < store.min_phy_offset:
+                if not self._told(peer, reported):
+                    log.error(
+                        "slave %s resumes at offset %d, below this master's first segment "
+                        "(%d; retention removed the rest): refused until its store is rebuilt",
+                        peer,
+                        reported,
+                        store.min_phy_offset,
+                    )
+                return None
             if reported > store.max_phy_offset:
                 # Its log holds data this master does not (lost, or another master's): what
                 # follows here would not continue it.
@@ -281,6 +306,8 @@ class HAService:
         key = (peer.rpartition(":")[0], offset)
         if key in self._logged:
             return True
+        if len(self._logged) >= _LOGGED_KEPT:
+            self._logged.clear()
         self._logged.add(key)
         return False
 
@@ -305,18 +332,9 @@ class HAService:
         batch = self.broker.config.ha_transfer_batch_size
         heartbeat_s = self.broker.config.ha_send_heartbeat_interval_ms / 1000
         loop = self.broker.loop
-        if seal is not None:
-            if not seal:
-                if self._told(link.peer, -link.next):
-                    return
-                log.error(
-                    "slave %s resumes at offset %d, which ends no append group here: its log "
-                    "is not this master's; refused until its store is rebuilt",
-                    link.peer,
-                    link.next,
-                )
-                return
-            # A frame ending where the slave's log ends: it checks that its bytes are these.
+        if seal:
+            # A frame ending where the slave's log ends: it checks that its bytes are these,
+            # and only its next report counts as what it has.
             writer.write(HEADER.pack(link.next - len(seal), len(seal)))
             writer.write(seal)
         last_sent = loop.time()

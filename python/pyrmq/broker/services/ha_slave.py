@@ -123,7 +123,7 @@ class HAClient:
                     data = await reader.readexactly(size) if size else b""
                 if data and offset < end:
                     self._check_seal(offset, data, end)
-                elif len(data) <= INLINE_APPEND_BYTES:
+                elif data and len(data) <= INLINE_APPEND_BYTES:
                     # A page-cache write and its dispatch: sooner done than a thread hop.
                     end = store.append_replica(offset, data)
                     self.frames += 1
