@@ -378,9 +378,6 @@ class BrokerController:
                 # The name server names this slave's master, once it has registered.
                 self.ha_client.master_named(response.ext_fields.get("haServerAddr") or "")
                 self.slave_sync.master_named(response.ext_fields.get("masterAddr") or "")
-        if self.slave_sync is not None and not self.slave_sync.master_addr:
-            # No master registered yet (or it is away): ask again sooner than every 30 s.
-            self.loop.call_later(SLAVE_REGISTER_RETRY_S, self._register_now.set)
 
     async def _unregister_all(self) -> None:
         header = UnregisterBrokerRequestHeader(
@@ -399,10 +396,14 @@ class BrokerController:
         # server's 120 s expiry.
         period = max(10_000, min(self.config.register_name_server_period_ms, 60_000)) / 1000
         while True:
+            wait_s = period
+            if self.slave_sync is not None and not self.slave_sync.master_addr:
+                # No master registered yet (or it is away): ask again sooner.
+                wait_s = SLAVE_REGISTER_RETRY_S
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
             # arrives as the event is set, and stop() would then wait forever.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(period):
+                async with asyncio.timeout(wait_s):
                     await self._register_now.wait()
             self._register_now.clear()
             try:

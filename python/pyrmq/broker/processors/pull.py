@@ -15,7 +15,7 @@ from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag, RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.sql_filter import SqlFilter, SqlFilterError, parse_cached
-from pyrmq.store import GetMessageStatus, GetResult
+from pyrmq.store import GetMessageStatus
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
@@ -257,6 +257,8 @@ class PullProcessor:
             group=header.consumer_group,
         )
         next_begin = got.next_begin_offset
+        # The moment a slave answers a pull below its start; None: at once.
+        answer_at: float | None = None
         if code == ResponseCode.PULL_OFFSET_MOVED and broker.config.is_slave:
             # A slave never moves consumers' offsets (RocketMQ's offsetCheckInSlave=false):
             # behind its master, it has not got there yet; the pull waits there, as for a
@@ -264,15 +266,13 @@ class PullProcessor:
             code = ResponseCode.PULL_NOT_FOUND
             next_begin = header.queue_offset
             if status is GetMessageStatus.OFFSET_TOO_SMALL:
-                # Gone here (the slave started later than it): no arrival brings it back.
-                # Answered once the pull's suspend time is over, not at once.
-                if client_id is not None:
-                    key = (header.consumer_group, header.topic, header.queue_id)
-                    self.access.answered(key, client_id, None, time.monotonic_ns() // 1_000_000)
-                return self._answer_later(conn, request, got, header, park_until)
+                # Gone here (the slave started later than it): no arrival brings it back, so
+                # not held; answered once the pull's suspend time is over.
+                answer_at = park_until
 
         if (
             code == ResponseCode.PULL_NOT_FOUND
+            and answer_at is None
             and park_until is not None
             and park_until > time.monotonic()
         ):
@@ -286,7 +286,7 @@ class PullProcessor:
                 # The owner moves to where this answer says, and commits from there.
                 self.access.set_floor(key, client_id, -1)
         remark = status.name if code != ResponseCode.SUCCESS else None
-        return RemotingCommand.response_to(
+        response = RemotingCommand.response_to(
             request,
             code,
             remark=remark,
@@ -298,31 +298,10 @@ class PullProcessor:
             },
             body=body,
         )
-
-    def _answer_later(
-        self,
-        conn: Connection,
-        request: RemotingCommand,
-        got: GetResult,
-        header: PullMessageRequestHeader,
-        park_until: float | None,
-    ) -> RemotingCommand | None:
-        response = RemotingCommand.response_to(
-            request,
-            ResponseCode.PULL_NOT_FOUND,
-            remark=GetMessageStatus.OFFSET_TOO_SMALL.name,
-            ext_fields={
-                "suggestWhichBrokerId": "0",
-                "nextBeginOffset": str(header.queue_offset),
-                "minOffset": str(got.min_offset),
-                "maxOffset": str(got.max_offset),
-            },
-        )
-        delay_s = 0.0 if park_until is None else park_until - time.monotonic()
-        if delay_s <= 0:
-            return response
-        self.broker.loop.call_later(delay_s, conn.send, response)
-        return None
+        if answer_at is not None and answer_at > time.monotonic():
+            self.broker.loop.call_later(answer_at - time.monotonic(), conn.send, response)
+            return None
+        return response
 
     def _hold(
         self,

@@ -61,7 +61,6 @@ class SlaveLink:
     acked: int = -1
     # Where the next frame starts.
     next: int = -1
-    last_heard: float = 0.0
     # Set when new bytes may be there to send.
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
@@ -168,17 +167,6 @@ class HAService:
         if deadlines:
             self._sweeper = self.broker.loop.call_at(deadlines[0].deadline, self._sweep)
 
-    async def replicated(self, end: int) -> int:
-        """:meth:`when_replicated` as a coroutine."""
-        done: asyncio.Future[int] = self.broker.loop.create_future()
-
-        def answer(code: int) -> None:
-            if not done.done():
-                done.set_result(code)
-
-        self.when_replicated(end, answer)
-        return await done
-
     def _finish_all(self, code: int) -> None:
         waiters, self._waiters = self._waiters, []
         self._deadlines.clear()
@@ -192,7 +180,6 @@ class HAService:
         # A slave has no more than it was sent: a report past that (a slave of another
         # master, or one that kept data its master lost) proves nothing.
         link.acked = min(offset, link.next) if link.next >= 0 else offset
-        link.last_heard = self.broker.loop.time()
         waiters = self._waiters
         while waiters and (waiters[0][0] <= link.acked or waiters[0][2].done):
             heapq.heappop(waiters)[2].finish(ResponseCode.SUCCESS)
@@ -202,7 +189,7 @@ class HAService:
         assert task is not None
         self._tasks.add(task)
         peer = "{}:{}".format(*writer.get_extra_info("peername")[:2])
-        link = SlaveLink(peer, last_heard=self.broker.loop.time())
+        link = SlaveLink(peer)
         self.links.add(link)
         log.debug("slave connected from %s", peer)
         pusher: asyncio.Task[None] | None = None

@@ -50,7 +50,6 @@ class HAClient:
         self._addr_known = asyncio.Event()
         if self.master_ha_addr:
             self._addr_known.set()
-        self.connected = False
         self.frames = 0
 
     def master_named(self, ha_addr: str) -> None:
@@ -94,7 +93,6 @@ class HAClient:
             finally:
                 if self.frames != frames:
                     last_problem = ""
-                self.connected = False
             await asyncio.sleep(RECONNECT_S)
 
     async def _replicate(self, addr: str) -> None:
@@ -112,7 +110,6 @@ class HAClient:
             end = store.max_phy_offset
             writer.write(REPORT.pack(end))
             await writer.drain()
-            self.connected = True
             log.info("replicating from master %s at offset %d", addr, end)
             reported = loop.time()
             while True:
@@ -123,13 +120,12 @@ class HAClient:
                     data = await reader.readexactly(size) if size else b""
                 if data and offset < end:
                     self._check_seal(offset, data, end)
-                elif data and len(data) <= INLINE_APPEND_BYTES:
-                    # A page-cache write and its dispatch: sooner done than a thread hop.
-                    end = store.append_replica(offset, data)
-                    self.frames += 1
-                    self.broker.hold.answer_ready()
                 elif data:
-                    end = await loop.run_in_executor(None, store.append_replica, offset, data)
+                    if len(data) <= INLINE_APPEND_BYTES:
+                        # A page-cache write and its dispatch: sooner done than a thread hop.
+                        end = store.append_replica(offset, data)
+                    else:
+                        end = await loop.run_in_executor(None, store.append_replica, offset, data)
                     self.frames += 1
                     self.broker.hold.answer_ready()
                 if data or loop.time() - reported >= heartbeat_s:

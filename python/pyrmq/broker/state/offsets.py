@@ -71,11 +71,13 @@ class OffsetTable:
     def to_json(self) -> dict[str, Any]:
         """The table as GET_ALL_CONSUMER_OFFSET answers it: the file's form."""
         with self._lock:
-            return {
-                "offsetTable": {
-                    k: {str(q): o for q, o in v.items()} for k, v in self._table.items()
-                }
-            }
+            return self._file_form()
+
+    def _file_form(self) -> dict[str, Any]:
+        """The file's JSON object; the caller holds the lock."""
+        return {
+            "offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self._table.items()}
+        }
 
     def clean_topic(self, topic: str) -> None:
         """Forgets every group's offsets on ``topic`` (a deleted topic)."""
@@ -95,11 +97,11 @@ class OffsetTable:
         with self._lock:
             if not (self._dirty or force):
                 return None
-            snapshot = {k: {str(q): o for q, o in v.items()} for k, v in self._table.items()}
+            snapshot = self._file_form()
             self._dirty = False
             self._taken += 1
             number = self._taken
-        return Snapshot(number, json.dumps({"offsetTable": snapshot}, sort_keys=True).encode())
+        return Snapshot(number, json.dumps(snapshot, sort_keys=True).encode())
 
     def write(self, snapshot: Snapshot) -> None:
         """Writes what :meth:`encode` returned, unless a later snapshot is on disk already
