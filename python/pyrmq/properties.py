@@ -16,9 +16,11 @@ __all__ = [
     "MAX_RECONSUME_TIMES",
     "MIN_OFFSET",
     "ORIGIN_MESSAGE_ID",
+    "PRODUCER_GROUP",
     "RECONSUME_TIME",
     "RETRY_TOPIC",
     "TAGS",
+    "TRAN_MSG",
     "UNIQ_KEY",
     "WAIT",
     "encode_properties",
@@ -40,6 +42,8 @@ RECONSUME_TIME: Final = "RECONSUME_TIME"
 MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
 MIN_OFFSET: Final = "MIN_OFFSET"
 MAX_OFFSET: Final = "MAX_OFFSET"
+TRAN_MSG: Final = "TRAN_MSG"
+PRODUCER_GROUP: Final = "PGROUP"
 
 
 def parse_properties(encoded: str) -> dict[str, str]:

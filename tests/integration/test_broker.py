@@ -402,7 +402,7 @@ def test_heartbeat_consumer_list_offsets_and_notification(tmp_path: Path) -> Non
             notified: list[str] = []
             got_notice = asyncio.Event()
 
-            async def on_notify(request: RemotingCommand) -> None:
+            async def on_notify(request: RemotingCommand, _addr: str) -> None:
                 notified.append(request.ext_fields["consumerGroup"])
                 got_notice.set()
 
@@ -723,8 +723,8 @@ def test_reset_offset_by_time_moves_offsets_back_and_tells_each_consumer(tmp_pat
             notices: dict[str, list[RemotingCommand]] = {"cpp": [], "java": []}
             arrived = asyncio.Event()
 
-            def on_reset(kind: str) -> Callable[[RemotingCommand], Awaitable[None]]:
-                async def handler(request: RemotingCommand) -> None:
+            def on_reset(kind: str) -> Callable[[RemotingCommand, str], Awaitable[None]]:
+                async def handler(request: RemotingCommand, _addr: str) -> None:
                     notices[kind].append(request)
                     arrived.set()
 

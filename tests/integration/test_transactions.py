@@ -101,7 +101,7 @@ def test_a_half_left_open_is_checked_with_a_producer_of_its_group(tmp_path: Path
     async def scenario(broker: str) -> list[Any]:
         checks: asyncio.Queue[Command] = asyncio.Queue()
 
-        async def on_check(request: Command) -> None:
+        async def on_check(request: Command, _addr: str) -> None:
             checks.put_nowait(request)
 
         producer = RemotingClient()

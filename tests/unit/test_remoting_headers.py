@@ -171,6 +171,14 @@ SAMPLES: list[Any] = [
         topic="T", group="G", timestamp=1_700_000_000_000, is_force=False, queue_id=3, offset=9
     ),
     h.UnregisterClientRequestHeader(client_id="1-127.0.0.1@DEFAULT", producer_group="P"),
+    h.EndTransactionRequestHeader(
+        producer_group="PG", tran_state_table_offset=7, commit_log_offset=2**40,
+        commit_or_rollback=8, msg_id="M", from_transaction_check=True, transaction_id="T",
+    ),
+    h.CheckTransactionStateRequestHeader(
+        tran_state_table_offset=7, commit_log_offset=2**40, msg_id="M", transaction_id="T",
+        offset_msg_id="O", topic="T", broker_name="broker-a",
+    ),
     h.GetRouteInfoRequestHeader(topic="T", accept_standard_json_only=True),
     h.RegisterBrokerRequestHeader(
         broker_name="broker-a", broker_addr="127.0.0.1:10911", cluster_name="DefaultCluster",

@@ -12,12 +12,13 @@ changing its import; the official exception names are in :mod:`pyrmq.client.exce
 ('TopicTest', 'TagA', b'hello', True)
 
 The asyncio API lives in :mod:`pyrmq.client.aio` (also here as ``AsyncProducer``,
-``AsyncPushConsumer`` and ``LitePullConsumer``).
+``AsyncPushConsumer``, ``AsyncTransactionProducer`` and ``LitePullConsumer``).
 """
 
 from pyrmq.client.aio import LitePullConsumer
 from pyrmq.client.aio import Producer as AsyncProducer
 from pyrmq.client.aio import PushConsumer as AsyncPushConsumer
+from pyrmq.client.aio import TransactionProducer as AsyncTransactionProducer
 from pyrmq.client.blocking import (
     MessageModel,
     MessageProperty,
@@ -41,6 +42,7 @@ from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, 
 __all__ = [
     "AsyncProducer",
     "AsyncPushConsumer",
+    "AsyncTransactionProducer",
     "ConsumeContext",
     "ConsumeStatus",
     "LitePullConsumer",

@@ -298,11 +298,19 @@ class Admin:
         return addrs
 
     async def _route(self, topic: str) -> TopicRoute:
+        route = await self.route(topic)
+        if route is None:
+            raise NoRouteError(f"no broker holds topic {topic}")
+        return route
+
+    async def route(self, topic: str) -> TopicRoute | None:
+        """``topic``'s route, or None when no broker holds it; NoRouteError when no name
+        server answers."""
         addr, response = await self._ask_namesrv(
             RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
         )
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
-            raise NoRouteError(f"no broker holds topic {topic}")
+            return None
         self._check(addr, response)
         return TopicRoute.parse(topic, response.body)
 
@@ -377,11 +385,17 @@ class Admin:
         max_num: int = 32,
         begin_ms: int = 0,
         end_ms: int | None = None,
+        every_broker: bool = False,
     ) -> list[MessageExt]:
         """Messages of ``topic`` with ``key`` among their keys, stored from ``begin_ms`` to
         ``end_ms`` (default: now), from every broker that holds the topic, oldest first.
-        Each broker returns at most ``max_num`` (64 at most)."""
-        found = await self._query(topic, key, max_num, begin_ms, end_ms, unique=False)
+        Each broker returns at most ``max_num`` (64 at most). With ``every_broker``, every
+        broker the name servers know is asked, whether the topic's route names it or not (a
+        route lags behind its brokers: after a name server restart, or a topic just made);
+        NoRouteError if they know none."""
+        found = await self._query(
+            topic, key, max_num, begin_ms, end_ms, unique=False, every_broker=every_broker
+        )
         # The brokers' index finds keys by hash: a colliding key is no match.
         return [m for m in found if key in m.keys.split(" ")]
 
@@ -392,9 +406,25 @@ class Admin:
         return [m for m in found if m.get_property("UNIQ_KEY") == uniq_key]
 
     async def _query(
-        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int | None, *, unique: bool
+        self,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin_ms: int,
+        end_ms: int | None,
+        *,
+        unique: bool,
+        every_broker: bool = False,
     ) -> list[MessageExt]:
-        route = await self._route(topic)
+        if every_broker:
+            brokers = [
+                (b.broker_name, b.addrs[min(b.addrs)]) for b in await self.clusters() if b.addrs
+            ]
+            if not brokers:
+                raise NoRouteError("the name servers know no broker")
+        else:
+            route = await self._route(topic)
+            brokers = [(n, a) for n, d in route.brokers.items() if (a := d.any_addr()) is not None]
         end = time.time_ns() // 1_000_000 if end_ms is None else end_ms
         ext = QueryMessageRequestHeader(
             topic=topic, key=key, max_num=max_num, begin_timestamp=begin_ms, end_timestamp=end
@@ -402,10 +432,7 @@ class Admin:
         if unique:
             ext["_UNIQUE_KEY_QUERY"] = "true"
         found: list[MessageExt] = []
-        for name, data in route.brokers.items():
-            addr = data.any_addr()
-            if addr is None:
-                continue
+        for name, addr in brokers:
             response = await self._call(addr, RequestCode.QUERY_MESSAGE, ext)
             if response.code == ResponseCode.QUERY_NOT_FOUND:
                 continue

@@ -48,6 +48,17 @@ The lite pull consumer polls exact queues from exact positions:
 ...     for msg in await lite.poll(timeout_s=1.0):
 ...         print(msg.queue_id, msg.queue_offset, msg.body)
 ...     await lite.commit()
+
+A transactional message is held back until the local transaction it goes with commits; a
+``checker`` settles those whose outcome the broker did not hear:
+
+>>> async def transfer(namesrv: str) -> None:  # doctest: +SKIP
+...     def save(msg, arg):
+...         return TransactionState.COMMIT if ledger.record(arg) else TransactionState.ROLLBACK
+...     checker = lambda half: ledger.state_of(half.keys)
+...     async with TransactionProducer("PG_TX", namesrv, checker=checker) as producer:
+...         result = await producer.send_in_transaction(Message("Transfers", b"..."), save, 42)
+...         print(result.state.name)
 """
 
 from pyrmq.client.allocate import (
@@ -62,6 +73,12 @@ from pyrmq.client.lite_pull import LitePullConsumer
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer, select_by_hash
 from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.client.transaction import (
+    HalfMessage,
+    TransactionProducer,
+    TransactionSendResult,
+    TransactionState,
+)
 
 __all__ = [
     "AllocateConsistentHash",
@@ -70,6 +87,7 @@ __all__ = [
     "ConsumeOrderlyContext",
     "ConsumeOrderlyStatus",
     "ConsumeStatus",
+    "HalfMessage",
     "LitePullConsumer",
     "Message",
     "MessageExt",
@@ -78,6 +96,9 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
     "allocate_averagely",
     "allocate_averagely_by_circle",
     "select_by_hash",

@@ -16,6 +16,7 @@ from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
+    EndTransactionRequestHeader,
     GetConsumerListByGroupRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
@@ -167,6 +168,16 @@ class ClientAPI:
             message_queue=MessageQueue(
                 req.queue.topic, req.queue.broker_name, int(ext.get("queueId", req.queue.queue_id))
             ),
+        )
+
+    async def end_transaction(
+        self, addr: str, header: EndTransactionRequestHeader, timeout_s: float
+    ) -> None:
+        """Commits or rolls back a half message. RocketMQ's producers send this oneway; asked
+        for an answer, a broker says whether the half was there to end."""
+        ext = header.to_ext()
+        self._check(
+            addr, await self._call(addr, RequestCode.END_TRANSACTION, ext, timeout_s=timeout_s)
         )
 
     async def send_oneway(self, addr: str, req: SendRequest) -> None:

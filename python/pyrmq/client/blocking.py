@@ -30,6 +30,7 @@ What matches the official client, beyond names and signatures:
 >>> producer.shutdown()  # doctest: +SKIP
 """
 
+import asyncio
 import concurrent.futures
 import enum
 import logging
@@ -50,7 +51,10 @@ from pyrmq.client.producer import select_by_hash
 from pyrmq.client.push_consumer import PushConsumer as AsyncPushConsumer
 from pyrmq.client.route import TopicRoute
 from pyrmq.client.subscription import consumer_data
+from pyrmq.client.transaction import TransactionProducer as AsyncTransactionProducer
+from pyrmq.client.transaction import TransactionState
 from pyrmq.errors import BrokerError, ClientError, PyrmqError, SendError
+from pyrmq.properties import UNIQ_KEY
 from pyrmq.remoting.headers import PullMessageRequestHeader
 
 __all__ = [
@@ -65,6 +69,7 @@ __all__ = [
     "RecvMessage",
     "SendResult",
     "SendStatus",
+    "SentMessage",
     "TransactionMQProducer",
     "TransactionStatus",
     "hashing_queue_selector",
@@ -91,12 +96,8 @@ class MessageModel(enum.IntEnum):
     """The group's consumers share the queues; each message goes to one of them."""
 
 
-class TransactionStatus(enum.IntEnum):
-    """rocketmq-client-python 2.x's transaction states (transactions are not supported)."""
-
-    COMMIT = 0
-    ROLLBACK = 1
-    UNKNOWN = 2
+TransactionStatus = TransactionState
+"""rocketmq-client-python 2.x's transaction states: COMMIT, ROLLBACK, UNKNOWN."""
 
 
 class MessageProperty(enum.Enum):
@@ -443,7 +444,7 @@ class Producer(_Client):
             config = self._config()
         except PyrmqError as e:
             _raise_as(cls, e)
-        producer = AsyncProducer(
+        producer = self._new_producer(
             self._group,
             send_timeout_s=self._timeout_ms / 1000,
             retry_times_when_send_failed=self._retry_times,
@@ -456,6 +457,9 @@ class Producer(_Client):
             1, thread_name_prefix=f"pyrmq-send-callback-{self._group}"
         )
         self._async = producer
+
+    def _new_producer(self, group: str, **settings: Any) -> AsyncProducer:
+        return AsyncProducer(group, **settings)
 
     def shutdown(self) -> None:
         """Waits for ``send_async`` sends (up to the send timeout) and their callbacks, then
@@ -599,9 +603,70 @@ class Producer(_Client):
         return _run(self._producer(cls).send_batch(msgs), cls)
 
 
+class SentMessage:
+    """The message of a transaction as ``local_execute`` sees it, with the accessors of
+    :class:`RecvMessage` that a message just sent has; ``id`` is its ``UNIQ_KEY``."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: Message) -> None:
+        self.message = message
+
+    @property
+    def topic(self) -> str:
+        return self.message.topic
+
+    @property
+    def tags(self) -> bytes:
+        return (self.message.tags or "").encode()
+
+    @property
+    def keys(self) -> bytes:
+        return (self.message.keys or "").encode()
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    @property
+    def id(self) -> str:
+        return self.message.properties.get(UNIQ_KEY, "")
+
+    def get_property(self, prop: str | bytes | MessageProperty) -> bytes:
+        if isinstance(prop, MessageProperty):
+            prop = prop.value
+        return self.message.properties.get(_text(prop), "").encode()
+
+    def __getitem__(self, key: str | bytes | MessageProperty) -> bytes:
+        return self.get_property(key)
+
+    def __str__(self) -> str:
+        return self.body.decode("utf-8")
+
+    def __bytes__(self) -> bytes:
+        return self.body
+
+
 class TransactionMQProducer(Producer):
-    """rocketmq-client-python 2.x's transactional producer. pyrmq brokers do not support
-    transactional messages yet, so constructing one raises NotImplementedError."""
+    """rocketmq-client-python 2.x's transactional producer.
+
+    :meth:`send_message_in_transaction` stores the message as a half message, runs
+    ``local_execute(message, user_args)`` and commits or rolls the half back by what it
+    returns (a :class:`TransactionStatus`). A half left UNKNOWN, or whose producer died before
+    ending it, is checked later: the broker asks a producer of the group, whose
+    ``checker_callback(msg)`` (a :class:`RecvMessage`) answers. Both callbacks run on a
+    thread of their own, so they may block.
+
+    >>> from pyrmq.client import Message, TransactionMQProducer, TransactionStatus
+    >>> def checker(msg):
+    ...     return TransactionStatus.COMMIT
+    >>> producer = TransactionMQProducer("PG_TX", checker)
+    >>> producer.set_name_server_address("127.0.0.1:9876")
+    >>> producer.start()  # doctest: +SKIP
+    >>> ret = producer.send_message_in_transaction(  # doctest: +SKIP
+    ...     Message("TopicTest"), lambda msg, args: TransactionStatus.COMMIT)
+    >>> producer.shutdown()  # doctest: +SKIP
+    """
 
     def __init__(
         self,
@@ -612,15 +677,41 @@ class TransactionMQProducer(Producer):
         compress_level: int | None = None,
         max_message_size: int | None = None,
     ) -> None:
-        raise NotImplementedError("transactional messages are not supported by pyrmq yet")
+        super().__init__(group_id, timeout, compress_level, max_message_size)
+        self._checker_callback = checker_callback
+
+    def _new_producer(self, group: str, **settings: Any) -> AsyncProducer:
+        checker = self._checker_callback
+
+        async def check(half: MessageExt) -> TransactionState:
+            return await asyncio.to_thread(checker, RecvMessage(half))
+
+        return AsyncTransactionProducer(group, checker=check, **settings)
 
     def send_message_in_transaction(
         self,
         message: Message,
-        local_execute: Callable[[RecvMessage, Any], TransactionStatus],
+        local_execute: Callable[[SentMessage, Any], TransactionStatus],
         user_args: Any = None,
     ) -> SendResult:
-        raise NotImplementedError("transactional messages are not supported by pyrmq yet")
+        """Sends ``message`` as a half, runs ``local_execute(message, user_args)`` and ends
+        the half with its answer; returns the half's send result. If ``local_execute``
+        raises, the half is left for the checker and the exception propagates.
+
+        Raises:
+            ProducerSendSyncFailed: The message is invalid, or no broker took the half.
+        """
+        cls = exceptions.ProducerSendSyncFailed
+        producer = self._producer(cls)
+        assert isinstance(producer, AsyncTransactionProducer)
+
+        async def execute(msg: Message, arg: Any) -> TransactionState:
+            return await asyncio.to_thread(local_execute, SentMessage(msg), arg)
+
+        async def send() -> SendResult:
+            return (await producer.send_in_transaction(message, execute, user_args)).send_result
+
+        return _run(send(), cls)
 
 
 MessageCallback = Callable[[RecvMessage], object]

@@ -15,17 +15,20 @@ import logging
 import os
 import socket
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, Self
 
+from pyrmq import _core
 from pyrmq.client.api import ClientAPI
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import TopicRoute, loads_queue_table
 from pyrmq.errors import ClientStateError, ConfigError, NoRouteError, PyrmqError
+from pyrmq.properties import PRODUCER_GROUP
 from pyrmq.remoting.addresses import split_addresses
-from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.client import RemotingClient, ServerRequestHandler
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import CheckTransactionStateRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 __all__ = ["ClientConfig", "ClientInstance", "ClientLifecycle", "ConsumerMember", "ProducerMember"]
@@ -117,10 +120,11 @@ class ClientInstance:
         self._rebalance_now = asyncio.Event()
         self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}
         self._started = False
-        handlers: dict[int, Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]] = {
+        handlers: dict[int, ServerRequestHandler] = {
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+            RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
         }
         self.remoting.server_request_handlers.update(handlers)
 
@@ -371,12 +375,12 @@ class ClientInstance:
 
     # --- requests from brokers -----------------------------------------------------------
 
-    async def _on_ids_changed(self, request: RemotingCommand) -> RemotingCommand | None:
+    async def _on_ids_changed(self, request: RemotingCommand, _addr: str) -> RemotingCommand | None:
         log.info("group %s changed, rebalancing", request.ext_fields.get("consumerGroup", "?"))
         self.rebalance_soon()
         return None
 
-    async def _on_running_info(self, request: RemotingCommand) -> RemotingCommand:
+    async def _on_running_info(self, request: RemotingCommand, _addr: str) -> RemotingCommand:
         group = request.ext_fields.get("consumerGroup", "")
         consumer = self.consumers.get(group)
         if consumer is None:
@@ -388,7 +392,9 @@ class ClientInstance:
         body = json.dumps(consumer.running_info(), separators=(",", ":")).encode()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
-    async def _on_reset_offset(self, request: RemotingCommand) -> RemotingCommand | None:
+    async def _on_reset_offset(
+        self, request: RemotingCommand, _addr: str
+    ) -> RemotingCommand | None:
         ext = request.ext_fields
         group, topic = ext.get("group", ""), ext.get("topic", "")
         consumer = self.consumers.get(group)
@@ -397,6 +403,28 @@ class ClientInstance:
             log.info("resetting offsets of %s on %s: %s", group, topic, offsets)
             await consumer.reset_offsets(topic, offsets)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def _on_check_transaction(self, request: RemotingCommand, addr: str) -> None:
+        """A broker asks how the transaction of a half it holds ended; the producer of the
+        half's group answers with END_TRANSACTION (RocketMQ's check-back)."""
+        try:
+            header = CheckTransactionStateRequestHeader.from_ext(request.ext_fields)
+            [half] = _core.decode_received(request.body, header.broker_name or "")
+        except (PyrmqError, ValueError) as e:
+            log.warning("unreadable transaction check from %s: %s", addr, e)
+            return
+        group = half.properties.get(PRODUCER_GROUP, "")
+        producer = self.producers.get(group)
+        check = getattr(producer, "on_transaction_check", None)
+        if check is None:
+            log.warning(
+                "transaction check from %s for group %r, which this client does not "
+                "produce for with a checker",
+                addr,
+                group,
+            )
+            return
+        await check(addr, half, header)
 
 
 class ClientLifecycle:

@@ -25,7 +25,8 @@ __all__ = ["RemotingClient", "RemotingTimeoutError"]
 
 log = logging.getLogger(__name__)
 
-ServerRequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+ServerRequestHandler = Callable[[RemotingCommand, str], Awaitable[RemotingCommand | None]]
+"""``handler(request, address)``: a request a server sent on the connection to ``address``."""
 
 
 class RemotingTimeoutError(RemotingError, TimeoutError):
@@ -94,7 +95,7 @@ class _Channel(asyncio.Protocol):
             log.debug("ignoring server request code=%s from %s", request.code, self.address)
             return
         try:
-            response = await handler(request)
+            response = await handler(request, self.address)
         except Exception:
             log.exception("server request code=%s from %s failed", request.code, self.address)
             return

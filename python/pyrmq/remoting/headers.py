@@ -33,9 +33,11 @@ from pyrmq.remoting.protocol import PullSysFlag
 
 __all__ = [
     "BrokerWritePermRequestHeader",
+    "CheckTransactionStateRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "DeleteTopicRequestHeader",
+    "EndTransactionRequestHeader",
     "GetConsumeStatsRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetConsumerRunningInfoRequestHeader",
@@ -815,6 +817,90 @@ class UnregisterClientRequestHeader:
                 ("clientID", self.client_id),
                 ("producerGroup", self.producer_group),
                 ("consumerGroup", self.consumer_group),
+            ]
+        )
+
+
+# --- transactions -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EndTransactionRequestHeader:
+    """END_TRANSACTION (37): a producer commits (8) or rolls back (12) the half message at
+    ``commit_log_offset``, or says it does not know yet (0)."""
+
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    msg_id: str
+    from_transaction_check: bool = False
+    transaction_id: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            producer_group=f.text("producerGroup"),
+            tran_state_table_offset=f.i64("tranStateTableOffset"),
+            commit_log_offset=f.i64("commitLogOffset"),
+            commit_or_rollback=f.i32("commitOrRollback"),
+            msg_id=f.text("msgId"),
+            from_transaction_check=f.flag("fromTransactionCheck"),
+            transaction_id=f.opt_text("transactionId"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("producerGroup", self.producer_group),
+                ("tranStateTableOffset", self.tran_state_table_offset),
+                ("commitLogOffset", self.commit_log_offset),
+                ("commitOrRollback", self.commit_or_rollback),
+                ("fromTransactionCheck", self.from_transaction_check),
+                ("msgId", self.msg_id),
+                ("transactionId", self.transaction_id),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CheckTransactionStateRequestHeader:
+    """CHECK_TRANSACTION_STATE (39): a broker asks a producer of a half's group how its
+    transaction ended; the half itself is the body. ``topic`` and ``broker_name`` came with
+    RocketMQ 5."""
+
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+    topic: str | None = None
+    broker_name: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            tran_state_table_offset=f.i64("tranStateTableOffset"),
+            commit_log_offset=f.i64("commitLogOffset"),
+            msg_id=f.opt_text("msgId"),
+            transaction_id=f.opt_text("transactionId"),
+            offset_msg_id=f.opt_text("offsetMsgId"),
+            topic=f.opt_text("topic"),
+            broker_name=f.opt_text("brokerName"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("tranStateTableOffset", self.tran_state_table_offset),
+                ("commitLogOffset", self.commit_log_offset),
+                ("msgId", self.msg_id),
+                ("transactionId", self.transaction_id),
+                ("offsetMsgId", self.offset_msg_id),
+                ("topic", self.topic),
+                ("brokerName", self.broker_name),
             ]
         )
 

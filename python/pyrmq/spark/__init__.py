@@ -20,7 +20,10 @@ Reads take ``nameServer`` and ``subscribe`` (comma-separated topics), and option
 ``startingTimestamp`` (epoch ms), ``endingOffsets`` (batch reads), ``maxOffsetsPerTrigger``,
 ``failOnDataLoss`` (true), ``pullBatchSize`` (32), ``pullTimeoutMs`` and
 ``includeProperties``. A batch read starts at the earliest offsets, a new stream at the
-latest. Writes take ``nameServer``, and ``topic`` unless the rows have a ``topic`` column.
+latest. Writes, batch or streaming, take ``nameServer``, and ``topic`` unless the rows have a
+``topic`` column; ``deliveryGuarantee`` (``at_least_once`` or ``exactly_once``, see
+:mod:`pyrmq.spark.sink`), ``sinkId``, ``commitTopic``, ``checkImmunitySeconds``,
+``producerGroup`` and ``includeProperties``.
 """
 
 from pyspark.sql import SparkSession

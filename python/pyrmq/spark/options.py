@@ -7,6 +7,7 @@ than in an executor.
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -35,7 +36,19 @@ READ_KEYS = (
     "pullTimeoutMs",
     "includeProperties",
 )
-WRITE_KEYS = ("nameServer", "topic", "producerGroup", "includeProperties")
+WRITE_KEYS = (
+    "nameServer",
+    "topic",
+    "producerGroup",
+    "includeProperties",
+    "deliveryGuarantee",
+    "sinkId",
+    "commitTopic",
+    "checkImmunitySeconds",
+)
+DELIVERY = ("at_least_once", "exactly_once")
+COMMIT_TOPIC = "PYRMQ_SPARK_SINK_COMMITS"
+_SINK_ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 # Options Spark itself may pass to a source.
 _SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -161,19 +174,45 @@ class WriteOptions:
     """Every row's topic; None takes each row's ``topic`` column."""
     producer_group: str
     include_properties: bool
+    delivery_guarantee: str
+    """``at_least_once`` or ``exactly_once`` (see :mod:`pyrmq.spark.sink`)."""
+    sink_id: str | None
+    """What names a streaming query's writes across its restarts; None takes the query's id,
+    which Spark keeps in the checkpoint."""
+    commit_topic: str
+    """Where exactly-once writes store their commit records."""
+    check_immunity_s: int | None
+    """How long the broker waits before it first checks an exactly-once half (None: its
+    ``transactionTimeOut``)."""
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery_guarantee == "exactly_once"
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> "WriteOptions":
         options = _lower(raw, WRITE_KEYS)
         topic = options.get("topic") or None
-        if topic is not None:
-            try:
-                _core.validate_topic(topic)
-            except PyrmqError as e:
-                raise ConfigError(f"option topic: {e}") from None
+        commit_topic = options.get("committopic", COMMIT_TOPIC)
+        for key, value in (("topic", topic), ("commitTopic", commit_topic)):
+            if value is not None:
+                try:
+                    _core.validate_topic(value)
+                except PyrmqError as e:
+                    raise ConfigError(f"option {key}: {e}") from None
+        delivery = options.get("deliveryguarantee", "at_least_once").strip().lower()
+        if delivery not in DELIVERY:
+            raise ConfigError(f"option deliveryGuarantee must be {' or '.join(DELIVERY)}")
+        sink_id = options.get("sinkid")
+        if sink_id is not None and not _SINK_ID.fullmatch(sink_id):
+            raise ConfigError(f"option sinkId must be 1-128 of [A-Za-z0-9_.-], not {sink_id!r}")
         return cls(
             name_server=_name_server(options),
             topic=topic,
             producer_group=options.get("producergroup", "spark-pyrmq-sink"),
             include_properties=_bool(options, "includeProperties", False),
+            delivery_guarantee=delivery,
+            sink_id=sink_id,
+            commit_topic=commit_topic,
+            check_immunity_s=_int(options, "checkImmunitySeconds", None, 1),
         )

@@ -7,21 +7,18 @@ offsets of each micro-batch), as Spark's Kafka source does, so a query restarted
 checkpoint re-reads a failed batch's exact range and nothing twice.
 """
 
-import asyncio
-import dataclasses
 import datetime
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import Row
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -43,21 +40,19 @@ from pyspark.sql.types import (
 
 from pyrmq import properties as prop
 from pyrmq.client.api import PullStatus
-from pyrmq.client.instance import ClientConfig
-from pyrmq.client.message import Message, MessageExt, MessageQueue
-from pyrmq.client.producer import Producer
+from pyrmq.client.message import MessageExt, MessageQueue
 from pyrmq.client.subscription import Subscription
 from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.spark import offsets
 from pyrmq.spark.broker import Brokers
 from pyrmq.spark.options import ReadOptions, WriteOptions
+from pyrmq.spark.sink import RESERVED, RocketMQBatchWriter, RocketMQStreamWriter
 
 __all__ = [
     "SCHEMA",
     "DataLossError",
     "QueueRange",
     "RocketMQDataSource",
-    "SendSummary",
 ]
 
 log = logging.getLogger(__name__)
@@ -83,21 +78,8 @@ SCHEMA = StructType(
 """Every read's rows: one per message. ``properties`` holds the user properties when the read
 sets ``includeProperties``, and is null otherwise."""
 
-# Shown in their own columns, or the broker's bookkeeping.
-_HIDDEN = frozenset(
-    {
-        prop.KEYS,
-        prop.TAGS,
-        prop.UNIQ_KEY,
-        prop.WAIT,
-        prop.DELAY,
-        prop.MIN_OFFSET,
-        prop.MAX_OFFSET,
-        "REAL_TOPIC",
-        "REAL_QID",
-    }
-)
-_SEND_WINDOW = 64
+# Shown in their own columns, or the broker's and the sink's bookkeeping.
+_HIDDEN = RESERVED
 AT_LATEST: dict[str, Any] = {"startingOffsets": "latest"}
 """A new stream's start under ``startingOffsets=latest``. Spark asks a source for its initial
 offsets again when it replays a first batch that did not commit; resolved to numbers, "latest"
@@ -349,80 +331,6 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: progress lives in Spark's checkpoint."""
 
 
-@dataclasses.dataclass(frozen=True)
-class SendSummary(WriterCommitMessage):
-    """What one task of a write sent."""
-
-    partition_id: int
-    sent: int
-
-
-def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
-    topic = options.topic or row.get("topic")
-    if not topic:
-        raise ConfigError("a row has no topic: set the topic option or a topic column")
-    body = row.get("body")
-    if body is None:
-        raise ConfigError("a row has no body")
-    keys = row.get("keys")
-    if isinstance(keys, list) and any(prop.KEY_SEPARATOR in k for k in keys):
-        raise ConfigError(f"a key of {keys!r} holds a space, RocketMQ's key separator")
-    user = row.get("properties") if options.include_properties else None
-    reserved = sorted(set(user or ()) & _HIDDEN)
-    if reserved:
-        raise ConfigError(f"properties {', '.join(reserved)} are set by the message's columns")
-    return Message(
-        topic,
-        bytes(body) if isinstance(body, bytearray) else body,
-        tags=row.get("tags"),
-        keys=keys if keys else None,
-        properties=user or None,
-    )
-
-
-async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
-    config = ClientConfig(namesrv_addr=options.name_server)
-    sent = 0
-    async with Producer(options.producer_group, client_config=config) as producer:
-        pending: set[asyncio.Task[Any]] = set()
-        for row in rows:
-            pending.add(asyncio.ensure_future(producer.send(_message(row.asDict(), options))))
-            if len(pending) >= _SEND_WINDOW:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    task.result()
-                sent += len(done)
-        for task in pending:
-            await task
-        sent += len(pending)
-    return sent
-
-
-class RocketMQBatchWriter(DataSourceWriter):
-    """Appends rows as messages: ``body`` (required), ``topic`` (unless the ``topic`` option
-    is set), ``tags``, ``keys`` (a string or an array) and, with ``includeProperties``,
-    ``properties``. A task that fails may have sent some of its rows: at least once."""
-
-    def __init__(self, options: WriteOptions) -> None:
-        self.options = options
-
-    def write(self, iterator: Iterator[Row]) -> SendSummary:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        with asyncio.Runner() as runner:
-            sent = runner.run(_send_all(iterator, self.options))
-        return SendSummary(ctx.partitionId() if ctx is not None else 0, sent)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        total = sum(m.sent for m in messages if isinstance(m, SendSummary))
-        log.info("sent %d messages in %d tasks", total, len(messages))
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        total = sum(m.sent for m in messages if isinstance(m, SendSummary))
-        log.warning("write aborted after %d messages were sent", total)
-
-
 class RocketMQDataSource(DataSource):
     """``spark.read.format("pyrmq")``, ``readStream`` and ``write``; see :mod:`pyrmq.spark`."""
 
@@ -445,7 +353,7 @@ class RocketMQDataSource(DataSource):
         self._check(schema)
         return RocketMQStreamReader(ReadOptions.parse(self.options, "stream"))
 
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+    def _write_options(self, schema: StructType, overwrite: bool) -> WriteOptions:
         if overwrite:
             raise ConfigError("a topic cannot be overwritten: write with mode('append')")
         options = WriteOptions.parse(self.options)
@@ -471,4 +379,10 @@ class RocketMQDataSource(DataSource):
                     f"column {name} is {types[name].simpleString()}; pyrmq takes "
                     + " or ".join(t.simpleString() for t in allowed)
                 )
-        return RocketMQBatchWriter(options)
+        return options
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return RocketMQBatchWriter(self._write_options(schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return RocketMQStreamWriter(self._write_options(schema, overwrite))

@@ -10,6 +10,7 @@ from pyrmq.broker.services.transactions import TransactionError
 from pyrmq.errors import HeaderError, MessageIllegalError, StoreError
 from pyrmq.properties import UNIQ_KEY
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import CheckTransactionStateRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.store import StoredMessage
@@ -84,15 +85,15 @@ class EndTransactionProcessor:
         unique = stored.property(UNIQ_KEY) or ""
         request = RemotingCommand.request(
             RequestCode.CHECK_TRANSACTION_STATE,
-            {
-                "tranStateTableOffset": str(stored.queue_offset),
-                "commitLogOffset": str(stored.phy_offset),
-                "msgId": unique,
-                "transactionId": unique or transaction_id,
-                "offsetMsgId": stored.msg_id,
-                "topic": topic,
-                "brokerName": self.broker.config.broker_name,
-            },
+            CheckTransactionStateRequestHeader(
+                tran_state_table_offset=stored.queue_offset,
+                commit_log_offset=stored.phy_offset,
+                msg_id=unique,
+                transaction_id=unique or transaction_id,
+                offset_msg_id=stored.msg_id,
+                topic=topic,
+                broker_name=self.broker.config.broker_name,
+            ).to_ext(),
             transactions.as_real_topic(record, topic, queue_id),
             oneway=True,
         )

@@ -1,0 +1,283 @@
+"""Transactional messages: a half message the broker holds back until its producer commits
+or rolls it back, as RocketMQ's ``TransactionMQProducer`` sends them.
+
+:meth:`TransactionProducer.send_in_transaction` sends the half, runs the local transaction and
+ends the half with its outcome. When the outcome is not known yet (UNKNOWN, or the producer
+died in between), the broker asks a producer of the same group later, and that producer's
+``checker`` answers from the application's own records. A half can also be ended by another
+process than the one that sent it: :meth:`TransactionProducer.send_half` returns a
+:class:`HalfMessage` handle, which pickles, and :meth:`TransactionProducer.end` takes one.
+"""
+
+import asyncio
+import dataclasses
+import enum
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias
+
+from pyrmq import _core
+from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
+from pyrmq.client.producer import Producer
+from pyrmq.errors import MessageIllegalError, PyrmqError
+from pyrmq.properties import DELAY, PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
+from pyrmq.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+
+__all__ = [
+    "HalfMessage",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
+]
+
+log = logging.getLogger(__name__)
+
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+# END_TRANSACTION's commitOrRollback: RocketMQ's MessageSysFlag transaction types.
+_WIRE = {0: 0x8, 1: 0xC, 2: 0x0}
+
+
+class TransactionState(enum.IntEnum):
+    """How a local transaction ended (the values of rocketmq-client-python's
+    ``TransactionStatus``)."""
+
+    COMMIT = 0
+    """Deliver the message."""
+    ROLLBACK = 1
+    """Drop the message; no consumer ever sees it."""
+    UNKNOWN = 2
+    """Not known yet: the broker asks the group's checker later."""
+
+
+Outcome: TypeAlias = TransactionState | Awaitable[TransactionState]
+LocalTransaction = Callable[[Message, Any], Outcome]
+"""``execute(message, arg)``: runs the local transaction once the half is stored."""
+TransactionChecker = Callable[[MessageExt], Outcome]
+"""``checker(half)``: how the transaction of a half sent earlier (perhaps by another process
+of the group) ended, from the application's own records."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HalfMessage:
+    """What ends a half message: where it is stored and which message it is. Plain data, so
+    one process can send a half and another end it."""
+
+    broker_name: str
+    commit_log_offset: int
+    queue_offset: int
+    msg_id: str
+    """The producer's id (``UNIQ_KEY``), which the committed message keeps."""
+    offset_msg_id: str
+    topic: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransactionSendResult:
+    """A transactional send: the half's send result and the state it was ended with."""
+
+    send_result: SendResult
+    state: TransactionState
+    half: HalfMessage | None
+    """None when the broker did not store the half as promised (the send was rolled back)."""
+
+
+async def _outcome(value: Outcome) -> TransactionState:
+    if inspect.isawaitable(value):
+        value = await value
+    if not isinstance(value, TransactionState):
+        raise TypeError(f"a transaction callback must return a TransactionState, not {value!r}")
+    return value
+
+
+class TransactionProducer(Producer):
+    """A producer of transactional messages.
+
+    Args:
+        group: The producer group. The broker asks any live producer of this group about a
+            half whose transaction it did not hear the end of, so every process of the group
+            needs a ``checker`` that gives the same answers.
+        namesrv_addr: Name servers, ``host:port`` separated by ``;``.
+        checker: ``checker(half) -> TransactionState`` (or a coroutine). An exception, or
+            UNKNOWN, leaves the half for a later check (every ``transactionCheckInterval``,
+            up to ``transactionCheckMax`` times; then the broker gives it up).
+        **kwargs: As :class:`~pyrmq.client.producer.Producer`.
+
+    >>> async def main(namesrv: str) -> None:  # doctest: +SKIP
+    ...     def checker(half: MessageExt) -> TransactionState:
+    ...         saved = order_saved(half.keys)
+    ...         return TransactionState.COMMIT if saved else TransactionState.ROLLBACK
+    ...     async with TransactionProducer("PG_TX", namesrv, checker=checker) as producer:
+    ...         result = await producer.send_in_transaction(
+    ...             Message("Orders", b"...", keys="order-1"), save_order, "order-1")
+    ...         print(result.state.name)
+    """
+
+    _KIND = "transaction producer"
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str = "127.0.0.1:9876",
+        *,
+        checker: TransactionChecker,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(group, namesrv_addr, **kwargs)
+        self.checker = checker
+        # Brokers this producer told of its group: a check only reaches a producer the broker
+        # knows, and the periodic heartbeat may be 30 s away.
+        self._introduced: set[str] = set()
+        self._checks: set[asyncio.Task[None]] = set()
+
+    async def shutdown(self) -> None:
+        for task in list(self._checks):
+            task.cancel()
+        await super().shutdown()
+        self._introduced.clear()
+
+    # --- sending -------------------------------------------------------------------------
+
+    async def send_half(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[SendResult, HalfMessage]:
+        """Stores ``msg`` as a half message, which no consumer sees until :meth:`end` commits
+        it. Returns the send result and the handle that ends it.
+
+        Raises:
+            MessageIllegalError: The message has a delay level (a transactional message
+                cannot be delayed), or fails another client-side check.
+            SendError, BrokerError, NoRouteError: As :meth:`Producer.send`.
+        """
+        if DELAY in msg.properties:
+            raise MessageIllegalError("a transactional message cannot have a delay level")
+        if queue is not None and queue.topic != msg.topic:
+            raise MessageIllegalError(f"message topic {msg.topic} is not the queue's ({queue})")
+        msg.properties[TRAN_MSG] = "true"
+        msg.properties[PRODUCER_GROUP] = self.group
+        try:
+            out = dataclasses.replace(self._encode(msg), sys_flag=SYSFLAG_TRANSACTION_PREPARED)
+        finally:
+            msg.properties.pop(TRAN_MSG, None)
+            msg.properties.pop(PRODUCER_GROUP, None)
+        result = await self._send_with_retries(out, timeout_s, queue)
+        assert result.message_queue is not None
+        _, phy_offset = _core.decode_offset_msg_id(result.offset_msg_id)
+        half = HalfMessage(
+            broker_name=result.message_queue.broker_name,
+            commit_log_offset=phy_offset,
+            queue_offset=result.offset,
+            msg_id=result.msg_id,
+            offset_msg_id=result.offset_msg_id,
+            topic=msg.topic,
+        )
+        await self._introduce(half.broker_name)
+        return result, half
+
+    async def _introduce(self, broker_name: str) -> None:
+        inst = self.instance
+        addr = await inst.master_addr(broker_name)
+        if addr in self._introduced:
+            return
+        try:
+            await inst.api.heartbeat(addr, inst.heartbeat_data())
+        except PyrmqError as e:  # the periodic heartbeat tries again
+            log.info("heartbeat to %s failed: %s", addr, e)
+        else:
+            self._introduced.add(addr)
+
+    async def end(
+        self, half: HalfMessage, state: TransactionState, *, timeout_s: float | None = None
+    ) -> None:
+        """Commits or rolls back ``half`` (UNKNOWN tells the broker nothing: it checks later).
+
+        Raises:
+            BrokerError: The broker refused the end: the half is unknown to it, or its
+                transaction has already ended.
+            PyrmqError: No answer from the half's broker; the half stays open and is checked.
+        """
+        if state is TransactionState.UNKNOWN:
+            return
+        header = EndTransactionRequestHeader(
+            producer_group=self.group,
+            tran_state_table_offset=half.queue_offset,
+            commit_log_offset=half.commit_log_offset,
+            commit_or_rollback=_WIRE[state],
+            msg_id=half.msg_id,
+            transaction_id=half.msg_id,
+        )
+        inst = self.instance
+        addr = await inst.master_addr(half.broker_name, half.topic)
+        await inst.api.end_transaction(
+            addr, header, self.send_timeout_s if timeout_s is None else timeout_s
+        )
+        await self._introduce(half.broker_name)
+
+    async def send_in_transaction(
+        self, msg: Message, execute: LocalTransaction, arg: Any = None
+    ) -> TransactionSendResult:
+        """Sends ``msg`` as a half, runs ``execute(msg, arg)`` (a function or a coroutine
+        function), and ends the half with what it returned. A half the broker did not store
+        as promised (a flush or slave timeout) is rolled back without running ``execute``,
+        as RocketMQ does.
+
+        If ``execute`` raises, the half is left for the checker and the exception propagates.
+        If the end does not reach the broker, the result still says what ``execute`` decided:
+        the checker settles the half later.
+        """
+        result, half = await self.send_half(msg)
+        if result.status is not SendStatus.OK:
+            state = TransactionState.ROLLBACK
+        else:
+            try:
+                state = await _outcome(execute(msg, arg))
+            except Exception:
+                log.warning("local transaction of %s raised; the checker settles it", half.msg_id)
+                raise
+        try:
+            await self.end(half, state)
+        except PyrmqError as e:
+            log.warning(
+                "%s of %s not delivered (%s); the checker settles it", state.name, half.msg_id, e
+            )
+        stored = result.status is SendStatus.OK
+        return TransactionSendResult(result, state, half if stored else None)
+
+    # --- checks from brokers -------------------------------------------------------------
+
+    async def on_transaction_check(
+        self, addr: str, half: MessageExt, header: CheckTransactionStateRequestHeader
+    ) -> None:
+        """Runs the checker for a half a broker asks about and answers with its state."""
+        task = asyncio.get_running_loop().create_task(self._check(addr, half, header))
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    async def _check(
+        self, addr: str, half: MessageExt, header: CheckTransactionStateRequestHeader
+    ) -> None:
+        unique = half.properties.get(UNIQ_KEY) or header.msg_id or half.id
+        try:
+            state = await _outcome(self.checker(half))
+        except Exception:
+            log.exception("transaction checker failed for %s; the broker asks again", unique)
+            return
+        if state is TransactionState.UNKNOWN:
+            return
+        end = EndTransactionRequestHeader(
+            producer_group=self.group,
+            tran_state_table_offset=header.tran_state_table_offset,
+            commit_log_offset=header.commit_log_offset,
+            commit_or_rollback=_WIRE[state],
+            msg_id=unique,
+            from_transaction_check=True,
+            transaction_id=header.transaction_id or unique,
+        )
+        try:
+            await self.instance.api.end_transaction(addr, end, self.send_timeout_s)
+        except PyrmqError as e:
+            log.info("answer to the check of %s refused or lost: %s", unique, e)

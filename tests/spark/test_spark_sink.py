@@ -1,0 +1,246 @@
+"""The ``pyrmq`` sink through a real SparkSession (local[2]) against a real ``pyrmq serve``
+whose broker checks open transactions every half second: streaming writes at least once and
+exactly once, a micro-batch replayed after its checkpoint entry was lost, a task that fails
+mid-write, and batch writes that commit or leave nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.compat.servers import create_topic, serving
+from tests.spark.test_spark_source import read, send
+
+from pyrmq.client.api import ClientAPI
+from pyrmq.client.message import MessageQueue
+from pyrmq.remoting.client import RemotingClient
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+
+
+@pytest.fixture(scope="module")
+def tx_addrs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(name server, broker) of a ``pyrmq serve`` that checks open halves 1 s after they
+    were stored, every 0.5 s, and never gives one up."""
+    root = Path(tmp_path_factory.mktemp("sink"))
+    conf = root / "broker.conf"
+    conf.write_text(
+        "transactionTimeOut=1000\ntransactionCheckInterval=500\ntransactionCheckMax=100000\n"
+    )
+    with serving(root, "-c", str(conf)) as server:
+        yield server.addresses()
+
+
+def bodies(spark: Any, namesrv: str, topic: str) -> list[int]:
+    """The numbers ``i`` of the ``m<i>`` bodies in ``topic``, sorted, duplicates kept."""
+    return sorted(int(r.body[1:]) for r in read(spark, namesrv, topic).select("body").collect())
+
+
+def transactions(broker: str) -> tuple[int, int]:
+    """(halves stored, halves ended) on the broker: RocketMQ writes one op record per end."""
+
+    async def ask() -> tuple[int, int]:
+        remoting = RemotingClient()
+        api = ClientAPI(remoting)
+        try:
+            counts = []
+            for topic in (HALF_TOPIC, OP_TOPIC):
+                try:
+                    counts.append(await api.max_offset(broker, MessageQueue(topic, "", 0)))
+                except Exception:
+                    counts.append(0)
+            return counts[0], counts[1]
+        finally:
+            await remoting.close()
+
+    return asyncio.run(ask())
+
+
+def stream_copy(
+    spark: Any,
+    namesrv: str,
+    source: str,
+    target: str,
+    checkpoint: Path,
+    *,
+    body: str = "body",
+    trigger: dict[str, Any] | None = None,
+    **options: str,
+) -> Any:
+    """Starts a query copying ``source`` to ``target`` through the sink."""
+    reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
+    frame = reader.option("subscribe", source).option("startingOffsets", "earliest").load()
+    writer = (
+        frame.selectExpr(f"{body} AS body", "keys", "tags")
+        .writeStream.format("pyrmq")
+        .option("nameServer", namesrv)
+        .option("topic", target)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    return writer.trigger(**(trigger or {"availableNow": True})).start()
+
+
+def finish(query: Any) -> None:
+    query.awaitTermination(240)
+    assert query.exception() is None, query.exception()
+
+
+def forget_commit(checkpoint: Path, batch: int) -> None:
+    """As when the driver dies after the sink committed but before Spark noted it."""
+    (checkpoint / "commits" / str(batch)).unlink()
+    (checkpoint / "commits" / f".{batch}.crc").unlink(missing_ok=True)
+
+
+def test_at_least_once_a_replayed_micro_batch_is_sent_again(
+    spark: Any, tx_addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    namesrv, broker = tx_addrs
+    source, target = "TopicSinkAloIn", "TopicSinkAloOut"
+    create_topic(broker, source, 2)
+    create_topic(broker, target, 2)
+    send(namesrv, source, 40)
+    checkpoint = tmp_path / "checkpoint"
+    finish(stream_copy(spark, namesrv, source, target, checkpoint))
+    assert bodies(spark, namesrv, target) == list(range(40))
+    forget_commit(checkpoint, 0)
+    finish(stream_copy(spark, namesrv, source, target, checkpoint))
+    assert bodies(spark, namesrv, target) == sorted(list(range(40)) * 2)
+
+
+def test_exactly_once_a_replayed_micro_batch_is_sent_once(
+    spark: Any, tx_addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    namesrv, broker = tx_addrs
+    source, target = "TopicSinkEoIn", "TopicSinkEoOut"
+    create_topic(broker, source, 2)
+    create_topic(broker, target, 2)
+    send(namesrv, source, 40)
+    checkpoint = tmp_path / "checkpoint"
+    eo = {"deliveryGuarantee": "exactly_once"}
+    finish(stream_copy(spark, namesrv, source, target, checkpoint, **eo))
+    assert bodies(spark, namesrv, target) == list(range(40))
+    forget_commit(checkpoint, 0)
+    finish(stream_copy(spark, namesrv, source, target, checkpoint, **eo))
+    assert bodies(spark, namesrv, target) == list(range(40))
+    send(namesrv, source, 10, first=40)
+    finish(stream_copy(spark, namesrv, source, target, checkpoint, **eo))
+    copied = read(spark, namesrv, target, includeProperties="true").collect()
+    assert sorted(int(r.body[1:]) for r in copied) == list(range(50))
+    # The sink's and the transaction's properties stay out of the rows.
+    assert {json.dumps(r.properties) for r in copied} == {"{}"}
+    assert all(r.keys is not None and r.keys[-1] == "all" for r in copied)
+    # The replay's halves were rolled back, not left for the broker to give up.
+    halves, ended = transactions(broker)
+    assert halves >= 90
+    assert ended == halves
+
+
+def test_exactly_once_a_task_that_fails_mid_write_leaves_nothing_delivered(
+    spark: Any, tx_addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    """One task raises after it sent some of its rows as halves: the query fails and nothing
+    is delivered. Run again, the micro-batch is delivered once, and the failed attempt's
+    halves are rolled back when the broker checks them with the running query."""
+    from pyspark.sql.functions import udf
+    from pyspark.sql.types import BinaryType
+
+    namesrv, broker = tx_addrs
+    source, target = "TopicSinkFailIn", "TopicSinkFailOut"
+    create_topic(broker, source, 2)
+    create_topic(broker, target, 2)
+    send(namesrv, source, 200)
+    flag = tmp_path / "failed-once"
+
+    def fail_once(body: bytes) -> bytes:
+        if body == b"m150" and not flag.exists():
+            flag.touch()
+            raise RuntimeError("task failed on purpose")
+        return body
+
+    spark.udf.register("fail_once", udf(fail_once, BinaryType(), useArrow=False))
+    checkpoint = tmp_path / "checkpoint"
+    before = transactions(broker)[0]
+    query = stream_copy(
+        spark,
+        namesrv,
+        source,
+        target,
+        checkpoint,
+        body="fail_once(body)",
+        deliveryGuarantee="exactly_once",
+    )
+    with pytest.raises(Exception, match="task failed on purpose"):
+        query.awaitTermination(240)
+    assert flag.exists()
+    assert transactions(broker)[0] > before  # halves were sent before the failure
+    assert bodies(spark, namesrv, target) == []
+    query = stream_copy(
+        spark,
+        namesrv,
+        source,
+        target,
+        checkpoint,
+        body="fail_once(body)",
+        trigger={"processingTime": "1 second"},
+        deliveryGuarantee="exactly_once",
+    )
+    try:
+        deadline = asyncio.run(_deadline(60))
+        while True:
+            halves, ended = transactions(broker)
+            if halves == ended and len(bodies(spark, namesrv, target)) == 200:
+                break
+            assert asyncio.run(_deadline(0)) < deadline, f"{ended} of {halves} halves ended"
+            query.awaitTermination(0.5)
+            assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    assert bodies(spark, namesrv, target) == list(range(200))
+
+
+async def _deadline(after_s: float) -> float:
+    return asyncio.get_running_loop().time() + after_s
+
+
+def test_exactly_once_batch_writes_commit_whole_or_not_at_all(
+    spark: Any, tx_addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    from pyspark.sql.functions import udf
+    from pyspark.sql.types import StringType
+
+    namesrv, broker = tx_addrs
+    target = "TopicSinkBatchEo"
+    create_topic(broker, target, 2)
+
+    def write(df: Any) -> None:
+        df.write.format("pyrmq").option("nameServer", namesrv).option("topic", target).option(
+            "deliveryGuarantee", "exactly_once"
+        ).mode("append").save()
+
+    write(spark.range(0, 30, numPartitions=3).selectExpr("concat('m', id) AS body"))
+    assert bodies(spark, namesrv, target) == list(range(30))
+
+    def boom(n: int) -> str:
+        if n == 55:
+            raise RuntimeError("the job failed on purpose")
+        return f"m{n}"
+
+    spark.udf.register("boom", udf(boom, StringType(), useArrow=False))
+    # Three partitions; the last fails after the others may have sent all their rows.
+    failing = spark.range(30, 60, numPartitions=3).selectExpr("boom(id) AS body")
+    with pytest.raises(Exception, match="the job failed on purpose"):
+        write(failing)
+    assert bodies(spark, namesrv, target) == list(range(30))
+    # The broker checks the failed task's halves meanwhile: they stay undelivered.
+    time.sleep(2.0)
+    write(spark.range(60, 70, numPartitions=2).selectExpr("concat('m', id) AS body"))
+    assert bodies(spark, namesrv, target) == [*range(30), *range(60, 70)]
