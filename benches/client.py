@@ -13,6 +13,8 @@ the rows are exactly what a user gets from the command line. Bodies are 128 B.
 - produce, ``send`` one message per request, 64 tasks: ``bench producer -w 64``; target
   >= 20,000 msgs/s.
 - produce, ``send_oneway``: reported only.
+- produce, ``send_in_transaction`` (a half message and its commit), 64 tasks: reported only,
+  with its rate over the ``send`` row's.
 - consume: a fresh group drains, from the first offset, what the batch row stored, with
   ``--consume-batch 32``, with a listener on the consume threads and with a coroutine listener,
   each pulling RocketMQ's default 32 messages per request and then 256 (the broker's
@@ -70,6 +72,7 @@ QUEUES = 4
 BATCH_TOPIC = "BenchClientBatch"
 SINGLE_TOPIC = "BenchClientSingle"
 ONEWAY_TOPIC = "BenchClientOneway"
+TX_TOPIC = "BenchClientTransaction"
 ONE_TASK_TOPIC = "BenchClientOneTask"
 LATENCY_TOPIC = "BenchClientLatency"
 """One topic per latency row, suffixed with the listener: a fresh group starts at offset 0 of
@@ -441,7 +444,8 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
         namesrv, broker = server.addresses()[:2]
         pid = server.proc.pid
         latency_topics = [f"{LATENCY_TOPIC}_{listener}" for listener in LATENCY_LISTENERS]
-        for topic in (BATCH_TOPIC, SINGLE_TOPIC, ONEWAY_TOPIC, ONE_TASK_TOPIC, *latency_topics):
+        topics = (BATCH_TOPIC, SINGLE_TOPIC, ONEWAY_TOPIC, TX_TOPIC, ONE_TASK_TOPIC)
+        for topic in (*topics, *latency_topics):
             create_topic(broker, topic, QUEUES)
         create_topic(broker, broker_bench.SEND_TOPIC, QUEUES)
 
@@ -478,6 +482,18 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
                     ONEWAY_TOPIC, None, "RT is the write; no answer awaited",
                 ),
             )  # fmt: skip
+        if plan.run_oneway:
+            tx_name = f"produce 128 B, send_in_transaction, {plan.single_concurrency} tasks"
+            attempt(
+                tx_name,
+                None,
+                lambda: producer_row(
+                    tx_name, namesrv, pid, plan,
+                    ["--transaction", "-w", str(plan.single_concurrency), "-d", d],
+                    TX_TOPIC, None, "a half message, then its commit (END_TRANSACTION)",
+                ),
+            )  # fmt: skip
+            compare_rates(rows, tx_name, single_name)
         stored = next(
             (r["msgs"] for r in rows if r["benchmark"] == batch_name and "error" not in r), 0
         )
@@ -530,6 +546,14 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
     )
     sync_flush_rows(plan, scratch, rows, failures, async_single)
     return rows, failures, info
+
+
+def compare_rates(rows: list[dict[str, Any]], name: str, base: str) -> None:
+    """Notes ``name``'s rate over ``base``'s, both measured in this run."""
+    got = {r["benchmark"]: r for r in rows if "error" not in r}
+    if name in got and base in got and got[base].get("msgs_per_s"):
+        ratio = got[name]["msgs_per_s"] / got[base]["msgs_per_s"]
+        got[name]["note"] += f"; {ratio:.2f}x the rate of `{base}`"
 
 
 def run_row(

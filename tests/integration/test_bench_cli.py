@@ -114,6 +114,19 @@ def test_producer_oneway_stops_at_the_count(namesrv: str) -> None:
     assert result["oneway"] is True
 
 
+def test_producer_transactions_are_committed_and_consumed(namesrv: str) -> None:
+    t = topic()
+    result = result_of(bench("producer", "-n", namesrv, "-t", t, "--transaction", "-q", "120"))
+    assert (result["msgs"], result["transaction"]) == (120, True)
+    assert result["send_failed"] == result["response_failed"] == 0
+    # 121: the warm-up send is a plain one.
+    done = bench("consumer", "-n", namesrv, "-t", t, "--from", "first", "-q", "121", "-d", "30")
+    assert result_of(done)["msgs"] == 121
+    refused = bench("producer", "-n", namesrv, "--transaction", "-b", "4", "-q", "10")
+    assert refused.returncode != 0
+    assert "--transaction sends single messages" in refused.stderr
+
+
 def test_producer_in_two_processes_splits_the_count(namesrv: str) -> None:
     done = bench("producer", "-n", namesrv, "-t", topic(), "-p", "2", "-w", "4", "-q", "201")
     result = result_of(done)

@@ -160,7 +160,8 @@ class TransactionProducer(Producer):
         msg.properties[TRAN_MSG] = "true"
         msg.properties[PRODUCER_GROUP] = self.group
         try:
-            out = dataclasses.replace(self._encode(msg), sys_flag=SYSFLAG_TRANSACTION_PREPARED)
+            out = self._encode(msg)
+            out = dataclasses.replace(out, sys_flag=out.sys_flag | SYSFLAG_TRANSACTION_PREPARED)
         finally:
             msg.properties.pop(TRAN_MSG, None)
             msg.properties.pop(PRODUCER_GROUP, None)

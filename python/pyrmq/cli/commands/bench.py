@@ -67,6 +67,7 @@ DEFAULT_TOPIC: Final = "BenchmarkTest"
 """The topic RocketMQ's benchmark tools default to."""
 LATENCY_TOPIC: Final = "BenchmarkLatency"
 PRODUCER_GROUP: Final = "benchmark_producer"
+TRANSACTION_PRODUCER_GROUP: Final = "benchmark_transaction_producer"
 BATCH_PRODUCER_GROUP: Final = "benchmark_batch_producer"
 CONSUMER_GROUP: Final = "benchmark_consumer"
 LATENCY_GROUP: Final = "benchmark_latency"
@@ -575,6 +576,8 @@ class ProducerPlan:
     duration_s: float | None
     count: int | None
     interval_s: float
+    transaction: bool = False
+    """send_in_transaction: a half message, committed once the (empty) local transaction ran."""
     rate: float | None = None
     """Messages per second across the process (``latency``); None sends as fast as it can."""
     stamp: bool = False
@@ -692,11 +695,20 @@ class _Ticker:
 
 async def run_producer(plan: ProducerPlan, worker: int, emit: Emit, stop: StopFlag) -> None:
     """Sends until the duration, the count or ``stop``; emits a snapshot every interval."""
-    from pyrmq.client.aio import Message, Producer
+    from pyrmq.client.aio import Message, Producer, TransactionProducer, TransactionState
     from pyrmq.errors import PyrmqError
 
+    def commit(*_: Any) -> TransactionState:
+        return TransactionState.COMMIT
+
     stats = SendStats()
-    producer = Producer(plan.group, plan.namesrv, compress_over=sys.maxsize)
+    if plan.transaction:
+        transactions = TransactionProducer(
+            plan.group, plan.namesrv, checker=commit, compress_over=sys.maxsize
+        )
+        producer: Producer = transactions
+    else:
+        producer = Producer(plan.group, plan.namesrv, compress_over=sys.maxsize)
     await producer.start()
     body = _body(plan.body_bytes)
     topic, batch, count = plan.topic, plan.batch, plan.count
@@ -754,6 +766,8 @@ async def run_producer(plan: ProducerPlan, worker: int, emit: Emit, stop: StopFl
             try:
                 if plan.oneway:
                     await producer.send_oneway(msg)
+                elif plan.transaction:
+                    await transactions.send_in_transaction(msg, commit)
                 else:
                     await producer.send(msg)
             except PyrmqError as e:
@@ -1246,9 +1260,17 @@ def bench() -> None:
     help="Messages per request (send_batch when above 1).",
 )
 @click.option("--oneway", is_flag=True, help="send_oneway: no answer awaited; RT is the write.")
+@click.option(
+    "--transaction",
+    is_flag=True,
+    help="send_in_transaction: a half message, then its commit; RT covers both.",
+)
 @click.option("-q", "--count", type=click.IntRange(min=1), help="Messages to send in all.")
 @click.option(
-    "-g", "--group", help=f"Producer group [{PRODUCER_GROUP}; with -b: {BATCH_PRODUCER_GROUP}]."
+    "-g",
+    "--group",
+    help=f"Producer group [{PRODUCER_GROUP}; with -b: {BATCH_PRODUCER_GROUP}; with "
+    f"--transaction: {TRANSACTION_PRODUCER_GROUP}].",
 )
 @_profile_option
 def producer_cmd(
@@ -1261,6 +1283,7 @@ def producer_cmd(
     concurrency: int,
     batch: int,
     oneway: bool,
+    transaction: bool,
     count: int | None,
     group: str | None,
     profile: str | None,
@@ -1268,6 +1291,8 @@ def producer_cmd(
     """Send as fast as -w senders can, until -d seconds or -q messages (or Ctrl-C)."""
     if oneway and batch > 1:
         raise click.UsageError("--oneway sends single messages: drop --batch")
+    if transaction and (oneway or batch > 1):
+        raise click.UsageError("--transaction sends single messages with answers")
     if profile and processes > 1:
         raise click.UsageError("--profile needs -p 1")
     _setup_logging()
@@ -1276,6 +1301,7 @@ def producer_cmd(
         "body_bytes": size,
         "batch": batch,
         "oneway": oneway,
+        "transaction": transaction,
         "concurrency": concurrency,
         "processes": processes,
         "loop": loop_name(),
@@ -1288,11 +1314,19 @@ def producer_cmd(
     plan = ProducerPlan(
         namesrv=namesrv,
         topic=topic,
-        group=group or (BATCH_PRODUCER_GROUP if batch > 1 else PRODUCER_GROUP),
+        group=group
+        or (
+            BATCH_PRODUCER_GROUP
+            if batch > 1
+            else TRANSACTION_PRODUCER_GROUP
+            if transaction
+            else PRODUCER_GROUP
+        ),
         body_bytes=size,
         concurrency=concurrency,
         batch=batch,
         oneway=oneway,
+        transaction=transaction,
         duration_s=duration,
         count=count,
         interval_s=flush_interval,
