@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from tests.compat.servers import ServerProcess, create_topic, serving
@@ -154,9 +155,9 @@ def test_the_checker_settles_halves_left_unknown_or_whose_execute_raised(
 
 
 def test_a_half_is_ended_by_another_producer_of_its_group(server: ServerProcess) -> None:
-    """One producer sends halves and goes away; a handle crosses a process boundary (as a
-    pickle) and another producer ends it, and the broker asks the producer still there
-    about the half no one ended."""
+    """One producer sends halves and goes away; another of its group, which only started,
+    is asked about the half no one ended (it made itself known at start); a handle crosses
+    a process boundary (as a pickle) and that producer ends it."""
     namesrv, broker = _topic(server, "TopicTxHandOver")
 
     async def scenario() -> None:
@@ -170,21 +171,23 @@ def test_a_half_is_ended_by_another_producer_of_its_group(server: ServerProcess)
 
         def checker(half: MessageExt) -> TransactionState:
             asked.append(half.keys)
-            return TransactionState.COMMIT
+            # The other half is the handle's, which the test ends itself.
+            return TransactionState.COMMIT if half.keys == "o" else TransactionState.UNKNOWN
 
-        async with TransactionProducer(
-            "PG_TXH", checker=checker, client_config=fast_config(namesrv, instance_name="b")
-        ) as second:
+        # Heartbeats 30 s apart: only the introduction at start lets the broker ask it.
+        config = fast_config(namesrv, instance_name="b", heartbeat_broker_interval_s=30.0)
+        async with TransactionProducer("PG_TXH", checker=checker, client_config=config) as second:
+            await eventually(lambda: "o" in asked, 20, "the orphan checked")
             await second.end(handle, TransactionState.COMMIT)
-            await eventually(lambda: asked == ["o"], 20, "the orphan checked")
             deadline = asyncio.get_running_loop().time() + 10
             while len(await _delivered(broker, "TopicTxHandOver")) < 2:
                 assert asyncio.get_running_loop().time() < deadline
                 await asyncio.sleep(0.1)
         msgs = await _delivered(broker, "TopicTxHandOver")
-        assert [m.body for m in msgs] == [b"ended elsewhere", b"orphan"]
-        assert msgs[0].id == ended.msg_id
-        assert msgs[1].id == orphan.msg_id
+        assert {m.body: m.id for m in msgs} == {
+            b"ended elsewhere": ended.msg_id,
+            b"orphan": orphan.msg_id,
+        }
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
 
@@ -195,6 +198,7 @@ def test_the_blocking_transaction_producer(server: ServerProcess, tmp_path: Path
     namesrv, broker = _topic(server, "TopicTxBlocking")
     checked = threading.Event()
     executed: list[tuple[str, bytes, Any]] = []
+    threads: set[int] = set()
 
     def checker(msg: Any) -> TransactionStatus:
         checked.set()
@@ -202,6 +206,7 @@ def test_the_blocking_transaction_producer(server: ServerProcess, tmp_path: Path
 
     def local_execute(msg: Any, args: Any) -> TransactionStatus:
         executed.append((msg.id, msg.body, args))
+        threads.add(threading.get_ident())
         return args
 
     producer = TransactionMQProducer("PG_TXB", checker, timeout=5000)
@@ -219,17 +224,29 @@ def test_the_blocking_transaction_producer(server: ServerProcess, tmp_path: Path
             (r2.msg_id, b"late"),
             (executed[2][0], b"never"),
         ]
+        # On the caller's thread, where an application keeps its own transaction.
+        assert threads == {threading.get_ident()}
+
+        def nested(msg: Any, args: Any) -> int:
+            # Another transactional send from inside one, and a plain int for COMMIT.
+            inner = Message("TopicTxBlocking", b"inner")
+            producer.send_message_in_transaction(inner, local_execute, TransactionStatus.COMMIT)
+            return 0
+
+        r4 = producer.send_message_in_transaction(Message("TopicTxBlocking", b"outer"), nested)
         assert checked.wait(15), "the half left UNKNOWN was not checked"
 
         async def wait_delivered() -> list[MessageExt]:
             for _ in range(100):
                 msgs = await _delivered(broker, "TopicTxBlocking")
-                if len(msgs) >= 2:
+                if len(msgs) >= 4:
                     return msgs
                 await asyncio.sleep(0.1)
             return msgs
 
         msgs = asyncio.run(wait_delivered())
-        assert [(m.body, m.id) for m in msgs] == [(b"now", r1.msg_id), (b"late", r2.msg_id)]
+        assert sorted((m.body, m.id) for m in msgs) == sorted(
+            [(b"now", r1.msg_id), (b"late", r2.msg_id), (b"outer", r4.msg_id), (b"inner", ANY)]
+        )
     finally:
         producer.shutdown()

@@ -30,7 +30,6 @@ What matches the official client, beyond names and signatures:
 >>> producer.shutdown()  # doctest: +SKIP
 """
 
-import asyncio
 import concurrent.futures
 import enum
 import logging
@@ -683,8 +682,8 @@ class TransactionMQProducer(Producer):
     def _new_producer(self, group: str, **settings: Any) -> AsyncProducer:
         checker = self._checker_callback
 
-        async def check(half: MessageExt) -> TransactionState:
-            return await asyncio.to_thread(checker, RecvMessage(half))
+        def check(half: MessageExt) -> TransactionState:
+            return checker(RecvMessage(half))  # on the producer's check thread
 
         return AsyncTransactionProducer(group, checker=check, **settings)
 
@@ -694,9 +693,11 @@ class TransactionMQProducer(Producer):
         local_execute: Callable[[SentMessage, Any], TransactionStatus],
         user_args: Any = None,
     ) -> SendResult:
-        """Sends ``message`` as a half, runs ``local_execute(message, user_args)`` and ends
-        the half with its answer; returns the half's send result. If ``local_execute``
-        raises, the half is left for the checker and the exception propagates.
+        """Sends ``message`` as a half, runs ``local_execute(message, user_args)`` on the
+        calling thread (where the application's own transaction lives) and ends the half
+        with its answer; returns the half's send result. If ``local_execute`` raises, the
+        half is left for the checker and the exception propagates. A half the broker did not
+        store as promised is rolled back without running ``local_execute``.
 
         Raises:
             ProducerSendSyncFailed: The message is invalid, or no broker took the half.
@@ -704,14 +705,18 @@ class TransactionMQProducer(Producer):
         cls = exceptions.ProducerSendSyncFailed
         producer = self._producer(cls)
         assert isinstance(producer, AsyncTransactionProducer)
-
-        async def execute(msg: Message, arg: Any) -> TransactionState:
-            return await asyncio.to_thread(local_execute, SentMessage(msg), arg)
-
-        async def send() -> SendResult:
-            return (await producer.send_in_transaction(message, execute, user_args)).send_result
-
-        return _run(send(), cls)
+        result, half = _run(producer.send_half(message), cls)
+        if result.status is SendStatus.OK:
+            state = TransactionState(local_execute(SentMessage(message), user_args))
+        else:
+            state = TransactionState.ROLLBACK
+        try:
+            runtime.run(producer.end(half, state))
+        except PyrmqError as e:
+            log.warning(
+                "%s of %s not delivered (%s); the checker settles it", state.name, half.msg_id, e
+            )
+        return result
 
 
 MessageCallback = Callable[[RecvMessage], object]

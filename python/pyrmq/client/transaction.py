@@ -10,6 +10,7 @@ process than the one that sent it: :meth:`TransactionProducer.send_half` returns
 """
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import enum
 import inspect
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
 from pyrmq import _core
+from pyrmq.client.instance import DEFAULT_TOPIC
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.errors import MessageIllegalError, PyrmqError
@@ -82,12 +84,12 @@ class TransactionSendResult:
     """None when the broker did not store the half as promised (the send was rolled back)."""
 
 
-async def _outcome(value: Outcome) -> TransactionState:
+async def _outcome(value: Outcome | int) -> TransactionState:
     if inspect.isawaitable(value):
         value = await value
-    if not isinstance(value, TransactionState):
-        raise TypeError(f"a transaction callback must return a TransactionState, not {value!r}")
-    return value
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2:
+        return TransactionState(value)  # the plain ints of rocketmq-client-python's enum
+    raise TypeError(f"a transaction callback must return a TransactionState, not {value!r}")
 
 
 class TransactionProducer(Producer):
@@ -98,10 +100,17 @@ class TransactionProducer(Producer):
             half whose transaction it did not hear the end of, so every process of the group
             needs a ``checker`` that gives the same answers.
         namesrv_addr: Name servers, ``host:port`` separated by ``;``.
-        checker: ``checker(half) -> TransactionState`` (or a coroutine). An exception, or
-            UNKNOWN, leaves the half for a later check (every ``transactionCheckInterval``,
-            up to ``transactionCheckMax`` times; then the broker gives it up).
+        checker: ``checker(half) -> TransactionState``. A coroutine function runs in the
+            event loop; a plain function on the producer's check thread (one, as RocketMQ's
+            ``checkExecutor``), so it may block. An exception, or UNKNOWN, leaves the half
+            for a later check (every ``transactionCheckInterval``, up to
+            ``transactionCheckMax`` times; then the broker gives it up). A half whose check is
+            still running is not checked again meanwhile.
         **kwargs: As :class:`~pyrmq.client.producer.Producer`.
+
+    At start the producer looks up the brokers (through ``TBW102``'s route, as RocketMQ's
+    producers do) and sends them its heartbeat, so that a producer restarted after a crash is
+    asked about the halves its predecessor left open.
 
     >>> async def main(namesrv: str) -> None:  # doctest: +SKIP
     ...     def checker(half: MessageExt) -> TransactionState:
@@ -129,12 +138,35 @@ class TransactionProducer(Producer):
         # knows, and the periodic heartbeat may be 30 s away.
         self._introduced: set[str] = set()
         self._checks: set[asyncio.Task[None]] = set()
+        self._checking: set[tuple[str, int]] = set()
+        self._check_thread: concurrent.futures.ThreadPoolExecutor | None = None
+
+    async def start(self) -> None:
+        if self._instance is not None:
+            return
+        await super().start()
+        inst = self.instance
+        try:
+            # Fills the instance's broker table, which its heartbeats go to from now on.
+            await inst.update_route(DEFAULT_TOPIC)
+            await inst.heartbeat_all()
+        except PyrmqError as e:
+            log.info("%s: brokers not reached at start (%s); sends introduce it", self.group, e)
+
+    def topics(self) -> list[str]:
+        # TBW102's route names every broker that takes new topics, so refreshing it every
+        # 30 s keeps the heartbeats reaching brokers that join (RocketMQ's producers too).
+        return [*super().topics(), DEFAULT_TOPIC]
 
     async def shutdown(self) -> None:
+        """Also waits for the checker calls running on the check thread."""
         for task in list(self._checks):
             task.cancel()
         await super().shutdown()
         self._introduced.clear()
+        pool, self._check_thread = self._check_thread, None
+        if pool is not None:
+            await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
 
     # --- sending -------------------------------------------------------------------------
 
@@ -181,13 +213,13 @@ class TransactionProducer(Producer):
 
     async def _introduce(self, broker_name: str) -> None:
         inst = self.instance
-        addr = await inst.master_addr(broker_name)
-        if addr in self._introduced:
-            return
         try:
+            addr = await inst.master_addr(broker_name)
+            if addr in self._introduced:
+                return
             await inst.api.heartbeat(addr, inst.heartbeat_data())
         except PyrmqError as e:  # the periodic heartbeat tries again
-            log.info("heartbeat to %s failed: %s", addr, e)
+            log.info("heartbeat to %s failed: %s", broker_name, e)
         else:
             self._introduced.add(addr)
 
@@ -254,18 +286,40 @@ class TransactionProducer(Producer):
         self, addr: str, half: MessageExt, header: CheckTransactionStateRequestHeader
     ) -> None:
         """Runs the checker for a half a broker asks about and answers with its state."""
+        key = (addr, header.commit_log_offset)
+        if key in self._checking:
+            return  # the answer to the last check is still being worked out
+        self._checking.add(key)
         task = asyncio.get_running_loop().create_task(self._check(addr, half, header))
         self._checks.add(task)
-        task.add_done_callback(self._checks.discard)
+
+        def done(t: "asyncio.Task[None]") -> None:
+            self._checks.discard(t)
+            self._checking.discard(key)
+
+        task.add_done_callback(done)
+
+    async def _ask(self, half: MessageExt) -> TransactionState:
+        checker = self.checker
+        if inspect.iscoroutinefunction(checker) or inspect.iscoroutinefunction(
+            getattr(checker, "__call__", None)  # noqa: B004 (an object with async __call__)
+        ):
+            return await _outcome(self.checker(half))
+        if self._check_thread is None:
+            self._check_thread = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=f"pyrmq-check-{self.group}"
+            )
+        loop = asyncio.get_running_loop()
+        return await _outcome(await loop.run_in_executor(self._check_thread, self.checker, half))
 
     async def _check(
         self, addr: str, half: MessageExt, header: CheckTransactionStateRequestHeader
     ) -> None:
         unique = half.properties.get(UNIQ_KEY) or header.msg_id or half.id
         try:
-            state = await _outcome(self.checker(half))
-        except Exception:
-            log.exception("transaction checker failed for %s; the broker asks again", unique)
+            state = await self._ask(half)
+        except Exception as e:
+            log.warning("transaction checker failed for %s (the broker asks again): %r", unique, e)
             return
         if state is TransactionState.UNKNOWN:
             return

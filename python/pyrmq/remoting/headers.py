@@ -888,7 +888,8 @@ class CheckTransactionStateRequestHeader:
             transaction_id=f.opt_text("transactionId"),
             offset_msg_id=f.opt_text("offsetMsgId"),
             topic=f.opt_text("topic"),
-            broker_name=f.opt_text("brokerName"),
+            # RocketMQ 5's RpcRequestHeader names it bname.
+            broker_name=f.opt_text("brokerName") or f.opt_text("bname"),
         )
 
     def to_ext(self) -> dict[str, str]:
