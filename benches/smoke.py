@@ -7,7 +7,8 @@ implementations, Markdown table), the pytest-benchmark suites with ``--benchmark
 body runs once as a test), ``broker-smoke``: ``broker.py --quick`` against a real ``pyrmq serve``
 (a few seconds; it must finish within ``BROKER_SMOKE_TIMEOUT_S``), and ``client-smoke``:
 ``client.py --quick``, which runs ``pyrmq bench producer``, ``consumer`` and ``latency`` for about
-a second each against a real ``pyrmq serve`` (about 10 s; at most ``CLIENT_SMOKE_TIMEOUT_S``).
+a second each against a real ``pyrmq serve`` (about 10 s; at most ``CLIENT_SMOKE_TIMEOUT_S``),
+and ``spark-sink-smoke``: ``spark_sink.py --quick``, one round of Spark sink writes.
 pyrmq parameters are skipped while ``pyrmq._core`` is not built. Exits non-zero if any step fails;
 a missed target is reported, not a failure.
 """
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEP_TIMEOUT_S = 300
 BROKER_SMOKE_TIMEOUT_S = 30
 CLIENT_SMOKE_TIMEOUT_S = 60
+SPARK_SMOKE_TIMEOUT_S = 180
 
 
 def steps() -> list[tuple[str, list[str], float]]:
@@ -63,6 +65,7 @@ def steps() -> list[tuple[str, list[str], float]]:
         ),
         ("broker-smoke", [py, "benches/broker.py", "--quick"], BROKER_SMOKE_TIMEOUT_S),
         ("client-smoke", [py, "benches/client.py", "--quick"], CLIENT_SMOKE_TIMEOUT_S),
+        ("spark-sink-smoke", [py, "benches/spark_sink.py", "--quick"], SPARK_SMOKE_TIMEOUT_S),
     ]
 
 

@@ -7,16 +7,16 @@ import pytest
 pytest.importorskip("pyspark", reason="pyrmq.spark needs pyspark")
 
 from pyrmq.errors import ConfigError
-from pyrmq.spark.options import COMMIT_TOPIC, WriteOptions
-from pyrmq.spark.sink import CommitRecord
+from pyrmq.spark.commits import CommitRecord
+from pyrmq.spark.options import CHECK_IMMUNITY_S, COMMIT_TOPIC, WriteOptions
 
 NS = {"nameServer": "127.0.0.1:9876"}
 
 
 def test_write_options_default_to_at_least_once() -> None:
     o = WriteOptions.parse(NS | {"topic": "T"})
-    assert (o.delivery_guarantee, o.exactly_once, o.sink_id) == ("at_least_once", False, None)
-    assert (o.commit_topic, o.check_immunity_s) == (COMMIT_TOPIC, None)
+    assert (o.delivery_guarantee, o.exactly_once) == ("at_least_once", False)
+    assert (o.commit_topic, o.check_immunity_s) == (COMMIT_TOPIC, CHECK_IMMUNITY_S)
 
 
 def test_exactly_once_options_are_read_in_any_case() -> None:
@@ -24,21 +24,19 @@ def test_exactly_once_options_are_read_in_any_case() -> None:
         NS
         | {
             "DELIVERYGUARANTEE": "Exactly_Once",
-            "sinkid": "orders-copy.v2",
             "commitTopic": "SinkCommits",
             "checkImmunitySeconds": "600",
         }
     )
     assert o.exactly_once
-    assert (o.sink_id, o.commit_topic, o.check_immunity_s) == ("orders-copy.v2", "SinkCommits", 600)
+    assert (o.commit_topic, o.check_immunity_s) == ("SinkCommits", 600)
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"deliveryGuarantee": "exactly-once"}, "deliveryGuarantee must be at_least_once or"),
-        ({"sinkId": "has space"}, "sinkId must be 1-128 of"),
-        ({"sinkId": "x" * 129}, "sinkId must be 1-128 of"),
+        ({"sinkId": "orders"}, r"unknown option\(s\) sinkid"),
         ({"commitTopic": "bad topic"}, "option commitTopic"),
         ({"checkImmunitySeconds": "0"}, "checkImmunitySeconds must be at least 1"),
         ({"deliveryGuarante": "exactly_once"}, r"unknown option\(s\) deliveryguarante"),

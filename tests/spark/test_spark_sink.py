@@ -177,6 +177,7 @@ def test_exactly_once_a_task_that_fails_mid_write_leaves_nothing_delivered(
         checkpoint,
         body="fail_once(body)",
         deliveryGuarantee="exactly_once",
+        checkImmunitySeconds="1",
     )
     with pytest.raises(Exception, match="task failed on purpose"):
         query.awaitTermination(240)
@@ -192,6 +193,7 @@ def test_exactly_once_a_task_that_fails_mid_write_leaves_nothing_delivered(
         body="fail_once(body)",
         trigger={"processingTime": "1 second"},
         deliveryGuarantee="exactly_once",
+        checkImmunitySeconds="1",
     )
     try:
         deadline = asyncio.run(_deadline(60))

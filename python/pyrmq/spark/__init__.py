@@ -22,7 +22,7 @@ Reads take ``nameServer`` and ``subscribe`` (comma-separated topics), and option
 ``includeProperties``. A batch read starts at the earliest offsets, a new stream at the
 latest. Writes, batch or streaming, take ``nameServer``, and ``topic`` unless the rows have a
 ``topic`` column; ``deliveryGuarantee`` (``at_least_once`` or ``exactly_once``, see
-:mod:`pyrmq.spark.sink`), ``sinkId``, ``commitTopic``, ``checkImmunitySeconds``,
+:mod:`pyrmq.spark.sink`), ``commitTopic``, ``checkImmunitySeconds``,
 ``producerGroup`` and ``includeProperties``.
 """
 

@@ -7,7 +7,6 @@ than in an executor.
 
 import dataclasses
 import json
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -42,13 +41,12 @@ WRITE_KEYS = (
     "producerGroup",
     "includeProperties",
     "deliveryGuarantee",
-    "sinkId",
     "commitTopic",
     "checkImmunitySeconds",
 )
 DELIVERY = ("at_least_once", "exactly_once")
 COMMIT_TOPIC = "PYRMQ_SPARK_SINK_COMMITS"
-_SINK_ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+CHECK_IMMUNITY_S = 3600
 # Options Spark itself may pass to a source.
 _SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -176,14 +174,11 @@ class WriteOptions:
     include_properties: bool
     delivery_guarantee: str
     """``at_least_once`` or ``exactly_once`` (see :mod:`pyrmq.spark.sink`)."""
-    sink_id: str | None
-    """What names a streaming query's writes across its restarts; None takes the query's id,
-    which Spark keeps in the checkpoint."""
     commit_topic: str
     """Where exactly-once writes store their commit records."""
-    check_immunity_s: int | None
-    """How long the broker waits before it first checks an exactly-once half (None: its
-    ``transactionTimeOut``)."""
+    check_immunity_s: int
+    """How long the broker waits before it first checks an exactly-once half: longer than a
+    micro-batch's writes take."""
 
     @property
     def exactly_once(self) -> bool:
@@ -203,16 +198,14 @@ class WriteOptions:
         delivery = options.get("deliveryguarantee", "at_least_once").strip().lower()
         if delivery not in DELIVERY:
             raise ConfigError(f"option deliveryGuarantee must be {' or '.join(DELIVERY)}")
-        sink_id = options.get("sinkid")
-        if sink_id is not None and not _SINK_ID.fullmatch(sink_id):
-            raise ConfigError(f"option sinkId must be 1-128 of [A-Za-z0-9_.-], not {sink_id!r}")
+        immunity = _int(options, "checkImmunitySeconds", CHECK_IMMUNITY_S, 1)
+        assert immunity is not None
         return cls(
             name_server=_name_server(options),
             topic=topic,
             producer_group=options.get("producergroup", "spark-pyrmq-sink"),
             include_properties=_bool(options, "includeProperties", False),
             delivery_guarantee=delivery,
-            sink_id=sink_id,
             commit_topic=commit_topic,
-            check_immunity_s=_int(options, "checkImmunitySeconds", None, 1),
+            check_immunity_s=immunity,
         )

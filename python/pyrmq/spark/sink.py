@@ -3,26 +3,25 @@
 At least once (the default), each row is sent as it comes; a task or micro-batch that Spark
 runs again sends its rows again.
 
-Exactly once, each row is sent as a transactional half message, which no consumer sees yet.
-The driver's commit of a write (a batch job, or micro-batch ``N`` of a query) first stores a
-commit record in ``commitTopic``, keyed by the sink and the batch and naming the task attempts
-whose halves count, and then commits those halves and rolls back the rest. The record is the
-commit point: a micro-batch Spark replays after a crash (its commit record is there, its own
-entry in the checkpoint is not) has its new halves rolled back, and a half whose end never
-reached the broker is settled by the broker's check, which any producer of the sink's group
-answers from the commit record: committed if its attempt is named, rolled back if another
-attempt of its batch won, unknown (asked again later) while its batch has no record. A half
-no one settles within the broker's check rounds (``transactionCheckMax`` times
-``transactionCheckInterval``, 15 minutes by RocketMQ's defaults) is given up, never delivered:
-a query stopped in the middle of a commit must run again within that time.
+Exactly once, each row is sent as a transactional half message, which no consumer sees yet,
+marked with its write (the query's id, which Spark keeps in the checkpoint, and the batch) and
+its task attempt. The driver's commit stores which attempts make up the batch (see
+:mod:`pyrmq.spark.commits`), then commits their halves and rolls back the rest. A micro-batch
+Spark replays after a crash finds its batch committed: it rolls back its own halves and
+commits any half the first commit had not reached. A half whose end is lost otherwise (a task
+attempt that failed, a broker away) is settled by the broker's check, which any producer of
+the sink's group answers from the records, once the half's ``checkImmunitySeconds`` (an hour
+by default) have passed; a write that takes longer than that plus the broker's check rounds
+(``transactionCheckMax`` times ``transactionCheckInterval``) may have its first halves given
+up, and its commit then fails with :class:`~pyrmq.spark.commits.SinkDataLossError`.
 """
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -31,26 +30,30 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from pyrmq import properties as prop
-from pyrmq.client.admin import Admin
 from pyrmq.client.instance import ClientConfig
-from pyrmq.client.message import Message, MessageExt, SendStatus
+from pyrmq.client.message import Message, SendStatus
 from pyrmq.client.producer import Producer
-from pyrmq.client.transaction import HalfMessage, TransactionProducer, TransactionState
+from pyrmq.client.transaction import HalfMessage, TransactionProducer
 from pyrmq.errors import ConfigError, PyrmqError
+from pyrmq.spark.commits import (
+    CHECK_IMMUNITY,
+    SINK,
+    SINK_ATTEMPT,
+    SINK_BATCH,
+    SinkChecker,
+    Written,
+    settle,
+)
 from pyrmq.spark.options import WriteOptions
+from pyrmq.spark.windowed import windowed
 
-__all__ = ["CommitRecord", "RocketMQBatchWriter", "RocketMQStreamWriter", "SendSummary"]
+__all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "SendSummary"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 _SEND_WINDOW = 64
-# What marks an exactly-once half: the write it belongs to and the task attempt that sent it.
-SINK = "SPARK_SINK"
-SINK_BATCH = "SPARK_SINK_BATCH"
-SINK_ATTEMPT = "SPARK_SINK_ATTEMPT"
-CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 # Local properties Spark gives the tasks of a micro-batch.
 _BATCH_ID = "streaming.sql.batchId"
 _QUERY_ID = "sql.streaming.queryId"
@@ -84,65 +87,7 @@ class SendSummary(WriterCommitMessage):
     sent: int
     sink: str | None = None
     batch: int = 0
-    attempt: str = ""
-    halves: tuple[HalfMessage, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class CommitRecord:
-    """The commit point of an exactly-once write: batch ``batch`` of ``sink`` is the halves of
-    the task ``attempts`` named."""
-
-    sink: str
-    batch: int
-    attempts: frozenset[str]
-
-    @staticmethod
-    def key(sink: str, batch: int) -> str:
-        return f"{sink}:{batch}"
-
-    def encode(self) -> bytes:
-        body = {"sink": self.sink, "batch": self.batch, "attempts": sorted(self.attempts)}
-        return json.dumps(body, separators=(",", ":")).encode()
-
-    @classmethod
-    def decode(cls, body: bytes) -> "CommitRecord | None":
-        try:
-            raw = json.loads(body)
-            return cls(str(raw["sink"]), int(raw["batch"]), frozenset(map(str, raw["attempts"])))
-        except (ValueError, KeyError, TypeError):
-            return None
-
-
-async def find_record(admin: Admin, topic: str, sink: str, batch: int) -> CommitRecord | None:
-    """The commit record of ``batch`` of ``sink``, if one was stored, from every broker the
-    name servers know. Raises when they cannot be asked: no answer is not the same as no
-    record."""
-    key = CommitRecord.key(sink, batch)
-    found = await admin.query_message(topic, key, max_num=64, every_broker=True)
-    for m in found:
-        record = CommitRecord.decode(m.body)
-        if record is not None and (record.sink, record.batch) == (sink, batch):
-            return record
-    return None
-
-
-class SinkChecker:
-    """Answers a broker's check of an exactly-once half from its batch's commit record."""
-
-    def __init__(self, options: WriteOptions) -> None:
-        self.options = options
-
-    async def __call__(self, half: MessageExt) -> TransactionState:
-        props = half.properties
-        sink, batch, attempt = props.get(SINK), props.get(SINK_BATCH), props.get(SINK_ATTEMPT)
-        if sink is None or batch is None or attempt is None or not batch.isdigit():
-            return TransactionState.UNKNOWN  # not the sink's: another producer of the group
-        async with Admin(self.options.name_server) as admin:
-            record = await find_record(admin, self.options.commit_topic, sink, int(batch))
-        if record is None:
-            return TransactionState.UNKNOWN
-        return TransactionState.COMMIT if attempt in record.attempts else TransactionState.ROLLBACK
+    written: Written | None = None
 
 
 def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
@@ -168,33 +113,11 @@ def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
     )
 
 
-async def _windowed(coros: Iterator[Any], window: int = _SEND_WINDOW) -> list[Any]:
-    """Runs the coroutines ``window`` at a time; their results in order. The first failure
-    cancels the rest and raises."""
-    results: dict[int, Any] = {}
-    pending: dict[asyncio.Task[Any], int] = {}
-    try:
-        for index, coro in enumerate(coros):
-            pending[asyncio.ensure_future(coro)] = index
-            if len(pending) >= window:
-                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    results[pending.pop(task)] = task.result()
-        while pending:
-            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                results[pending.pop(task)] = task.result()
-    finally:
-        for task in pending:
-            task.cancel()
-    return [results[i] for i in range(len(results))]
-
-
 async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
     config = ClientConfig(namesrv_addr=options.name_server)
     async with Producer(options.producer_group, client_config=config) as producer:
         sends = (producer.send(_message(row.asDict(), options)) for row in rows)
-        return len(await _windowed(sends))
+        return len(await windowed(sends, _SEND_WINDOW))
 
 
 async def _send_halves(
@@ -202,110 +125,86 @@ async def _send_halves(
 ) -> list[HalfMessage]:
     config = ClientConfig(namesrv_addr=options.name_server)
     checker = SinkChecker(options)
-    async with TransactionProducer(
-        options.producer_group, checker=checker, client_config=config
-    ) as producer:
+    marks = {
+        SINK: sink,
+        SINK_BATCH: str(batch),
+        SINK_ATTEMPT: attempt,
+        CHECK_IMMUNITY: str(options.check_immunity_s),
+    }
+    try:
+        async with TransactionProducer(
+            options.producer_group, checker=checker, client_config=config
+        ) as producer:
 
-        async def half(row: Row) -> HalfMessage:
-            msg = _message(row.asDict(), options)
-            msg.properties.update({SINK: sink, SINK_BATCH: str(batch), SINK_ATTEMPT: attempt})
-            if options.check_immunity_s is not None:
-                msg.properties[CHECK_IMMUNITY] = str(options.check_immunity_s)
-            result, handle = await producer.send_half(msg)
-            if result.status is not SendStatus.OK:
-                # Stored, but not as safely as the broker promises: this attempt fails, and
-                # its halves are rolled back once another attempt's are committed.
-                raise PyrmqError(f"a half was stored with {result.status.name}")
-            return handle
+            async def half(row: Row) -> HalfMessage:
+                msg = _message(row.asDict(), options)
+                msg.properties.update(marks)
+                result, handle = await producer.send_half(msg)
+                if result.status is not SendStatus.OK:
+                    # Stored, but not as safely as the broker promises: this attempt fails,
+                    # and its halves are rolled back once another attempt's are committed.
+                    raise PyrmqError(f"a half was stored with {result.status.name}")
+                return handle
 
-        return await _windowed(half(row) for row in rows)
-
-
-async def _settle(
-    producer: TransactionProducer,
-    options: WriteOptions,
-    summaries: Sequence[SendSummary],
-    batch: int,
-    *,
-    commit: bool,
-) -> None:
-    """Ends the halves of one write: with ``commit``, stores its commit record (unless an
-    earlier run did) and commits the halves of the attempts it names; every other half is
-    rolled back."""
-    sinks = {s.sink for s in summaries if s.sink is not None}
-    if not sinks:
-        return
-    if len(sinks) > 1:
-        raise PyrmqError(f"one write, several sinks: {sorted(sinks)}")
-    sink = sinks.pop()
-    if any(s.batch != batch for s in summaries):
-        # The halves name another batch than Spark commits: their checks would be wrong.
-        raise PyrmqError(f"batch {batch} was written as {sorted({s.batch for s in summaries})}")
-    async with Admin(options.name_server) as admin:
-        record = await find_record(admin, options.commit_topic, sink, batch)
-        if record is None and commit:
-            record = CommitRecord(sink, batch, frozenset(s.attempt for s in summaries))
-            if await admin.route(options.commit_topic) is None:
-                await admin.create_topic(options.commit_topic, queue_nums=1)
-            key = CommitRecord.key(sink, batch)
-            stored = await producer.send(Message(options.commit_topic, record.encode(), keys=key))
-            if stored.status is not SendStatus.OK:
-                raise PyrmqError(f"the commit record of batch {batch} was {stored.status.name}")
-    winners = record.attempts if record is not None else frozenset()
-
-    async def end(half: HalfMessage, state: TransactionState) -> int:
-        try:
-            await producer.end(half, state)
-        except PyrmqError as e:
-            # Already ended by a check, or not reached: the check settles it either way.
-            log.info("%s of %s: %s", state.name, half.msg_id, e)
-            return 0
-        return 1
-
-    ends = (
-        end(h, TransactionState.COMMIT if s.attempt in winners else TransactionState.ROLLBACK)
-        for s in summaries
-        for h in s.halves
-    )
-    done = sum(await _windowed(ends))
-    log.info(
-        "batch %d of sink %s: %d halves ended, %d attempts won", batch, sink, done, len(winners)
-    )
+            return await windowed((half(row) for row in rows), _SEND_WINDOW)
+    finally:
+        await checker.close()
 
 
 class _Responder:
     """A producer of the sink's group that lives as long as its process: the driver's commits
     run on it, and between them it answers the broker's checks of halves left open (by a
-    task attempt that failed, or a commit cut short). Spark runs a streaming query's commits
-    in one process for the whole query."""
+    task attempt that failed, or a broker that was away). Spark runs a streaming query's
+    commits in one process for the whole query."""
 
     _running: ClassVar[dict[tuple[Any, ...], "_Responder"]] = {}
     _lock: ClassVar = threading.Lock()
 
     def __init__(self, options: WriteOptions) -> None:
+        config = ClientConfig(namesrv_addr=options.name_server)
+        self.checker = SinkChecker(options)
+        self.producer = TransactionProducer(
+            options.producer_group, checker=self.checker, client_config=config
+        )
         self.loop = asyncio.new_event_loop()
         thread = threading.Thread(target=self.loop.run_forever, name="pyrmq-sink", daemon=True)
         thread.start()
-        config = ClientConfig(namesrv_addr=options.name_server)
-        self.producer = TransactionProducer(
-            options.producer_group, checker=SinkChecker(options), client_config=config
-        )
-        self.run(self.producer.start())
+        try:
+            self.run(self.producer.start())
+        except BaseException:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            raise
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     @classmethod
     def settle(
-        cls, options: WriteOptions, summaries: Sequence[SendSummary], batch: int, *, commit: bool
+        cls,
+        options: WriteOptions,
+        messages: Sequence[WriterCommitMessage | None],
+        batch: int,
+        *,
+        commit: bool,
     ) -> None:
+        summaries = [m for m in messages if isinstance(m, SendSummary) and m.sink is not None]
+        sinks = {s.sink for s in summaries}
+        if not sinks:
+            return
+        if len(sinks) > 1:
+            raise PyrmqError(f"one write, several sinks: {sorted(map(str, sinks))}")
+        if any(s.batch != batch for s in summaries):
+            # The halves name another batch than Spark commits: their checks would be wrong.
+            raise PyrmqError(f"batch {batch} was written as {sorted({s.batch for s in summaries})}")
+        written = [s.written for s in summaries if s.written is not None]
         # Keyed by process too: a forked child has the dict but not the thread.
         key = (os.getpid(), options.name_server, options.producer_group, options.commit_topic)
         with cls._lock:
             responder = cls._running.get(key)
             if responder is None:
                 responder = cls._running[key] = cls(options)
-        responder.run(_settle(responder.producer, options, summaries, batch, commit=commit))
+        sink = str(sinks.pop())
+        responder.run(settle(responder.producer, options, sink, batch, written, commit=commit))
 
 
 def _task() -> tuple[int, Any]:
@@ -333,14 +232,15 @@ class _Writer:
         else:
             query = ctx.getLocalProperty(_QUERY_ID) if ctx is not None else None
             batch_text = ctx.getLocalProperty(_BATCH_ID) if ctx is not None else None
-            named = o.sink_id or query
-            if batch_text is None or not named:
+            if batch_text is None or not query:
                 raise PyrmqError("an exactly-once stream write ran outside a micro-batch")
-            sink, batch = str(named), int(batch_text)
+            sink, batch = f"query-{query}", int(batch_text)
         attempt = uuid.uuid4().hex
+        written_ms = int(time.time() * 1000)
         with asyncio.Runner() as runner:
             halves = runner.run(_send_halves(rows, o, sink, batch, attempt))
-        return SendSummary(partition, len(halves), sink, batch, attempt, tuple(halves))
+        written = Written(attempt, written_ms, tuple(halves))
+        return SendSummary(partition, len(halves), sink, batch, written)
 
 
 def _sent(messages: Sequence[WriterCommitMessage | None]) -> list[SendSummary]:
@@ -364,13 +264,13 @@ class RocketMQBatchWriter(_Writer, DataSourceWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         sent = _sent(messages)
         if self.options.exactly_once:
-            _Responder.settle(self.options, sent, 0, commit=True)
+            _Responder.settle(self.options, messages, 0, commit=True)
         log.info("sent %d messages in %d tasks", sum(s.sent for s in sent), len(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         sent = _sent(messages)
         if self.options.exactly_once:
-            _Responder.settle(self.options, sent, 0, commit=False)
+            _Responder.settle(self.options, messages, 0, commit=False)
         log.warning("write aborted after %d messages were sent", sum(s.sent for s in sent))
 
 
@@ -389,13 +289,13 @@ class RocketMQStreamWriter(_Writer, DataSourceStreamWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sent = _sent(messages)
         if self.options.exactly_once:
-            _Responder.settle(self.options, sent, batchId, commit=True)
+            _Responder.settle(self.options, messages, batchId, commit=True)
         log.info("batch %d: sent %d messages", batchId, sum(s.sent for s in sent))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sent = _sent(messages)
         if self.options.exactly_once:
-            _Responder.settle(self.options, sent, batchId, commit=False)
+            _Responder.settle(self.options, messages, batchId, commit=False)
         log.warning(
             "batch %d aborted after %d messages were sent", batchId, sum(s.sent for s in sent)
         )
