@@ -94,6 +94,16 @@ def finish(query: Any) -> None:
     assert query.exception() is None, query.exception()
 
 
+def prepare(addrs: tuple[str, str], name: str, count: int) -> tuple[str, str]:
+    """Topics ``<name>In`` (with ``count`` messages) and ``<name>Out``, two queues each."""
+    namesrv, broker = addrs
+    source, target = f"{name}In", f"{name}Out"
+    create_topic(broker, source, 2)
+    create_topic(broker, target, 2)
+    send(namesrv, source, count)
+    return source, target
+
+
 def forget_commit(checkpoint: Path, batch: int) -> None:
     """As when the driver dies after the sink committed but before Spark noted it."""
     (checkpoint / "commits" / str(batch)).unlink()
@@ -103,11 +113,8 @@ def forget_commit(checkpoint: Path, batch: int) -> None:
 def test_at_least_once_a_replayed_micro_batch_is_sent_again(
     spark: Any, tx_addrs: tuple[str, str], tmp_path: Path
 ) -> None:
-    namesrv, broker = tx_addrs
-    source, target = "TopicSinkAloIn", "TopicSinkAloOut"
-    create_topic(broker, source, 2)
-    create_topic(broker, target, 2)
-    send(namesrv, source, 40)
+    namesrv, _ = tx_addrs
+    source, target = prepare(tx_addrs, "TopicSinkAlo", 40)
     checkpoint = tmp_path / "checkpoint"
     finish(stream_copy(spark, namesrv, source, target, checkpoint))
     assert bodies(spark, namesrv, target) == list(range(40))
@@ -120,10 +127,7 @@ def test_exactly_once_a_replayed_micro_batch_is_sent_once(
     spark: Any, tx_addrs: tuple[str, str], tmp_path: Path
 ) -> None:
     namesrv, broker = tx_addrs
-    source, target = "TopicSinkEoIn", "TopicSinkEoOut"
-    create_topic(broker, source, 2)
-    create_topic(broker, target, 2)
-    send(namesrv, source, 40)
+    source, target = prepare(tx_addrs, "TopicSinkEo", 40)
     checkpoint = tmp_path / "checkpoint"
     eo = {"deliveryGuarantee": "exactly_once"}
     finish(stream_copy(spark, namesrv, source, target, checkpoint, **eo))
@@ -154,10 +158,7 @@ def test_exactly_once_a_task_that_fails_mid_write_leaves_nothing_delivered(
     from pyspark.sql.types import BinaryType
 
     namesrv, broker = tx_addrs
-    source, target = "TopicSinkFailIn", "TopicSinkFailOut"
-    create_topic(broker, source, 2)
-    create_topic(broker, target, 2)
-    send(namesrv, source, 200)
+    source, target = prepare(tx_addrs, "TopicSinkFail", 200)
     flag = tmp_path / "failed-once"
 
     def fail_once(body: bytes) -> bytes:

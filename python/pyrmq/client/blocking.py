@@ -131,7 +131,45 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class RecvMessage:
+class _MessageView:
+    """What the official client's message objects share: bytes for text, ``b""`` if unset."""
+
+    __slots__ = ()
+    message: Message | MessageExt
+
+    @property
+    def topic(self) -> str:
+        """The topic it was sent to (for a redelivery, the original topic)."""
+        return self.message.topic
+
+    @property
+    def tags(self) -> bytes:
+        return (self.message.tags or "").encode()
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    def _property(self, name: str) -> str | None:
+        raise NotImplementedError
+
+    def get_property(self, prop: str | bytes | MessageProperty) -> bytes:
+        """A property's value, ``b""`` when the message does not have it."""
+        if isinstance(prop, MessageProperty):
+            prop = prop.value
+        return (self._property(_text(prop)) or "").encode()
+
+    def __getitem__(self, key: str | bytes | MessageProperty) -> bytes:
+        return self.get_property(key)
+
+    def __str__(self) -> str:
+        return self.body.decode("utf-8")
+
+    def __bytes__(self) -> bytes:
+        return self.body
+
+
+class RecvMessage(_MessageView):
     """A received message as the official client shows it.
 
     ``topic`` and ``id`` are str; ``tags``, ``keys``, ``body`` and :meth:`get_property`
@@ -155,25 +193,12 @@ class RecvMessage:
     __slots__ = ("message",)
 
     def __init__(self, message: MessageExt) -> None:
-        self.message = message
-
-    @property
-    def topic(self) -> str:
-        """The topic it was sent to (for a redelivery, the original topic)."""
-        return self.message.topic
-
-    @property
-    def tags(self) -> bytes:
-        return (self.message.tags or "").encode()
+        self.message: MessageExt = message
 
     @property
     def keys(self) -> bytes:
         """The keys, separated by spaces."""
         return self.message.keys.encode()
-
-    @property
-    def body(self) -> bytes:
-        return self.message.body
 
     @property
     def id(self) -> str:
@@ -219,20 +244,8 @@ class RecvMessage:
     def prepared_transaction_offset(self) -> int:
         return self.message.prepared_transaction_offset
 
-    def get_property(self, prop: str | bytes | MessageProperty) -> bytes:
-        """A property's value, ``b""`` when the message does not have it."""
-        if isinstance(prop, MessageProperty):
-            prop = prop.value
-        return (self.message.get_property(prop) or "").encode()
-
-    def __getitem__(self, key: str | bytes | MessageProperty) -> bytes:
-        return self.get_property(key)
-
-    def __str__(self) -> str:
-        return self.body.decode("utf-8")
-
-    def __bytes__(self) -> bytes:
-        return self.body
+    def _property(self, name: str) -> str | None:
+        return self.message.get_property(name)
 
     def __repr__(self) -> str:
         return f"<RecvMessage topic={self.topic!r} id={self.id!r} body={self.body!r}>"
@@ -602,48 +615,25 @@ class Producer(_Client):
         return _run(self._producer(cls).send_batch(msgs), cls)
 
 
-class SentMessage:
+class SentMessage(_MessageView):
     """The message of a transaction as ``local_execute`` sees it, with the accessors of
     :class:`RecvMessage` that a message just sent has; ``id`` is its ``UNIQ_KEY``."""
 
     __slots__ = ("message",)
 
     def __init__(self, message: Message) -> None:
-        self.message = message
-
-    @property
-    def topic(self) -> str:
-        return self.message.topic
-
-    @property
-    def tags(self) -> bytes:
-        return (self.message.tags or "").encode()
+        self.message: Message = message
 
     @property
     def keys(self) -> bytes:
         return (self.message.keys or "").encode()
 
     @property
-    def body(self) -> bytes:
-        return self.message.body
-
-    @property
     def id(self) -> str:
         return self.message.properties.get(UNIQ_KEY, "")
 
-    def get_property(self, prop: str | bytes | MessageProperty) -> bytes:
-        if isinstance(prop, MessageProperty):
-            prop = prop.value
-        return self.message.properties.get(_text(prop), "").encode()
-
-    def __getitem__(self, key: str | bytes | MessageProperty) -> bytes:
-        return self.get_property(key)
-
-    def __str__(self) -> str:
-        return self.body.decode("utf-8")
-
-    def __bytes__(self) -> bytes:
-        return self.body
+    def _property(self, name: str) -> str | None:
+        return self.message.properties.get(name)
 
 
 class TransactionMQProducer(Producer):

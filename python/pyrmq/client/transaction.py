@@ -235,20 +235,33 @@ class TransactionProducer(Producer):
         """
         if state is TransactionState.UNKNOWN:
             return
-        header = EndTransactionRequestHeader(
-            producer_group=self.group,
-            tran_state_table_offset=half.queue_offset,
-            commit_log_offset=half.commit_log_offset,
-            commit_or_rollback=_WIRE[state],
-            msg_id=half.msg_id,
-            transaction_id=half.msg_id,
-        )
+        header = self._end_header(state, half.queue_offset, half.commit_log_offset, half.msg_id)
         inst = self.instance
         addr = await inst.master_addr(half.broker_name, half.topic)
         await inst.api.end_transaction(
             addr, header, self.send_timeout_s if timeout_s is None else timeout_s
         )
         await self._introduce(half.broker_name)
+
+    def _end_header(
+        self,
+        state: TransactionState,
+        queue_offset: int,
+        commit_log_offset: int,
+        msg_id: str,
+        *,
+        transaction_id: str | None = None,
+        from_check: bool = False,
+    ) -> EndTransactionRequestHeader:
+        return EndTransactionRequestHeader(
+            producer_group=self.group,
+            tran_state_table_offset=queue_offset,
+            commit_log_offset=commit_log_offset,
+            commit_or_rollback=_WIRE[state],
+            msg_id=msg_id,
+            from_transaction_check=from_check,
+            transaction_id=transaction_id or msg_id,
+        )
 
     async def send_in_transaction(
         self, msg: Message, execute: LocalTransaction, arg: Any = None
@@ -323,14 +336,13 @@ class TransactionProducer(Producer):
             return
         if state is TransactionState.UNKNOWN:
             return
-        end = EndTransactionRequestHeader(
-            producer_group=self.group,
-            tran_state_table_offset=header.tran_state_table_offset,
-            commit_log_offset=header.commit_log_offset,
-            commit_or_rollback=_WIRE[state],
-            msg_id=unique,
-            from_transaction_check=True,
-            transaction_id=header.transaction_id or unique,
+        end = self._end_header(
+            state,
+            header.tran_state_table_offset,
+            header.commit_log_offset,
+            unique,
+            transaction_id=header.transaction_id,
+            from_check=True,
         )
         try:
             await self.instance.api.end_transaction(addr, end, self.send_timeout_s)
