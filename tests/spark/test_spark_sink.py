@@ -247,3 +247,49 @@ def test_exactly_once_batch_writes_commit_whole_or_not_at_all(
     time.sleep(2.0)
     write(spark.range(60, 70, numPartitions=2).selectExpr("concat('m', id) AS body"))
     assert bodies(spark, namesrv, target) == [*range(30), *range(60, 70)]
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
+def test_rows_go_to_the_queue_they_name_in_order(
+    spark: Any, tx_addrs: tuple[str, str], delivery: str
+) -> None:
+    """``queueSelector=hash`` puts each sharding key on one queue (``hash % 4`` as Java
+    producers pick it), its rows in the partition's order; a ``queue_id`` column wins."""
+    from pyrmq import _core
+
+    namesrv, broker = tx_addrs
+    target = f"TopicSinkPlaced{delivery.split('_')[0].title()}"
+    create_topic(broker, target, 4)
+
+    def write(df: Any, **options: str) -> None:
+        writer = df.write.format("pyrmq").option("nameServer", namesrv).option("topic", target)
+        for key, value in {"deliveryGuarantee": delivery, **options}.items():
+            writer = writer.option(key, value)
+        writer.mode("append").save()
+
+    rows = spark.range(0, 300, numPartitions=2).selectExpr(
+        "concat('m', id) AS body", "concat('order-', id % 7) AS sharding_key"
+    )
+    write(rows, queueSelector="hash")
+    stored = read(spark, namesrv, target).select("body", "queue_id", "queue_offset").collect()
+    assert len(stored) == 300
+    by_key: dict[str, list[tuple[int, int, int]]] = {}
+    for r in stored:
+        n = int(r.body[1:])
+        by_key.setdefault(f"order-{n % 7}", []).append((r.queue_offset, n, r.queue_id))
+    for key, placed in by_key.items():
+        assert {q for _, _, q in placed} == {abs(_core.java_string_hash(key)) % 4}, key
+        # Within each partition (ids 0-149, 150-299) in order of id.
+        for half in (range(0, 150), range(150, 300)):
+            ids = [n for _, n, _ in sorted(placed) if n in half]
+            assert ids == sorted(ids), key
+    pinned = spark.range(300, 320, numPartitions=2).selectExpr(
+        "concat('m', id) AS body", "CAST(id % 2 + 2 AS INT) AS queue_id"
+    )
+    write(pinned)
+    stored = read(spark, namesrv, target).select("body", "queue_id").collect()
+    assert {(int(r.body[1:]), r.queue_id) for r in stored if int(r.body[1:]) >= 300} == {
+        (n, n % 2 + 2) for n in range(300, 320)
+    }
+    with pytest.raises(Exception, match="has no writable queue 9"):
+        write(spark.range(1).selectExpr("'x' AS body", "9 AS queue_id"))

@@ -22,8 +22,9 @@ Reads take ``nameServer`` and ``subscribe`` (comma-separated topics), and option
 ``includeProperties``. A batch read starts at the earliest offsets, a new stream at the
 latest. Writes, batch or streaming, take ``nameServer``, and ``topic`` unless the rows have a
 ``topic`` column; ``deliveryGuarantee`` (``at_least_once`` or ``exactly_once``, see
-:mod:`pyrmq.spark.sink`), ``commitTopic``, ``checkImmunitySeconds``,
-``producerGroup`` and ``includeProperties``.
+:mod:`pyrmq.spark.sink`), ``queueSelector`` (``round_robin`` or ``hash``, see
+:mod:`pyrmq.spark.placement`), ``commitTopic``, ``checkImmunitySeconds``, ``producerGroup``
+and ``includeProperties``.
 """
 
 from pyspark.sql import SparkSession

@@ -43,7 +43,9 @@ WRITE_KEYS = (
     "deliveryGuarantee",
     "commitTopic",
     "checkImmunitySeconds",
+    "queueSelector",
 )
+SELECTORS = ("round_robin", "hash")
 DELIVERY = ("at_least_once", "exactly_once")
 COMMIT_TOPIC = "PYRMQ_SPARK_SINK_COMMITS"
 CHECK_IMMUNITY_S = 3600
@@ -179,6 +181,15 @@ class WriteOptions:
     check_immunity_s: int
     """How long the broker waits before it first checks an exactly-once half: longer than a
     micro-batch's writes take."""
+    queue_selector: str
+    """``round_robin``, or ``hash`` of each row's ``sharding_key`` (else its keys)."""
+    queue_column: bool = False
+    """The rows name their queue (a ``queue_id`` column)."""
+
+    @property
+    def in_order(self) -> bool:
+        """Rows go to the queues they name, those of one queue in order."""
+        return self.queue_column or self.queue_selector == "hash"
 
     @property
     def exactly_once(self) -> bool:
@@ -200,6 +211,9 @@ class WriteOptions:
             raise ConfigError(f"option deliveryGuarantee must be {' or '.join(DELIVERY)}")
         immunity = _int(options, "checkImmunitySeconds", CHECK_IMMUNITY_S, 1)
         assert immunity is not None
+        selector = options.get("queueselector", "round_robin").strip().lower()
+        if selector not in SELECTORS:
+            raise ConfigError(f"option queueSelector must be {' or '.join(SELECTORS)}")
         return cls(
             name_server=_name_server(options),
             topic=topic,
@@ -208,4 +222,5 @@ class WriteOptions:
             delivery_guarantee=delivery,
             commit_topic=commit_topic,
             check_immunity_s=immunity,
+            queue_selector=selector,
         )

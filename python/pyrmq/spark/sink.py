@@ -23,7 +23,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from pyspark.sql import Row
@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 
 from pyrmq import properties as prop
 from pyrmq.client.instance import ClientConfig
-from pyrmq.client.message import Message, SendStatus
+from pyrmq.client.message import Message, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.client.transaction import HalfMessage, TransactionProducer
 from pyrmq.errors import ConfigError, PyrmqError
@@ -45,6 +45,7 @@ from pyrmq.spark.commits import (
     settle,
 )
 from pyrmq.spark.options import WriteOptions
+from pyrmq.spark.placement import send_in_order
 from pyrmq.spark.windowed import windowed
 
 __all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "SendSummary"]
@@ -113,9 +114,21 @@ def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
     )
 
 
+def _make(options: WriteOptions) -> Callable[[Mapping[str, Any]], Message]:
+    return lambda row: _message(row, options)
+
+
 async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
     config = ClientConfig(namesrv_addr=options.name_server)
     async with Producer(options.producer_group, client_config=config) as producer:
+        if options.in_order:
+
+            async def send(msg: Message, mq: MessageQueue | None) -> SendResult:
+                return await producer.send(msg, queue=mq)
+
+            dicts = (row.asDict() for row in rows)
+            queues_of = producer.fetch_publish_queues
+            return len(await send_in_order(dicts, _make(options), options, queues_of, send))
         sends = (producer.send(_message(row.asDict(), options)) for row in rows)
         return len(await windowed(sends, _SEND_WINDOW))
 
@@ -136,17 +149,21 @@ async def _send_halves(
             options.producer_group, checker=checker, client_config=config
         ) as producer:
 
-            async def half(row: Row) -> HalfMessage:
-                msg = _message(row.asDict(), options)
+            async def send(msg: Message, mq: MessageQueue | None) -> HalfMessage:
                 msg.properties.update(marks)
-                result, handle = await producer.send_half(msg)
+                result, handle = await producer.send_half(msg, queue=mq)
                 if result.status is not SendStatus.OK:
                     # Stored, but not as safely as the broker promises: this attempt fails,
                     # and its halves are rolled back once another attempt's are committed.
                     raise PyrmqError(f"a half was stored with {result.status.name}")
                 return handle
 
-            return await windowed((half(row) for row in rows), _SEND_WINDOW)
+            if options.in_order:
+                dicts = (row.asDict() for row in rows)
+                queues_of = producer.fetch_publish_queues
+                return await send_in_order(dicts, _make(options), options, queues_of, send)
+            halves = (send(_message(row.asDict(), options), None) for row in rows)
+            return await windowed(halves, _SEND_WINDOW)
     finally:
         await checker.close()
 

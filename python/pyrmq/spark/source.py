@@ -7,6 +7,7 @@ offsets of each micro-batch), as Spark's Kafka source does, so a query restarted
 checkpoint re-reads a failed batch's exact range and nothing twice.
 """
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -372,6 +373,9 @@ class RocketMQDataSource(DataSource):
                 MapType(StringType(), StringType()),
                 MapType(StringType(), StringType(), False),
             ),
+            "queue_id": (IntegerType(), LongType()),
+            "broker_name": (text,),
+            "sharding_key": (text,),
         }
         for name, allowed in wanted.items():
             if name in types and types[name] not in allowed:
@@ -379,7 +383,7 @@ class RocketMQDataSource(DataSource):
                     f"column {name} is {types[name].simpleString()}; pyrmq takes "
                     + " or ".join(t.simpleString() for t in allowed)
                 )
-        return options
+        return dataclasses.replace(options, queue_column="queue_id" in types)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return RocketMQBatchWriter(self._write_options(schema, overwrite))
