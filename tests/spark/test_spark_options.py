@@ -48,9 +48,11 @@ def test_bad_write_options_are_refused(options: dict[str, str], message: str) ->
 
 
 def test_commit_records_round_trip_and_refuse_foreign_bodies() -> None:
-    record = CommitRecord("query-1", 7, frozenset({"b", "a"}))
+    record = CommitRecord("query-1", 7, {"b": 2, "a": 1}, "PG")
     assert CommitRecord.decode(record.encode()) == record
-    assert record.encode() == b'{"sink":"query-1","batch":7,"attempts":["a","b"]}'
+    assert record.encode() == b'{"sink":"query-1","batch":7,"attempts":{"a":1,"b":2},"group":"PG"}'
+    assert record.attempts == {"a", "b"}
     assert CommitRecord.key("query-1", 7) == "query-1:7"
-    for body in (b"", b"not json", b"[1]", b'{"sink": "s", "batch": "x", "attempts": []}'):
+    bad = b'{"sink": "s", "batch": 1, "attempts": ["a"], "group": "g"}'
+    for body in (b"", b"not json", b"[1]", b'{"sink": "s", "batch": "x", "attempts": {}}', bad):
         assert CommitRecord.decode(body) is None

@@ -178,7 +178,7 @@ def test_exactly_once_a_task_that_fails_mid_write_leaves_nothing_delivered(
         checkpoint,
         body="fail_once(body)",
         deliveryGuarantee="exactly_once",
-        checkImmunitySeconds="1",
+        checkImmunitySeconds="20",
     )
     with pytest.raises(Exception, match="task failed on purpose"):
         query.awaitTermination(240)
@@ -194,10 +194,11 @@ def test_exactly_once_a_task_that_fails_mid_write_leaves_nothing_delivered(
         body="fail_once(body)",
         trigger={"processingTime": "1 second"},
         deliveryGuarantee="exactly_once",
-        checkImmunitySeconds="1",
+        checkImmunitySeconds="20",
     )
     try:
-        deadline = asyncio.run(_deadline(60))
+        # The failed attempt's halves are first checked 20 s after they were written.
+        deadline = asyncio.run(_deadline(90))
         while True:
             halves, ended = transactions(broker)
             if halves == ended and len(bodies(spark, namesrv, target)) == 200:

@@ -120,6 +120,7 @@ class ClientInstance:
         self._rebalance_now = asyncio.Event()
         self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}
         self._started = False
+        self._unchecked: set[str] = set()
         handlers: dict[int, ServerRequestHandler] = {
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
@@ -417,12 +418,15 @@ class ClientInstance:
         producer = self.producers.get(group)
         check = getattr(producer, "on_transaction_check", None)
         if check is None:
-            log.warning(
-                "transaction check from %s for group %r, which this client does not "
-                "produce for with a checker",
-                addr,
-                group,
-            )
+            # Checks come every round for each open half: say so once per group.
+            if group not in self._unchecked:
+                self._unchecked.add(group)
+                log.warning(
+                    "transaction checks from %s for group %r, which this client does not "
+                    "produce for with a checker, are left unanswered",
+                    addr,
+                    group,
+                )
             return
         await check(addr, half, header)
 
