@@ -11,9 +11,8 @@ Spark replays after a crash finds its batch committed: it rolls back its own hal
 commits any half the first commit had not reached. A half whose end is lost otherwise (a task
 attempt that failed, a broker away) is settled by the broker's check, which any producer of
 the sink's group answers from the records, once the half's ``checkImmunitySeconds`` (an hour
-by default) have passed; a write that takes longer than that plus the broker's check rounds
-(``transactionCheckMax`` times ``transactionCheckInterval``) may have its first halves given
-up, and its commit then fails with :class:`~pyrmq.spark.commits.SinkDataLossError`.
+by default) have passed. A batch written too slowly for that immunity is rolled back whole at
+its commit, which fails, and Spark writes it again.
 """
 
 import asyncio
