@@ -321,3 +321,28 @@ def test_misspelt_options_and_unfit_columns_are_refused(spark: Any, addrs: tuple
     with pytest.raises(Exception, match="properties DELAY are set by"):
         write(spark.range(1).selectExpr("'b' AS body", "map('DELAY', '3') AS properties"))
     assert read(spark, namesrv, topic).count() == 0
+
+
+def test_big_queues_are_read_by_several_tasks(
+    spark: Any, addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    """``maxRecordsPerPartition`` and ``minPartitions`` cut queue ranges into more Spark
+    partitions; every message is still read once, batch or stream."""
+    namesrv, broker = addrs
+    topic = "TopicSparkSplit"
+    create_topic(broker, topic, 2)
+    send(namesrv, topic, 100)
+    capped = read(spark, namesrv, topic, maxRecordsPerPartition="20")
+    assert capped.rdd.getNumPartitions() == 6  # 50 per queue: 17 + 17 + 16
+    assert sorted(int(r.body[1:]) for r in capped.collect()) == list(range(100))
+    spread = read(spark, namesrv, topic, minPartitions="7")
+    assert spread.rdd.getNumPartitions() == 8  # 7 in proportion: 4 per queue, rounded
+    assert sorted(int(r.body[1:]) for r in spread.select("body").collect()) == list(range(100))
+    with pytest.raises(Exception, match="minPartitions must be at least 1"):
+        read(spark, namesrv, topic, minPartitions="0").collect()
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    assert stream_to_parquet(
+        spark, namesrv, topic, out, checkpoint, maxRecordsPerPartition="15"
+    ) == [100]
+    stored = spark.read.parquet(str(out))
+    assert sorted(int(r.body[1:]) for r in stored.select("body").collect()) == list(range(100))

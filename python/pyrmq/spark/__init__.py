@@ -18,9 +18,11 @@ Reads take ``nameServer`` and ``subscribe`` (comma-separated topics), and option
 ``subExpression`` (a tag expression), ``startingOffsets`` (``earliest``, ``latest`` or
 ``{"topic": {"broker": {"queue id": offset}}}`` with -2 for earliest and -1 for latest),
 ``startingTimestamp`` (epoch ms), ``endingOffsets`` (batch reads), ``maxOffsetsPerTrigger``,
-``failOnDataLoss`` (true), ``pullBatchSize`` (32), ``pullTimeoutMs`` and
-``includeProperties``. A batch read starts at the earliest offsets, a new stream at the
-latest. Writes, batch or streaming, take ``nameServer``, and ``topic`` unless the rows have a
+``failOnDataLoss`` (true), ``minPartitions``, ``maxRecordsPerPartition``, ``pullBatchSize``
+(32), ``pullTimeoutMs`` and ``includeProperties``. A batch read starts at the earliest
+offsets, a new stream at the latest.
+
+Writes, batch or streaming, take ``nameServer``, and ``topic`` unless the rows have a
 ``topic`` column; ``deliveryGuarantee`` (``at_least_once`` or ``exactly_once``, see
 :mod:`pyrmq.spark.sink`), ``queueSelector`` (``round_robin`` or ``hash``, see
 :mod:`pyrmq.spark.placement`), ``commitTopic``, ``checkImmunitySeconds``, ``producerGroup``

@@ -34,6 +34,8 @@ READ_KEYS = (
     "pullBatchSize",
     "pullTimeoutMs",
     "includeProperties",
+    "minPartitions",
+    "maxRecordsPerPartition",
 )
 WRITE_KEYS = (
     "nameServer",
@@ -129,6 +131,10 @@ class ReadOptions:
     pull_batch_size: int
     pull_timeout_s: float
     include_properties: bool
+    min_partitions: int | None = None
+    """Cut queue ranges so that a read has at least this many Spark partitions."""
+    max_records_per_partition: int | None = None
+    """Cut queue ranges longer than this many offsets."""
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], mode: Mode) -> "ReadOptions":
@@ -162,6 +168,8 @@ class ReadOptions:
             pull_batch_size=pull_batch,
             pull_timeout_s=timeout_ms / 1000,
             include_properties=_bool(options, "includeProperties", False),
+            min_partitions=_int(options, "minPartitions", None, 1),
+            max_records_per_partition=_int(options, "maxRecordsPerPartition", None, 1),
         )
 
 

@@ -9,6 +9,7 @@ checkpoint re-reads a failed batch's exact range and nothing twice.
 
 import dataclasses
 import datetime
+import itertools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -101,6 +102,34 @@ class QueueRange(InputPartition):
         self.mq = mq
         self.start = start
         self.end = end
+
+
+def split_ranges(
+    ranges: Sequence[QueueRange], min_partitions: int | None, max_records: int | None
+) -> list[QueueRange]:
+    """``ranges`` cut into more Spark partitions: none longer than ``max_records`` offsets,
+    and, when there are fewer than ``min_partitions``, each cut in proportion to its length
+    (as Spark's Kafka source does), so that big queues are read by several tasks.
+
+    >>> q = [MessageQueue("T", "b", i) for i in range(2)]
+    >>> r = [QueueRange(q[0], 0, 100), QueueRange(q[1], 10, 20)]
+    >>> [(p.mq.queue_id, p.start, p.end) for p in split_ranges(r, None, 40)]
+    [(0, 0, 33), (0, 33, 66), (0, 66, 100), (1, 10, 20)]
+    >>> [(p.mq.queue_id, p.start, p.end) for p in split_ranges(r, 4, None)]
+    [(0, 0, 25), (0, 25, 50), (0, 50, 75), (0, 75, 100), (1, 10, 20)]
+    """
+    parts = [1 if max_records is None else -(-(r.end - r.start) // max_records) for r in ranges]
+    total = sum(r.end - r.start for r in ranges)
+    if min_partitions is not None and sum(parts) < min_partitions and total:
+        share = [round((r.end - r.start) * min_partitions / total) for r in ranges]
+        parts = [max(p, s, 1) for p, s in zip(parts, share, strict=True)]
+    out = []
+    for r, n in zip(ranges, parts, strict=True):
+        n = max(1, min(n, r.end - r.start))
+        length = r.end - r.start
+        cuts = [r.start + length * i // n for i in range(n + 1)]
+        out += [QueueRange(r.mq, a, b) for a, b in itertools.pairwise(cuts)]
+    return out
 
 
 def _time(ms: int) -> datetime.datetime:
@@ -199,7 +228,8 @@ class RocketMQBatchReader(DataSourceReader):
             queues = brokers.queues(o.topics)
             starts = _resolve(brokers, queues, o.starting, "earliest", o.starting_timestamp_ms)
             ends = _resolve(brokers, queues, o.ending, "latest")
-        return [QueueRange(mq, starts[mq], ends[mq]) for mq in queues if starts[mq] < ends[mq]]
+        ranges = [QueueRange(mq, starts[mq], ends[mq]) for mq in queues if starts[mq] < ends[mq]]
+        return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         return _read(self.options, partition)
@@ -323,7 +353,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             with self._brokers() as brokers:
                 for mq in appeared:
                     begun[mq] = min(brokers.min_offset(mq), ends[mq])
-        return [QueueRange(mq, begun[mq], stop) for mq, stop in ends.items() if begun[mq] < stop]
+        ranges = [QueueRange(mq, begun[mq], stop) for mq, stop in ends.items() if begun[mq] < stop]
+        o = self.options
+        return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         return _read(self.options, partition)
