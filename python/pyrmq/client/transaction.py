@@ -156,7 +156,7 @@ class TransactionProducer(Producer):
     def topics(self) -> list[str]:
         # TBW102's route names every broker that takes new topics, so refreshing it every
         # 30 s keeps the heartbeats reaching brokers that join (RocketMQ's producers too).
-        return [*super().topics(), DEFAULT_TOPIC]
+        return list(dict.fromkeys([*super().topics(), DEFAULT_TOPIC]))
 
     async def shutdown(self) -> None:
         """Also waits for the checker calls running on the check thread."""
