@@ -294,3 +294,33 @@ def test_rows_go_to_the_queue_they_name_in_order(
     }
     with pytest.raises(Exception, match="has no writable queue 9"):
         write(spark.range(1).selectExpr("'x' AS body", "9 AS queue_id"))
+
+
+def test_rows_with_a_delay_arrive_when_due(spark: Any, tx_addrs: tuple[str, str]) -> None:
+    """``delay_ms`` and ``deliver_time`` columns make timer messages (RocketMQ 5's
+    TIMER_DELAY_MS / TIMER_DELIVER_MS), held back until due; not with exactly once."""
+    namesrv, broker = tx_addrs
+    target = "TopicSinkDelayed"
+    create_topic(broker, target, 2)
+    due_ms = int(time.time() * 1000) + 6000
+    frame = spark.range(0, 12, numPartitions=2).selectExpr(
+        "concat('m', id) AS body",
+        "IF(id < 6, 3000, NULL) AS delay_ms",
+        f"IF(id >= 6, timestamp_millis({due_ms}), NULL) AS deliver_time",
+    )
+    writer = frame.write.format("pyrmq").option("nameServer", namesrv).option("topic", target)
+    writer.mode("append").save()
+    deadline = time.monotonic() + 30
+    while (got := bodies(spark, namesrv, target)) != list(range(12)):
+        assert time.monotonic() < deadline, got
+        time.sleep(0.5)
+    # Stored in the topic when due, never before.
+    for r in read(spark, namesrv, target).collect():
+        stored_ms = r.store_timestamp.timestamp() * 1000
+        if int(r.body[1:]) < 6:
+            held = stored_ms - r.born_timestamp.timestamp() * 1000
+            assert 3000 <= held < 15_000, (r.body, held)
+        else:
+            assert due_ms <= stored_ms < due_ms + 15_000, (r.body, stored_ms - due_ms)
+    with pytest.raises(Exception, match="delayed messages cannot be written exactly once"):
+        writer.option("deliveryGuarantee", "exactly_once").mode("append").save()

@@ -23,10 +23,11 @@ Reads take ``nameServer`` and ``subscribe`` (comma-separated topics), and option
 offsets, a new stream at the latest.
 
 Writes, batch or streaming, take ``nameServer``, and ``topic`` unless the rows have a
-``topic`` column; ``deliveryGuarantee`` (``at_least_once`` or ``exactly_once``, see
-:mod:`pyrmq.spark.sink`), ``queueSelector`` (``round_robin`` or ``hash``, see
-:mod:`pyrmq.spark.placement`), ``commitTopic``, ``checkImmunitySeconds``, ``producerGroup``
-and ``includeProperties``.
+``topic`` column (rows: ``body``, ``tags``, ``keys``, ``properties``, ``queue_id``,
+``broker_name``, ``sharding_key``, ``delay_ms``, ``deliver_time``); ``deliveryGuarantee``
+(``at_least_once`` or ``exactly_once``, see :mod:`pyrmq.spark.sink`), ``queueSelector``
+(``round_robin`` or ``hash``, see :mod:`pyrmq.spark.placement`), ``commitTopic``,
+``checkImmunitySeconds``, ``producerGroup`` and ``includeProperties``.
 """
 
 from pyspark.sql import SparkSession

@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _SEND_WINDOW = 64
+# RocketMQ 5's timer properties: deliver at an epoch ms, or so many ms after the send.
+DELIVER_MS = "TIMER_DELIVER_MS"
+DELAY_MS = "TIMER_DELAY_MS"
 # Local properties Spark gives the tasks of a micro-batch.
 _BATCH_ID = "streaming.sql.batchId"
 _QUERY_ID = "sql.streaming.queryId"
@@ -75,6 +78,9 @@ RESERVED = frozenset(
         SINK_BATCH,
         SINK_ATTEMPT,
         CHECK_IMMUNITY,
+        DELIVER_MS,
+        DELAY_MS,
+        "TIMER_DELAY_SEC",
     }
 )
 
@@ -104,13 +110,19 @@ def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
     reserved = sorted(set(user or ()) & RESERVED)
     if reserved:
         raise ConfigError(f"properties {', '.join(reserved)} are set by the message's columns")
-    return Message(
+    msg = Message(
         topic,
         bytes(body) if isinstance(body, bytearray) else body,
         tags=row.get("tags"),
         keys=keys if keys else None,
         properties=user or None,
     )
+    delay_ms, deliver_time = row.get("delay_ms"), row.get("deliver_time")
+    if deliver_time is not None:
+        msg.properties[DELIVER_MS] = str(int(deliver_time.timestamp() * 1000))
+    elif delay_ms is not None:
+        msg.properties[DELAY_MS] = str(delay_ms)
+    return msg
 
 
 def _make(options: WriteOptions) -> Callable[[Mapping[str, Any]], Message]:

@@ -408,6 +408,8 @@ class RocketMQDataSource(DataSource):
             "queue_id": (IntegerType(), LongType()),
             "broker_name": (text,),
             "sharding_key": (text,),
+            "delay_ms": (IntegerType(), LongType()),
+            "deliver_time": (TimestampType(),),
         }
         for name, allowed in wanted.items():
             if name in types and types[name] not in allowed:
@@ -415,6 +417,8 @@ class RocketMQDataSource(DataSource):
                     f"column {name} is {types[name].simpleString()}; pyrmq takes "
                     + " or ".join(t.simpleString() for t in allowed)
                 )
+        if options.exactly_once and types.keys() & {"delay_ms", "deliver_time"}:
+            raise ConfigError("delayed messages cannot be written exactly once")
         return dataclasses.replace(options, queue_column="queue_id" in types)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
