@@ -57,6 +57,10 @@ _MARGIN_MIN_MS = 5_000
 _ENDED = ("already ended", "Find prepared transaction message failed")
 
 
+class _NotCommitted(PyrmqError):
+    """A commit stopped before its record: its halves are rolled back."""
+
+
 class SinkDataLossError(PyrmqError):
     """Halves of a committed batch are gone: the broker gave them up before they were
     committed (a write or an outage longer than its check window)."""
@@ -236,7 +240,7 @@ async def _commit_queues(admin: Admin, topic: str) -> list[MessageQueue]:
                 break
             await asyncio.sleep(0.1)
         else:
-            raise PyrmqError(f"commit topic {topic} was created but the name servers lag")
+            raise _NotCommitted(f"commit topic {topic} was created but the name servers lag")
     return [
         MessageQueue(topic, q.broker_name, 0)
         for q in route.queues
@@ -305,7 +309,10 @@ async def settle(
                 )
                 commit = False
             else:
-                record = await _commit(producer, admin, options, sink, batch, written)
+                try:
+                    record = await _commit(producer, admin, options, sink, batch, written)
+                except _NotCommitted as e:
+                    failure, commit = e, False
         elif record is not None and not await _lookup(admin, topic, settled_key):
             if record.producer_group != options.producer_group:
                 failure = PyrmqError(
@@ -402,7 +409,7 @@ async def _commit(
         parts = encode_handles(w.halves, w.written_ms)
         for index, chunk in enumerate(parts):
             if not await _store(producer, topic, chunk, f"{key}:{w.attempt}:{index}", []):
-                raise PyrmqError(f"the handles of {key} could not be stored")
+                raise _NotCommitted(f"the handles of {key} could not be stored: rolled back")
         chunks[w.attempt] = len(parts)
     record = CommitRecord(sink, batch, chunks, options.producer_group)
     stored = await _store(producer, topic, record.encode(), key, queues)
