@@ -17,6 +17,7 @@ its commit, which fails, and Spark writes it again.
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -125,23 +126,28 @@ def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
     return msg
 
 
-def _make(options: WriteOptions) -> Callable[[Mapping[str, Any]], Message]:
-    return lambda row: _message(row, options)
+async def _send_rows(
+    rows: Iterator[Row],
+    options: WriteOptions,
+    producer: Producer,
+    send: Callable[[Message, MessageQueue | None], Coroutine[Any, Any, T]],
+) -> list[T]:
+    """Every row sent with ``send``: to the queues they name in order, or side by side."""
+    if options.in_order:
+        dicts = (row.asDict() for row in rows)
+        make = functools.partial(_message, options=options)
+        return await send_in_order(dicts, make, options, producer.fetch_publish_queues, send)
+    return await windowed((send(_message(r.asDict(), options), None) for r in rows), _SEND_WINDOW)
 
 
 async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
     config = ClientConfig(namesrv_addr=options.name_server)
     async with Producer(options.producer_group, client_config=config) as producer:
-        if options.in_order:
 
-            async def send(msg: Message, mq: MessageQueue | None) -> SendResult:
-                return await producer.send(msg, queue=mq)
+        async def send(msg: Message, mq: MessageQueue | None) -> SendResult:
+            return await producer.send(msg, queue=mq)
 
-            dicts = (row.asDict() for row in rows)
-            queues_of = producer.fetch_publish_queues
-            return len(await send_in_order(dicts, _make(options), options, queues_of, send))
-        sends = (producer.send(_message(row.asDict(), options)) for row in rows)
-        return len(await windowed(sends, _SEND_WINDOW))
+        return len(await _send_rows(rows, options, producer, send))
 
 
 async def _send_halves(
@@ -169,12 +175,7 @@ async def _send_halves(
                     raise PyrmqError(f"a half was stored with {result.status.name}")
                 return handle
 
-            if options.in_order:
-                dicts = (row.asDict() for row in rows)
-                queues_of = producer.fetch_publish_queues
-                return await send_in_order(dicts, _make(options), options, queues_of, send)
-            halves = (send(_message(row.asDict(), options), None) for row in rows)
-            return await windowed(halves, _SEND_WINDOW)
+            return await _send_rows(rows, options, producer, send)
     finally:
         await checker.close()
 
