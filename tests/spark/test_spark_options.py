@@ -1,4 +1,4 @@
-"""The sink's options and commit records, without a SparkSession."""
+"""The source's and the sink's options and commit records, without a SparkSession."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyrmq.spark needs pyspark")
 
+from pyrmq.client.message import MessageQueue
 from pyrmq.errors import ConfigError
 from pyrmq.spark.commits import CommitRecord
-from pyrmq.spark.options import CHECK_IMMUNITY_S, COMMIT_TOPIC, WriteOptions
+from pyrmq.spark.options import CHECK_IMMUNITY_S, COMMIT_TOPIC, ReadOptions, WriteOptions
 
 NS = {"nameServer": "127.0.0.1:9876"}
 
@@ -56,3 +57,84 @@ def test_commit_records_round_trip_and_refuse_foreign_bodies() -> None:
     bad = b'{"sink": "s", "batch": 1, "attempts": ["a"], "group": "g"}'
     for body in (b"", b"not json", b"[1]", b'{"sink": "s", "batch": "x", "attempts": {}}', bad):
         assert CommitRecord.decode(body) is None
+
+
+def test_read_options_name_topics_one_way() -> None:
+    o = ReadOptions.parse(NS | {"subscribePattern": "orders-[a-z]+"}, "stream")
+    assert (o.topics, o.topic_pattern) == ((), "orders-[a-z]+")
+    assert [o.selects(t) for t in ("orders-eu", "orders-eu1", "x-orders-eu")] == [1, 0, 0]
+    everything = ReadOptions.parse(NS | {"subscribePattern": ".*"}, "batch")
+    assert [everything.selects(t) for t in ("%RETRY%orders-eu", "%DLQ%orders-eu")] == [0, 0]
+    assert not everything.selects("RMQ_SYS_TRANS_HALF_TOPIC")
+    for internal in ("SCHEDULE_TOPIC_XXXX", "TBW102", "rmq_sys_wheel", COMMIT_TOPIC):
+        assert not everything.selects(internal)
+    assert everything.selects("BenchmarkTest")
+    assigned = ReadOptions.parse(
+        NS | {"assign": '{"B": {"b1": [2]}, "A": {"b0": [0, 1]}}'}, "batch"
+    )
+    assert assigned.topics == ("A", "B")
+    assert assigned.assigned == {
+        MessageQueue("A", "b0", 0),
+        MessageQueue("A", "b0", 1),
+        MessageQueue("B", "b1", 2),
+    }
+
+
+def test_trigger_limits_and_times_are_read() -> None:
+    o = ReadOptions.parse(
+        NS | {"subscribe": "T", "minOffsetsPerTrigger": "500", "MAXTRIGGERDELAY": "90s"}, "stream"
+    )
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_s) == (500, 90.0)
+    assert ReadOptions.parse(NS | {"subscribe": "T"}, "stream").max_trigger_delay_s == 900.0
+    for raw, seconds in (("250", 0.25), ("250ms", 0.25), ("2 h", 7200.0), ("1d", 86400.0)):
+        options = {"subscribe": "T", "minOffsetsPerTrigger": "1", "maxTriggerDelay": raw}
+        assert ReadOptions.parse(NS | options, "stream").max_trigger_delay_s == seconds
+    timed = ReadOptions.parse(
+        NS
+        | {
+            "subscribe": "T",
+            "startingOffsetsByTimestamp": '{"T": {"b": {"1": 1700000000000}}}',
+            "endingTimestamp": "1800000000000",
+            "startingOffsetsByTimestampStrategy": "LATEST",
+        },
+        "batch",
+    )
+    assert timed.starting_by_timestamp == {MessageQueue("T", "b", 1): 1_700_000_000_000}
+    assert (timed.ending_timestamp_ms, timed.timestamp_strategy) == (1_800_000_000_000, "latest")
+    # As Spark's Kafka source, a batch read ignores trigger limits.
+    assert ReadOptions.parse(NS | {"subscribe": "T", "maxOffsetsPerTrigger": "5"}, "batch")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "exactly one of option subscribe"),
+        ({"subscribe": "T", "subscribePattern": "T.*"}, "exactly one of option subscribe"),
+        ({"topic": "T", "assign": '{"T": {"b": [0]}}'}, "exactly one of option subscribe"),
+        ({"subscribePattern": "(T"}, "option subscribePattern: missing \\)"),
+        ({"assign": "[0]"}, "option assign must be JSON like"),
+        ({"assign": '{"T": {"b": []}}'}, "option assign must be JSON like"),
+        ({"assign": '{"T": {"b": [-1]}}'}, "option assign: bad queue id -1"),
+        ({"assign": '{"bad topic": {"b": [0]}}'}, "option assign: "),
+        ({"subscribe": "T", "endingOffsets": "latest"}, "endingOffsets is for batch reads"),
+        ({"subscribe": "T", "endingTimestamp": "5"}, "endingTimestamp is for batch reads"),
+        ({"subscribe": "T", "maxTriggerDelay": "1m"}, "maxTriggerDelay needs minOffsetsPerTrigger"),
+        (
+            {"subscribe": "T", "minOffsetsPerTrigger": "1", "maxTriggerDelay": "soon"},
+            "maxTriggerDelay must be a duration",
+        ),
+        ({"subscribe": "T", "minOffsetsPerTrigger": "0"}, "minOffsetsPerTrigger must be at least"),
+        (
+            {"subscribe": "T", "startingOffsetsByTimestampStrategy": "earliest"},
+            "startingOffsetsByTimestampStrategy must be error or latest",
+        ),
+        (
+            {"subscribe": "T", "startingOffsetsByTimestamp": '{"T": {"b": {"0": -1}}}'},
+            "bad offset -1",
+        ),
+        ({"subscribe": "T", "startingOffsetsByTimestamp": "{"}, "is not valid JSON"),
+    ],
+)
+def test_bad_read_options_are_refused(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ReadOptions.parse(NS | options, "stream")

@@ -294,7 +294,10 @@ def test_a_batch_read_with_nothing_to_read_is_empty(spark: Any, addrs: tuple[str
     send(namesrv, topic, 3)
     assert read(spark, namesrv, topic, startingOffsets="LATEST").count() == 0
     future = str(int(time.time() * 1000) + 3_600_000)
-    assert read(spark, namesrv, topic, startingTimestamp=future).count() == 0
+    with pytest.raises(Exception, match="no message of TopicSparkEmpty@broker-a:0 was stored"):
+        read(spark, namesrv, topic, startingTimestamp=future).count()
+    at_end = {"startingOffsetsByTimestampStrategy": "latest"}
+    assert read(spark, namesrv, topic, startingTimestamp=future, **at_end).count() == 0
     # A topic named twice is read once.
     assert read(spark, namesrv, f"{topic}, {topic}").count() == 3
 

@@ -127,6 +127,14 @@ class ClientAPI:
         self._check(namesrv, response)
         return TopicRoute.parse(topic, response.body)
 
+    async def topic_list(self, namesrv: str, timeout_s: float = 3.0) -> list[str]:
+        """Every topic the name server has a route for, system topics included."""
+        response = await self._call(
+            namesrv, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, timeout_s=timeout_s
+        )
+        self._check(namesrv, response)
+        return [str(t) for t in loads_loose_json(response.body).get("topicList", [])]
+
     # --- sending -------------------------------------------------------------------------
 
     def _send_command(self, req: SendRequest, oneway: bool) -> RemotingCommand:

@@ -14,13 +14,18 @@
 >>> (df.selectExpr("body", "'Tag' || queue_id AS tags").write.format("pyrmq")  # doctest: +SKIP
 ...  .option("nameServer", "127.0.0.1:9876").option("topic", "TopicCopy").mode("append").save())
 
-Reads take ``nameServer`` and ``subscribe`` (comma-separated topics), and optionally
-``subExpression`` (a tag expression), ``startingOffsets`` (``earliest``, ``latest`` or
-``{"topic": {"broker": {"queue id": offset}}}`` with -2 for earliest and -1 for latest),
-``startingTimestamp`` (epoch ms), ``endingOffsets`` (batch reads), ``maxOffsetsPerTrigger``,
-``failOnDataLoss`` (true), ``minPartitions``, ``maxRecordsPerPartition``, ``pullBatchSize``
-(32), ``pullTimeoutMs`` and ``includeProperties``. A batch read starts at the earliest
-offsets, a new stream at the latest.
+Reads take ``nameServer`` and one of ``subscribe`` (comma-separated topics),
+``subscribePattern`` (``re.fullmatch`` over user topics) and ``assign``
+(``{"topic": {"broker": [queue ids]}}``); optionally ``subExpression`` (a tag expression),
+``startingOffsets`` (``earliest``, ``latest`` or ``{"topic": {"broker": {"queue id": offset}}}``
+with -2 for earliest and -1 for latest), ``startingTimestamp`` and
+``startingOffsetsByTimestamp`` (epoch ms) with ``startingOffsetsByTimestampStrategy``
+(``error`` or ``latest``), ``endingOffsets``, ``endingTimestamp`` and
+``endingOffsetsByTimestamp`` (batch reads), ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``
+and ``maxTriggerDelay`` (streams), ``failOnDataLoss`` (true), ``minPartitions``,
+``maxRecordsPerPartition``, ``pullBatchSize`` (32), ``pullTimeoutMs`` and
+``includeProperties``. A batch read starts at the earliest offsets, a new stream at the
+latest.
 
 Writes, batch or streaming, take ``nameServer``, and ``topic`` unless the rows have a
 ``topic`` column (rows: ``body``, ``tags``, ``keys``, ``properties``, ``queue_id``,

@@ -82,6 +82,16 @@ class Brokers:
             return found
         raise PyrmqError(f"no name server answered for {topic}: {'; '.join(errors)}")
 
+    def topics(self) -> list[str]:
+        """Every topic the first name server that answers knows."""
+        errors = []
+        for namesrv in self.namesrv:
+            try:
+                return self._run(self.api.topic_list(namesrv))
+            except (PyrmqError, OSError, TimeoutError) as e:
+                errors.append(f"{namesrv}: {e}")
+        raise PyrmqError(f"no name server listed its topics: {'; '.join(errors)}")
+
     def queues(self, topics: Iterable[str]) -> list[MessageQueue]:
         """The readable queues of ``topics``."""
         return [mq for t in topics for mq in self.route(t).subscribe_queues()]

@@ -7,10 +7,13 @@ than in an executor.
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pyrmq import _core
+from pyrmq.broker.state.topics import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX
+from pyrmq.client.message import MessageQueue
 from pyrmq.client.subscription import Subscription
 from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.remoting.addresses import split_addresses
@@ -25,12 +28,20 @@ READ_KEYS = (
     "nameServer",
     "subscribe",
     "topic",
+    "subscribePattern",
+    "assign",
     "subExpression",
     "startingOffsets",
+    "startingOffsetsByTimestamp",
     "startingTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "endingOffsets",
+    "endingOffsetsByTimestamp",
+    "endingTimestamp",
     "failOnDataLoss",
     "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
     "pullBatchSize",
     "pullTimeoutMs",
     "includeProperties",
@@ -48,8 +59,16 @@ WRITE_KEYS = (
     "queueSelector",
 )
 SELECTORS = ("round_robin", "hash")
-DELIVERY = ("at_least_once", "exactly_once")
 COMMIT_TOPIC = "PYRMQ_SPARK_SINK_COMMITS"
+STRATEGIES = ("error", "latest")
+MAX_TRIGGER_DELAY = "15m"
+# RocketMQ's system topics that users may still write, and the sink's own records.
+_NOT_USERS = frozenset({AUTO_CREATE_TOPIC, "RMQ_SYS_TRACE_TOPIC", COMMIT_TOPIC})
+_NOT_USERS_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, "rmq_sys_")
+# Spark's time strings (JavaUtils.timeStringAsMs): a bare number is milliseconds.
+_DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
+_UNIT_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1e3, "m": 6e4, "min": 6e4, "h": 3.6e6, "d": 8.64e7}
+DELIVERY = ("at_least_once", "exactly_once")
 CHECK_IMMUNITY_S = 3600
 # Options Spark itself may pass to a source.
 _SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -99,6 +118,66 @@ def _name_server(options: dict[str, str]) -> str:
     return value
 
 
+def _duration_s(options: dict[str, str], key: str, default: str) -> float:
+    raw = options.get(key.lower(), default).strip().lower()
+    found = _DURATION.fullmatch(raw)
+    if found is None:
+        raise ConfigError(f"option {key} must be a duration such as 30s or 15m, not {raw!r}")
+    return int(found[1]) * _UNIT_MS[found[2]] / 1000
+
+
+def _json(options: dict[str, str], key: str) -> Any:
+    raw = options.get(key.lower())
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"option {key} is not valid JSON: {e}") from None
+
+
+def _topic(key: str, topic: str) -> str:
+    try:
+        _core.validate_topic(topic)
+    except PyrmqError as e:
+        raise ConfigError(f"option {key}: {e}") from None
+    return topic
+
+
+def _assigned(value: Any) -> frozenset[MessageQueue]:
+    """``assign``'s ``{"topic": {"broker": [queue ids]}}``."""
+    bad = ConfigError(
+        f'option assign must be JSON like {{"topic": {{"broker": [0, 1]}}}}: {value!r}'
+    )
+    if not isinstance(value, dict) or not value:
+        raise bad
+    out = set()
+    for topic, brokers in value.items():
+        if not isinstance(brokers, dict) or not brokers:
+            raise bad
+        for broker, ids in brokers.items():
+            if not isinstance(ids, list) or not ids:
+                raise bad
+            for i in ids:
+                if type(i) is not int or i < 0:
+                    raise ConfigError(f"option assign: bad queue id {i!r} of {topic} on {broker}")
+                out.add(MessageQueue(_topic("assign", topic), broker, i))
+    return frozenset(out)
+
+
+def user_topic(topic: str) -> bool:
+    """Whether a listed topic holds users' messages: not one the broker or a tool keeps for
+    itself, nor a group's retry or dead-letter topic (as Kafka's patterns leave internal topics
+    out)."""
+    if topic.startswith(_NOT_USERS_PREFIXES) or topic in _NOT_USERS:
+        return False
+    try:
+        _core.validate_topic(topic)
+    except PyrmqError:
+        return False
+    return True
+
+
 def _position(options: dict[str, str], key: str, default: str, allowed: tuple[str, ...]) -> Any:
     """``earliest``/``latest`` (those of ``allowed``), or offsets JSON with -2/-1 marks."""
     raw = options.get(key.lower(), default).strip()
@@ -124,6 +203,7 @@ class ReadOptions:
     starting: Any
     """``"earliest"``, ``"latest"`` or offsets by queue (-2 earliest, -1 latest)."""
     starting_timestamp_ms: int | None
+    """One start time for every queue: wins over ``starting`` and ``starting_by_timestamp``."""
     ending: Any
     """Batch reads: ``"latest"`` or offsets by queue (-1 latest)."""
     fail_on_data_loss: bool
@@ -135,22 +215,76 @@ class ReadOptions:
     """Cut queue ranges so that a read has at least this many Spark partitions."""
     max_records_per_partition: int | None = None
     """Cut queue ranges longer than this many offsets."""
+    topic_pattern: str | None = None
+    """Read every user topic whose whole name matches (``re.fullmatch``); a stream also reads
+    topics that appear later. ``topics`` is then empty."""
+    assigned: frozenset[MessageQueue] | None = None
+    """Read only these queues (``topics`` are theirs)."""
+    starting_by_timestamp: Mapping[MessageQueue, int] | None = None
+    """Start times (epoch ms) of named queues; the others start as ``starting`` says."""
+    timestamp_strategy: str = "error"
+    """What a start time after a queue's last message does: fail the read (``error``) or start
+    at the queue's end (``latest``)."""
+    ending_timestamp_ms: int | None = None
+    """Batch reads: one end time (exclusive) for every queue; wins over the other endings."""
+    ending_by_timestamp: Mapping[MessageQueue, int] | None = None
+    """Batch reads: end times of named queues; the others end as ``ending`` says."""
+    min_offsets_per_trigger: int | None = None
+    """Streams: wait for this many new offsets before a micro-batch, at most
+    ``max_trigger_delay_s`` since the last one."""
+    max_trigger_delay_s: float = 900.0
+
+    def selects(self, topic: str) -> bool:
+        """Whether the read takes messages of ``topic``."""
+        if self.topic_pattern is not None:
+            return user_topic(topic) and re.fullmatch(self.topic_pattern, topic) is not None
+        return topic in self.topics
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], mode: Mode) -> "ReadOptions":
         options = _lower(raw, READ_KEYS)
         topic_list = options.get("subscribe") or options.get("topic") or ""
         topics = tuple(dict.fromkeys(t.strip() for t in topic_list.split(",") if t.strip()))
-        if not topics:
-            raise ConfigError("option subscribe (comma-separated topics) is required")
+        pattern = options.get("subscribepattern") or None
+        assign = _json(options, "assign")
+        if sum(x is not None and x != () for x in (topics, pattern, assign)) != 1:
+            raise ConfigError(
+                "exactly one of option subscribe (comma-separated topics), subscribePattern "
+                "(a regular expression) and assign (JSON of queues) is required"
+            )
         for topic in topics:
+            _topic("subscribe", topic)
+        if pattern is not None:
             try:
-                _core.validate_topic(topic)
-            except PyrmqError as e:
-                raise ConfigError(f"option subscribe: {e}") from None
+                re.compile(pattern)
+            except re.error as e:
+                raise ConfigError(f"option subscribePattern: {e}") from None
+        assigned = _assigned(assign) if assign is not None else None
+        if assigned is not None:
+            topics = tuple(sorted({mq.topic for mq in assigned}))
         expression = options.get("subexpression", "*")
-        Subscription.parse(topics[0], expression)  # refuses what is not a tag expression
+        Subscription.parse("T", expression)  # refuses what is not a tag expression
         starting_ts = _int(options, "startingTimestamp", None, 0)
+        strategy = options.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if strategy not in STRATEGIES:
+            raise ConfigError(
+                f"option startingOffsetsByTimestampStrategy must be {' or '.join(STRATEGIES)}"
+            )
+        by_ts = {
+            key: None if value is None else offsets.from_json(value)
+            for key in ("startingOffsetsByTimestamp", "endingOffsetsByTimestamp")
+            for value in [_json(options, key)]
+        }
+        ending_ts = _int(options, "endingTimestamp", None, 0)
+        min_per_trigger = _int(options, "minOffsetsPerTrigger", None, 1)
+        if "maxtriggerdelay" in options and min_per_trigger is None:
+            raise ConfigError("option maxTriggerDelay needs minOffsetsPerTrigger")
+        # As Spark's Kafka source: a stream refuses an end, a batch read ignores trigger limits.
+        if mode == "stream":
+            endings = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
+            given = [k for k in endings if k.lower() in options]
+            if given:
+                raise ConfigError(f"option {given[0]} is for batch reads: a stream has no end")
         timeout_ms = _int(options, "pullTimeoutMs", 120_000, 1)
         assert timeout_ms is not None
         pull_batch = _int(options, "pullBatchSize", 32, 1)
@@ -170,6 +304,14 @@ class ReadOptions:
             include_properties=_bool(options, "includeProperties", False),
             min_partitions=_int(options, "minPartitions", None, 1),
             max_records_per_partition=_int(options, "maxRecordsPerPartition", None, 1),
+            topic_pattern=pattern,
+            assigned=assigned,
+            starting_by_timestamp=by_ts["startingOffsetsByTimestamp"],
+            timestamp_strategy=strategy,
+            ending_timestamp_ms=ending_ts,
+            ending_by_timestamp=by_ts["endingOffsetsByTimestamp"],
+            min_offsets_per_trigger=min_per_trigger,
+            max_trigger_delay_s=_duration_s(options, "maxTriggerDelay", MAX_TRIGGER_DELAY),
         )
 
 

@@ -11,7 +11,8 @@ import dataclasses
 import datetime
 import itertools
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -26,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
@@ -190,24 +192,39 @@ def read_range(options: ReadOptions, part: QueueRange) -> Iterator[tuple[Any, ..
             offset = after
 
 
-def _resolve(
-    brokers: Brokers,
-    queues: Sequence[MessageQueue],
-    position: Any,
-    missing: str,
-    timestamp_ms: int | None = None,
-) -> dict[MessageQueue, int]:
-    """Offsets of ``queues`` for ``earliest``/``latest``/offsets JSON (a queue the JSON does not
-    name takes ``missing``), or for a timestamp when one is given."""
-    named: Mapping[MessageQueue, int] = position if isinstance(position, dict) else {}
+def _queues(brokers: Brokers, options: ReadOptions) -> list[MessageQueue]:
+    """The queues a read takes now: the subscribed topics' (each must exist), those of the
+    topics matching the pattern, or the assigned ones (each must exist)."""
+    if options.topic_pattern is None:
+        queues = brokers.queues(options.topics)
+        if options.assigned is not None:
+            _named(options.assigned, queues, "assign")
+            queues = [mq for mq in queues if mq in options.assigned]
+        return queues
+    out = []
+    for topic in sorted(filter(options.selects, brokers.topics())):
+        try:
+            out += brokers.queues([topic])
+        except ConfigError:  # deleted since it was listed
+            continue
+    return out
+
+
+def _named(named: Iterable[MessageQueue], queues: Sequence[MessageQueue], what: str) -> None:
     unknown = set(named) - set(queues)
     if unknown:
-        raise ConfigError(f"offsets name queues that do not exist: {sorted(map(str, unknown))}")
+        raise ConfigError(f"{what} names queues not read: {sorted(map(str, unknown))}")
+
+
+def _resolve(
+    brokers: Brokers, queues: Sequence[MessageQueue], position: Any, missing: str
+) -> dict[MessageQueue, int]:
+    """Offsets of ``queues`` for ``earliest``/``latest``/offsets JSON (a queue the JSON does not
+    name takes ``missing``)."""
+    named: Mapping[MessageQueue, int] = position if isinstance(position, dict) else {}
+    _named(named, queues, "offsets")
     out = {}
     for mq in queues:
-        if timestamp_ms is not None:
-            out[mq] = brokers.offset_for_time(mq, timestamp_ms)
-            continue
         wanted = named.get(mq, position if isinstance(position, str) else missing)
         if wanted in ("earliest", offsets.EARLIEST):
             out[mq] = brokers.min_offset(mq)
@@ -218,6 +235,46 @@ def _resolve(
     return out
 
 
+def _times(
+    queues: Sequence[MessageQueue], every: int | None, named: Mapping[MessageQueue, int] | None
+) -> Mapping[MessageQueue, int]:
+    """Times (epoch ms) by queue: ``every`` for all of them, else those ``named``."""
+    if every is not None:
+        return dict.fromkeys(queues, every)
+    _named(named or {}, queues, "timestamps")
+    return named or {}
+
+
+def _starts(
+    brokers: Brokers, queues: Sequence[MessageQueue], options: ReadOptions, missing: str
+) -> dict[MessageQueue, int]:
+    """Where a read begins: a queue given a start time begins at its first message stored at
+    or after it; the others as ``startingOffsets`` says."""
+    out = _resolve(brokers, queues, options.starting, missing)
+    times = _times(queues, options.starting_timestamp_ms, options.starting_by_timestamp)
+    for mq, ms in times.items():
+        found, end = brokers.offset_for_time(mq, ms), brokers.max_offset(mq)
+        if found >= end and options.timestamp_strategy == "error":
+            raise ConfigError(
+                f"no message of {mq} was stored at or after {ms} "
+                "(startingOffsetsByTimestampStrategy=latest starts such queues at their end)"
+            )
+        out[mq] = min(found, end)
+    return out
+
+
+def _ends(
+    brokers: Brokers, queues: Sequence[MessageQueue], options: ReadOptions
+) -> dict[MessageQueue, int]:
+    """Where a batch read stops (exclusive): before a queue's first message stored at or after
+    its end time (its end when there is none), else as ``endingOffsets`` says."""
+    out = _resolve(brokers, queues, options.ending, "latest")
+    times = _times(queues, options.ending_timestamp_ms, options.ending_by_timestamp)
+    for mq, ms in times.items():
+        out[mq] = brokers.offset_for_time(mq, ms)
+    return out
+
+
 class RocketMQBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -225,9 +282,9 @@ class RocketMQBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
         with Brokers(o.name_server, o.pull_timeout_s) as brokers:
-            queues = brokers.queues(o.topics)
-            starts = _resolve(brokers, queues, o.starting, "earliest", o.starting_timestamp_ms)
-            ends = _resolve(brokers, queues, o.ending, "latest")
+            queues = _queues(brokers, o)
+            starts = _starts(brokers, queues, o, "earliest")
+            ends = _ends(brokers, queues, o)
         ranges = [QueueRange(mq, starts[mq], ends[mq]) for mq in queues if starts[mq] < ends[mq]]
         return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
@@ -285,44 +342,86 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._target: dict[MessageQueue, int] | None = None
+        # When the last micro-batch was let go (minOffsetsPerTrigger); none yet, so the first
+        # one goes at once, as in Spark's Kafka source.
+        self._triggered = -float("inf")
 
     def _brokers(self) -> Brokers:
         return Brokers(self.options.name_server, self.options.pull_timeout_s)
 
-    def _latest(self, brokers: Brokers) -> dict[MessageQueue, int]:
+    def _latest(
+        self, brokers: Brokers, known: Iterable[MessageQueue] = ()
+    ) -> dict[MessageQueue, int]:
+        """The end of every queue read now, of the topics the read names or matches and of
+        those it has ``known``; a deleted topic has none."""
+        o = self.options
+        topics = set(o.topics) | {mq.topic for mq in known}
+        if o.topic_pattern is not None:
+            topics.update(filter(o.selects, brokers.topics()))
         out: dict[MessageQueue, int] = {}
-        for topic in self.options.topics:
+        for topic in sorted(topics):
             try:
                 queues = brokers.queues([topic])
-            except ConfigError as e:  # the topic was deleted
-                _lost(self.options, f"{e}: its unread messages are gone")
+            except ConfigError:  # deleted
                 continue
+            if o.assigned is not None:
+                queues = [mq for mq in queues if mq in o.assigned]
             out.update((mq, brokers.max_offset(mq)) for mq in queues)
         return out
 
     def initialOffset(self) -> dict[str, Any]:
         o = self.options
-        if o.starting == "latest" and o.starting_timestamp_ms is None:
+        timed = o.starting_timestamp_ms is not None or o.starting_by_timestamp is not None
+        if o.starting == "latest" and not timed:
             return AT_LATEST
         with self._brokers() as brokers:
-            queues = brokers.queues(o.topics)
-            start = _resolve(brokers, queues, o.starting, "latest", o.starting_timestamp_ms)
+            queues = _queues(brokers, o)
+            start = _starts(brokers, queues, o, "latest")
         return offsets.to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.options.max_offsets_per_trigger
-        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+        # Spark has no limit of both kinds for Python sources: a minimum is kept by
+        # latestOffset whatever the limit.
+        o = self.options
+        if o.max_offsets_per_trigger is not None:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.min_offsets_per_trigger is not None:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         with self._brokers() as brokers:
             self._target = self._latest(brokers)
 
+    def _wait(self, backlog: int) -> bool:
+        """Whether the next micro-batch waits for ``minOffsetsPerTrigger`` (never longer than
+        ``maxTriggerDelay`` after the last one, nor under ``availableNow``, which would
+        otherwise stop with data unread)."""
+        least = self.options.min_offsets_per_trigger
+        if least is None or self._target is not None:
+            return False
+        now = time.monotonic()
+        if backlog < least and now - self._triggered < self.options.max_trigger_delay_s:
+            return True
+        self._triggered = now
+        return False
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        first = start == AT_LATEST
+        begun = {} if first else offsets.from_json(start)
         with self._brokers() as brokers:
-            latest = self._target if self._target is not None else self._latest(brokers)
-            if start == AT_LATEST:
+            latest = self._target if self._target is not None else self._latest(brokers, begun)
+            read = {mq.topic for mq in latest}
+            if first:
+                missing = set(self.options.topics) - read
+                if missing:
+                    raise ConfigError(f"topic {min(missing)} does not exist")
+                if self.options.assigned is not None:
+                    _named(self.options.assigned, list(latest), "assign")
                 return offsets.to_json(latest)
-            begun = offsets.from_json(start)
+            for topic in sorted({mq.topic for mq in begun} - read):
+                _lost(self.options, f"topic {topic} was deleted, with what was not read of it")
+                begun = {mq: n for mq, n in begun.items() if mq.topic != topic}
             # A queue that appeared since the last batch starts at its first offset.
             for mq in latest.keys() - begun.keys():
                 begun[mq] = min(brokers.min_offset(mq), latest[mq])
@@ -333,6 +432,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     begun[mq] = min(brokers.min_offset(mq), latest[mq])
         ends = dict(begun)
         backlog = {mq: max(0, latest[mq] - begun[mq]) for mq in latest}
+        if self._wait(sum(backlog.values())):
+            return start
         if isinstance(limit, ReadMaxRows):
             backlog = _share(backlog, limit.max_rows, sum(begun.values()))
         for mq, n in backlog.items():
