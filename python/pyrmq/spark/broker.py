@@ -34,7 +34,9 @@ class Brokers:
     def __init__(self, namesrv: str, timeout_s: float = 10.0) -> None:
         self.namesrv = split_addresses(namesrv)
         self.timeout_s = timeout_s
-        self._runner = asyncio.Runner()
+        # A bare loop: asyncio.Runner swaps the SIGINT handler on every run, which cost more
+        # than a pull.
+        self._loop = asyncio.new_event_loop()
         self._remoting: RemotingClient | None = None
         self._api: ClientAPI | None = None
         self._routes: dict[str, TopicRoute] = {}
@@ -52,12 +54,16 @@ class Brokers:
     ) -> None:
         try:
             if self._remoting is not None:
-                self._runner.run(self._remoting.close())
+                self._loop.run_until_complete(self._remoting.close())
         finally:
-            self._runner.close()
+            self._loop.close()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Runs ``coro`` on the block's loop, whose connections it may use."""
+        return self._loop.run_until_complete(coro)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._runner.run(asyncio.wait_for(coro, self.timeout_s))
+        return self.run(asyncio.wait_for(coro, self.timeout_s))
 
     @property
     def api(self) -> ClientAPI:
@@ -113,10 +119,13 @@ class Brokers:
         """The first offset stored at or after ``timestamp_ms`` (the queue's end if none)."""
         return self._run(self.api.search_offset(self.addr(mq), mq, timestamp_ms))
 
-    def pull(self, mq: MessageQueue, offset: int, max_nums: int, sub: Subscription) -> PullResult:
-        """Up to ``max_nums`` messages of ``mq`` from ``offset`` matching ``sub``'s tag
-        hashes; answers at once, without holding."""
+    async def pull(
+        self, addr: str, mq: MessageQueue, offset: int, max_nums: int, sub: Subscription
+    ) -> PullResult:
+        """Up to ``max_nums`` messages of ``mq`` (at ``addr``, see :meth:`addr`) from
+        ``offset`` matching ``sub``'s tag hashes; answers at once, without holding. Run it with
+        :meth:`run`."""
         header = PullMessageRequestHeader.immediate(
             SOURCE_GROUP, mq.topic, mq.queue_id, offset, max_nums, sub.expression
         )
-        return self._run(self.api.pull(self.addr(mq), mq.broker_name, header, self.timeout_s))
+        return await self.api.pull(addr, mq.broker_name, header, self.timeout_s)

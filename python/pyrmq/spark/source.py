@@ -8,13 +8,13 @@ checkpoint re-reads a failed batch's exact range and nothing twice.
 """
 
 import dataclasses
-import datetime
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -37,20 +37,20 @@ from pyspark.sql.types import (
     LongType,
     MapType,
     StringType,
-    StructField,
     StructType,
     TimestampType,
 )
 
-from pyrmq import properties as prop
-from pyrmq.client.api import PullStatus
-from pyrmq.client.message import MessageExt, MessageQueue
+from pyrmq.client.api import PullResult
+from pyrmq.client.message import MessageQueue
 from pyrmq.client.subscription import Subscription
 from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.spark import offsets
 from pyrmq.spark.broker import Brokers
 from pyrmq.spark.options import ReadOptions, WriteOptions
-from pyrmq.spark.sink import RESERVED, RocketMQBatchWriter, RocketMQStreamWriter
+from pyrmq.spark.pulls import RangePuller
+from pyrmq.spark.rows import SCHEMA, record_batch
+from pyrmq.spark.sink import RocketMQBatchWriter, RocketMQStreamWriter
 
 __all__ = [
     "SCHEMA",
@@ -61,29 +61,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("broker_name", StringType(), False),
-        StructField("queue_id", IntegerType(), False),
-        StructField("queue_offset", LongType(), False),
-        StructField("msg_id", StringType(), True),
-        StructField("keys", ArrayType(StringType(), False), True),
-        StructField("tags", StringType(), True),
-        StructField("body", BinaryType(), True),
-        StructField("properties", MapType(StringType(), StringType(), False), True),
-        StructField("born_timestamp", TimestampType(), True),
-        StructField("store_timestamp", TimestampType(), True),
-        StructField("born_host", StringType(), True),
-        StructField("store_host", StringType(), True),
-        StructField("reconsume_times", IntegerType(), True),
-    ]
-)
-"""Every read's rows: one per message. ``properties`` holds the user properties when the read
-sets ``includeProperties``, and is null otherwise."""
-
-# Shown in their own columns, or the broker's and the sink's bookkeeping.
-_HIDDEN = RESERVED
+PULLS_AHEAD = 4
+"""Pulls in flight per range without a tag filter."""
+# An Arrow batch a read returns: 256 rows read 15% slower than 1,024 and 8,192 (alike).
+BATCH_ROWS = 2048
+BATCH_BYTES = 8 << 20
 AT_LATEST: dict[str, Any] = {"startingOffsets": "latest"}
 """A new stream's start under ``startingOffsets=latest``. Spark asks a source for its initial
 offsets again when it replays a first batch that did not commit; resolved to numbers, "latest"
@@ -134,62 +116,39 @@ def split_ranges(
     return out
 
 
-def _time(ms: int) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-
-
-def _row(m: MessageExt, include_properties: bool) -> tuple[Any, ...]:
-    props = m.properties
-    keys = props.get(prop.KEYS)
-    user = {k: v for k, v in props.items() if k not in _HIDDEN} if include_properties else None
-    return (
-        m.topic,
-        m.broker_name,
-        m.queue_id,
-        m.queue_offset,
-        m.id,
-        keys.split(prop.KEY_SEPARATOR) if keys else None,
-        props.get(prop.TAGS),
-        m.body,
-        user,
-        _time(m.born_timestamp),
-        _time(m.store_timestamp),
-        m.born_host,
-        m.store_host,
-        m.reconsume_times,
-    )
-
-
 def _lost(options: ReadOptions, what: str) -> None:
     if options.fail_on_data_loss:
         raise DataLossError(f"{what} (set failOnDataLoss=false to skip them)")
     log.warning("%s; skipping them", what)
 
 
-def read_range(options: ReadOptions, part: QueueRange) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``part``: every message of its range that matches the tag expression."""
-    mq, offset = part.mq, part.start
+def read_range(options: ReadOptions, part: QueueRange) -> Iterator[pa.RecordBatch]:
+    """The rows of ``part``: every message of its range that matches the tag expression, in
+    Arrow batches."""
+    mq = part.mq
     sub = Subscription.parse(mq.topic, options.subscription)
     with Brokers(options.name_server, options.pull_timeout_s) as brokers:
-        while offset < part.end:
-            want = min(options.pull_batch_size, part.end - offset)
-            result = brokers.pull(mq, offset, want, sub)
-            after = result.next_begin_offset
-            if result.status is PullStatus.FOUND:
-                for m in result.messages:
-                    if m.queue_offset >= part.end:
-                        break
-                    if not sub.tags or sub.matches(m):
-                        yield _row(m, options.include_properties)
-            elif result.status is PullStatus.OFFSET_ILLEGAL and after > offset:
-                _lost(options, f"offsets [{offset}, {min(after, part.end)}) of {mq} are gone")
-            elif result.status is not PullStatus.NO_MATCHED_MSG:
-                # The queue ends before the range does: it was deleted, or emptied.
-                _lost(options, f"offsets [{offset}, {part.end}) of {mq} are gone")
-                return
-            if after <= offset:
-                raise PyrmqError(f"pull of {mq} at {offset} did not move ({result.status.name})")
-            offset = after
+        addr = brokers.addr(mq)
+
+        def pull(offset: int, count: int) -> Awaitable[PullResult]:
+            return brokers.pull(addr, mq, offset, count, sub)
+
+        puller = RangePuller(
+            pull,
+            mq,
+            part.start,
+            part.end,
+            batch=options.pull_batch_size,
+            depth=1 if sub.tags else PULLS_AHEAD,
+            lost=lambda what: _lost(options, what),
+        )
+        try:
+            while (messages := brokers.run(puller.next(BATCH_ROWS, BATCH_BYTES))) is not None:
+                rows = messages if not sub.tags else list(filter(sub.matches, messages))
+                if rows:
+                    yield record_batch(mq, rows, options.include_properties)
+        finally:
+            brokers.run(puller.close())
 
 
 def _queues(brokers: Brokers, options: ReadOptions) -> list[MessageQueue]:
@@ -288,11 +247,11 @@ class RocketMQBatchReader(DataSourceReader):
         ranges = [QueueRange(mq, starts[mq], ends[mq]) for mq in queues if starts[mq] < ends[mq]]
         return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
 
 
-def _read(options: ReadOptions, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+def _read(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     # With no partition planned, Spark still runs one task, on an InputPartition of None.
     if not isinstance(partition, QueueRange):
         return iter(())
@@ -458,7 +417,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
         return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
