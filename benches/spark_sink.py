@@ -15,7 +15,6 @@ at-least-once rate of the same round.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -26,6 +25,8 @@ if __package__ in (None, ""):
 
 from tests.compat.servers import create_topic, serving
 
+from benches.spark_session import local_session
+
 MODES = ("at_least_once", "exactly_once")
 
 
@@ -34,23 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2,000 rows, one round")
     args = parser.parse_args(argv)
     rows, rounds = (2_000, 1) if args.quick else (50_000, 3)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
-    from pyrmq.spark import register
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = local_session()
     try:
         with (
             tempfile.TemporaryDirectory() as root,
