@@ -278,7 +278,9 @@ def test_a_stream_from_latest_reads_what_came_after_it_started_and_replays_it_th
     assert batches == [[1, list(range(20, 26))], [2, list(range(26, 30))]]
 
 
-@pytest.mark.parametrize("module", ["pyrmq.spark", "pyrmq.spark.offsets", "pyrmq.spark.source"])
+@pytest.mark.parametrize(
+    "module", ["pyrmq.spark", "pyrmq.spark.offsets", "pyrmq.spark.sink", "pyrmq.spark.source"]
+)
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0

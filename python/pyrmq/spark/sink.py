@@ -1,7 +1,8 @@
 """Writing DataFrames to topics, in batches or from a streaming query.
 
-At least once (the default), each row is sent as it comes; a task or micro-batch that Spark
-runs again sends its rows again.
+At least once (the default), rows are sent in batches as they come (or one by one to the
+queues they name, in order); a task or micro-batch that Spark runs again sends its rows
+again.
 
 Exactly once, each row is sent as a transactional half message, which no consumer sees yet,
 marked with its write (the query's id, which Spark keeps in the checkpoint, and the batch) and
@@ -55,9 +56,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _SEND_WINDOW = 64
+# At least once, rows go in batches (one request, one append each), several in flight.
+_BATCH_COUNT = 32
+_BATCH_BYTES = 256 << 10
+_BATCH_WINDOW = 8
 # RocketMQ 5's timer properties: deliver at an epoch ms, or so many ms after the send.
 DELIVER_MS = "TIMER_DELIVER_MS"
 DELAY_MS = "TIMER_DELAY_MS"
+_TIMERS = frozenset({DELIVER_MS, DELAY_MS})
 # Local properties Spark gives the tasks of a micro-batch.
 _BATCH_ID = "streaming.sql.batchId"
 _QUERY_ID = "sql.streaming.queryId"
@@ -140,6 +146,40 @@ async def _send_rows(
     return await windowed((send(_message(r.asDict(), options), None) for r in rows), _SEND_WINDOW)
 
 
+def _batches(messages: Iterator[Message], single_over: int) -> Iterator[list[Message]]:
+    """``messages`` in order, consecutive ones of a topic gathered into batches of up to
+    ``_BATCH_COUNT`` messages and ``_BATCH_BYTES`` of bodies. A timer message, or a body of
+    ``single_over`` bytes or more (sent compressed alone, where a batch is not), goes by
+    itself.
+
+    >>> small = [Message("A", b"x") for _ in range(40)] + [Message("B", b"y")]
+    >>> [len(b) for b in _batches(iter(small), 4096)]
+    [32, 8, 1]
+    >>> big = [Message("A", b"x"), Message("A", b"z" * 5000), Message("A", b"x")]
+    >>> [len(b) for b in _batches(iter(big), 4096)]
+    [1, 1, 1]
+    """
+    batch: list[Message] = []
+    size = 0
+    for msg in messages:
+        alone = len(msg.body) >= single_over or msg.properties.keys() & _TIMERS
+        if batch and (
+            alone
+            or msg.topic != batch[0].topic
+            or len(batch) == _BATCH_COUNT
+            or size + len(msg.body) > _BATCH_BYTES
+        ):
+            yield batch
+            batch, size = [], 0
+        if alone:
+            yield [msg]
+        else:
+            batch.append(msg)
+            size += len(msg.body)
+    if batch:
+        yield batch
+
+
 async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
     config = ClientConfig(namesrv_addr=options.name_server)
     async with Producer(options.producer_group, client_config=config) as producer:
@@ -147,7 +187,19 @@ async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
         async def send(msg: Message, mq: MessageQueue | None) -> SendResult:
             return await producer.send(msg, queue=mq)
 
-        return len(await _send_rows(rows, options, producer, send))
+        if options.in_order:
+            return len(await _send_rows(rows, options, producer, send))
+
+        async def send_batch(batch: list[Message]) -> int:
+            if len(batch) == 1:
+                await producer.send(batch[0])
+            else:
+                await producer.send_batch(batch)
+            return len(batch)
+
+        messages = (_message(r.asDict(), options) for r in rows)
+        batches = _batches(messages, producer.compress_over)
+        return sum(await windowed((send_batch(b) for b in batches), _BATCH_WINDOW))
 
 
 async def _send_halves(
