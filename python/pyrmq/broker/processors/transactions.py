@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from pyrmq.broker.services import transactions
 from pyrmq.broker.services.transactions import TransactionError
-from pyrmq.errors import HeaderError, MessageIllegalError, StoreError
-from pyrmq.properties import UNIQ_KEY
+from pyrmq.errors import MessageIllegalError, StoreError
+from pyrmq.properties import PRODUCER_GROUP, UNIQ_KEY
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.headers import CheckTransactionStateRequestHeader
+from pyrmq.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.store import StoredMessage
@@ -37,12 +37,10 @@ class EndTransactionProcessor:
         server.register(RequestCode.END_TRANSACTION, self.end)
 
     async def end(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        ext = request.ext_fields
-        try:
-            phy_offset = int(ext["commitLogOffset"])
-            kind = int(ext.get("commitOrRollback", "0"))
-        except (KeyError, ValueError) as e:
-            raise HeaderError(f"END_TRANSACTION: {e!r} in {ext}") from e
+        # Every official client sends each field RocketMQ's broker requires (producerGroup,
+        # tranStateTableOffset, commitLogOffset, commitOrRollback, msgId); one missing is refused.
+        header = EndTransactionRequestHeader.from_ext(request.ext_fields)
+        kind = header.commit_or_rollback
         if self.broker.config.is_slave:
             return RemotingCommand.response_to(
                 request,
@@ -58,7 +56,9 @@ class EndTransactionProcessor:
             )
         try:
             result = self.broker.transactions.end(
-                phy_offset, commit=kind == COMMIT, producer_group=ext.get("producerGroup", "")
+                header.commit_log_offset,
+                commit=kind == COMMIT,
+                producer_group=header.producer_group,
             )
         except TransactionError as e:
             log.warning("END_TRANSACTION from %s refused: %s", conn.peer_address, e)
@@ -74,7 +74,7 @@ class EndTransactionProcessor:
     async def ask_producer(self, stored: StoredMessage, transaction_id: str) -> bool:
         """Sends CHECK_TRANSACTION_STATE (oneway) to a connected producer of the half's group;
         False when none is connected."""
-        group = stored.property(transactions.PRODUCER_GROUP) or ""
+        group = stored.property(PRODUCER_GROUP) or ""
         members = self.broker.clients.producers.get(group) or {}
         connections = [c for c, _ in members.values() if isinstance(c, Connection)]
         record = self.broker.store.look_record(stored.phy_offset)

@@ -11,11 +11,17 @@ where no consumer reads it but an operator finds it. A round counts whether or n
 of the group was there to ask, as in RocketMQ, so a half whose producer is gone for good does
 not stay open for ever.
 
+Open halves are kept in order of when each is next due, so a round touches only the due ones,
+oldest first. A round runs on the broker's event loop: it yields between short slices, so sends
+and pulls are served while it runs, and it stops after a bounded amount of work; the halves it
+did not reach are the oldest due, and go first next round.
+
 Producers of RocketMQ 5's gRPC protocol are asked over their telemetry stream, 4.x producers
 of the half's producer group with CHECK_TRANSACTION_STATE on their connection, the half as its
 body under its real topic and queue (as RocketMQ restores them); either answers with an end.
 """
 
+import asyncio
 import dataclasses
 import logging
 import struct
@@ -23,7 +29,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from pyrmq.properties import UNIQ_KEY
+from sortedcontainers import SortedList
+
+from pyrmq.properties import PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
 from pyrmq.store import GetMessageStatus, MessageStore, PutResult, StoredMessage
 
 if TYPE_CHECKING:
@@ -38,14 +46,20 @@ OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 GIVEN_UP_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
-TRAN_MSG = "TRAN_MSG"
-PRODUCER_GROUP = "PGROUP"
 CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 # RocketMQ's op record tag for an ended half.
 OP_TAG = "d"
 SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 SYSFLAG_TRANSACTION_COMMIT = 0x8
+# A round yields to the event loop after this much work: about what a send or pull waits
+# behind the checks at most (one half costs some 10-30 us).
+SLICE_S = 0.01
+# A round stops after this share of the check interval's length of work (at least
+# MIN_ROUND_S), then waits the interval: checks take at most about a fifth of the loop even
+# with a backlog, which still drains at a pace that does not shrink as the interval grows.
+ROUND_SHARE = 0.25
+MIN_ROUND_S = 0.05
 
 
 class TransactionError(Exception):
@@ -62,6 +76,8 @@ class HalfMessage:
     check_from_ms: int
     checks: int = 0
     checked_ms: int = 0
+    # When it is next checked: its key, with its queue offset, in the service's due order.
+    due_ms: int = 0
 
 
 Asker = Callable[[StoredMessage, str], Awaitable[bool]]
@@ -71,6 +87,8 @@ class TransactionService:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
         self.open: dict[int, HalfMessage] = {}
+        # (due_ms, queue_offset) of every open half, soonest first; ties in the order sent.
+        self._due: SortedList = SortedList()
         # Asks a live producer to resolve a half (``stored``, transaction id); True if asked.
         self.askers: list[Asker] = []
 
@@ -114,13 +132,24 @@ class TransactionService:
         wait_ms = timeout_ms
         if immunity is not None and immunity.strip().isdigit():
             wait_ms = max(timeout_ms, int(immunity) * 1000)
+        old = self.open.get(queue_offset)
+        if old is not None:
+            self._forget(old)
+        check_from_ms = store_timestamp_ms + wait_ms
         self.open[queue_offset] = HalfMessage(
             queue_offset=queue_offset,
             phy_offset=phy_offset,
             topic=topic,
             producer_group=producer_group,
-            check_from_ms=store_timestamp_ms + wait_ms,
+            check_from_ms=check_from_ms,
+            due_ms=check_from_ms,
         )
+        self._due.add((check_from_ms, queue_offset))
+
+    def _forget(self, half: HalfMessage) -> None:
+        """Drops an ended (or vanished) half from the open ones and from the due order."""
+        del self.open[half.queue_offset]
+        self._due.discard((half.due_ms, half.queue_offset))
 
     def prepare(
         self,
@@ -186,7 +215,8 @@ class TransactionService:
         stored = broker.store.look_message_by_offset(phy_offset)
         if stored is None or stored.topic != HALF_TOPIC:
             raise TransactionError(f"no half message at offset {phy_offset}")
-        if stored.queue_offset not in self.open:
+        half = self.open.get(stored.queue_offset)
+        if half is None:
             raise TransactionError(f"the transaction of {stored.msg_id} has already ended")
         if message_id is not None and stored.property(UNIQ_KEY) not in (None, message_id):
             raise TransactionError(f"the half message at {phy_offset} is not {message_id}")
@@ -216,7 +246,7 @@ class TransactionService:
                 )
             )
         result = self._op(stored.queue_offset)
-        del self.open[stored.queue_offset]
+        self._forget(half)
         log.info(
             "transaction %s of %s %s",
             stored.property(UNIQ_KEY) or stored.msg_id,
@@ -239,36 +269,58 @@ class TransactionService:
             )
         )
 
-    async def check(self, now_ms: int | None = None) -> int:
-        """One round of checks; returns how many producers were asked."""
+    async def check(self, now_ms: int | None = None, *, budget_s: float | None = None) -> int:
+        """One round of checks over the halves due by ``now_ms``, oldest due first; returns how
+        many producers were asked. The round stops after ``budget_s`` of work (by default a
+        share of the check interval; at least one half is checked); the halves it did not reach
+        stay due, ahead of every half it checked."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         _, interval_ms, max_checks = self._settings
+        if budget_s is None:
+            budget_s = max(MIN_ROUND_S, interval_ms / 1000 * ROUND_SHARE)
+        store = self.broker.store
+        due = self._due
         asked = 0
-        for half in list(self.open.values()):
-            if now_ms < half.check_from_ms or now_ms - half.checked_ms < interval_ms:
-                continue
-            stored = self.broker.store.look_message_by_offset(half.phy_offset)
+        worked = 0.0
+        slice_from = time.perf_counter()
+        while due:
+            due_ms, queue_offset = due[0]
+            # A half checked now is due after now_ms: the round ends.
+            if due_ms > now_ms:
+                break
+            # Each step ends the half or moves it back; one that raises stays first.
+            half = self.open[queue_offset]
+            stored = store.look_message_by_offset(half.phy_offset)
             if stored is None:
                 # Gone to retention.
-                del self.open[half.queue_offset]
-                continue
-            if half.checks >= max_checks:
+                self._forget(half)
+            elif half.checks >= max_checks:
                 self._give_up(stored, half)
-                continue
-            half.checks += 1
-            half.checked_ms = now_ms
-            for ask in self.askers:
-                if await ask(stored, stored.msg_id):
-                    asked += 1
-                    break
             else:
-                log.info(
-                    "no producer of %s to check transaction %s with (check %d of %d)",
-                    half.producer_group,
-                    stored.property(UNIQ_KEY) or stored.msg_id,
-                    half.checks,
-                    max_checks,
-                )
+                half.checks += 1
+                half.checked_ms = now_ms
+                del due[0]  # still first: nothing was awaited since it was read
+                half.due_ms = now_ms + interval_ms
+                due.add((half.due_ms, queue_offset))
+                for ask in self.askers:
+                    if await ask(stored, stored.msg_id):
+                        asked += 1
+                        break
+                else:
+                    log.info(
+                        "no producer of %s to check transaction %s with (check %d of %d)",
+                        half.producer_group,
+                        stored.property(UNIQ_KEY) or stored.msg_id,
+                        half.checks,
+                        max_checks,
+                    )
+            spent = time.perf_counter() - slice_from
+            if worked + spent >= budget_s:
+                break
+            if spent >= SLICE_S:
+                worked += spent
+                await asyncio.sleep(0)
+                slice_from = time.perf_counter()
         return asked
 
     def _give_up(self, stored: StoredMessage, half: HalfMessage) -> None:
@@ -289,7 +341,7 @@ class TransactionService:
             )
         )
         self._op(half.queue_offset)
-        del self.open[half.queue_offset]
+        self._forget(half)
         log.warning(
             "transaction %s of %s given up after %d checks: kept in %s at offset %d",
             stored.property(UNIQ_KEY) or stored.msg_id,

@@ -1,0 +1,86 @@
+"""END_TRANSACTION's header against a real ``pyrmq serve``: the fields official clients send
+(C++ writes ``fromTransactionCheck`` as ``0``/``1``, Go an empty ``transactionId``) end a
+half; an end without a field RocketMQ's broker requires is refused and leaves it open."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from tests.compat.servers import create_topic, serving
+from tests.helpers import pull_head, remoting_call, send_raw
+
+from pyrmq import _core
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "TopicTxHeader"
+
+
+def _send_half(broker: str, body: bytes) -> tuple[str, int]:
+    """A half from producer group PG_TX; its offset message id and commit log offset."""
+    properties = "TRAN_MSG\x01true\x02PGROUP\x01PG_TX\x02UNIQ_KEY\x01U-" + body.decode()
+    sent = send_raw(broker, TOPIC, body, sys_flag=4, properties=properties, producer_group="PG_TX")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    msg_id = sent.ext_fields["msgId"]
+    return msg_id, _core.decode_offset_msg_id(msg_id)[1]
+
+
+def _end(broker: str, phy_offset: int, body: bytes, **fields: str) -> RemotingCommand:
+    """END_TRANSACTION as the C++ client sends it, with ``fields`` replacing its own (an empty
+    value leaves the field out)."""
+    ext = {
+        "msgId": "U-" + body.decode(),
+        "transactionId": "U-" + body.decode(),
+        "producerGroup": "PG_TX",
+        "tranStateTableOffset": "0",
+        "commitLogOffset": str(phy_offset),
+        "commitOrRollback": "8",
+        "fromTransactionCheck": "0",
+    }
+    ext.update(fields)
+    return remoting_call(
+        broker, RequestCode.END_TRANSACTION, {k: v for k, v in ext.items() if v != ""}
+    )
+
+
+def test_official_clients_ends_are_taken_and_an_incomplete_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    with serving(tmp_path) as server:
+        broker = server.addresses()[1]
+        create_topic(broker, TOPIC, 1)
+        _, cpp = _send_half(broker, b"cpp")
+        _, go = _send_half(broker, b"go")
+        _, later = _send_half(broker, b"later")
+        assert _end(broker, cpp, b"cpp").code == ResponseCode.SUCCESS
+        # Go's: booleans as words, an empty transaction id sent as is.
+        go_end = remoting_call(
+            broker,
+            RequestCode.END_TRANSACTION,
+            {
+                "producerGroup": "PG_TX",
+                "tranStateTableOffset": "1",
+                "commitLogOffset": str(go),
+                "commitOrRollback": "8",
+                "fromTransactionCheck": "true",
+                "msgId": "U-go",
+                "transactionId": "",
+            },
+        )
+        assert go_end.code == ResponseCode.SUCCESS, go_end.remark
+        # Not known yet: taken, and the half stays open.
+        assert _end(broker, later, b"later", commitOrRollback="0").code == ResponseCode.SUCCESS
+        for missing in ("msgId", "commitOrRollback", "producerGroup", "commitLogOffset"):
+            refused = _end(broker, later, b"later", **{missing: ""})
+            assert refused.code == ResponseCode.SYSTEM_ERROR
+            assert missing in (refused.remark or "")
+        bad = _end(broker, later, b"later", commitOrRollback="eight")
+        assert bad.code == ResponseCode.SYSTEM_ERROR
+        assert "commitOrRollback" in (bad.remark or "")
+        assert _end(broker, later, b"later").code == ResponseCode.SUCCESS
+        bodies = [m.body for m in asyncio.run(pull_head(broker, "broker-a", TOPIC, 0)).messages]
+        assert bodies == [b"cpp", b"go", b"later"]
