@@ -5,6 +5,7 @@ vanished halves leave the due order with them."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -41,14 +42,16 @@ def store(open_store: Any, tmp_path: Path) -> MessageStore:
     return cast(MessageStore, open_store(tmp_path / "store"))
 
 
-def _service(store: MessageStore, check_max: int = 15) -> TransactionService:
+def _service(
+    store: MessageStore, check_max: int = 15, checkpoint: Path | None = None
+) -> TransactionService:
     broker = _Broker(
         store,
         transaction_timeout_ms=0,
         transaction_check_interval_ms=INTERVAL_MS,
         transaction_check_max=check_max,
     )
-    return TransactionService(cast(Any, broker))
+    return TransactionService(cast(Any, broker), checkpoint)
 
 
 def _prepare(service: TransactionService, count: int) -> tuple[list[str], list[PutResult]]:
@@ -175,3 +178,55 @@ def test_ended_given_up_and_vanished_halves_leave_the_due_order(store: MessageSt
 
     asyncio.run(rounds())
     assert asked == ["h0", "h3", "h4"]
+
+
+def test_a_start_reads_from_the_checkpoint_and_finds_the_same_open_halves(
+    store: MessageStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "transactions.json"
+    service = _service(store, checkpoint=path)
+    _, puts = _prepare(service, 3)
+    service.end(puts[0].phy_offset, commit=True)
+    _, later = _prepare(service, 3)  # h0..h2 again as ids; offsets 3..5
+    # Ended out of order: the op of a half past the oldest open one lies past its op offset.
+    service.end(later[1].phy_offset, commit=False)
+    service.end(puts[2].phy_offset, commit=True)
+    open_now = sorted(service.open)
+    assert open_now == [1, 3, 5]
+    asyncio.run(service.save_checkpoint())
+    # h1, the oldest open, was stored before any op.
+    assert json.loads(path.read_text()) == {"halfOffset": 1, "opOffset": 0}
+
+    reloaded = _service(store, checkpoint=path)
+    reloaded.load()
+    assert sorted(reloaded.open) == open_now
+    _consistent(reloaded)
+    # The checkpoint is taken at its word: halves below it are not read again.
+    path.write_text(json.dumps({"halfOffset": 4, "opOffset": 1}))
+    trusting = _service(store, checkpoint=path)
+    trusting.load()
+    assert sorted(trusting.open) == [5]
+    # One past the topics' ends (files replaced under it) is ignored: everything is read.
+    for broken in (json.dumps({"halfOffset": 99, "opOffset": 0}), "[1]", "not json"):
+        path.write_text(broken)
+        path.with_name(path.name + ".bak").unlink(missing_ok=True)
+        rereading = _service(store, checkpoint=path)
+        rereading.load()
+        assert sorted(rereading.open) == open_now, broken
+
+
+def test_with_nothing_open_the_checkpoint_is_the_ends_and_later_halves_are_found(
+    store: MessageStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "transactions.json"
+    service = _service(store, checkpoint=path)
+    _, puts = _prepare(service, 4)
+    for put in puts:
+        service.end(put.phy_offset, commit=False)
+    asyncio.run(service.save_checkpoint())
+    assert json.loads(path.read_text()) == {"halfOffset": 4, "opOffset": 4}
+    _, more = _prepare(service, 2)
+    service.end(more[0].phy_offset, commit=True)
+    reloaded = _service(store, checkpoint=path)
+    reloaded.load()
+    assert sorted(reloaded.open) == [more[1].queue_offset]

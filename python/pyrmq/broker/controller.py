@@ -69,7 +69,7 @@ class BrokerController:
         self.offsets = OffsetTable(self._root / "config" / "consumerOffset.json")
         self.queue_locks = QueueLockTable(self._root / "config" / "queueLocks.json")
         self.groups = GroupTable(self._root / "config" / "subscriptionGroup.json")
-        self.transactions = TransactionService(self)
+        self.transactions = TransactionService(self, self._root / "config" / "transactions.json")
         self.stats = BrokerStats()
         self._store: MessageStore | None = None
         self._hold: PullHoldService | None = None
@@ -438,12 +438,18 @@ class BrokerController:
                 self.grpc.service.expire_clients()
 
     async def _transaction_check_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.transaction_check_interval_ms / 1000)
-            try:
-                await self.transactions.check()
-            except Exception:
-                log.exception("transaction check failed")
+        try:
+            while True:
+                await asyncio.sleep(self.config.transaction_check_interval_ms / 1000)
+                try:
+                    await self.transactions.check()
+                    await self.transactions.save_checkpoint()
+                except Exception:
+                    log.exception("transaction check failed")
+        finally:
+            # At stop: the next start reads the halves from here.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.transactions.save_checkpoint())
 
     async def _stats_loop(self) -> None:
         while True:

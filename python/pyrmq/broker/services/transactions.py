@@ -11,6 +11,11 @@ where no consumer reads it but an operator finds it. A round counts whether or n
 of the group was there to ask, as in RocketMQ, so a half whose producer is gone for good does
 not stay open for ever.
 
+A start reads both topics only from a checkpoint (``config/transactions.json``, written after
+each check round and at stop): every half below its half offset has ended, and every op record
+of a later half lies at or past its op offset, since an op follows its half and ops are
+appended in order. An old checkpoint is still true, only further back.
+
 Open halves are kept in order of when each is next due, so a round touches only the due ones,
 oldest first. A round runs on the broker's event loop: it yields between short slices, so sends
 and pulls are served while it runs, and it stops after a bounded amount of work; the halves it
@@ -27,10 +32,12 @@ import logging
 import struct
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
 
+from pyrmq.broker.state.json_file import load_json, store_json
 from pyrmq.properties import PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
 from pyrmq.store import GetMessageStatus, MessageStore, PutResult, StoredMessage
 
@@ -78,14 +85,37 @@ class HalfMessage:
     checked_ms: int = 0
     # When it is next checked: its key, with its queue offset, in the service's due order.
     due_ms: int = 0
+    # The op topic's end when it was stored (or an earlier offset): its op comes after.
+    op_from: int = 0
 
 
 Asker = Callable[[StoredMessage, str], Awaitable[bool]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """Halves below ``half_offset`` have ended; ops of later ones lie from ``op_offset``."""
+
+    half_offset: int = 0
+    op_offset: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"halfOffset": self.half_offset, "opOffset": self.op_offset}
+
+    @classmethod
+    def from_json(cls, value: object) -> "Checkpoint":
+        if not isinstance(value, dict):
+            return cls()
+        half, op = value.get("halfOffset"), value.get("opOffset")
+        if type(half) is not int or type(op) is not int or half < 0 or op < 0:
+            return cls()
+        return cls(half, op)
+
+
 class TransactionService:
-    def __init__(self, broker: "BrokerController") -> None:
+    def __init__(self, broker: "BrokerController", checkpoint: Path | None = None) -> None:
         self.broker = broker
+        self.checkpoint_path = checkpoint
         self.open: dict[int, HalfMessage] = {}
         # (due_ms, queue_offset) of every open half, soonest first; ties in the order sent.
         self._due: SortedList = SortedList()
@@ -98,17 +128,52 @@ class TransactionService:
         return c.transaction_timeout_ms, c.transaction_check_interval_ms, c.transaction_check_max
 
     def load(self) -> None:
-        """Finds the halves still open: every half not named by an op record."""
+        """Finds the halves still open: every half past the checkpoint not named by an op
+        record past it."""
         store = self.broker.store
-        ended = {int(body) for body in _bodies(store, OP_TOPIC) if body.isdigit()}
+        start = self._read_checkpoint()
+        ended = {int(body) for body in _bodies(store, OP_TOPIC, start.op_offset) if body.isdigit()}
         timeout_ms = self._settings[0]
-        for stored in _messages(store, HALF_TOPIC):
+        for stored in _messages(store, HALF_TOPIC, start.half_offset):
             if stored.queue_offset not in ended:
-                self._track(stored, timeout_ms)
+                self._track(stored, timeout_ms, start.op_offset)
         if self.open:
-            log.info("transactions: %d half messages still open", len(self.open))
+            log.info(
+                "transactions: %d half messages still open (read from half %d, op %d)",
+                len(self.open),
+                start.half_offset,
+                start.op_offset,
+            )
 
-    def _track(self, stored: StoredMessage, timeout_ms: int) -> None:
+    def _read_checkpoint(self) -> Checkpoint:
+        if self.checkpoint_path is None:
+            return Checkpoint()
+        found = Checkpoint.from_json(load_json(self.checkpoint_path))
+        store = self.broker.store
+        # Past the topics' ends, it belongs to files no longer here: read them whole.
+        if found.half_offset > store.max_offset(HALF_TOPIC, 0) or found.op_offset > (
+            store.max_offset(OP_TOPIC, 0)
+        ):
+            log.warning("transactions: checkpoint %s is past the stored halves", found)
+            return Checkpoint()
+        return found
+
+    def checkpoint(self) -> Checkpoint:
+        """Where the next start may begin reading: the oldest open half, or the ends."""
+        store = self.broker.store
+        if self.open:
+            oldest = self.open[min(self.open)]
+            return Checkpoint(oldest.queue_offset, oldest.op_from)
+        return Checkpoint(store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
+
+    async def save_checkpoint(self) -> None:
+        """Writes :meth:`checkpoint`, taken on the loop, from a worker thread (an fsync)."""
+        if self.checkpoint_path is not None:
+            value = self.checkpoint().to_json()
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, store_json, self.checkpoint_path, value)
+
+    def _track(self, stored: StoredMessage, timeout_ms: int, op_from: int) -> None:
         self._open(
             stored.queue_offset,
             stored.phy_offset,
@@ -117,6 +182,7 @@ class TransactionService:
             stored.property(PRODUCER_GROUP) or "",
             stored.property(CHECK_IMMUNITY),
             timeout_ms,
+            op_from,
         )
 
     def _open(
@@ -128,6 +194,7 @@ class TransactionService:
         producer_group: str,
         immunity: str | None,
         timeout_ms: int,
+        op_from: int,
     ) -> None:
         wait_ms = timeout_ms
         if immunity is not None and immunity.strip().isdigit():
@@ -143,6 +210,7 @@ class TransactionService:
             producer_group=producer_group,
             check_from_ms=check_from_ms,
             due_ms=check_from_ms,
+            op_from=op_from,
         )
         self._due.add((check_from_ms, queue_offset))
 
@@ -173,6 +241,7 @@ class TransactionService:
         props[PRODUCER_GROUP] = producer_group
         broker = self.broker
         broker.topics.create_system(HALF_TOPIC, 1, 6)
+        op_from = broker.store.max_offset(OP_TOPIC, 0)
         result = broker.put_now(
             lambda: broker.store.put(
                 HALF_TOPIC,
@@ -196,6 +265,7 @@ class TransactionService:
             producer_group,
             props.get(CHECK_IMMUNITY),
             self._settings[0],
+            op_from,
         )
         return result
 
@@ -376,9 +446,9 @@ def as_real_topic(record: bytes, topic: str, queue_id: int) -> bytes:
     return bytes(out)
 
 
-def _messages(store: MessageStore, topic: str) -> list[StoredMessage]:
+def _messages(store: MessageStore, topic: str, start: int = 0) -> list[StoredMessage]:
     out: list[StoredMessage] = []
-    offset = store.min_offset(topic, 0)
+    offset = max(start, store.min_offset(topic, 0))
     while True:
         result = store.get(topic, 0, offset, max_count=256)
         if result.status is not GetMessageStatus.FOUND:
@@ -390,5 +460,5 @@ def _messages(store: MessageStore, topic: str) -> list[StoredMessage]:
         offset = result.next_begin_offset
 
 
-def _bodies(store: MessageStore, topic: str) -> list[str]:
-    return [m.body.decode(errors="replace") for m in _messages(store, topic)]
+def _bodies(store: MessageStore, topic: str, start: int = 0) -> list[str]:
+    return [m.body.decode(errors="replace") for m in _messages(store, topic, start)]
