@@ -9,19 +9,23 @@ RocketMQ's ordered sends are; queues are sent to side by side.
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 from pyrmq.client.message import Message, MessageQueue
 from pyrmq.client.producer import select_by_hash
 from pyrmq.errors import ConfigError
+from pyrmq.spark.batching import BATCH_COUNT, batches
 from pyrmq.spark.options import WriteOptions
 
-__all__ = ["place", "send_in_order"]
+__all__ = ["SendMany", "place", "send_in_order"]
 
 T = TypeVar("T")
 
 QueuesOf = Callable[[str], Awaitable[list[MessageQueue]]]
+SendMany = Callable[[list[Message], MessageQueue | None], Coroutine[Any, Any, list[T]]]
+"""Sends messages (one, or a batch of one topic) to a queue (None: round robin); a result for
+each."""
 # Rows without a queue of their own share this many lanes, so they still go out side by side.
 _FREE_LANES = 8
 _LANE_DEPTH = 64
@@ -51,16 +55,31 @@ async def send_in_order(
     make: Callable[[Mapping[str, Any]], Message],
     options: WriteOptions,
     queues_of: QueuesOf,
-    send: Callable[[Message, MessageQueue | None], Awaitable[T]],
+    send: SendMany[T],
+    batch_single_over: int | None = None,
 ) -> list[T]:
     """Sends every row, those of one queue in order; the results in no particular order. The
-    first failure stops the rest and is raised."""
+    first failure stops the rest and is raised. ``send`` gets one message, or with
+    ``batch_single_over`` (see :func:`~pyrmq.spark.batching.batches`) the batches of what
+    waited for a queue while its last send was out."""
     results: list[T] = []
     lanes: dict[Any, asyncio.Queue[tuple[Message, MessageQueue | None] | None]] = {}
 
     async def drain(lane: asyncio.Queue[tuple[Message, MessageQueue | None] | None]) -> None:
         while (item := await lane.get()) is not None:
-            results.append(await send(*item))
+            if batch_single_over is None:
+                results.extend(await send([item[0]], item[1]))
+                continue
+            waiting = [item]
+            while len(waiting) < BATCH_COUNT and not lane.empty():
+                following = lane.get_nowait()
+                if following is None:
+                    lane.put_nowait(None)  # seen again by the loop above, once these are sent
+                    break
+                waiting.append(following)
+            # A lane's messages share their queue, or have none (round robin).
+            for batch in batches((msg for msg, _ in waiting), batch_single_over):
+                results.extend(await send(batch, item[1]))
 
     try:
         async with asyncio.TaskGroup() as group:

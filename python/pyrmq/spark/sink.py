@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from pyspark.sql import Row
@@ -36,6 +36,7 @@ from pyrmq.client.message import Message, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.client.transaction import HalfMessage, TransactionProducer
 from pyrmq.errors import ConfigError, PyrmqError
+from pyrmq.spark.batching import DELAY_MS, DELIVER_MS, batches
 from pyrmq.spark.commits import (
     CHECK_IMMUNITY,
     SINK,
@@ -46,7 +47,7 @@ from pyrmq.spark.commits import (
     settle,
 )
 from pyrmq.spark.options import WriteOptions
-from pyrmq.spark.placement import send_in_order
+from pyrmq.spark.placement import SendMany, send_in_order
 from pyrmq.spark.windowed import windowed
 
 __all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "SendSummary"]
@@ -56,14 +57,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _SEND_WINDOW = 64
-# At least once, rows go in batches (one request, one append each), several in flight.
-_BATCH_COUNT = 32
-_BATCH_BYTES = 256 << 10
 _BATCH_WINDOW = 8
-# RocketMQ 5's timer properties: deliver at an epoch ms, or so many ms after the send.
-DELIVER_MS = "TIMER_DELIVER_MS"
-DELAY_MS = "TIMER_DELAY_MS"
-_TIMERS = frozenset({DELIVER_MS, DELAY_MS})
 # Local properties Spark gives the tasks of a micro-batch.
 _BATCH_ID = "streaming.sql.batchId"
 _QUERY_ID = "sql.streaming.queryId"
@@ -136,70 +130,39 @@ async def _send_rows(
     rows: Iterator[Row],
     options: WriteOptions,
     producer: Producer,
-    send: Callable[[Message, MessageQueue | None], Coroutine[Any, Any, T]],
+    send: SendMany[T],
+    *,
+    batched: bool,
 ) -> list[T]:
-    """Every row sent with ``send``: to the queues they name in order, or side by side."""
+    """Every row sent: to the queues they name in order, or side by side. ``send`` gets the
+    messages of one batch (``batched``, see :mod:`pyrmq.spark.batching`) or one message."""
     if options.in_order:
         dicts = (row.asDict() for row in rows)
         make = functools.partial(_message, options=options)
-        return await send_in_order(dicts, make, options, producer.fetch_publish_queues, send)
-    return await windowed((send(_message(r.asDict(), options), None) for r in rows), _SEND_WINDOW)
-
-
-def _batches(messages: Iterator[Message], single_over: int) -> Iterator[list[Message]]:
-    """``messages`` in order, consecutive ones of a topic gathered into batches of up to
-    ``_BATCH_COUNT`` messages and ``_BATCH_BYTES`` of bodies. A timer message, or a body of
-    ``single_over`` bytes or more (sent compressed alone, where a batch is not), goes by
-    itself.
-
-    >>> small = [Message("A", b"x") for _ in range(40)] + [Message("B", b"y")]
-    >>> [len(b) for b in _batches(iter(small), 4096)]
-    [32, 8, 1]
-    >>> big = [Message("A", b"x"), Message("A", b"z" * 5000), Message("A", b"x")]
-    >>> [len(b) for b in _batches(iter(big), 4096)]
-    [1, 1, 1]
-    """
-    batch: list[Message] = []
-    size = 0
-    for msg in messages:
-        alone = len(msg.body) >= single_over or msg.properties.keys() & _TIMERS
-        if batch and (
-            alone
-            or msg.topic != batch[0].topic
-            or len(batch) == _BATCH_COUNT
-            or size + len(msg.body) > _BATCH_BYTES
-        ):
-            yield batch
-            batch, size = [], 0
-        if alone:
-            yield [msg]
-        else:
-            batch.append(msg)
-            size += len(msg.body)
-    if batch:
-        yield batch
+        single_over = producer.compress_over if batched else None
+        return await send_in_order(
+            dicts, make, options, producer.fetch_publish_queues, send, single_over
+        )
+    messages = (_message(r.asDict(), options) for r in rows)
+    if batched:
+        sends = (send(b, None) for b in batches(messages, producer.compress_over))
+        window = _BATCH_WINDOW
+    else:
+        sends = (send([m], None) for m in messages)
+        window = _SEND_WINDOW
+    return [result for results in await windowed(sends, window) for result in results]
 
 
 async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
     config = ClientConfig(namesrv_addr=options.name_server)
     async with Producer(options.producer_group, client_config=config) as producer:
 
-        async def send(msg: Message, mq: MessageQueue | None) -> SendResult:
-            return await producer.send(msg, queue=mq)
-
-        if options.in_order:
-            return len(await _send_rows(rows, options, producer, send))
-
-        async def send_batch(batch: list[Message]) -> int:
+        async def send(batch: list[Message], mq: MessageQueue | None) -> list[SendResult]:
             if len(batch) == 1:
-                await producer.send(batch[0])
-            else:
-                await producer.send_batch(batch)
-            return len(batch)
+                return [await producer.send(batch[0], queue=mq)]
+            return [await producer.send_batch(batch, queue=mq)] * len(batch)
 
-        messages = (_message(r.asDict(), options) for r in rows)
-        batches = _batches(messages, producer.compress_over)
-        return sum(await windowed((send_batch(b) for b in batches), _BATCH_WINDOW))
+        return len(await _send_rows(rows, options, producer, send, batched=True))
 
 
 async def _send_halves(
@@ -218,16 +181,17 @@ async def _send_halves(
             options.producer_group, checker=checker, client_config=config
         ) as producer:
 
-            async def send(msg: Message, mq: MessageQueue | None) -> HalfMessage:
+            async def send(msgs: list[Message], mq: MessageQueue | None) -> list[HalfMessage]:
+                (msg,) = msgs
                 msg.properties.update(marks)
                 result, handle = await producer.send_half(msg, queue=mq)
                 if result.status is not SendStatus.OK:
                     # Stored, but not as safely as the broker promises: this attempt fails,
                     # and its halves are rolled back once another attempt's are committed.
                     raise PyrmqError(f"a half was stored with {result.status.name}")
-                return handle
+                return [handle]
 
-            return await _send_rows(rows, options, producer, send)
+            return await _send_rows(rows, options, producer, send, batched=False)
     finally:
         await checker.close()
 
