@@ -22,7 +22,8 @@ with -2 for earliest and -1 for latest), ``startingTimestamp`` and
 ``startingOffsetsByTimestamp`` (epoch ms) with ``startingOffsetsByTimestampStrategy``
 (``error`` or ``latest``), ``endingOffsets``, ``endingTimestamp`` and
 ``endingOffsetsByTimestamp`` (batch reads), ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``
-and ``maxTriggerDelay`` (streams), ``failOnDataLoss`` (true), ``minPartitions``,
+and ``maxTriggerDelay`` (streams), ``consumerGroup`` or ``consumerGroupPrefix`` (the group
+whose offsets show a stream's progress), ``failOnDataLoss`` (true), ``minPartitions``,
 ``maxRecordsPerPartition``, ``pullBatchSize`` (32), ``pullTimeoutMs`` and
 ``includeProperties``. A batch read starts at the earliest offsets, a new stream at the
 latest.

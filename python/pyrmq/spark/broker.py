@@ -115,6 +115,10 @@ class Brokers:
     def max_offset(self, mq: MessageQueue) -> int:
         return self._run(self.api.max_offset(self.addr(mq), mq))
 
+    def commit_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """Stores ``group``'s consumer offset of ``mq`` on its broker."""
+        self._run(self.api.update_consumer_offset(self.addr(mq), group, mq, offset, oneway=False))
+
     def offset_for_time(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms`` (the queue's end if none)."""
         return self._run(self.api.search_offset(self.addr(mq), mq, timestamp_ms))

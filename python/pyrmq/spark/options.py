@@ -47,6 +47,8 @@ READ_KEYS = (
     "includeProperties",
     "minPartitions",
     "maxRecordsPerPartition",
+    "consumerGroup",
+    "consumerGroupPrefix",
 )
 WRITE_KEYS = (
     "nameServer",
@@ -61,6 +63,9 @@ WRITE_KEYS = (
 SELECTORS = ("round_robin", "hash")
 COMMIT_TOPIC = "PYRMQ_SPARK_SINK_COMMITS"
 STRATEGIES = ("error", "latest")
+GROUP_PREFIX = "spark-pyrmq-source"
+# RocketMQ's rule for group names (as for topics, up to 255 characters).
+_GROUP = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
 MAX_TRIGGER_DELAY = "15m"
 # RocketMQ's system topics that users may still write, and the sink's own records.
 _NOT_USERS = frozenset({AUTO_CREATE_TOPIC, "RMQ_SYS_TRACE_TOPIC", COMMIT_TOPIC})
@@ -233,6 +238,10 @@ class ReadOptions:
     """Streams: wait for this many new offsets before a micro-batch, at most
     ``max_trigger_delay_s`` since the last one."""
     max_trigger_delay_s: float = 900.0
+    consumer_group: str | None = None
+    """Streams: the group whose offsets show the query's progress (monitoring only)."""
+    consumer_group_prefix: str = GROUP_PREFIX
+    """Streams without ``consumer_group``: the start of the group made up for each run."""
 
     def selects(self, topic: str) -> bool:
         """Whether the read takes messages of ``topic``."""
@@ -279,6 +288,10 @@ class ReadOptions:
         min_per_trigger = _int(options, "minOffsetsPerTrigger", None, 1)
         if "maxtriggerdelay" in options and min_per_trigger is None:
             raise ConfigError("option maxTriggerDelay needs minOffsetsPerTrigger")
+        groups = {k: options.get(k.lower()) for k in ("consumerGroup", "consumerGroupPrefix")}
+        for key, group in groups.items():
+            if group is not None and _GROUP.fullmatch(group) is None:
+                raise ConfigError(f"option {key} must be 1-255 characters of [%|a-zA-Z0-9_-]")
         # As Spark's Kafka source: a stream refuses an end, a batch read ignores trigger limits.
         if mode == "stream":
             endings = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
@@ -312,6 +325,8 @@ class ReadOptions:
             ending_by_timestamp=by_ts["endingOffsetsByTimestamp"],
             min_offsets_per_trigger=min_per_trigger,
             max_trigger_delay_s=_duration_s(options, "maxTriggerDelay", MAX_TRIGGER_DELAY),
+            consumer_group=groups["consumerGroup"],
+            consumer_group_prefix=groups["consumerGroupPrefix"] or GROUP_PREFIX,
         )
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -300,6 +301,10 @@ def _share(backlog: dict[MessageQueue, int], budget: int, turn: int = 0) -> dict
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        self.group = options.consumer_group or (
+            f"{options.consumer_group_prefix}-{uuid.uuid4().hex[:16]}"
+        )
+        """The consumer group whose offsets show the query's progress."""
         self._target: dict[MessageQueue, int] | None = None
         # When the last micro-batch was let go (minOffsetsPerTrigger); none yet, so the first
         # one goes at once, as in Spark's Kafka source.
@@ -421,7 +426,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: progress lives in Spark's checkpoint."""
+        """Shows the query's progress as its consumer group's offsets, for monitoring only:
+        the query's own progress lives in Spark's checkpoint. Spark may skip a commit (the
+        last batch's often), and a failure here is only logged."""
+        if end == AT_LATEST:
+            return
+        try:
+            with self._brokers() as brokers:
+                for mq, offset in offsets.from_json(end).items():
+                    brokers.commit_offset(self.group, mq, offset)
+        except (PyrmqError, OSError, TimeoutError) as e:
+            log.warning("progress of %s not shown to the brokers: %s", self.group, e)
 
 
 class RocketMQDataSource(DataSource):
