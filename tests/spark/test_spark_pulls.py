@@ -26,15 +26,26 @@ class Stored:
     tag: int
     store_size: int = 200
 
+    @property
+    def body(self) -> bytes:
+        """Inflated: stored compressed to a tenth."""
+        return bytes(self.store_size * 10)
+
 
 @dataclasses.dataclass
 class Queue:
-    """Offsets ``[low, high)`` stored, the first ``low`` gone; the broker's limit per pull,
-    and how many units a filtered pull scans at most."""
+    """Offsets ``[low, high)`` stored, the first ``low`` gone; the broker's limits per pull
+    (messages, and bytes after the first), and how many units a filtered pull scans at
+    most."""
 
     tags: list[int]
     low: int
     cap: int
+    sizes: dict[int, int] = dataclasses.field(default_factory=dict)
+    """Stored sizes other than 200 bytes, by offset."""
+    byte_cap: int = 256 << 10
+    cold_below: int = 0
+    """Offsets below this are read from disk: 8 messages a pull at most, as in RocketMQ."""
     scan: int = 64
     pulls: int = 0
     in_flight: int = 0
@@ -58,10 +69,16 @@ class Queue:
         if offset == self.high:
             return result(PullStatus.NO_NEW_MSG, offset)
         found: list[Stored] = []
+        size = 0
         at = offset
-        while at < self.high and len(found) < min(count, self.cap) and at - offset < self.scan:
+        cap = min(self.cap, 8) if offset < self.cold_below else self.cap
+        while at < self.high and len(found) < min(count, cap) and at - offset < self.scan:
             if wanted is None or self.tags[at] == wanted:
-                found.append(Stored(at, self.tags[at]))
+                stored = Stored(at, self.tags[at], self.sizes.get(at, 200))
+                if found and size + stored.store_size > self.byte_cap:
+                    break
+                found.append(stored)
+                size += stored.store_size
             at += 1
         if not found:
             return result(PullStatus.NO_MATCHED_MSG, at)
@@ -100,15 +117,23 @@ def read(
     batch=st.integers(1, 64),
     depth=st.integers(1, 5),
     filtered=st.booleans(),
+    big=st.sets(st.integers(0, 119), max_size=6),
 )
 def test_a_range_is_read_whole_in_order_once(
-    tags: list[int], data: st.DataObject, cap: int, batch: int, depth: int, filtered: bool
+    tags: list[int],
+    data: st.DataObject,
+    cap: int,
+    batch: int,
+    depth: int,
+    filtered: bool,
+    big: set[int],
 ) -> None:
     low = data.draw(st.integers(0, len(tags)))
     start = data.draw(st.integers(0, len(tags)))
     end = data.draw(st.integers(start, len(tags)))
     wanted = 1 if filtered else None
-    queue = Queue(tags, low, cap)
+    # Messages of 100 KiB: the broker cuts answers by bytes too.
+    queue = Queue(tags, low, cap, sizes=dict.fromkeys(big, 100 << 10))
     got, lost = read(queue, start, end, batch=batch, depth=depth, wanted=wanted)
     kept = range(max(start, low), end)
     assert got == [i for i in kept if wanted is None or tags[i] == wanted]
@@ -126,6 +151,43 @@ def test_pulls_run_ahead_and_learn_the_brokers_limit() -> None:
     # out go in pulls 32 apart, three at a time beside the one still in flight.
     assert queue.pulls <= 10 + 2
     assert queue.beside.count(2) >= 2
+
+
+def test_an_answer_cut_by_bytes_does_not_shrink_the_stride() -> None:
+    """A big message (cut by the broker's byte limit) says nothing of the small ones after it;
+    a stride once cut by count grows back after a run of full answers."""
+    queue = Queue([0] * 2_000, low=0, cap=32, sizes={0: 300 << 10, 1: 200 << 10})
+    got, _ = read(queue, 0, 2_000, batch=32, depth=4, wanted=None)
+    assert got == list(range(2_000))
+    assert queue.pulls <= 2_000 // 32 + 8
+    # The first 200 from disk, 8 a pull; the rest from memory, 32 a pull. Had the stride
+    # stayed at 8, it would take 250 pulls.
+    warming = Queue([0] * 2_000, low=0, cap=32, cold_below=200)
+    got, _ = read(warming, 0, 2_000, batch=32, depth=4, wanted=None)
+    assert got == list(range(2_000))
+    assert warming.pulls < 130
+
+
+def test_a_batch_stops_at_its_bytes_of_bodies() -> None:
+    """Counted as bodies, not as stored (compressed) sizes: Spark's binary column holds at most
+    2 GiB a batch."""
+    queue = Queue([0] * 100, low=0, cap=32, sizes=dict.fromkeys(range(100), 10 << 10))
+
+    async def main() -> list[int]:
+        async def pull(offset: int, count: int) -> PullResult:
+            return queue.answer(offset, count, None)
+
+        puller = RangePuller(pull, MQ, 0, 100, batch=32, depth=2, lost=print)
+        sizes = []
+        while (got := await puller.next(2048, 1 << 20)) is not None:
+            sizes.append(len(got))
+        return sizes
+
+    sizes = asyncio.run(main())
+    assert sum(sizes) == 100
+    # An answer holds 25 (256 KiB stored, 2.5 MiB of bodies): a batch stops after the one
+    # that takes it past 1 MiB.
+    assert max(sizes) <= 32
 
 
 def test_a_queue_that_ends_before_the_range_is_reported_gone() -> None:

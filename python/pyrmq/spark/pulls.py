@@ -18,6 +18,11 @@ from pyrmq.errors import PyrmqError
 
 __all__ = ["RangePuller"]
 
+# RocketMQ cuts a pull at 64 KiB read from disk and 256 KiB from memory: an answer under this
+# was cut by its count.
+_COUNT_CUT_BYTES = 32 << 10
+_GROW_AFTER = 16
+
 Pull = Callable[[int, int], Awaitable[PullResult]]
 """Pulls up to ``count`` messages from ``offset``."""
 
@@ -45,7 +50,10 @@ class RangePuller:
         self.pos = start
         """Every offset below this has been returned or skipped."""
         self.end = end
+        self.batch = batch
         self.stride = batch
+        self._full = 0
+        """Answers in a row that held all they were asked for."""
         self.depth = depth
         self._lost = lost
         self._issued = start
@@ -80,12 +88,13 @@ class RangePuller:
             self._issue(offset, count, first=True)
 
     async def next(self, rows: int, size: int) -> list[MessageExt] | None:
-        """The next messages of the range, ``rows`` of them or ``size`` stored bytes, whichever
-        comes first (fewer at its end); None once all of it is read. Pulls go on in the
-        background only while the loop runs, so asking for many at a time keeps them moving."""
+        """The next messages of the range, ``rows`` of them or ``size`` bytes of bodies
+        (inflated), whichever comes first (fewer at its end); None once all of it is read.
+        Pulls go on in the background only while the loop runs, so asking for many at a time
+        keeps them moving."""
         out: list[MessageExt] = []
-        stored = 0
-        while self.pos < self.end and len(out) < rows and stored < size:
+        taken = 0
+        while self.pos < self.end and len(out) < rows and taken < size:
             self._top_up()
             offset, count, pulled = self._flight.popleft()
             result = await pulled
@@ -95,7 +104,7 @@ class RangePuller:
             if messages is None:
                 break
             out += messages
-            stored += sum(m.store_size for m in messages)
+            taken += sum(len(m.body) for m in messages)
             self._fill()
         if self.pos >= self.end:
             await self.close()
@@ -124,11 +133,26 @@ class RangePuller:
         taken: list[MessageExt] = []
         if status is PullStatus.FOUND:
             got = result.messages
-            if len(got) < count and after == offset + len(got):
-                self.stride = max(1, len(got))  # the broker's limit per pull
+            self._learn(got, count, after == offset + len(got))
             taken = [m for m in got if self.pos <= m.queue_offset < self.end]
         self.pos = max(self.pos, after)
         return taken
+
+    def _learn(self, got: list[MessageExt], count: int, contiguous: bool) -> None:
+        """Fits the stride to the broker's limit on messages per pull. A short answer of few
+        bytes was cut by that limit; one of many bytes by the limit on bytes, which says
+        nothing about the next messages. After a run of full answers the stride grows back
+        towards the batch, as a range may go from disk (8 messages a pull in RocketMQ) to
+        memory (32)."""
+        if len(got) < count and contiguous:
+            self._full = 0
+            if sum(m.store_size for m in got) < _COUNT_CUT_BYTES:
+                self.stride = max(1, len(got))
+        elif len(got) == count:
+            self._full += 1
+            if self._full >= _GROW_AFTER and self.stride < self.batch:
+                self.stride = min(self.batch, self.stride * 2)
+                self._full = 0
 
     async def close(self) -> None:
         """Drops the pulls still in flight."""

@@ -306,6 +306,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         """The consumer group whose offsets show the query's progress."""
         self._target: dict[MessageQueue, int] | None = None
+        self._away: set[str] = set()
         # When the last micro-batch was let go (minOffsetsPerTrigger); none yet, so the first
         # one goes at once, as in Spark's Kafka source.
         self._triggered = -float("inf")
@@ -383,9 +384,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if self.options.assigned is not None:
                     _named(self.options.assigned, list(latest), "assign")
                 return offsets.to_json(latest)
-            for topic in sorted({mq.topic for mq in begun} - read):
-                _lost(self.options, f"topic {topic} was deleted, with what was not read of it")
-                begun = {mq: n for mq, n in begun.items() if mq.topic != topic}
+            # A topic without a route is deleted, or its brokers are away (a restart): its
+            # offsets stay, and a topic made again is read past them, or from its start
+            # (below) once its offsets are behind them.
+            away = {mq.topic for mq in begun} - read
+            for topic in sorted(away - self._away):
+                log.warning("topic %s has no route: it is read again once it has", topic)
+            self._away = away
             # A queue that appeared since the last batch starts at its first offset.
             for mq in latest.keys() - begun.keys():
                 begun[mq] = min(brokers.min_offset(mq), latest[mq])
@@ -412,11 +417,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start == AT_LATEST:
             return []
         begun, ends = offsets.from_json(start), offsets.from_json(end)
-        appeared = ends.keys() - begun.keys()
-        if appeared:
-            # Queues new since the last batch are read from their first offset.
+        # Queues new since the last batch are read from their first offset, and so are those
+        # made again behind where the last batch ended (latestOffset reported the loss).
+        restart = [mq for mq, stop in ends.items() if mq not in begun or stop < begun[mq]]
+        if restart:
             with self._brokers() as brokers:
-                for mq in appeared:
+                for mq in restart:
                     begun[mq] = min(brokers.min_offset(mq), ends[mq])
         ranges = [QueueRange(mq, begun[mq], stop) for mq, stop in ends.items() if begun[mq] < stop]
         o = self.options
