@@ -230,3 +230,17 @@ def test_with_nothing_open_the_checkpoint_is_the_ends_and_later_halves_are_found
     reloaded = _service(store, checkpoint=path)
     reloaded.load()
     assert sorted(reloaded.open) == [more[1].queue_offset]
+
+
+def test_a_checkpoint_is_written_only_once_the_ends_it_counts_are_on_disk(
+    store: MessageStore, tmp_path: Path
+) -> None:
+    """Ends append without waiting for the disk (ASYNC_FLUSH): a checkpoint past a half whose
+    end a power loss then took would leave that half unchecked for ever."""
+    service = _service(store, checkpoint=tmp_path / "transactions.json")
+    _, puts = _prepare(service, 2)
+    ended = service.end(puts[0].phy_offset, commit=True)
+    assert store.flushed_phy_offset < ended.end_offset
+    asyncio.run(service.save_checkpoint())
+    assert service.checkpoint().half_offset == 1
+    assert store.flushed_phy_offset >= ended.end_offset

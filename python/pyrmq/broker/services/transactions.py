@@ -30,6 +30,7 @@ import asyncio
 import dataclasses
 import logging
 import struct
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -116,6 +117,7 @@ class TransactionService:
     def __init__(self, broker: "BrokerController", checkpoint: Path | None = None) -> None:
         self.broker = broker
         self.checkpoint_path = checkpoint
+        self._checkpoint_lock = threading.Lock()
         self.open: dict[int, HalfMessage] = {}
         # (due_ms, queue_offset) of every open half, soonest first; ties in the order sent.
         self._due: SortedList = SortedList()
@@ -167,11 +169,20 @@ class TransactionService:
         return Checkpoint(store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
 
     async def save_checkpoint(self) -> None:
-        """Writes :meth:`checkpoint`, taken on the loop, from a worker thread (an fsync)."""
+        """Writes :meth:`checkpoint`, taken on the loop, from a worker thread. The CommitLog
+        is flushed first: the checkpoint counts halves ended by appends that, under
+        ASYNC_FLUSH (or before a SYNC_FLUSH end is answered), may not be on disk yet, and a
+        checkpoint past a half whose end a power loss took would leave it unchecked."""
         if self.checkpoint_path is not None:
             value = self.checkpoint().to_json()
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, store_json, self.checkpoint_path, value)
+            await loop.run_in_executor(None, self._write_checkpoint, self.checkpoint_path, value)
+
+    def _write_checkpoint(self, path: Path, value: dict[str, int]) -> None:
+        # A stop's last save may start while a round's is still writing the same file.
+        with self._checkpoint_lock:
+            self.broker.store.flush()
+            store_json(path, value)
 
     def _track(self, stored: StoredMessage, timeout_ms: int, op_from: int) -> None:
         self._open(
