@@ -5,6 +5,7 @@ half; an end without a field RocketMQ's broker requires is refused and leaves it
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,41 @@ def test_official_clients_ends_are_taken_and_an_incomplete_one_is_refused(
         assert _end(broker, later, b"later").code == ResponseCode.SUCCESS
         bodies = [m.body for m in asyncio.run(pull_head(broker, "broker-a", TOPIC, 0)).messages]
         assert bodies == [b"cpp", b"go", b"later"]
+
+
+def test_a_delayed_half_is_refused_by_the_broker_and_the_client(tmp_path: Path) -> None:
+    """A delay level or a timer would make the store hold a half back as a delayed message,
+    in another topic, where no end finds it."""
+    from tests.helpers import fast_config
+
+    from pyrmq.client.aio import Message, TransactionProducer, TransactionState
+    from pyrmq.errors import MessageIllegalError
+
+    with serving(tmp_path) as server:
+        namesrv, broker = server.addresses()
+        create_topic(broker, TOPIC, 1)
+        soon = int(time.time() * 1000) + 5000
+        for delay in ("DELAY\x013", "TIMER_DELAY_MS\x015000", f"TIMER_DELIVER_MS\x01{soon}"):
+            properties = f"TRAN_MSG\x01true\x02PGROUP\x01PG_TX\x02{delay}"
+            sent = send_raw(
+                broker, TOPIC, b"late", sys_flag=4, properties=properties, producer_group="PG_TX"
+            )
+            assert sent.code == ResponseCode.MESSAGE_ILLEGAL, sent.remark
+            assert "cannot have a delay level or timer" in (sent.remark or "")
+        # Nothing was held back as a half: a plain half still ends.
+        _, offset = _send_half(broker, b"plain")
+        assert _end(broker, offset, b"plain").code == ResponseCode.SUCCESS
+        assert [m.body for m in asyncio.run(pull_head(broker, "broker-a", TOPIC, 0)).messages] == [
+            b"plain"
+        ]
+
+        async def client() -> None:
+            config = fast_config(namesrv)
+            async with TransactionProducer(
+                "PG_TX", checker=lambda _: TransactionState.UNKNOWN, client_config=config
+            ) as producer:
+                late = Message(TOPIC, b"late", properties={"TIMER_DELAY_MS": "5000"})
+                with pytest.raises(MessageIllegalError, match="cannot have a delay level or timer"):
+                    await producer.send_half(late)
+
+        asyncio.run(client())

@@ -33,6 +33,10 @@ __all__ = [
     "TransactionState",
 ]
 
+# A delay level and RocketMQ 5's timer properties: the broker would hold a half back as a
+# delayed message.
+_DELAYS = frozenset({DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"})
+
 log = logging.getLogger(__name__)
 
 SYSFLAG_TRANSACTION_PREPARED = 0x4
@@ -181,12 +185,15 @@ class TransactionProducer(Producer):
         it. Returns the send result and the handle that ends it.
 
         Raises:
-            MessageIllegalError: The message has a delay level (a transactional message
-                cannot be delayed), or fails another client-side check.
+            MessageIllegalError: The message has a delay level or a timer (a transactional
+                message cannot be delayed), or fails another client-side check.
             SendError, BrokerError, NoRouteError: As :meth:`Producer.send`.
         """
-        if DELAY in msg.properties:
-            raise MessageIllegalError("a transactional message cannot have a delay level")
+        delays = sorted(msg.properties.keys() & _DELAYS)
+        if delays:
+            raise MessageIllegalError(
+                f"a transactional message cannot have a delay level or timer ({', '.join(delays)})"
+            )
         if queue is not None and queue.topic != msg.topic:
             raise MessageIllegalError(f"message topic {msg.topic} is not the queue's ({queue})")
         msg.properties[TRAN_MSG] = "true"
