@@ -327,3 +327,34 @@ def test_rows_with_a_delay_arrive_when_due(spark: Any, tx_addrs: tuple[str, str]
             assert due_ms <= stored_ms < due_ms + 15_000, (r.body, stored_ms - due_ms)
     with pytest.raises(Exception, match="delayed messages cannot be written exactly once"):
         writer.option("deliveryGuarantee", "exactly_once").mode("append").save()
+
+
+def test_rows_a_broker_refuses_in_batches_go_one_by_one(spark: Any, tmp_path: Path) -> None:
+    """A broker with a low ``maxMessageSize`` refuses a batch of rows it takes one by one:
+    the write goes on without batches, each row once, placed ones in order."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("maxMessageSize=65536\n")
+    with serving(tmp_path, "-c", str(conf)) as server:
+        namesrv, broker = server.addresses()
+        target = "TopicSinkSmallMax"
+        create_topic(broker, target, 2)
+        rows = spark.range(0, 100, numPartitions=2).selectExpr(
+            "concat(cast(id AS STRING), ':', repeat('x', 4000)) AS body",
+            "CAST(id % 2 AS INT) AS queue_id",
+        )
+        for placed in (False, True):
+            frame = rows if placed else rows.drop("queue_id")
+            frame.write.format("pyrmq").option("nameServer", namesrv).option("topic", target).mode(
+                "append"
+            ).save()
+        stored = read(spark, namesrv, target).select("body", "queue_id", "queue_offset").collect()
+    ids = [(int(r.body.split(b":")[0]), r.queue_id, r.queue_offset) for r in stored]
+    assert sorted(n for n, _, _ in ids) == sorted([*range(100), *range(100)])
+    # The placed copy, written last: the last 50 of each queue, each partition's in order.
+    for queue in (0, 1):
+        mine = [n for n, q, _ in sorted(ids, key=lambda t: t[2]) if q == queue]
+        second = mine[len(mine) - 50 :]
+        assert all(n % 2 == queue for n in second)
+        for part in (range(0, 50), range(50, 100)):
+            in_part = [n for n in second if n in part]
+            assert in_part == sorted(in_part)

@@ -35,7 +35,8 @@ from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import Message, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.client.transaction import HalfMessage, TransactionProducer
-from pyrmq.errors import ConfigError, PyrmqError
+from pyrmq.errors import BrokerError, ConfigError, PyrmqError
+from pyrmq.remoting.protocol import ResponseCode
 from pyrmq.spark.batching import DELAY_MS, DELIVER_MS, batches
 from pyrmq.spark.commits import (
     CHECK_IMMUNITY,
@@ -156,11 +157,21 @@ async def _send_rows(
 async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
     config = ClientConfig(namesrv_addr=options.name_server)
     async with Producer(options.producer_group, client_config=config) as producer:
+        refused = False
 
         async def send(batch: list[Message], mq: MessageQueue | None) -> list[SendResult]:
-            if len(batch) == 1:
-                return [await producer.send(batch[0], queue=mq)]
-            return [await producer.send_batch(batch, queue=mq)] * len(batch)
+            nonlocal refused
+            if len(batch) > 1 and not refused:
+                try:
+                    return [await producer.send_batch(batch, queue=mq)] * len(batch)
+                except BrokerError as e:
+                    # A broker with a lower maxMessageSize refuses the whole batch (and
+                    # stores none of it): this write sends one by one from here on.
+                    if e.code != ResponseCode.MESSAGE_ILLEGAL:
+                        raise
+                    log.warning("a batch was refused (%s): sending rows one by one", e.remark)
+                    refused = True
+            return [await producer.send(msg, queue=mq) for msg in batch]
 
         return len(await _send_rows(rows, options, producer, send, batched=True))
 
