@@ -135,11 +135,15 @@ def test_bad_options_fail_the_query_with_a_clear_message(
 
 
 def stream_to_parquet(
-    spark: Any, namesrv: str, topic: str, out: Path, checkpoint: Path, **options: str
+    spark: Any, namesrv: str, topic: str | None, out: Path, checkpoint: Path, **options: str
 ) -> list[int]:
-    """Runs an ``availableNow`` query into parquet; the rows of each micro-batch."""
+    """Runs an ``availableNow`` query into parquet (from the earliest offsets unless
+    ``options`` say otherwise; ``topic`` None: the options name what to read); the rows of
+    each micro-batch."""
     reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
-    reader = reader.option("subscribe", topic).option("startingOffsets", "earliest")
+    if topic is not None:
+        reader = reader.option("subscribe", topic)
+    reader = reader.option("startingOffsets", "earliest")
     for key, value in options.items():
         reader = reader.option(key, value)
     query = (

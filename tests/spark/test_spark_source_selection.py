@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from tests.compat.servers import Cluster, create_topic
-from tests.spark.test_spark_source import read, send
+from tests.spark.test_spark_source import read, send, stream_to_parquet
 
 from pyrmq.client.admin import Admin
 
@@ -90,20 +90,15 @@ def test_a_start_time_after_the_last_message_fails_unless_told_to_start_at_the_e
     )
 
     def run() -> list[int]:
-        reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
-        query = (
-            reader.option("subscribe", topic)
-            .option("startingTimestamp", later)
-            .option("startingOffsetsByTimestampStrategy", "latest")
-            .load()
-            .writeStream.format("parquet")
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(availableNow=True)
-            .start(str(tmp_path / "out"))
+        return stream_to_parquet(
+            spark,
+            namesrv,
+            topic,
+            tmp_path / "out",
+            tmp_path / "checkpoint",
+            startingTimestamp=later,
+            startingOffsetsByTimestampStrategy="latest",
         )
-        query.awaitTermination(240)
-        assert query.exception() is None
-        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
     assert run() == []
     send(namesrv, topic, 6, first=10)
@@ -131,21 +126,10 @@ def test_a_pattern_reads_every_matching_topic_and_a_stream_finds_new_ones(
     assert {r.topic for r in rows} == {"TopicSparkPatA1", "TopicSparkPatA2"}
 
     def run(**options: str) -> list[int]:
-        reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        query = (
-            reader.option("subscribePattern", pattern)
-            .option("startingOffsets", "earliest")
-            .load()
-            .writeStream.format("parquet")
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(availableNow=True)
-            .start(str(tmp_path / "out"))
+        out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+        return stream_to_parquet(
+            spark, namesrv, None, out, checkpoint, subscribePattern=pattern, **options
         )
-        query.awaitTermination(240)
-        assert query.exception() is None
-        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
     assert run() == [20]
     create_topic(broker, "TopicSparkPatA3", 2)
@@ -266,19 +250,8 @@ def test_a_stream_waits_out_a_broker_restart_without_loss_or_duplicates(
         send(namesrv, topic, 10)
 
         def run() -> list[int]:
-            reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
-            query = (
-                reader.option("subscribe", topic)
-                .option("startingOffsets", "earliest")
-                .load()
-                .writeStream.format("parquet")
-                .option("checkpointLocation", str(tmp_path / "checkpoint"))
-                .trigger(availableNow=True)
-                .start(str(tmp_path / "out"))
-            )
-            query.awaitTermination(240)
-            assert query.exception() is None
-            return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+            out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+            return stream_to_parquet(spark, namesrv, topic, out, checkpoint)
 
         assert run() == [10]
         assert cluster.procs["m"].stop() == 0
