@@ -10,6 +10,7 @@ from typing import Final
 
 __all__ = [
     "DELAY",
+    "DELAYING",
     "KEYS",
     "KEY_SEPARATOR",
     "MAX_OFFSET",
@@ -20,6 +21,9 @@ __all__ = [
     "RECONSUME_TIME",
     "RETRY_TOPIC",
     "TAGS",
+    "TIMER_DELAY_MS",
+    "TIMER_DELAY_SEC",
+    "TIMER_DELIVER_MS",
     "TRAN_MSG",
     "UNIQ_KEY",
     "WAIT",
@@ -44,6 +48,12 @@ MIN_OFFSET: Final = "MIN_OFFSET"
 MAX_OFFSET: Final = "MAX_OFFSET"
 TRAN_MSG: Final = "TRAN_MSG"
 PRODUCER_GROUP: Final = "PGROUP"
+# RocketMQ 5's timers: deliver at an epoch ms, or so many s or ms after the send.
+TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
+TIMER_DELAY_SEC: Final = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
+DELAYING: Final = frozenset({DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS})
+"""The properties that make the store hold a message back."""
 
 
 def parse_properties(encoded: str) -> dict[str, str]:

@@ -23,7 +23,7 @@ from pyrmq.client.instance import DEFAULT_TOPIC
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.errors import MessageIllegalError, PyrmqError
-from pyrmq.properties import DELAY, PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
+from pyrmq.properties import DELAYING, PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
 from pyrmq.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 
 __all__ = [
@@ -32,10 +32,6 @@ __all__ = [
     "TransactionSendResult",
     "TransactionState",
 ]
-
-# A delay level and RocketMQ 5's timer properties: the broker would hold a half back as a
-# delayed message.
-_DELAYS = frozenset({DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"})
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +185,7 @@ class TransactionProducer(Producer):
                 message cannot be delayed), or fails another client-side check.
             SendError, BrokerError, NoRouteError: As :meth:`Producer.send`.
         """
-        delays = sorted(msg.properties.keys() & _DELAYS)
+        delays = sorted(msg.properties.keys() & DELAYING)
         if delays:
             raise MessageIllegalError(
                 f"a transactional message cannot have a delay level or timer ({', '.join(delays)})"

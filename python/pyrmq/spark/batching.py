@@ -7,15 +7,12 @@ compresses single messages but not batches, and has no timer or transactional ba
 from collections.abc import Iterable, Iterator
 
 from pyrmq.client.message import Message
+from pyrmq.properties import DELAYING
 
-__all__ = ["DELAY_MS", "DELIVER_MS", "batches"]
+__all__ = ["batches"]
 
 BATCH_COUNT = 32
 BATCH_BYTES = 256 << 10
-# RocketMQ 5's timer properties: deliver at an epoch ms, or so many ms after the send.
-DELIVER_MS = "TIMER_DELIVER_MS"
-DELAY_MS = "TIMER_DELAY_MS"
-_TIMERS = frozenset({DELIVER_MS, DELAY_MS})
 
 
 def batches(messages: Iterable[Message], single_over: int) -> Iterator[list[Message]]:
@@ -34,7 +31,7 @@ def batches(messages: Iterable[Message], single_over: int) -> Iterator[list[Mess
     batch: list[Message] = []
     size = 0
     for msg in messages:
-        alone = len(msg.body) >= single_over or msg.properties.keys() & _TIMERS
+        alone = len(msg.body) >= single_over or msg.properties.keys() & DELAYING
         if batch and (
             alone
             or msg.topic != batch[0].topic

@@ -37,7 +37,7 @@ from pyrmq.client.producer import Producer
 from pyrmq.client.transaction import HalfMessage, TransactionProducer
 from pyrmq.errors import BrokerError, ConfigError, PyrmqError
 from pyrmq.remoting.protocol import ResponseCode
-from pyrmq.spark.batching import DELAY_MS, DELIVER_MS, batches
+from pyrmq.spark.batching import batches
 from pyrmq.spark.commits import (
     CHECK_IMMUNITY,
     SINK,
@@ -80,9 +80,9 @@ RESERVED = frozenset(
         SINK_BATCH,
         SINK_ATTEMPT,
         CHECK_IMMUNITY,
-        DELIVER_MS,
-        DELAY_MS,
-        "TIMER_DELAY_SEC",
+        prop.TIMER_DELIVER_MS,
+        prop.TIMER_DELAY_MS,
+        prop.TIMER_DELAY_SEC,
     }
 )
 
@@ -121,9 +121,9 @@ def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
     )
     delay_ms, deliver_time = row.get("delay_ms"), row.get("deliver_time")
     if deliver_time is not None:
-        msg.properties[DELIVER_MS] = str(int(deliver_time.timestamp() * 1000))
+        msg.properties[prop.TIMER_DELIVER_MS] = str(int(deliver_time.timestamp() * 1000))
     elif delay_ms is not None:
-        msg.properties[DELAY_MS] = str(delay_ms)
+        msg.properties[prop.TIMER_DELAY_MS] = str(delay_ms)
     return msg
 
 

@@ -20,7 +20,13 @@ from pyrmq.errors import (
     StoreReadOnlyError,
     SystemTopicError,
 )
-from pyrmq.properties import encode_properties, parse_properties
+from pyrmq.properties import (
+    TIMER_DELAY_MS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    encode_properties,
+    parse_properties,
+)
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -39,7 +45,7 @@ SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 TIMER_PREFIX = "TIMER_"
 _DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+")
-TIMER_PROPERTIES = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
 # RocketMQ's answer to a send a slave gets (its store refuses every put).

@@ -40,7 +40,7 @@ from sortedcontainers import SortedList
 
 from pyrmq.broker.state.json_file import load_json, store_json
 from pyrmq.errors import MessageIllegalError
-from pyrmq.properties import PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
+from pyrmq.properties import DELAYING, PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
 from pyrmq.store import GetMessageStatus, MessageStore, PutResult, StoredMessage
 
 if TYPE_CHECKING:
@@ -61,8 +61,6 @@ OP_TAG = "d"
 SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 SYSFLAG_TRANSACTION_COMMIT = 0x8
-# A delay level and RocketMQ 5's timer properties.
-DELAYS = frozenset({"DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"})
 # A round yields to the event loop after this much work: about what a send or pull waits
 # behind the checks at most (one half costs some 10-30 us).
 SLICE_S = 0.01
@@ -249,7 +247,7 @@ class TransactionService:
         """Stores a half message (appended now; durable as :meth:`BrokerController.put_now`
         describes) and tracks it. Raises :class:`MessageIllegalError` for a delayed one: the
         store would hold it back under the schedule or timer topic rather than as a half."""
-        delays = sorted(properties.keys() & DELAYS)
+        delays = sorted(properties.keys() & DELAYING)
         if delays:
             raise MessageIllegalError(
                 f"a transactional message cannot have a delay level or timer ({', '.join(delays)})"
