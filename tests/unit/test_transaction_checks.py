@@ -180,6 +180,47 @@ def test_ended_given_up_and_vanished_halves_leave_the_due_order(store: MessageSt
     assert asked == ["h0", "h3", "h4"]
 
 
+def test_a_half_that_cannot_be_given_up_does_not_hold_up_the_others(
+    store: MessageStore,
+) -> None:
+    service = _service(store, check_max=1)
+    _, puts = _prepare(service, 3)
+    broker = cast(Any, service.broker)
+    full = True
+
+    def put_now(fn: Any) -> Any:
+        if full:
+            raise OSError(28, "No space left on device")
+        return fn()
+
+    broker.put_now = put_now
+    asked: list[str] = []
+
+    async def asker(stored: StoredMessage, _tx: str) -> bool:
+        asked.append(stored.property(UNIQ_KEY) or "")
+        return True
+
+    service.askers.append(asker)
+    # h0 has had its checks: its give-up needs a write, which the full disk refuses.
+    service.open[puts[0].queue_offset].checks = 1
+    now = int(time.time() * 1000) + 10
+
+    async def rounds() -> None:
+        nonlocal full
+        assert await service.check(now) == 2
+        assert asked == ["h1", "h2"]
+        assert sorted(service.open) == [p.queue_offset for p in puts]
+        assert service.open[puts[0].queue_offset].due_ms == now + INTERVAL_MS
+        _consistent(service)
+        # Space again: h0 goes to the given-up topic, then h1 and h2 after their one check.
+        full = False
+        assert await service.check(now + INTERVAL_MS) == 0
+        assert service.open == {}
+        assert len(service._due) == 0
+
+    asyncio.run(rounds())
+
+
 def test_a_start_reads_from_the_checkpoint_and_finds_the_same_open_halves(
     store: MessageStore, tmp_path: Path
 ) -> None:

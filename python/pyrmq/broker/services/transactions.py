@@ -226,6 +226,11 @@ class TransactionService:
         )
         self._due.add((check_from_ms, queue_offset))
 
+    def _due_again(self, half: HalfMessage, due_ms: int) -> None:
+        self._due.discard((half.due_ms, half.queue_offset))
+        half.due_ms = due_ms
+        self._due.add((due_ms, half.queue_offset))
+
     def _forget(self, half: HalfMessage) -> None:
         """Drops an ended (or vanished) half from the open ones and from the due order."""
         del self.open[half.queue_offset]
@@ -376,32 +381,37 @@ class TransactionService:
             # A half checked now is due after now_ms: the round ends.
             if due_ms > now_ms:
                 break
-            # Each step ends the half or moves it back; one that raises stays first.
+            # Each step ends the half or moves it back, so the loop always advances.
             half = self.open[queue_offset]
-            stored = store.look_message_by_offset(half.phy_offset)
-            if stored is None:
-                # Gone to retention.
-                self._forget(half)
-            elif half.checks >= max_checks:
-                self._give_up(stored, half)
-            else:
-                half.checks += 1
-                half.checked_ms = now_ms
-                del due[0]  # still first: nothing was awaited since it was read
-                half.due_ms = now_ms + interval_ms
-                due.add((half.due_ms, queue_offset))
-                for ask in self.askers:
-                    if await ask(stored, stored.msg_id):
-                        asked += 1
-                        break
+            try:
+                stored = store.look_message_by_offset(half.phy_offset)
+                if stored is None:
+                    # Gone to retention.
+                    self._forget(half)
+                elif half.checks >= max_checks:
+                    self._give_up(stored, half)
                 else:
-                    log.info(
-                        "no producer of %s to check transaction %s with (check %d of %d)",
-                        half.producer_group,
-                        stored.property(UNIQ_KEY) or stored.msg_id,
-                        half.checks,
-                        max_checks,
-                    )
+                    half.checks += 1
+                    half.checked_ms = now_ms
+                    self._due_again(half, now_ms + interval_ms)
+                    for ask in self.askers:
+                        if await ask(stored, stored.msg_id):
+                            asked += 1
+                            break
+                    else:
+                        log.info(
+                            "no producer of %s to check transaction %s with (check %d of %d)",
+                            half.producer_group,
+                            stored.property(UNIQ_KEY) or stored.msg_id,
+                            half.checks,
+                            max_checks,
+                        )
+            except Exception:
+                # A half that cannot be read or given up now (a full disk, a corrupt record)
+                # is tried again an interval later; the halves behind it are not held up.
+                log.exception("transaction check of the half at %d failed", half.phy_offset)
+                if self.open.get(queue_offset) is half and half.due_ms <= now_ms:
+                    self._due_again(half, now_ms + interval_ms)
             spent = time.perf_counter() - slice_from
             if worked + spent >= budget_s:
                 break
