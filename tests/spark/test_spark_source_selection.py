@@ -64,6 +64,14 @@ def test_start_and_end_times_bound_a_batch_read(spark: Any, addrs: tuple[str, st
     gone = json.dumps({topic: {"broker-a": {"7": t1}}})
     with pytest.raises(Exception, match=r"timestamps names queues not read: \['TopicSparkTimes@"):
         timed(startingOffsetsByTimestamp=gone)
+    # An end before the start is refused, as a lost range, unless told to skip such queues.
+    with pytest.raises(Exception, match=r"DataLossError: ranges end before they start: "):
+        timed(startingTimestamp=str(t2), endingTimestamp=str(t1))
+    assert timed(startingTimestamp=str(t2), endingTimestamp=str(t1), failOnDataLoss="false") == []
+    past = json.dumps({topic: {"broker-a": {"0": 1_000, "1": 0}}})
+    with pytest.raises(Exception, match=r"TopicSparkTimes@broker-a:0 from 1000 to 30"):
+        timed(startingOffsets=past)
+    assert timed(startingOffsets=past, failOnDataLoss="false") == q1
 
 
 def test_a_start_time_after_the_last_message_fails_unless_told_to_start_at_the_end(

@@ -245,6 +245,13 @@ class RocketMQBatchReader(DataSourceReader):
             queues = _queues(brokers, o)
             starts = _starts(brokers, queues, o, "earliest")
             ends = _ends(brokers, queues, o)
+        backwards = [
+            f"{mq} from {starts[mq]} to {ends[mq]}" for mq in queues if ends[mq] < starts[mq]
+        ]
+        if backwards:
+            # As Spark's Kafka source: an end before its start is an ending time before the
+            # starting one, or a start past the queue's end (its messages gone or never there).
+            _lost(o, f"ranges end before they start: {', '.join(backwards)}")
         ranges = [QueueRange(mq, starts[mq], ends[mq]) for mq in queues if starts[mq] < ends[mq]]
         return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
