@@ -46,6 +46,8 @@ _ALIASES = {
     "haHousekeepingInterval": "ha_housekeeping_interval_ms",
     "haTransferBatchSize": "ha_transfer_batch_size",
     "haSlaveFallbehindMax": "ha_slave_fallbehind_max",
+    "aclEnable": "acl_enable",
+    "plainAclFile": "plain_acl_file",
 }
 _KEYS = {name: key for key, name in _ALIASES.items()}
 
@@ -107,6 +109,10 @@ class BrokerConfig:
     # A SYNC_MASTER answers SLAVE_NOT_AVAILABLE at once when no slave is within this many
     # bytes of its CommitLog's end.
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    # Requests are checked against the accounts of plain_acl.yml (RocketMQ's plain ACL): by
+    # default $ROCKETMQ_HOME/conf/plain_acl.yml, read again when it changes.
+    acl_enable: bool = False
+    plain_acl_file: str = ""
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pyrmq.acl.plain import AclError, AclFile
+from pyrmq.broker.access import RemotingAccess, acl_file_path
 from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.processors.admin import AdminProcessor
@@ -29,7 +31,7 @@ from pyrmq.broker.state.groups import GroupConfig, GroupTable
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.queue_locks import QueueLockTable
 from pyrmq.broker.state.topics import TopicConfig, TopicTable
-from pyrmq.errors import PyrmqError, RemotingError
+from pyrmq.errors import ConfigError, PyrmqError, RemotingError
 from pyrmq.proxy.server import GrpcServer
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
@@ -86,6 +88,9 @@ class BrokerController:
         if config.is_slave:
             self.ha_client = HAClient(self)
             self.slave_sync = SlaveSync(self)
+        # Accounts and permissions of the plain ACL, read at start; None when requests are
+        # not checked.
+        self.acl: AclFile | None = None
         if config.grpc_server_port >= 0:
             self.grpc = GrpcServer(self, config.broker_ip1, config.grpc_server_port)
         self.pulls = PullProcessor(self)
@@ -146,6 +151,12 @@ class BrokerController:
         return range(max(0, min(queue_nums, self.config.store.max_queue_nums_per_topic)))
 
     async def start(self) -> None:
+        if self.config.acl_enable:
+            try:
+                self.acl = AclFile(acl_file_path(self.config))
+            except AclError as e:
+                raise ConfigError(f"aclEnable: {e}") from None
+            self.server.access_check = RemotingAccess(self.acl)
         await self.server.start()
         if self.grpc is not None:
             # Bound before the store opens, so that a port in use fails the start at once.

@@ -21,6 +21,7 @@ from typing import Any, Self
 
 from pyrmq import _core
 from pyrmq._core import MessageExt
+from pyrmq.acl.signing import Credentials
 from pyrmq.client.api import LANGUAGE
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import (
@@ -134,7 +135,13 @@ class ClusterBroker:
 class Admin:
     """Asks the name servers where brokers are and the brokers for their statistics."""
 
-    def __init__(self, namesrv_addr: str = "127.0.0.1:9876", *, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        namesrv_addr: str = "127.0.0.1:9876",
+        *,
+        timeout_s: float = 3.0,
+        credentials: Credentials | None = None,
+    ) -> None:
         try:
             self.namesrv_addrs = split_addresses(namesrv_addr)
         except ValueError as e:
@@ -142,7 +149,7 @@ class Admin:
         if not self.namesrv_addrs:
             raise ConfigError("no name server address given")
         self.timeout_s = timeout_s
-        self._remoting = RemotingClient()
+        self._remoting = RemotingClient(credentials=credentials)
 
     async def __aenter__(self) -> Self:
         return self

@@ -39,6 +39,7 @@ from types import TracebackType
 from typing import Any, Final, NoReturn, Self, TypeVar
 
 from pyrmq import _core
+from pyrmq.acl.signing import Credentials
 from pyrmq.client import exceptions, runtime
 from pyrmq.client.api import PullResult, PullStatus
 from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
@@ -312,6 +313,7 @@ class _Client:
         self._namesrv: str | None = None
         self._namesrv_domain: str | None = None
         self._instance_name: str | None = None
+        self._credentials: Credentials | None = None
 
     @property
     def group(self) -> str:
@@ -338,8 +340,9 @@ class _Client:
     def set_session_credentials(
         self, access_key: str | bytes, access_secret: str | bytes, channel: str | bytes
     ) -> None:
-        """Accepted and ignored: pyrmq brokers do not check ACLs."""
-        log.warning("session credentials ignored: pyrmq brokers do not check ACLs")
+        """Signs every request with an ACL account's keys (brokers with ``aclEnable``); the
+        channel, which names Aliyun's service, is not used."""
+        self._credentials = Credentials(_text(access_key), _text(access_secret))
 
     def set_instance_name(self, name: str | bytes) -> None:
         """Distinguishes client instances of one process (default: the process id)."""
@@ -377,7 +380,11 @@ class _Client:
         addr = self._namesrv
         if addr is None and self._namesrv_domain is not None:
             addr = fetch_namesrv_addr(self._namesrv_domain)
-        return ClientConfig(namesrv_addr=addr or DEFAULT_NAMESRV, instance_name=self._instance_name)
+        return ClientConfig(
+            namesrv_addr=addr or DEFAULT_NAMESRV,
+            instance_name=self._instance_name,
+            credentials=self._credentials,
+        )
 
 
 class Producer(_Client):

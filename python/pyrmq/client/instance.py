@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Protocol, Self
 
 from pyrmq import _core
+from pyrmq.acl.signing import Credentials
 from pyrmq.client.api import ClientAPI
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import TopicRoute, loads_queue_table
@@ -54,6 +55,8 @@ class ClientConfig:
     lock_interval_s: float = 20.0
     """How often an orderly consumer renews its queue locks (RocketMQ's ``lockInterval``)."""
     request_timeout_s: float = 3.0
+    credentials: Credentials | None = None
+    """An ACL account's keys: every request to name servers and brokers is signed with them."""
 
     def __post_init__(self) -> None:
         try:
@@ -109,7 +112,9 @@ class ClientInstance:
     def __init__(self, config: ClientConfig, client_id: str) -> None:
         self.config = config
         self.client_id = client_id
-        self.remoting = RemotingClient(connect_timeout_s=config.request_timeout_s)
+        self.remoting = RemotingClient(
+            connect_timeout_s=config.request_timeout_s, credentials=config.credentials
+        )
         self.api = ClientAPI(self.remoting)
         self.routes: dict[str, TopicRoute] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+from pyrmq.acl.signing import Credentials, sign
 from pyrmq.errors import FrameDecodeError, RemotingError
 from pyrmq.remoting.codec import FrameDecoder, encode
 from pyrmq.remoting.command import RemotingCommand
@@ -137,8 +138,12 @@ def _expire(
 class RemotingClient:
     """Sends requests to any number of servers over one connection each."""
 
-    def __init__(self, *, connect_timeout_s: float = 3.0) -> None:
+    def __init__(
+        self, *, connect_timeout_s: float = 3.0, credentials: Credentials | None = None
+    ) -> None:
         self.connect_timeout_s = connect_timeout_s
+        self.credentials = credentials
+        """Every request is signed with these, for brokers that check ACLs."""
         self.server_request_handlers: dict[int, ServerRequestHandler] = {}
         self._channels: dict[str, _Channel] = {}
         self._connecting: dict[str, asyncio.Future[_Channel]] = {}
@@ -204,6 +209,8 @@ class RemotingClient:
         channel.pending[request.opaque] = fut
         # A bare timer: asyncio.wait_for costs an extra task per request.
         timer = loop.call_later(timeout_s, _expire, fut, address, request, timeout_s)
+        if self.credentials is not None:
+            sign(request, self.credentials)
         try:
             channel.write(encode(request))
             return await fut
@@ -217,6 +224,8 @@ class RemotingClient:
         a fast sender cannot queue without bound."""
         channel = await self._channel(address)
         assert channel.transport is not None
+        if self.credentials is not None:
+            sign(request, self.credentials)
         channel.write(encode(request))
         if not channel.writable.is_set():
             await channel.writable.wait()

@@ -27,7 +27,7 @@ from pyrmq.remoting.codec import FrameDecoder, encode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import MAX_FRAME_BYTES, ResponseCode
 
-__all__ = ["Connection", "Handler", "InlineHandler", "RemotingServer"]
+__all__ = ["AccessCheck", "Connection", "Handler", "InlineHandler", "RemotingServer"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,10 @@ class InlineHandler(Protocol):
     def __call__(
         self, conn: "Connection", request: RemotingCommand
     ) -> "RemotingCommand | Awaitable[RemotingCommand | None] | None": ...
+
+
+AccessCheck = Callable[["Connection", RemotingCommand], RemotingCommand | None]
+"""``check(conn, request)``: None if the request may be served, else the answer refusing it."""
 
 
 class Connection(asyncio.Protocol):
@@ -103,6 +107,7 @@ class Connection(asyncio.Protocol):
 
     def _dispatch(self, commands: list[RemotingCommand]) -> None:
         inline = self._server.inline_handlers
+        check = self._server.access_check
         for i, cmd in enumerate(commands):
             if self._writing_paused:
                 self._backlog = commands[i:]
@@ -112,6 +117,12 @@ class Connection(asyncio.Protocol):
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
                 continue
+            if check is not None:
+                refused = check(self, cmd)
+                if refused is not None:
+                    if not cmd.is_oneway:
+                        self.send(refused)
+                    continue
             handler = inline.get(cmd.code)
             if handler is not None:
                 self._serve_inline(handler, cmd)
@@ -269,6 +280,8 @@ class RemotingServer:
         self.inline_handlers: dict[int, InlineHandler] = {}
         self.connections: set[Connection] = set()
         self.on_disconnect: list[Callable[[Connection], None]] = []
+        self.access_check: AccessCheck | None = None
+        """Runs before every request is served; a refusal it returns is the answer."""
         self._server: asyncio.Server | None = None
 
     def register(self, code: int, handler: Handler) -> None:

@@ -139,6 +139,7 @@ def _broker_config(
     flush: str | None,
     namesrv_addr: str | None,
     grpc_port: int | None = None,
+    acl: Path | None = None,
     *,
     grpc_default: int = -1,
 ) -> BrokerConfig:
@@ -166,6 +167,9 @@ def _broker_config(
         changes["namesrv_addr"] = namesrv_addr
     if grpc_port is not None:
         changes["grpc_server_port"] = grpc_port
+    if acl is not None:
+        changes["acl_enable"] = True
+        changes["plain_acl_file"] = str(acl)
     try:
         return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
     except ConfigError as e:
@@ -189,6 +193,11 @@ def _broker_config(
 )
 @click.option("--flush", type=click.Choice(["sync", "async"]), help="flushDiskType [async].")
 @click.option(
+    "--acl",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Check requests against this plain_acl.yml (aclEnable, plainAclFile).",
+)
+@click.option(
     "-c",
     "--config",
     "config_file",
@@ -203,6 +212,7 @@ def serve(
     broker_port: int | None,
     grpc_port: int | None,
     flush: str | None,
+    acl: Path | None,
     config_file: Path | None,
     log_level: str,
     log_file: Path | None,
@@ -210,7 +220,14 @@ def serve(
     """A name server and a broker in one process, on an embedded store."""
     _setup_logging(log_level, log_file)
     config = _broker_config(
-        config_file, store, broker_port, flush, None, grpc_port, grpc_default=DEFAULT_GRPC_PORT
+        config_file,
+        store,
+        broker_port,
+        flush,
+        None,
+        grpc_port,
+        acl,
+        grpc_default=DEFAULT_GRPC_PORT,
     )
     _run(EmbeddedServers(namesrv_port, config))
 
@@ -242,6 +259,11 @@ def namesrv(port: int, log_level: str, log_file: Path | None) -> None:
     help="RocketMQ 5 gRPC port (overrides grpcServerPort); 0: any; -1: none [default: none].",
 )
 @click.option("--flush", type=click.Choice(["sync", "async"]), help="flushDiskType.")
+@click.option(
+    "--acl",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Check requests against this plain_acl.yml (aclEnable, plainAclFile).",
+)
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")
 def broker(
@@ -251,12 +273,13 @@ def broker(
     port: int | None,
     grpc_port: int | None,
     flush: str | None,
+    acl: Path | None,
     log_level: str,
     log_file: Path | None,
 ) -> None:
     """A broker that registers with the given name servers."""
     _setup_logging(log_level, log_file)
-    config = _broker_config(config_file, store, port, flush, namesrv_addr, grpc_port)
+    config = _broker_config(config_file, store, port, flush, namesrv_addr, grpc_port, acl)
     if not config.namesrv_addrs:
         raise click.UsageError("no name server: give -n HOST:PORT or namesrvAddr in broker.conf")
     _run(_Single(BrokerController(config), "broker"))

@@ -1,0 +1,72 @@
+"""RocketMQ's white remote address patterns: the client addresses an account, or every
+account, accepts without a signature.
+
+A pattern is one of: blank (matches nothing); ``*`` (everything); an exact address; several
+exact addresses separated by commas; ``192.168.1.{1,5,9}`` (the last part from a set); or
+IPv4 parts each ``*``, a number or an inclusive range ``a-b``, as in ``192.168.1-3.*`` or
+``10.10.*`` (missing parts after a ``*`` match anything).
+"""
+
+from collections.abc import Callable
+
+__all__ = ["AddressPatternError", "address_matcher"]
+
+
+class AddressPatternError(ValueError):
+    """A white remote address pattern that RocketMQ would not accept either."""
+
+
+def address_matcher(pattern: str | None) -> Callable[[str], bool]:
+    """A predicate over client hosts (no port) for ``pattern``."""
+    text = (pattern or "").strip()
+    if not text:
+        return lambda host: False
+    if text in ("*", "*.*.*.*", "*:*:*:*:*:*:*:*"):
+        return lambda host: True
+    if text.endswith("}"):
+        head, brace, last = text.rpartition("{")
+        if not brace or not head or head[-1] not in ".:":
+            raise AddressPatternError(f"bad address set {text!r}: expected a.b.c.{{x,y}}")
+        hosts = frozenset(head + part.strip() for part in last[:-1].split(",") if part.strip())
+        if not hosts:
+            raise AddressPatternError(f"empty address set {text!r}")
+        return hosts.__contains__
+    if "," in text:
+        exact = frozenset(part.strip() for part in text.split(",") if part.strip())
+        return exact.__contains__
+    if "*" in text or "-" in text:
+        return _range_matcher(text)
+    return lambda host: host == text
+
+
+def _range_matcher(text: str) -> Callable[[str], bool]:
+    parts = text.split(".")
+    if len(parts) > 4 or (len(parts) < 4 and parts[-1] != "*"):
+        raise AddressPatternError(f"bad address range {text!r}: expected four IPv4 parts")
+    parts += ["*"] * (4 - len(parts))
+    bounds = [_part_bounds(part, text) for part in parts]
+
+    def match(host: str) -> bool:
+        numbers = host.split(".")
+        if len(numbers) != 4:
+            return False
+        for number, (low, high) in zip(numbers, bounds, strict=True):
+            if not number.isdigit() or not low <= int(number) <= high:
+                return False
+        return True
+
+    return match
+
+
+def _part_bounds(part: str, text: str) -> tuple[int, int]:
+    part = part.strip()
+    if part == "*":
+        return 0, 255
+    low, dash, high = part.partition("-")
+    try:
+        bounds = (int(low), int(high) if dash else int(low))
+    except ValueError:
+        raise AddressPatternError(f"bad address part {part!r} in {text!r}") from None
+    if not 0 <= bounds[0] <= bounds[1] <= 255:
+        raise AddressPatternError(f"bad address part {part!r} in {text!r}")
+    return bounds

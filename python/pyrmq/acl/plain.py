@@ -1,0 +1,290 @@
+"""Accounts and permissions from RocketMQ's ``plain_acl.yml``, and the check a request passes.
+
+A request passes when its client's host is on the global white list, or when it names an
+account (``AccessKey``) and either comes from that account's white remote address or carries
+a valid signature and the permissions it needs. Topics and groups not listed under an
+account's ``topicPerms``/``groupPerms`` take its ``defaultTopicPerm``/``defaultGroupPerm``
+(DENY when absent). Administrative requests need ``admin: true``.
+"""
+
+import dataclasses
+import enum
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pyrmq.acl.addresses import AddressPatternError, address_matcher
+from pyrmq.errors import PyrmqError
+
+__all__ = [
+    "AccessRequest",
+    "Account",
+    "AclError",
+    "AclFile",
+    "ForbiddenError",
+    "NotAuthenticatedError",
+    "Permission",
+    "PlainAcl",
+]
+
+log = logging.getLogger(__name__)
+
+RETRY_PREFIX = "%RETRY%"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+# RocketMQ refuses keys of six characters or fewer.
+MIN_KEY_LENGTH = 7
+
+
+class AclError(PyrmqError):
+    """A request refused by the ACL, or a ``plain_acl.yml`` that cannot be used."""
+
+
+class NotAuthenticatedError(AclError):
+    """The request names no account, an unknown one, or carries a wrong signature."""
+
+
+class ForbiddenError(AclError):
+    """The account may not do what the request asks."""
+
+
+class Permission(enum.IntFlag):
+    DENY = 1
+    ANY = 2
+    PUB = 4
+    SUB = 8
+
+    @classmethod
+    def parse(cls, text: object, where: str) -> "Permission":
+        spelled = {
+            "DENY": cls.DENY,
+            "PUB": cls.PUB,
+            "SUB": cls.SUB,
+            "PUB|SUB": cls.PUB | cls.SUB,
+            "SUB|PUB": cls.PUB | cls.SUB,
+        }
+        if text is None:
+            return cls.DENY
+        found = spelled.get(str(text).strip().upper())
+        if found is None:
+            raise AclError(f"{where}: {text!r} is not DENY, PUB, SUB or PUB|SUB")
+        return found
+
+    def allows(self, needed: "Permission") -> bool:
+        """Whether an account holding ``self`` may do what needs ``needed``."""
+        if self & Permission.DENY:
+            return False
+        if needed & Permission.ANY:
+            return bool(self & (Permission.PUB | Permission.SUB))
+        return bool(self & needed)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Account:
+    access_key: str
+    secret_key: str
+    white: Callable[[str], bool]
+    admin: bool
+    default_topic: Permission
+    default_group: Permission
+    topics: Mapping[str, Permission]
+    groups: Mapping[str, Permission]
+
+
+@dataclasses.dataclass(slots=True)
+class AccessRequest:
+    """What a request asks for: who sends it (``host``, ``access_key``), whether its
+    signature holds under a secret key, and the topics and groups it needs."""
+
+    host: str
+    access_key: str | None
+    signed: Callable[[str], bool]
+    admin: bool = False
+    """An administrative request (creating or deleting topics and groups, broker config)."""
+    topics: dict[str, Permission] = dataclasses.field(default_factory=dict)
+    groups: dict[str, Permission] = dataclasses.field(default_factory=dict)
+
+    def need_topic(self, topic: str | None, permission: Permission) -> None:
+        if topic is None:
+            return
+        if topic.startswith(RETRY_PREFIX):
+            # A group's retry topic is the group's.
+            self.need_group(topic[len(RETRY_PREFIX) :], permission)
+        else:
+            self.topics[topic] = self.topics.get(topic, Permission(0)) | permission
+
+    def need_group(self, group: str | None, permission: Permission) -> None:
+        if group is not None:
+            self.groups[group] = self.groups.get(group, Permission(0)) | permission
+
+
+class PlainAcl:
+    """The accounts and global white list of one ``plain_acl.yml``."""
+
+    def __init__(self, accounts: Iterable[Account] = (), global_white: Iterable[str] = ()) -> None:
+        self.accounts = {a.access_key: a for a in accounts}
+        try:
+            self._global_white = [address_matcher(p) for p in global_white]
+        except AddressPatternError as e:
+            raise AclError(f"globalWhiteRemoteAddresses: {e}") from None
+
+    @classmethod
+    def parse(cls, text: str, source: str = "plain_acl.yml") -> "PlainAcl":
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise AclError(f"{source} is not YAML: {e}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise AclError(f"{source}: expected a mapping at the top")
+        white = _strings(loaded.get("globalWhiteRemoteAddresses"), f"{source}: white list")
+        accounts = []
+        for i, raw in enumerate(loaded.get("accounts") or []):
+            accounts.append(_account(raw, f"{source}: account {i + 1}"))
+        keys = [a.access_key for a in accounts]
+        duplicated = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicated:
+            raise AclError(f"{source}: access keys given twice: {duplicated}")
+        return cls(accounts, white)
+
+    @classmethod
+    def load(cls, path: Path) -> "PlainAcl":
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise AclError(f"cannot read the ACL file {path}: {e}") from None
+        return cls.parse(text, str(path))
+
+    def check(self, request: AccessRequest) -> None:
+        """Raises AclError unless ``request`` may go on."""
+        if any(white(request.host) for white in self._global_white):
+            return
+        key = request.access_key
+        if not key:
+            raise NotAuthenticatedError("No accessKey is configured")
+        account = self.accounts.get(key)
+        if account is None:
+            raise NotAuthenticatedError(f"No acl config for {key}")
+        if account.white(request.host):
+            return
+        if not request.signed(account.secret_key):
+            raise NotAuthenticatedError(f"Check signature failed for accessKey={key}")
+        if request.topics.get(TRACE_TOPIC) == Permission.PUB:
+            # Message traces go to the trace topic whatever the account's topic permissions.
+            return
+        if request.admin and not account.admin:
+            raise ForbiddenError(
+                f"accessKey={key} is not an admin: the request needs admin permission"
+            )
+        if account.admin and not account.topics and not account.groups:
+            return
+        for topic, needed in request.topics.items():
+            owned = account.topics.get(topic, account.default_topic)
+            if not owned.allows(needed):
+                raise ForbiddenError(f"No {_name(needed)} permission for topic {topic} ({key})")
+        for group, needed in request.groups.items():
+            owned = account.groups.get(group, account.default_group)
+            if not owned.allows(needed):
+                raise ForbiddenError(f"No {_name(needed)} permission for group {group} ({key})")
+
+
+class AclFile:
+    """A ``plain_acl.yml`` read again when it changes (looked at every ``interval_s`` at
+    most). A change that does not parse is logged and the accounts before it stay."""
+
+    def __init__(self, path: Path, interval_s: float = 0.5) -> None:
+        self.path = path
+        self.interval_s = interval_s
+        self._stamp = self._stat()
+        self.acl = PlainAcl.load(path)
+        self._looked = time.monotonic()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def current(self) -> PlainAcl:
+        now = time.monotonic()
+        if now - self._looked >= self.interval_s:
+            self._looked = now
+            stamp = self._stat()
+            if stamp != self._stamp:
+                self._stamp = stamp
+                try:
+                    self.acl = PlainAcl.load(self.path)
+                    log.info(
+                        "ACL file %s read again: %d accounts", self.path, len(self.acl.accounts)
+                    )
+                except AclError as e:
+                    log.error(
+                        "ACL file changed but cannot be used, keeping the accounts before: %s", e
+                    )
+        return self.acl
+
+
+def _name(permission: Permission) -> str:
+    if permission & Permission.ANY:
+        return "PUB or SUB"
+    return "|".join(p.name for p in (Permission.PUB, Permission.SUB) if permission & p and p.name)
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise AclError(f"{where}: expected a list")
+    return [str(v) for v in value if v is not None]
+
+
+def _account(raw: Any, where: str) -> Account:
+    if not isinstance(raw, dict):
+        raise AclError(f"{where}: expected a mapping")
+    access_key, secret_key = raw.get("accessKey"), raw.get("secretKey")
+    if access_key is None or secret_key is None:
+        raise AclError(f"{where}: accessKey and secretKey are required")
+    access_key, secret_key = str(access_key), str(secret_key)
+    where = f"{where} ({access_key})"
+    if len(access_key) < MIN_KEY_LENGTH or len(secret_key) < MIN_KEY_LENGTH:
+        raise AclError(f"{where}: accessKey and secretKey need {MIN_KEY_LENGTH} characters or more")
+    try:
+        white = address_matcher(raw.get("whiteRemoteAddress"))
+    except AddressPatternError as e:
+        raise AclError(f"{where}: {e}") from None
+    return Account(
+        access_key=access_key,
+        secret_key=secret_key,
+        white=white,
+        admin=_bool(raw.get("admin"), f"{where}: admin"),
+        default_topic=Permission.parse(raw.get("defaultTopicPerm"), f"{where}: defaultTopicPerm"),
+        default_group=Permission.parse(raw.get("defaultGroupPerm"), f"{where}: defaultGroupPerm"),
+        topics=_perms(raw.get("topicPerms"), f"{where}: topicPerms"),
+        groups=_perms(raw.get("groupPerms"), f"{where}: groupPerms"),
+    )
+
+
+def _bool(value: Any, where: str) -> bool:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if str(value).strip().lower() in ("true", "false"):
+        return str(value).strip().lower() == "true"
+    raise AclError(f"{where}: {value!r} is not true or false")
+
+
+def _perms(value: Any, where: str) -> dict[str, Permission]:
+    out = {}
+    for item in _strings(value, where):
+        name, eq, perm = item.partition("=")
+        if not eq or not name.strip():
+            raise AclError(f"{where}: {item!r} is not name=PERM (e.g. TopicA=PUB|SUB)")
+        out[name.strip()] = Permission.parse(perm, f"{where}: {name.strip()}")
+    return out

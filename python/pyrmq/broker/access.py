@@ -1,0 +1,114 @@
+"""The broker's ACL check of remoting requests (``aclEnable``): what each request needs, as
+RocketMQ's plain ACL reads it, checked against the accounts of ``plain_acl.yml``.
+
+A refused request is answered NO_PERMISSION with the reason and is not served.
+"""
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyrmq.acl.plain import AccessRequest, AclError, AclFile, Permission
+from pyrmq.acl.signing import ACCESS_KEY, signature_matches
+from pyrmq.broker.clients import parse_heartbeat
+from pyrmq.errors import ConfigError
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from pyrmq.broker.config import BrokerConfig
+    from pyrmq.remoting.server import Connection
+
+__all__ = ["RemotingAccess", "acl_file_path", "remoting_request"]
+
+log = logging.getLogger(__name__)
+
+ADMIN_CODES = frozenset(
+    {
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        RequestCode.UPDATE_BROKER_CONFIG,
+        RequestCode.DELETE_TOPIC_IN_BROKER,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+    }
+)
+# A host's refusals are logged at most this often.
+LOG_INTERVAL_S = 10.0
+
+
+def acl_file_path(config: "BrokerConfig") -> Path:
+    """``plainAclFile``, else RocketMQ's place for it: ``$ROCKETMQ_HOME/conf/plain_acl.yml``."""
+    if config.plain_acl_file:
+        return Path(config.plain_acl_file).expanduser()
+    home = os.environ.get("ROCKETMQ_HOME")
+    if not home:
+        raise ConfigError("aclEnable needs plainAclFile (or ROCKETMQ_HOME/conf/plain_acl.yml)")
+    return Path(home) / "conf" / "plain_acl.yml"
+
+
+def remoting_request(host: str, request: RemotingCommand) -> AccessRequest:
+    """What ``request``, from ``host``, asks of the ACL."""
+    fields = request.ext_fields
+    access = AccessRequest(
+        host=host,
+        access_key=fields.get(ACCESS_KEY),
+        signed=lambda secret: signature_matches(fields, request.body, secret),
+        admin=request.code in ADMIN_CODES,
+    )
+    code, sub, pub = request.code, Permission.SUB, Permission.PUB
+    if code == RequestCode.SEND_MESSAGE:
+        access.need_topic(fields.get("topic"), pub)
+    elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        access.need_topic(fields.get("b"), pub)
+    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
+        access.need_group(fields.get("group"), sub)
+    elif code == RequestCode.PULL_MESSAGE:
+        access.need_topic(fields.get("topic"), sub)
+        access.need_group(fields.get("consumerGroup"), sub)
+    elif code == RequestCode.QUERY_MESSAGE:
+        access.need_topic(fields.get("topic"), sub)
+    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
+        access.need_group(fields.get("consumerGroup"), sub)
+    elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
+        access.need_group(fields.get("consumerGroup"), sub)
+        access.need_topic(fields.get("topic"), sub)
+    elif code == RequestCode.HEART_BEAT:
+        try:
+            data = parse_heartbeat(request.body)
+        except (ValueError, TypeError, UnicodeDecodeError) as e:
+            raise AclError(f"bad heartbeat: {e}") from None
+        for consumer in data.get("consumerDataSet") or []:
+            access.need_group(str(consumer.get("groupName", "")), sub)
+            for subscription in consumer.get("subscriptionDataSet") or []:
+                access.need_topic(str(subscription.get("topic", "")), sub)
+    return access
+
+
+class RemotingAccess:
+    """The check a broker's remoting server runs on every request before serving it."""
+
+    def __init__(self, acl: AclFile) -> None:
+        self.acl = acl
+        self._logged: dict[str, float] = {}
+
+    def __call__(self, conn: "Connection", request: RemotingCommand) -> RemotingCommand | None:
+        """None if ``request`` may be served, else the refusal to answer it with."""
+        host = conn.peer[0]
+        try:
+            self.acl.current().check(remoting_request(host, request))
+        except AclError as e:
+            self._log(host, request, e)
+            return RemotingCommand.response_to(
+                request, ResponseCode.NO_PERMISSION, remark=f"AclException: {e}"
+            )
+        return None
+
+    def _log(self, host: str, request: RemotingCommand, e: AclError) -> None:
+        now = time.monotonic()
+        if now - self._logged.get(host, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
+            if len(self._logged) > 4096:
+                self._logged.clear()
+            self._logged[host] = now
+            log.warning("refused request code=%s from %s: %s", request.code, host, e)
