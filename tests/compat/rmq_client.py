@@ -135,7 +135,16 @@ WELL_KNOWN_PROPERTIES = (
 SEND_STATUS_NAMES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 PULL_STATUS_NAMES = ("FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_ILLEGAL", "BROKER_TIMEOUT")
 
-_COMMON_KEYS = {"command", "namesrv", "topic", "group", "timeout", "instance_name"}
+_COMMON_KEYS = {
+    "command",
+    "namesrv",
+    "topic",
+    "group",
+    "timeout",
+    "instance_name",
+    "access_key",
+    "secret_key",
+}
 _COMMAND_KEYS = {
     "produce": _COMMON_KEYS
     | {"messages", "mode", "sharding", "batch", "send_timeout_ms", "retry_times"},
@@ -421,6 +430,7 @@ def _produce(cmd: Mapping[str, Any], out: _Out, watchdog: _Watchdog) -> int:
         cmd.get("group", "PG_COMPAT"), timeout=int(cmd.get("send_timeout_ms", 3000))
     )
     producer.set_namesrv_addr(namesrv)
+    _credentials(producer, cmd)
     if cmd.get("instance_name"):
         ffi_check(dll.SetProducerInstanceName(producer._handle, cmd["instance_name"].encode()))
     try:
@@ -560,6 +570,7 @@ def _push_consume(cmd: Mapping[str, Any], out: _Out, watchdog: _Watchdog) -> int
         cmd.get("group", "CG_COMPAT"), orderly=orderly, message_model=getattr(MessageModel, model)
     )
     consumer.set_namesrv_addr(namesrv)
+    _credentials(consumer, cmd)
     if cmd.get("thread_count"):
         consumer.set_thread_count(int(cmd["thread_count"]))
     if cmd.get("batch_max_size"):
@@ -638,6 +649,7 @@ def _pull_consume(cmd: Mapping[str, Any], out: _Out, watchdog: _Watchdog) -> int
 
     consumer = PullConsumer(cmd.get("group", "CG_COMPAT_PULL"))
     consumer.set_namesrv_addr(namesrv)
+    _credentials(consumer, cmd)
     try:
         consumer.start()
     except Exception as exc:
@@ -937,6 +949,12 @@ def check(run: ClientRun) -> ClientRun:
     if not run.ok:
         raise ClientError(run)
     return run
+
+
+def _credentials(client: Any, cmd: Mapping[str, Any]) -> None:
+    """Signs the client's requests with an ACL account's keys when the command names one."""
+    if cmd.get("access_key") is not None:
+        client.set_session_credentials(cmd["access_key"], cmd.get("secret_key", ""), "ALIYUN")
 
 
 def _message_spec(message: str | bytes | Mapping[str, Any]) -> dict[str, Any]:

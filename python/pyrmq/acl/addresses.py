@@ -7,7 +7,8 @@ IPv4 parts each ``*``, a number or an inclusive range ``a-b``, as in ``192.168.1
 ``10.10.*`` (missing parts after a ``*`` match anything).
 """
 
-from collections.abc import Callable
+import ipaddress
+from collections.abc import Callable, Iterable
 
 __all__ = ["AddressPatternError", "address_matcher"]
 
@@ -27,16 +28,26 @@ def address_matcher(pattern: str | None) -> Callable[[str], bool]:
         head, brace, last = text.rpartition("{")
         if not brace or not head or head[-1] not in ".:":
             raise AddressPatternError(f"bad address set {text!r}: expected a.b.c.{{x,y}}")
-        hosts = frozenset(head + part.strip() for part in last[:-1].split(",") if part.strip())
+        hosts = _addresses(head + part.strip() for part in last[:-1].split(",") if part.strip())
         if not hosts:
             raise AddressPatternError(f"empty address set {text!r}")
         return hosts.__contains__
     if "," in text:
-        exact = frozenset(part.strip() for part in text.split(",") if part.strip())
-        return exact.__contains__
+        return _addresses(part.strip() for part in text.split(",") if part.strip()).__contains__
     if "*" in text or "-" in text:
         return _range_matcher(text)
-    return lambda host: host == text
+    (exact,) = _addresses([text])
+    return lambda host: host == exact
+
+
+def _addresses(texts: Iterable[str]) -> frozenset[str]:
+    out = set()
+    for text in texts:
+        try:
+            out.add(str(ipaddress.ip_address(text)))
+        except ValueError:
+            raise AddressPatternError(f"{text!r} is not an IP address") from None
+    return frozenset(out)
 
 
 def _range_matcher(text: str) -> Callable[[str], bool]:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pyrmq.acl.plain import AccessRequest, AclError, AclFile, Permission
+from pyrmq.acl.plain import RETRY_PREFIX, AccessRequest, AclError, AclFile, Permission
 from pyrmq.acl.signing import ACCESS_KEY, signature_matches
 from pyrmq.broker.clients import parse_heartbeat
 from pyrmq.errors import ConfigError
@@ -34,7 +34,7 @@ ADMIN_CODES = frozenset(
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
     }
 )
-# A host's refusals are logged at most this often.
+# A host's refusals for one reason are logged at most this often.
 LOG_INTERVAL_S = 10.0
 
 
@@ -57,11 +57,11 @@ def remoting_request(host: str, request: RemotingCommand) -> AccessRequest:
         signed=lambda secret: signature_matches(fields, request.body, secret),
         admin=request.code in ADMIN_CODES,
     )
-    code, sub, pub = request.code, Permission.SUB, Permission.PUB
+    code, sub = request.code, Permission.SUB
     if code == RequestCode.SEND_MESSAGE:
-        access.need_topic(fields.get("topic"), pub)
+        _need_send(access, fields.get("topic"))
     elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        access.need_topic(fields.get("b"), pub)
+        _need_send(access, fields.get("b"))
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         access.need_group(fields.get("group"), sub)
     elif code == RequestCode.PULL_MESSAGE:
@@ -86,6 +86,14 @@ def remoting_request(host: str, request: RemotingCommand) -> AccessRequest:
     return access
 
 
+def _need_send(access: AccessRequest, topic: str | None) -> None:
+    if topic is not None and topic.startswith(RETRY_PREFIX):
+        # A consumer sending a message back to its group's retry topic: the group's consumer.
+        access.need_group(topic[len(RETRY_PREFIX) :], Permission.SUB)
+    else:
+        access.need_topic(topic, Permission.PUB)
+
+
 class RemotingAccess:
     """The check a broker's remoting server runs on every request before serving it."""
 
@@ -106,9 +114,10 @@ class RemotingAccess:
         return None
 
     def _log(self, host: str, request: RemotingCommand, e: AclError) -> None:
+        key = f"{host} {e}"
         now = time.monotonic()
-        if now - self._logged.get(host, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
+        if now - self._logged.get(key, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
             if len(self._logged) > 4096:
                 self._logged.clear()
-            self._logged[host] = now
+            self._logged[key] = now
             log.warning("refused request code=%s from %s: %s", request.code, host, e)
