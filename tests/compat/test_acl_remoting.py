@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
+import subprocess
 import sys
 import threading
 import time
@@ -223,3 +224,38 @@ def test_pyrmq_clients_sign_and_a_changed_file_applies_without_a_restart(
             assert result.status is SendStatus.OK
 
     helpers.run(scenario, 120)
+
+
+def test_the_admin_command_signs_with_the_account_it_is_given(server: ServerProcess) -> None:
+    namesrv = server.addresses()[0]
+
+    def admin(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pyrmq", "admin", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
+
+    create = ["update-topic", "-n", namesrv, "-t", "TopicByCli", "-r", "2"]
+    unsigned = admin(*create)
+    assert unsigned.returncode != 0
+    assert "No accessKey is configured" in unsigned.stderr
+    not_admin = admin("--access-key", "producer1", "--secret-key", "producer-secret", *create)
+    assert not_admin.returncode != 0
+    assert "not an admin" in not_admin.stderr
+    keys = {"PYRMQ_ACCESS_KEY": "adminuser", "PYRMQ_SECRET_KEY": "admin-secret"}
+    created = admin(*create, env=keys)
+    assert created.returncode == 0, created.stderr
+    status = admin("topic-status", "-n", namesrv, "-t", "TopicByCli", env=keys)
+    assert status.returncode == 0, status.stderr
+    # Two queues, as created.
+    assert [line.split()[:2] for line in status.stdout.splitlines()[1:]] == [
+        ["broker-a", "0"],
+        ["broker-a", "1"],
+    ]
+    half = admin("--access-key", "adminuser", "topic-status", "-n", namesrv, "-t", TOPIC)
+    assert half.returncode == 2
+    assert "go together" in half.stderr

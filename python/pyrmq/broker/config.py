@@ -1,12 +1,14 @@
 """Broker settings, with RocketMQ's broker.conf key names."""
 
 import dataclasses
+import json
 import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
+from pyrmq.acl.signing import Credentials
 from pyrmq.broker.state.json_file import write_atomic
 from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_properties, rocketmq_key
 from pyrmq.errors import ConfigError
@@ -48,6 +50,7 @@ _ALIASES = {
     "haSlaveFallbehindMax": "ha_slave_fallbehind_max",
     "aclEnable": "acl_enable",
     "plainAclFile": "plain_acl_file",
+    "innerClientAuthenticationCredentials": "inner_client_authentication_credentials",
 }
 _KEYS = {name: key for key, name in _ALIASES.items()}
 
@@ -113,6 +116,9 @@ class BrokerConfig:
     # default $ROCKETMQ_HOME/conf/plain_acl.yml, read again when it changes.
     acl_enable: bool = False
     plain_acl_file: str = ""
+    # The account this broker signs its own requests to peers and name servers with, as
+    # RocketMQ's JSON: {"accessKey": "...", "secretKey": "..."}; empty: unsigned.
+    inner_client_authentication_credentials: str = ""
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
@@ -150,12 +156,32 @@ class BrokerConfig:
             split_addresses(self.namesrv_addr)
         except ValueError as e:
             problems.append(f"namesrv_addr: {e}")
+        try:
+            self.inner_credentials  # noqa: B018
+        except ValueError as e:
+            problems.append(f"innerClientAuthenticationCredentials: {e}")
         if problems:
             raise ConfigError("; ".join(problems), problems=problems)
 
     @property
     def is_slave(self) -> bool:
         return self.store.broker_role == "SLAVE"
+
+    @property
+    def inner_credentials(self) -> Credentials | None:
+        """``innerClientAuthenticationCredentials`` as credentials (ValueError if malformed)."""
+        text = self.inner_client_authentication_credentials.strip()
+        if not text:
+            return None
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError("not JSON") from None
+        key = value.get("accessKey") if isinstance(value, dict) else None
+        secret = value.get("secretKey") if isinstance(value, dict) else None
+        if not isinstance(key, str) or not isinstance(secret, str) or not key:
+            raise ValueError('expected {"accessKey": "...", "secretKey": "..."}')
+        return Credentials(key, secret)
 
     @property
     def namesrv_addrs(self) -> list[str]:

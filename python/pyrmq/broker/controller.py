@@ -61,7 +61,8 @@ class BrokerController:
         # Listen on the advertised address: the one clients reach and stored messages name.
         self.server = RemotingServer(config.broker_ip1, config.listen_port)
         self.clients = ClientTable()
-        self.namesrv = RemotingClient()
+        # Name servers and peer brokers (whose ACLs may want this broker's own account).
+        self.namesrv = RemotingClient(credentials=config.inner_credentials)
         self._root = Path(config.store.store_path_root_dir).expanduser()
         self.topics = TopicTable(
             self._root / "config" / "topics.json",

@@ -14,6 +14,7 @@ import click
 
 from pyrmq import _core
 from pyrmq._core import MessageExt
+from pyrmq.acl.signing import Credentials
 from pyrmq.client.admin import Admin
 from pyrmq.errors import PyrmqError
 
@@ -29,8 +30,10 @@ _NAMESRV = click.option(
 
 
 def _ask(namesrv_addr: str, question: Callable[[Admin], Awaitable[T]]) -> T:
+    credentials = click.get_current_context().find_object(Credentials)
+
     async def run() -> T:
-        async with Admin(namesrv_addr) as admin:
+        async with Admin(namesrv_addr, credentials=credentials) as admin:
             return await question(admin)
 
     try:
@@ -58,8 +61,19 @@ def _pairs(values: dict[str, str], sep: str) -> None:
 
 
 @click.group("admin")
-def admin() -> None:
+@click.option(
+    "--access-key",
+    envvar="PYRMQ_ACCESS_KEY",
+    help="Sign requests as this ACL account (brokers with aclEnable) [env PYRMQ_ACCESS_KEY].",
+)
+@click.option("--secret-key", envvar="PYRMQ_SECRET_KEY", help="Its secret [env PYRMQ_SECRET_KEY].")
+@click.pass_context
+def admin(ctx: click.Context, access_key: str | None, secret_key: str | None) -> None:
     """Ask a running cluster for its brokers, offsets and lag."""
+    if (access_key is None) != (secret_key is None):
+        raise click.UsageError("--access-key and --secret-key go together")
+    if access_key is not None and secret_key is not None:
+        ctx.obj = Credentials(access_key, secret_key)
 
 
 @admin.command("cluster-list")
