@@ -28,6 +28,10 @@ whose offsets show a stream's progress), ``failOnDataLoss`` (true), ``minPartiti
 ``includeProperties``. A batch read starts at the earliest offsets, a new stream at the
 latest.
 
+Reads and writes take ``rocketmq.accessKey`` and ``rocketmq.secretKey`` for brokers with an
+ACL: every request is signed as that account. Pulls name ``consumerGroup`` (else
+``consumerGroupPrefix``), which the account must be allowed to consume as.
+
 Writes, batch or streaming, take ``nameServer``, and ``topic`` unless the rows have a
 ``topic`` column (rows: ``body``, ``tags``, ``keys``, ``properties``, ``queue_id``,
 ``broker_name``, ``sharding_key``, ``delay_ms``, ``deliver_time``); ``deliveryGuarantee``

@@ -11,6 +11,7 @@ import types
 from collections.abc import Coroutine, Iterable
 from typing import Any, Self, TypeVar
 
+from pyrmq.acl.signing import Credentials
 from pyrmq.client.api import ClientAPI, PullResult
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import TopicRoute
@@ -25,15 +26,24 @@ __all__ = ["Brokers"]
 T = TypeVar("T")
 
 SOURCE_GROUP = "spark-pyrmq-source"
-"""The group named in pulls; a pull commits nothing and holds nothing."""
+"""The group named in pulls by default; a pull commits nothing and holds nothing."""
 
 
 class Brokers:
     """Routes, offsets and pulls over connections that last one ``with`` block."""
 
-    def __init__(self, namesrv: str, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        namesrv: str,
+        timeout_s: float = 10.0,
+        credentials: Credentials | None = None,
+        group: str = SOURCE_GROUP,
+    ) -> None:
         self.namesrv = split_addresses(namesrv)
         self.timeout_s = timeout_s
+        self.credentials = credentials
+        # Named in pulls: a broker with an ACL checks that the account may consume as it.
+        self.group = group
         # A bare loop: asyncio.Runner swaps the SIGINT handler on every run, which cost more
         # than a pull.
         self._loop = asyncio.new_event_loop()
@@ -42,7 +52,9 @@ class Brokers:
         self._routes: dict[str, TopicRoute] = {}
 
     def __enter__(self) -> Self:
-        self._remoting = RemotingClient(connect_timeout_s=self.timeout_s)
+        self._remoting = RemotingClient(
+            connect_timeout_s=self.timeout_s, credentials=self.credentials
+        )
         self._api = ClientAPI(self._remoting)
         return self
 
@@ -130,6 +142,6 @@ class Brokers:
         ``offset`` matching ``sub``'s tag hashes; answers at once, without holding. Run it with
         :meth:`run`."""
         header = PullMessageRequestHeader.immediate(
-            SOURCE_GROUP, mq.topic, mq.queue_id, offset, max_nums, sub.expression
+            self.group, mq.topic, mq.queue_id, offset, max_nums, sub.expression
         )
         return await self.api.pull(addr, mq.broker_name, header, self.timeout_s)

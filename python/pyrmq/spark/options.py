@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pyrmq import _core
+from pyrmq.acl.signing import Credentials
 from pyrmq.broker.state.topics import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.subscription import Subscription
@@ -24,6 +25,8 @@ __all__ = ["ReadOptions", "WriteOptions"]
 Mode = Literal["batch", "stream"]
 
 
+# Client settings passed through (Kafka's source passes kafka.* the same way).
+CLIENT_KEYS = ("rocketmq.accessKey", "rocketmq.secretKey")
 READ_KEYS = (
     "nameServer",
     "subscribe",
@@ -49,6 +52,7 @@ READ_KEYS = (
     "maxRecordsPerPartition",
     "consumerGroup",
     "consumerGroupPrefix",
+    *CLIENT_KEYS,
 )
 WRITE_KEYS = (
     "nameServer",
@@ -59,6 +63,7 @@ WRITE_KEYS = (
     "commitTopic",
     "checkImmunitySeconds",
     "queueSelector",
+    *CLIENT_KEYS,
 )
 SELECTORS = ("round_robin", "hash")
 COMMIT_TOPIC = "PYRMQ_SPARK_SINK_COMMITS"
@@ -110,6 +115,15 @@ def _bool(options: dict[str, str], key: str, default: bool) -> bool:
     if raw.strip().lower() not in ("true", "false"):
         raise ConfigError(f"option {key} must be true or false, not {raw!r}")
     return raw.strip().lower() == "true"
+
+
+def _credentials(options: dict[str, str]) -> Credentials | None:
+    key, secret = options.get("rocketmq.accesskey"), options.get("rocketmq.secretkey")
+    if (key is None) != (secret is None):
+        raise ConfigError("options rocketmq.accessKey and rocketmq.secretKey go together")
+    if not key or secret is None:
+        return None
+    return Credentials(key, secret)
 
 
 def _name_server(options: dict[str, str]) -> str:
@@ -242,6 +256,8 @@ class ReadOptions:
     """Streams: the group whose offsets show the query's progress (monitoring only)."""
     consumer_group_prefix: str = GROUP_PREFIX
     """Streams without ``consumer_group``: the start of the group made up for each run."""
+    credentials: Credentials | None = None
+    """The ACL account requests are signed with (brokers with ``aclEnable``)."""
 
     def selects(self, topic: str) -> bool:
         """Whether the read takes messages of ``topic``."""
@@ -305,6 +321,7 @@ class ReadOptions:
         default_start = "earliest" if mode == "batch" else "latest"
         return cls(
             name_server=_name_server(options),
+            credentials=_credentials(options),
             topics=topics,
             subscription=expression,
             starting=_position(options, "startingOffsets", default_start, ("earliest", "latest")),
@@ -350,6 +367,8 @@ class WriteOptions:
     """``round_robin``, or ``hash`` of each row's ``sharding_key`` (else its keys)."""
     queue_column: bool = False
     """The rows name their queue (a ``queue_id`` column)."""
+    credentials: Credentials | None = None
+    """The ACL account requests are signed with (brokers with ``aclEnable``)."""
 
     @property
     def in_order(self) -> bool:
@@ -381,6 +400,7 @@ class WriteOptions:
             raise ConfigError(f"option queueSelector must be {' or '.join(SELECTORS)}")
         return cls(
             name_server=_name_server(options),
+            credentials=_credentials(options),
             topic=topic,
             producer_group=options.get("producergroup", "spark-pyrmq-sink"),
             include_properties=_bool(options, "includeProperties", False),

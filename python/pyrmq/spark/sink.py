@@ -155,7 +155,7 @@ async def _send_rows(
 
 
 async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
-    config = ClientConfig(namesrv_addr=options.name_server)
+    config = ClientConfig(namesrv_addr=options.name_server, credentials=options.credentials)
     async with Producer(options.producer_group, client_config=config) as producer:
         refused = False
 
@@ -179,7 +179,7 @@ async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
 async def _send_halves(
     rows: Iterator[Row], options: WriteOptions, sink: str, batch: int, attempt: str
 ) -> list[HalfMessage]:
-    config = ClientConfig(namesrv_addr=options.name_server)
+    config = ClientConfig(namesrv_addr=options.name_server, credentials=options.credentials)
     checker = SinkChecker(options)
     marks = {
         SINK: sink,
@@ -217,7 +217,7 @@ class _Responder:
     _lock: ClassVar = threading.Lock()
 
     def __init__(self, options: WriteOptions) -> None:
-        config = ClientConfig(namesrv_addr=options.name_server)
+        config = ClientConfig(namesrv_addr=options.name_server, credentials=options.credentials)
         self.checker = SinkChecker(options)
         self.producer = TransactionProducer(
             options.producer_group, checker=self.checker, client_config=config

@@ -128,7 +128,7 @@ def read_range(options: ReadOptions, part: QueueRange) -> Iterator[pa.RecordBatc
     Arrow batches."""
     mq = part.mq
     sub = Subscription.parse(mq.topic, options.subscription)
-    with Brokers(options.name_server, options.pull_timeout_s) as brokers:
+    with _brokers(options) as brokers:
         addr = brokers.addr(mq)
 
         def pull(offset: int, count: int) -> Awaitable[PullResult]:
@@ -150,6 +150,15 @@ def read_range(options: ReadOptions, part: QueueRange) -> Iterator[pa.RecordBatc
                     yield record_batch(mq, rows, options.include_properties)
         finally:
             brokers.run(puller.close())
+
+
+def _brokers(options: ReadOptions) -> Brokers:
+    return Brokers(
+        options.name_server,
+        options.pull_timeout_s,
+        options.credentials,
+        options.consumer_group or options.consumer_group_prefix,
+    )
 
 
 def _queues(brokers: Brokers, options: ReadOptions) -> list[MessageQueue]:
@@ -241,7 +250,7 @@ class RocketMQBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
-        with Brokers(o.name_server, o.pull_timeout_s) as brokers:
+        with _brokers(o) as brokers:
             queues = _queues(brokers, o)
             starts = _starts(brokers, queues, o, "earliest")
             ends = _ends(brokers, queues, o)
@@ -319,7 +328,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._triggered = -float("inf")
 
     def _brokers(self) -> Brokers:
-        return Brokers(self.options.name_server, self.options.pull_timeout_s)
+        return _brokers(self.options)
 
     def _latest(
         self, brokers: Brokers, known: Iterable[MessageQueue] = ()
