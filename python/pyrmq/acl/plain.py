@@ -8,7 +8,6 @@ account's ``topicPerms``/``groupPerms`` take its ``defaultTopicPerm``/``defaultG
 """
 
 import dataclasses
-import enum
 import logging
 import os
 import time
@@ -30,6 +29,7 @@ __all__ = [
     "NotAuthenticatedError",
     "Permission",
     "PlainAcl",
+    "allows",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,14 +52,16 @@ class ForbiddenError(AclError):
     """The account may not do what the request asks."""
 
 
-class Permission(enum.IntFlag):
+class Permission:
+    """RocketMQ's permission bits (plain ints: a check runs on every request)."""
+
     DENY = 1
     ANY = 2
     PUB = 4
     SUB = 8
 
     @classmethod
-    def parse(cls, text: object, where: str) -> "Permission":
+    def parse(cls, text: object, where: str) -> int:
         spelled = {
             "DENY": cls.DENY,
             "PUB": cls.PUB,
@@ -74,13 +76,14 @@ class Permission(enum.IntFlag):
             raise AclError(f"{where}: {text!r} is not DENY, PUB, SUB or PUB|SUB")
         return found
 
-    def allows(self, needed: "Permission") -> bool:
-        """Whether an account holding ``self`` may do what needs ``needed``."""
-        if self & Permission.DENY:
-            return False
-        if needed & Permission.ANY:
-            return bool(self & (Permission.PUB | Permission.SUB))
-        return bool(self & needed)
+
+def allows(owned: int, needed: int) -> bool:
+    """Whether an account holding ``owned`` may do what needs ``needed``."""
+    if owned & Permission.DENY:
+        return False
+    if needed & Permission.ANY:
+        return bool(owned & (Permission.PUB | Permission.SUB))
+    return bool(owned & needed)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,10 +92,10 @@ class Account:
     secret_key: str
     white: Callable[[str], bool]
     admin: bool
-    default_topic: Permission
-    default_group: Permission
-    topics: Mapping[str, Permission]
-    groups: Mapping[str, Permission]
+    default_topic: int
+    default_group: int
+    topics: Mapping[str, int]
+    groups: Mapping[str, int]
 
 
 @dataclasses.dataclass(slots=True)
@@ -105,21 +108,21 @@ class AccessRequest:
     signed: Callable[[str], bool]
     admin: bool = False
     """An administrative request (creating or deleting topics and groups, broker config)."""
-    topics: dict[str, Permission] = dataclasses.field(default_factory=dict)
-    groups: dict[str, Permission] = dataclasses.field(default_factory=dict)
+    topics: dict[str, int] = dataclasses.field(default_factory=dict)
+    groups: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def need_topic(self, topic: str | None, permission: Permission) -> None:
+    def need_topic(self, topic: str | None, permission: int) -> None:
         if topic is None:
             return
         if topic.startswith(RETRY_PREFIX):
             # A group's retry topic is the group's.
             self.need_group(topic[len(RETRY_PREFIX) :], permission)
         else:
-            self.topics[topic] = self.topics.get(topic, Permission(0)) | permission
+            self.topics[topic] = self.topics.get(topic, 0) | permission
 
-    def need_group(self, group: str | None, permission: Permission) -> None:
+    def need_group(self, group: str | None, permission: int) -> None:
         if group is not None:
-            self.groups[group] = self.groups.get(group, Permission(0)) | permission
+            self.groups[group] = self.groups.get(group, 0) | permission
 
 
 class PlainAcl:
@@ -162,8 +165,9 @@ class PlainAcl:
 
     def check(self, request: AccessRequest) -> None:
         """Raises AclError unless ``request`` may go on."""
-        if any(white(request.host) for white in self._global_white):
-            return
+        for white in self._global_white:
+            if white(request.host):
+                return
         key = request.access_key
         if not key:
             raise NotAuthenticatedError("No accessKey is configured")
@@ -185,11 +189,11 @@ class PlainAcl:
             return
         for topic, needed in request.topics.items():
             owned = account.topics.get(topic, account.default_topic)
-            if not owned.allows(needed):
+            if not allows(owned, needed):
                 raise ForbiddenError(f"No {_name(needed)} permission for topic {topic} ({key})")
         for group, needed in request.groups.items():
             owned = account.groups.get(group, account.default_group)
-            if not owned.allows(needed):
+            if not allows(owned, needed):
                 raise ForbiddenError(f"No {_name(needed)} permission for group {group} ({key})")
 
 
@@ -230,10 +234,12 @@ class AclFile:
         return self.acl
 
 
-def _name(permission: Permission) -> str:
+def _name(permission: int) -> str:
     if permission & Permission.ANY:
         return "PUB or SUB"
-    return "|".join(p.name for p in (Permission.PUB, Permission.SUB) if permission & p and p.name)
+    return "|".join(
+        n for n, p in (("PUB", Permission.PUB), ("SUB", Permission.SUB)) if permission & p
+    )
 
 
 def _strings(value: Any, where: str) -> list[str]:
@@ -280,7 +286,7 @@ def _bool(value: Any, where: str) -> bool:
     raise AclError(f"{where}: {value!r} is not true or false")
 
 
-def _perms(value: Any, where: str) -> dict[str, Permission]:
+def _perms(value: Any, where: str) -> dict[str, int]:
     out = {}
     for item in _strings(value, where):
         name, eq, perm = item.partition("=")

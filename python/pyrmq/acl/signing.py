@@ -50,13 +50,12 @@ class Credentials:
 
 def remoting_content(ext_fields: Mapping[str, str], body: bytes, *, skip: str = "") -> bytes:
     """What a remoting request's signature covers (``Signature`` and ``skip`` left out)."""
-    values = "".join(v for k, v in sorted(ext_fields.items()) if k != SIGNATURE and k != skip)
+    values = "".join([ext_fields[k] for k in sorted(ext_fields) if k != SIGNATURE and k != skip])
     return values.encode() + body
 
 
 def remoting_signature(content: bytes, secret_key: str) -> str:
-    digest = hmac.new(secret_key.encode(), content, hashlib.sha1).digest()
-    return base64.b64encode(digest).decode("ascii")
+    return base64.b64encode(hmac.digest(secret_key.encode(), content, "sha1")).decode("ascii")
 
 
 def signature_matches(ext_fields: Mapping[str, str], body: bytes, secret_key: str) -> bool:
