@@ -5,6 +5,7 @@ message handed back by its consumer waits for its retry's delay level."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 
@@ -12,10 +13,31 @@ import pytest
 from tests.compat.servers import create_topic, serving
 from tests.helpers import pull_head, remoting_call, send_raw
 
+from pyrmq import _core
 from pyrmq.errors import BrokerError
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.integration
+
+
+@dataclasses.dataclass
+class _Msg:
+    body: bytes
+    properties: dict[str, str]
+    flag: int = 0
+
+
+def remoting_call_command(addr: str, request: RemotingCommand) -> RemotingCommand:
+    async def call() -> RemotingCommand:
+        client = RemotingClient()
+        try:
+            return await client.invoke(addr, request, 5.0)
+        finally:
+            await client.close()
+
+    return asyncio.run(call())
 
 
 def _bodies(broker: str, topic: str) -> list[bytes]:
@@ -49,6 +71,40 @@ def test_a_bad_timer_is_refused_and_stores_nothing(tmp_path: Path, timer: str) -
         assert "timer message illegal" in (refused.remark or "")
         assert send_raw(broker, "TopicBadTimer", b"good").code == ResponseCode.SUCCESS
         assert _bodies(broker, "TopicBadTimer") == [b"good"]
+
+
+def test_a_batch_with_a_bad_timer_is_refused_whole(tmp_path: Path) -> None:
+    topic = "TopicBatchTimer"
+
+    def batch(*timers: str | None) -> RemotingCommand:
+        messages = [
+            _Msg(f"b{i}".encode(), {} if t is None else {"TIMER_DELAY_SEC": t})
+            for i, t in enumerate(timers)
+        ]
+        body = _core.encode_batch(messages, topic, 4 << 20)
+        header = {
+            "a": "PG_BATCH", "b": topic, "c": "TBW102", "d": "1", "e": "0", "f": "0",
+            "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false",
+            "m": "true",
+        }  # fmt: skip
+        return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header, body)
+
+    with serving(tmp_path) as server:
+        broker = server.addresses()[1]
+        create_topic(broker, topic, 1)
+        for bad in ("-5", "abc", "300000"):
+            refused = remoting_call_command(broker, batch(None, bad, "1"))
+            assert refused.code == ResponseCode.MESSAGE_ILLEGAL, refused.remark
+            assert "timer message illegal" in (refused.remark or "")
+        assert _bodies(broker, topic) == []
+        # A good timer in a batch is held back until due; the rest arrive at once.
+        stored = remoting_call_command(broker, batch(None, "1"))
+        assert stored.code == ResponseCode.SUCCESS, stored.remark
+        assert _bodies(broker, topic) == [b"b0"]
+        deadline = time.monotonic() + 10
+        while _bodies(broker, topic) != [b"b0", b"b1"]:
+            assert time.monotonic() < deadline, _bodies(broker, topic)
+            time.sleep(0.2)
 
 
 def test_a_timer_message_arrives_when_due_and_its_retry_waits_for_its_level(

@@ -174,6 +174,12 @@ class SendProcessor:
                     ResponseCode.MESSAGE_ILLEGAL,
                     "a batch must not carry a delay level",
                 )
+            # The store parks each message of a batch with a timer as it does a single one:
+            # the same checks first.
+            if b"TIMER_" in body:
+                illegal = _batch_timer_problem(body, broker.config.timer_max_delay_s)
+                if illegal is not None:
+                    return self._error(request, ResponseCode.MESSAGE_ILLEGAL, illegal)
 
             def put() -> PutResult:
                 return store.put_encoded_batch(
@@ -384,6 +390,27 @@ def _waits_for_store(properties: str) -> bool:
     if "WAIT\x01false" not in properties:
         return True
     return parse_properties(properties).get("WAIT") != "false"
+
+
+def _batch_timer_problem(body: bytes, max_delay_s: int) -> str | None:
+    """The first timer problem among the messages of a client batch body (RocketMQ's batch
+    encoding: total size, magic, body CRC, flag, body length and body, then a 2-byte
+    properties length and the properties). A body that is not such a batch is left to the
+    store, which refuses it."""
+    pos = 0
+    while pos + 20 <= len(body):
+        total = int.from_bytes(body[pos : pos + 4], "big")
+        at = pos + 20 + int.from_bytes(body[pos + 16 : pos + 20], "big")
+        length = int.from_bytes(body[at : at + 2], "big")
+        properties = body[at + 2 : at + 2 + length].decode("utf-8", "replace")
+        if TIMER_PREFIX in properties:
+            problem = _timer_problem(properties, max_delay_s)
+            if problem is not None:
+                return problem
+        if total <= 0:
+            break
+        pos += total
+    return None
 
 
 def _timer_problem(properties: str, max_delay_s: int) -> str | None:
