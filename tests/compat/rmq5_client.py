@@ -2,11 +2,14 @@
 
 Run by ``.venv-rmq5/bin/python`` (``make rmq5-client``), never imported by the suite: that
 client's package is also called ``rocketmq``, as the 4.x client's is. One scenario per run:
-``python rmq5_client.py SCENARIO JSON``; it prints one JSON line with what happened.
+``python rmq5_client.py SCENARIO JSON``; it prints one JSON line with what happened. Every
+scenario takes ``endpoint``, optionally ``access_key``/``secret_key`` (an ACL account) and
+``client_log`` (report what the client logged at WARNING and above, beside the result).
 """
 
 import base64
 import json
+import logging
 import sys
 import threading
 import time
@@ -29,7 +32,21 @@ from rocketmq.grpc_protocol import FilterType
 
 
 def _config(spec: dict[str, Any]) -> ClientConfiguration:
-    return ClientConfiguration(spec["endpoint"], Credentials(), request_timeout=3)
+    """``access_key``/``secret_key``: the ACL account the client signs its calls as."""
+    credentials = Credentials(spec.get("access_key", ""), spec.get("secret_key", ""))
+    return ClientConfiguration(spec["endpoint"], credentials, request_timeout=3)
+
+
+class _LogTap(logging.Handler):
+    """Keeps what the client logs at WARNING and above: it logs, rather than raises, what
+    the broker answers its route queries, heartbeats and settings with."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
 
 
 def _seen(message: Any) -> dict[str, Any]:
@@ -79,7 +96,8 @@ def produce(spec: dict[str, Any]) -> Any:
 
 
 def simple(spec: dict[str, Any]) -> Any:
-    """Receives until ``count`` messages came or ``timeout_s`` passed; acks each if ``ack``."""
+    """Receives until ``count`` messages came or ``timeout_s`` passed; acks each if ``ack``.
+    With ``catch``, a receive or ack that raises ends the run, reported under ``errors``."""
     kind = FilterType.SQL if spec.get("sql") else FilterType.TAG
     consumer = SimpleConsumer(
         _config(spec),
@@ -89,20 +107,30 @@ def simple(spec: dict[str, Any]) -> Any:
     )
     consumer.startup()
     got: list[dict[str, Any]] = []
+    errors: list[str] = []
     empty = 0
     deadline = time.monotonic() + spec["timeout_s"]
     try:
         while len(got) < spec["count"] and time.monotonic() < deadline:
-            batch = consumer.receive(spec.get("batch", 16), spec.get("invisible_s", 15))
-            if not batch:
-                empty += 1
-            for message in batch:
-                got.append(_seen(message))
-                if spec.get("ack", True):
-                    consumer.ack(message)
+            try:
+                batch = consumer.receive(spec.get("batch", 16), spec.get("invisible_s", 15))
+                if not batch:
+                    empty += 1
+                for message in batch:
+                    got.append(_seen(message))
+                    if spec.get("ack", True):
+                        consumer.ack(message)
+            except Exception as e:
+                if not spec.get("catch"):
+                    raise
+                errors.append(f"{type(e).__name__}: {e}")
+                break
     finally:
         consumer.shutdown()
-    return {"messages": got, "empty_receives": empty}
+    out: dict[str, Any] = {"messages": got, "empty_receives": empty}
+    if spec.get("catch"):
+        out["errors"] = errors
+    return out
 
 
 def redeliver(spec: dict[str, Any]) -> Any:
@@ -264,5 +292,12 @@ SCENARIOS = {
 }
 
 if __name__ == "__main__":
-    result = SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))
+    spec = json.loads(sys.argv[2])
+    tap = _LogTap()
+    if spec.get("client_log"):
+        # The report becomes {"result": ..., "client_log": [...]}.
+        logging.getLogger("rocketmq-python-client").addHandler(tap)
+    result = SCENARIOS[sys.argv[1]](spec)
+    if spec.get("client_log"):
+        result = {"result": result, "client_log": tap.lines}
     print(json.dumps(result), flush=True)

@@ -4,7 +4,9 @@ Each RPC works on the broker's own tables and store, as RocketMQ's proxy does in
 mode: routes name this broker's queues at the gRPC address; sends are appended like 4.x sends
 (and under SYNC_FLUSH answered once durable); receives pop messages as ``pop.py`` describes,
 long-polling through the broker's held-pull service. Failures are answered in the response's
-``status``, never as gRPC errors, since the official clients read only that.
+``status``, never as gRPC errors, since the official clients read only that. With the broker's
+ACL (``aclEnable``), every request, and every telemetry command, passes ``access.py``'s check
+before it is served.
 """
 
 import asyncio
@@ -15,6 +17,7 @@ import itertools
 import logging
 import random
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +36,7 @@ from pyrmq.errors import (
 )
 from pyrmq.properties import RECONSUME_TIME, UNIQ_KEY
 from pyrmq.proxy import messages
+from pyrmq.proxy.access import Caller, GrpcAccess
 from pyrmq.proxy.cluster import BrokerQueues, ClusterRoutes
 from pyrmq.proxy.messages import Delivery, SendCheckError
 from pyrmq.proxy.pop import InFlight, PopQueue, Receipt, new_generations
@@ -147,6 +151,14 @@ class MessagingService:
         # the deliveries (queue id, offset, generation) it answered with. A client asks again
         # with the same id when that answer never reached it.
         self._attempts: dict[tuple[str, str, str], tuple[str, list[tuple[int, int, int]]]] = {}
+        # The ACL's check of requests, when the broker has one (``broker.acl``).
+        self.access = GrpcAccess()
+
+    def _refused(self, request: Any, context: Any) -> pb.Status | None:
+        """None if the broker's ACL lets ``request`` through, else the status refusing it.
+        Called only when the broker has an ACL."""
+        assert self.broker.acl is not None
+        return self.access.refusal(self.broker.acl, request, context)
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -267,6 +279,8 @@ class MessagingService:
         return shares
 
     async def query_route(self, request: pb.QueryRouteRequest, context: Any) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.QueryRouteResponse(status=refused)
         if self._client(context) is None:
             return pb.QueryRouteResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         shares = await self._shares(request.topic, create=True)
@@ -283,6 +297,8 @@ class MessagingService:
         return pb.QueryRouteResponse(status=OK, message_queues=queues)
 
     async def query_assignment(self, request: pb.QueryAssignmentRequest, context: Any) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.QueryAssignmentResponse(status=refused)
         if self._client(context) is None:
             return pb.QueryAssignmentResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         group_status = _check_group(request.group.name)
@@ -317,6 +333,8 @@ class MessagingService:
     # -- client lifecycle ------------------------------------------------------------------
 
     async def heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.HeartbeatResponse(status=refused)
         client = self._client(context)
         if client is None:
             return pb.HeartbeatResponse(status=_status(pb.CLIENT_ID_REQUIRED))
@@ -328,6 +346,8 @@ class MessagingService:
     async def notify_client_termination(
         self, request: pb.NotifyClientTerminationRequest, context: Any
     ) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.NotifyClientTerminationResponse(status=refused)
         client = self._client(context)
         if client is None:
             return pb.NotifyClientTerminationResponse(status=_status(pb.CLIENT_ID_REQUIRED))
@@ -343,12 +363,16 @@ class MessagingService:
         if client is None:
             yield pb.TelemetryCommand(status=_status(pb.CLIENT_ID_REQUIRED))
             return
+        # With an ACL, each command is checked as the stream's caller sends it: a refused one
+        # is answered with the refusal's status and not applied, and the stream stays open
+        # (the client sends its settings again every few minutes, on the same stream).
+        caller = None if self.broker.acl is None else Caller.of(context)
         # Answers to the client's commands and the broker's own (transaction checks) share the
         # stream: both go through the outbox, read while the client's commands are.
         outbox: asyncio.Queue[pb.TelemetryCommand] = asyncio.Queue()
         client.outboxes.append(outbox)
         client.streamed = True
-        reader = asyncio.ensure_future(self._read_commands(client, requests, outbox))
+        reader = asyncio.ensure_future(self._read_commands(client, requests, outbox, caller))
         take: asyncio.Future[pb.TelemetryCommand] | None = None
         try:
             while True:
@@ -372,8 +396,15 @@ class MessagingService:
         client: Client,
         requests: AsyncIterator[pb.TelemetryCommand],
         outbox: "asyncio.Queue[pb.TelemetryCommand]",
+        caller: Caller | None = None,
     ) -> None:
         async for command in requests:
+            acl = self.broker.acl
+            if caller is not None and acl is not None:
+                refused = self.access.check(acl, caller, command)
+                if refused is not None:
+                    outbox.put_nowait(pb.TelemetryCommand(status=refused))
+                    continue
             if command.HasField("settings"):
                 outbox.put_nowait(
                     pb.TelemetryCommand(status=OK, settings=self._settings(client, command))
@@ -442,6 +473,8 @@ class MessagingService:
     # -- sending ---------------------------------------------------------------------------
 
     async def send_message(self, request: pb.SendMessageRequest, context: Any) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.SendMessageResponse(status=refused)
         if self._client(context) is None:
             return pb.SendMessageResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         if not request.messages:
@@ -543,6 +576,8 @@ class MessagingService:
         )
 
     async def end_transaction(self, request: pb.EndTransactionRequest, context: Any) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.EndTransactionResponse(status=refused)
         if self._client(context) is None:
             return pb.EndTransactionResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         if request.resolution not in (COMMIT, ROLLBACK):
@@ -564,6 +599,8 @@ class MessagingService:
         return pb.EndTransactionResponse(status=OK)
 
     async def recall_message(self, request: pb.RecallMessageRequest, context: Any) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.RecallMessageResponse(status=refused)
         return pb.RecallMessageResponse(
             status=_status(pb.NOT_IMPLEMENTED, "delay messages are not supported over gRPC yet")
         )
@@ -886,8 +923,10 @@ class MessagingService:
     async def receive_message(
         self, request: pb.ReceiveMessageRequest, context: Any
     ) -> AsyncIterator[pb.ReceiveMessageResponse]:
-        client = self._client(context)
-        r = self._check_receive(request, client)
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            r: _Receive | pb.Status = refused
+        else:
+            r = self._check_receive(request, self._client(context))
         if isinstance(r, pb.Status):
             yield pb.ReceiveMessageResponse(status=r)
             yield pb.ReceiveMessageResponse(delivery_timestamp=messages.timestamp(_now_ms()))
@@ -1024,6 +1063,8 @@ class MessagingService:
         return queue, entry, receipt
 
     async def ack_message(self, request: pb.AckMessageRequest, context: Any) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.AckMessageResponse(status=refused)
         if self._client(context) is None:
             return pb.AckMessageResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         group, topic = request.group.name, request.topic.name
@@ -1050,6 +1091,8 @@ class MessagingService:
     async def change_invisible_duration(
         self, request: pb.ChangeInvisibleDurationRequest, context: Any
     ) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.ChangeInvisibleDurationResponse(status=refused)
         if self._client(context) is None:
             return pb.ChangeInvisibleDurationResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         seconds = messages.duration_s(request.invisible_duration)
@@ -1085,6 +1128,8 @@ class MessagingService:
     async def forward_message_to_dead_letter_queue(
         self, request: pb.ForwardMessageToDeadLetterQueueRequest, context: Any
     ) -> Any:
+        if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=refused)
         if self._client(context) is None:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         group, topic = request.group.name, request.topic.name
@@ -1117,12 +1162,13 @@ def _check_group(group: str) -> pb.Status | None:
 
 
 def _peer_address(peer: str) -> str:
-    """``ip:port`` of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
+    """``ip:port`` of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``; gRPC
+    escapes the brackets: ``ipv6:%5B::1%5D:5000``)."""
     kind, _, rest = peer.partition(":")
     if kind == "ipv4":
         return rest
     if kind == "ipv6":
-        host, _, port = rest.rpartition(":")
+        host, _, port = urllib.parse.unquote(rest).rpartition(":")
         host = host.strip("[]")
         if host.startswith("::ffff:"):
             return f"{host[7:]}:{port}"
