@@ -39,13 +39,16 @@ from pyrmq.remoting.client import RemotingClient
 
 TOPIC = "BenchAcl"
 ACCOUNT = Credentials("benchuser", "bench-secret")
-PLAIN = """
+ADMIN = Credentials("benchadmin", "bench-admin-secret")
+# The sender holds its topic by name, as a producer account does: its sends are looked up.
+PLAIN = f"""
 accounts:
   - accessKey: benchuser
     secretKey: bench-secret
+    topicPerms: [OtherTopic=SUB, {TOPIC}=PUB]
+  - accessKey: benchadmin
+    secretKey: bench-admin-secret
     admin: true
-    defaultTopicPerm: PUB|SUB
-    defaultGroupPerm: SUB
 """
 IN_FLIGHT = (1, 16)
 
@@ -73,7 +76,7 @@ async def _sends(broker: str, pid: int, count: int, in_flight: int) -> tuple[flo
 
 
 async def _create(namesrv: str) -> None:
-    async with Admin(namesrv, credentials=ACCOUNT) as admin:
+    async with Admin(namesrv, credentials=ADMIN) as admin:
         await admin.create_topic(TOPIC, queue_nums=SEND_QUEUES)
 
 

@@ -68,3 +68,9 @@ def test_a_slave_copies_an_acl_masters_topics_with_its_inner_credentials(
         # Signed as the broker account, it gets them.
         slave = c.start("slave", "SLAVE", f"innerClientAuthenticationCredentials={INNER}")
         _wait_for(lambda: "TopicInner" in _slave_topics(slave), "the slave copying the topic")
+        # Any client may read a broker's settings: its own account's secret is not among them.
+        settings = remoting_call(slave, RequestCode.GET_BROKER_CONFIG, {})
+        assert settings.code == ResponseCode.SUCCESS
+        assert b"brokerRole=SLAVE" in settings.body
+        assert b"inner-secret" not in settings.body
+        assert b"innerClientAuthenticationCredentials" not in settings.body

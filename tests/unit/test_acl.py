@@ -7,6 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -28,10 +29,10 @@ from pyrmq.acl.signing import (
     sign,
     signature_matches,
 )
-from pyrmq.broker.access import remoting_request
+from pyrmq.broker.access import RemotingAccess, remoting_request
 from pyrmq.remoting.codec import FrameDecoder
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.protocol import RequestCode
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 VECTORS = Path(__file__).parents[1] / "vectors" / "remoting"
 
@@ -256,22 +257,84 @@ def test_a_file_that_cannot_be_used_says_why(text: str, error: str) -> None:
         PlainAcl.parse(text)
 
 
-def test_the_file_is_read_again_when_it_changes_and_a_bad_change_keeps_the_old(
+def _touch(path: Path, text: str, step: int) -> None:
+    path.write_text(text)
+    stamp = time.time_ns() + step * 10**9
+    os.utime(path, ns=(stamp, stamp))
+
+
+def test_the_file_is_read_again_once_written_and_a_bad_change_keeps_the_old(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "plain_acl.yml"
     path.write_text(PLAIN)
-    acl_file = AclFile(path, interval_s=0)
-    assert set(acl_file.current().accounts) == {"producer1", "consumer1", "adminuser"}
-    path.write_text(PLAIN.replace("producer1", "producer2"))
-    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    acl_file = AclFile(path)
+    first = acl_file.current()
+    assert set(first.accounts) == {"producer1", "consumer1", "adminuser"}
+    assert not acl_file.poll()
+    _touch(path, PLAIN.replace("producer1", "producer2"), 1)
+    # Seen changed once: it may still be being written.
+    assert not acl_file.poll()
+    assert acl_file.current() is first
+    assert acl_file.poll()
     assert set(acl_file.current().accounts) == {"producer2", "consumer1", "adminuser"}
     before = acl_file.current()
-    path.write_text("accounts: [")
-    os.utime(path, ns=(time.time_ns(), time.time_ns() + 2 * 10**9))
+    # Changed again before it was read: read only once it stays the same.
+    _touch(path, PLAIN.replace("producer1", "producer3"), 2)
+    assert not acl_file.poll()
+    _touch(path, PLAIN.replace("producer1", "producer4"), 3)
+    assert not acl_file.poll()
     assert acl_file.current() is before
+    assert acl_file.poll()
+    assert set(acl_file.current().accounts) == {"producer4", "consumer1", "adminuser"}
+    before = acl_file.current()
+    for step, broken in enumerate(
+        [
+            "accounts: [",
+            "",  # truncated, not yet written again
+            "accounts: 5",
+            "accounts: [{accessKey: aaaaaaa, secretKey: bbbbbbb, whiteRemoteAddress: [a, b]}]",
+            "2023-13-45: x",
+        ],
+        start=4,
+    ):
+        _touch(path, broken, step)
+        assert not acl_file.poll()
+        assert not acl_file.poll(), broken
+        assert acl_file.current() is before, broken
     path.unlink()
+    assert not acl_file.poll()
+    assert not acl_file.poll()
     assert acl_file.current() is before
+
+
+def test_requests_the_check_cannot_read_are_refused_not_raised(tmp_path: Path) -> None:
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(PLAIN)
+    check = RemotingAccess(AclFile(path))
+
+    class Conn:
+        peer = ("127.0.0.1", 5555)
+
+    signed = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext_fields={"b": "TopicA"})
+    sign(signed, Credentials("producer1", "producer-secret"))
+    assert check(cast(Any, Conn()), signed) is None
+    bad = [
+        RemotingCommand.request(RequestCode.HEART_BEAT, body=b'{"consumerDataSet": [1]}'),
+        RemotingCommand.request(
+            RequestCode.HEART_BEAT, body=b'{"consumerDataSet": [{"subscriptionDataSet": 5}]}'
+        ),
+        RemotingCommand.request(RequestCode.HEART_BEAT, body=b"[" * 100_000),
+        RemotingCommand.request(
+            RequestCode.SEND_MESSAGE_V2,
+            ext_fields={"b": "TopicA", "AccessKey": "producer1", "Signature": "\u00e9t\u00e9"},
+        ),
+    ]
+    for request in bad:
+        refused = check(cast(Any, Conn()), request)
+        assert refused is not None
+        assert refused.code == ResponseCode.NO_PERMISSION
+        assert (refused.remark or "").startswith("AclException: ")
 
 
 def test_what_remoting_requests_need() -> None:

@@ -19,6 +19,8 @@ class AddressPatternError(ValueError):
 
 def address_matcher(pattern: str | None) -> Callable[[str], bool]:
     """A predicate over client hosts (no port) for ``pattern``."""
+    if pattern is not None and not isinstance(pattern, str):
+        raise AddressPatternError(f"{pattern!r} is not an address pattern")
     text = (pattern or "").strip()
     if not text:
         return lambda host: False

@@ -30,7 +30,8 @@ __all__ = [
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
-# Left out of the signed content by brokers of RocketMQ 4.9.3 and before.
+# Left out of the signed content by RocketMQ 4.9 brokers (and by 5.x ones for old clients),
+# signed by some clients: both are accepted.
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 
@@ -61,15 +62,17 @@ def remoting_signature(content: bytes, secret_key: str) -> str:
 def signature_matches(ext_fields: Mapping[str, str], body: bytes, secret_key: str) -> bool:
     """Whether a request's ``Signature`` is its content's, under ``secret_key``. Clients
     that sign ``_UNIQUE_KEY_QUERY`` and clients that leave it out both pass."""
-    given = ext_fields.get(SIGNATURE)
-    if given is None:
+    text = ext_fields.get(SIGNATURE)
+    if text is None:
         return False
+    # As bytes: compare_digest refuses str with non-ASCII characters.
+    given = text.encode("utf-8", "surrogateescape")
     content = remoting_content(ext_fields, body)
-    if hmac.compare_digest(remoting_signature(content, secret_key), given):
+    if hmac.compare_digest(remoting_signature(content, secret_key).encode(), given):
         return True
     if UNIQUE_KEY_QUERY in ext_fields:
         content = remoting_content(ext_fields, body, skip=UNIQUE_KEY_QUERY)
-        return hmac.compare_digest(remoting_signature(content, secret_key), given)
+        return hmac.compare_digest(remoting_signature(content, secret_key).encode(), given)
     return False
 
 

@@ -77,12 +77,12 @@ def remoting_request(host: str, request: RemotingCommand) -> AccessRequest:
     elif code == RequestCode.HEART_BEAT:
         try:
             data = parse_heartbeat(request.body)
-        except (ValueError, TypeError, UnicodeDecodeError) as e:
+            for consumer in data.get("consumerDataSet") or []:
+                access.need_group(str(consumer.get("groupName", "")), sub)
+                for subscription in consumer.get("subscriptionDataSet") or []:
+                    access.need_topic(str(subscription.get("topic", "")), sub)
+        except (ValueError, TypeError, AttributeError, UnicodeDecodeError, RecursionError) as e:
             raise AclError(f"bad heartbeat: {e}") from None
-        for consumer in data.get("consumerDataSet") or []:
-            access.need_group(str(consumer.get("groupName", "")), sub)
-            for subscription in consumer.get("subscriptionDataSet") or []:
-                access.need_topic(str(subscription.get("topic", "")), sub)
     return access
 
 
@@ -106,14 +106,15 @@ class RemotingAccess:
         host = conn.peer[0]
         try:
             self.acl.current().check(remoting_request(host, request))
-        except AclError as e:
+        except Exception as e:
+            # As RocketMQ: a request the check cannot read is refused like any other.
             self._log(host, request, e)
             return RemotingCommand.response_to(
                 request, ResponseCode.NO_PERMISSION, remark=f"AclException: {e}"
             )
         return None
 
-    def _log(self, host: str, request: RemotingCommand, e: AclError) -> None:
+    def _log(self, host: str, request: RemotingCommand, e: Exception) -> None:
         key = f"{host} {e}"
         now = time.monotonic()
         if now - self._logged.get(key, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:

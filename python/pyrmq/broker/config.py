@@ -14,7 +14,7 @@ from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_properties, rocket
 from pyrmq.errors import ConfigError
 from pyrmq.remoting.addresses import split_addresses
 
-__all__ = ["BrokerConfig", "setting_key", "write_settings"]
+__all__ = ["SECRET_SETTINGS", "BrokerConfig", "setting_key", "write_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ _ALIASES = {
     "innerClientAuthenticationCredentials": "inner_client_authentication_credentials",
 }
 _KEYS = {name: key for key, name in _ALIASES.items()}
+SECRET_SETTINGS = frozenset({"innerClientAuthenticationCredentials"})
+"""Settings GET_BROKER_CONFIG leaves out: any account may ask for a broker's settings."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pyrmq.acl.plain import AclError, AclFile
+from pyrmq.acl.plain import POLL_INTERVAL_S, AclError, AclFile
 from pyrmq.broker.access import RemotingAccess, acl_file_path
 from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.config import BrokerConfig
@@ -197,6 +197,8 @@ class BrokerController:
             loop.create_task(self._client_scan_loop()),
             loop.create_task(self._stats_loop()),
         ]
+        if self.acl is not None:
+            self._tasks.append(loop.create_task(self._acl_watch_loop()))
         if self.ha_client is not None and self.slave_sync is not None:
             self._tasks += [
                 loop.create_task(self.ha_client.run()),
@@ -448,6 +450,14 @@ class BrokerController:
                 self.notify_consumer_ids_changed(group)
             if self.grpc is not None and self.grpc.service is not None:
                 self.grpc.service.expire_clients()
+
+    async def _acl_watch_loop(self) -> None:
+        acl = self.acl
+        assert acl is not None
+        while True:
+            await asyncio.sleep(POLL_INTERVAL_S)
+            # Off the loop: a large file takes a while to parse.
+            await asyncio.to_thread(acl.poll)
 
     async def _transaction_check_loop(self) -> None:
         try:

@@ -228,6 +228,9 @@ class GrpcAccess:
             code, message = pb.UNAUTHORIZED, str(e)
         except AclError as e:
             code, message = pb.FORBIDDEN, str(e)
+        except Exception as e:
+            # A request the check cannot read is refused, not served unchecked.
+            code, message = pb.BAD_REQUEST, f"the request cannot be checked: {e}"
         else:
             return None
         self._log(caller.host, type(request).__name__, message)

@@ -13,7 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from pyrmq.broker.config import BrokerConfig, setting_key, write_settings
+from pyrmq.broker.config import SECRET_SETTINGS, BrokerConfig, setting_key, write_settings
 from pyrmq.config import RETENTION_FIELDS, parse_properties, rocketmq_key
 from pyrmq.errors import ConfigError
 from pyrmq.remoting.command import RemotingCommand
@@ -46,7 +46,11 @@ class ConfigProcessor:
 
     async def get_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Every setting as ``key=value`` lines, with the version of the settings."""
-        settings = sorted(self.broker.config.to_properties().items())
+        settings = sorted(
+            (key, value)
+            for key, value in self.broker.config.to_properties().items()
+            if key not in SECRET_SETTINGS
+        )
         body = "".join(f"{key}={value}\n" for key, value in settings).encode()
         version = {"counter": self._version, "stateVersion": 0, "timestamp": self._version_ms}
         return RemotingCommand.response_to(
