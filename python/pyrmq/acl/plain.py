@@ -165,9 +165,15 @@ class PlainAcl:
     def load(cls, path: Path) -> "PlainAcl":
         try:
             text = path.read_text(encoding="utf-8")
-        except OSError as e:
+        except (OSError, UnicodeDecodeError) as e:
             raise AclError(f"cannot read the ACL file {path}: {e}") from None
-        return cls.parse(text, str(path))
+        try:
+            return cls.parse(text, str(path))
+        except AclError:
+            raise
+        except Exception as e:
+            # A shape the checks above did not foresee: still the file's fault, said so.
+            raise AclError(f"{path}: {type(e).__name__}: {e}") from None
 
     def check(self, request: AccessRequest) -> None:
         """Raises AclError unless ``request`` may go on."""
