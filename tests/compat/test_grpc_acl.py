@@ -12,6 +12,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -337,7 +338,10 @@ class Wire:
         self, who: Credentials | None, *, authorization: str | None = None, dated: bool = True
     ) -> list[tuple[str, str]]:
         date_time = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        out = [("x-mq-client-id", self.client_id)]
+        # One client id per account: the broker binds a client id to its first account.
+        named = re.search(r"Credential=([^,\s]*)", authorization or "")
+        account = who.access_key if who is not None else (named.group(1) if named else "")
+        out = [("x-mq-client-id", f"{self.client_id}-{account or 'none'}")]
         if dated:
             out.append(("x-mq-date-time", date_time))
         if who is not None:
@@ -503,9 +507,7 @@ def test_malformed_requests_are_refused_before_the_accounts_are_asked(wire: Wire
     assert empty.code == pb.MESSAGE_CORRUPTED
 
 
-def test_telemetry_commands_are_checked_one_by_one_on_an_open_stream(
-    wire: Wire,
-) -> None:
+def test_a_refused_telemetry_command_ends_its_stream(wire: Wire) -> None:
     publishing = pb.Settings(
         client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[_res(TOPIC)])
     )
@@ -515,13 +517,9 @@ def test_telemetry_commands_are_checked_one_by_one_on_an_open_stream(
             group=_res(GROUP), subscriptions=[pb.SubscriptionEntry(topic=_res(TOPIC))]
         ),
     )
-    commands = [
-        pb.TelemetryCommand(settings=publishing),
-        pb.TelemetryCommand(settings=subscription),
-        pb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER)),
-    ]
 
-    def stream(who: Credentials | None) -> list[Any]:
+    def stream(who: Credentials | None, *settings: pb.Settings) -> list[Any]:
+        """Every answer until the broker ends the stream (or 10 s)."""
         method = wire.channel.stream_stream(
             f"/{SERVICE_NAME}/Telemetry",
             request_serializer=lambda m: m.SerializeToString(),
@@ -530,8 +528,8 @@ def test_telemetry_commands_are_checked_one_by_one_on_an_open_stream(
         done = threading.Event()
 
         def outgoing() -> Iterator[Any]:
-            yield from commands
-            # The stream stays open until every command is answered.
+            for one in settings:
+                yield pb.TelemetryCommand(settings=one)
             done.wait(10)
 
         call = method(outgoing(), metadata=wire.metadata(who), timeout=10)
@@ -539,23 +537,63 @@ def test_telemetry_commands_are_checked_one_by_one_on_an_open_stream(
         try:
             for answer in call:
                 answers.append(answer)
-                if len(answers) == len(commands):
+                if len(answers) == len(settings):
                     break
         finally:
             done.set()
             call.cancel()
         return answers
 
-    # The consumer account: no PUB on the topic, the subscription allowed, and settings
-    # that name neither refused; each answered in turn on the one stream.
-    answers = stream(CONSUMER)
-    assert [a.status.code for a in answers] == [pb.FORBIDDEN, pb.OK, pb.FORBIDDEN]
-    assert answers[0].status.message == f"No PUB permission for topic {TOPIC} (consumer1)"
-    assert not answers[0].HasField("settings")
-    assert answers[1].settings.subscription.group.name == GROUP
-    # A stream that does not authenticate gets nothing but refusals (settings that name
-    # neither are refused before the account is looked at, as in RocketMQ).
-    answers = stream(Credentials("consumer1", "not-the-secret"))
-    assert [a.status.code for a in answers] == [pb.UNAUTHORIZED, pb.UNAUTHORIZED, pb.FORBIDDEN]
+    # The consumer account: its subscription is answered; publishing to the topic, which it
+    # may not, is refused and ends the stream: the settings after it are not answered.
+    answers = stream(CONSUMER, subscription, publishing, subscription)
+    assert [a.status.code for a in answers] == [pb.OK, pb.FORBIDDEN]
+    assert answers[0].settings.subscription.group.name == GROUP
+    assert answers[1].status.message == f"No PUB permission for topic {TOPIC} (consumer1)"
+    assert not answers[1].HasField("settings")
+    # A stream that does not authenticate gets its refusal and nothing more.
+    answers = stream(Credentials("consumer1", "not-the-secret"), subscription, subscription)
+    assert [a.status.code for a in answers] == [pb.UNAUTHORIZED]
     assert answers[0].status.message == "Check signature failed for accessKey=consumer1"
-    assert not any(a.HasField("settings") for a in answers)
+
+
+def test_a_client_id_belongs_to_the_account_that_first_used_it(wire: Wire) -> None:
+    route = pb.QueryRouteRequest(topic=_res(TOPIC))
+    metadata = wire.metadata(CONSUMER)
+    assert wire.call("QueryRoute", route, metadata).status.code == pb.OK
+    # Another account naming the same client id would act on that client's messages.
+    taken = [(k, v) for k, v in wire.metadata(PRODUCER) if k != "x-mq-client-id"]
+    taken.append(("x-mq-client-id", dict(metadata)["x-mq-client-id"]))
+    status = wire.call("QueryRoute", route, taken).status
+    assert status.code == pb.FORBIDDEN
+    assert "is another account's" in status.message
+    assert wire.call("QueryRoute", route, wire.metadata(PRODUCER)).status.code == pb.OK
+
+
+def test_a_producer_ends_only_its_own_topics_halves(wire: Wire) -> None:
+    message_id = "7F00000100002A9F0000000000000ABC"
+    half = pb.Message(
+        topic=_res(OTHER),
+        body=b"the admin's half",
+        system_properties=pb.SystemProperties(
+            message_id=message_id, message_type=pb.TRANSACTION, body_encoding=pb.IDENTITY
+        ),
+    )
+    sent = wire.call("SendMessage", pb.SendMessageRequest(messages=[half]), wire.metadata(ADMIN))
+    assert sent.status.code == pb.OK, sent.status
+
+    def end(who: Credentials, topic: str) -> Any:
+        request = pb.EndTransactionRequest(
+            topic=_res(topic),
+            message_id=message_id,
+            transaction_id=sent.entries[0].transaction_id,
+            resolution=1,  # COMMIT
+        )
+        return wire.call("EndTransaction", request, wire.metadata(who)).status
+
+    # The producer may publish to its own topic, not end another topic's half through it.
+    assert end(PRODUCER, OTHER).code == pb.FORBIDDEN
+    refused = end(PRODUCER, TOPIC)
+    assert refused.code == pb.INVALID_TRANSACTION_ID, refused
+    assert "producer group" in refused.message
+    assert end(ADMIN, OTHER).code == pb.OK

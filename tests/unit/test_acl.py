@@ -4,6 +4,7 @@ signed), white remote address patterns, plain_acl.yml parsing, and the permissio
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from pyrmq.acl.plain import (
     PlainAcl,
     allows,
 )
+from pyrmq.acl.refusals import LINES_PER_WINDOW, RefusalLog, shown
 from pyrmq.acl.signing import (
     Credentials,
     grpc_signature,
@@ -227,6 +229,14 @@ def test_admin_requests_and_admin_accounts() -> None:
     admin.need_topic("AnyTopic", Permission.PUB | Permission.SUB)
     admin.need_group("AnyGroup", Permission.SUB)
     acl.check(admin)
+    # Permissions listed for an admin do not narrow it.
+    narrowed = PlainAcl.parse(
+        "accounts: [{accessKey: adminuser, secretKey: admin-secret, admin: true,"
+        " topicPerms: [TopicA=SUB], groupPerms: [GID_A=DENY]}]"
+    )
+    admin.need_topic("TopicA", Permission.PUB)
+    admin.need_group("GID_A", Permission.SUB)
+    narrowed.check(admin)
     # The trace topic takes any account's traces.
     trace = _request("consumer1", "consumer-secret")
     trace.need_topic("RMQ_SYS_TRACE_TOPIC", Permission.PUB)
@@ -369,3 +379,23 @@ def test_what_remoting_requests_need() -> None:
     assert not need(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "X"}).admin
     with pytest.raises(AclError, match="bad heartbeat"):
         need(RequestCode.HEART_BEAT, {}, b"{not json")
+
+
+def test_refusal_reasons_are_cut_short_and_printable_and_their_lines_limited(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert shown("T\nCRITICAL forged") == "T\\nCRITICAL forged"
+    assert shown("x" * 1000, 10) == "x" * 10 + "..."
+    logger = logging.getLogger("test_refusals")
+    refusals = RefusalLog(logger)
+    with caplog.at_level(logging.WARNING, logger="test_refusals"):
+        for i in range(100):
+            refusals.refused("10.0.0.1", "request", f"reason {i} " + "y" * 10_000)
+        refusals.refused("10.0.0.2", "request", "another host")
+        for _ in range(50):
+            refusals.refused("10.0.0.3", "request", "the same reason")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == LINES_PER_WINDOW + 2
+    assert all(len(line) < 400 for line in lines)
+    assert "another host" in lines[-2]
+    assert "the same reason" in lines[-1]

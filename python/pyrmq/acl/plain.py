@@ -4,7 +4,8 @@ A request passes when its client's host is on the global white list, or when it 
 account (``AccessKey``) and either comes from that account's white remote address or carries
 a valid signature and the permissions it needs. Topics and groups not listed under an
 account's ``topicPerms``/``groupPerms`` take its ``defaultTopicPerm``/``defaultGroupPerm``
-(DENY when absent). Administrative requests need ``admin: true``.
+(DENY when absent). Administrative requests need ``admin: true``, and an admin account may do
+anything.
 """
 
 import dataclasses
@@ -122,7 +123,8 @@ class AccessRequest:
             self.topics[topic] = self.topics.get(topic, 0) | permission
 
     def need_group(self, group: str | None, permission: int) -> None:
-        if group is not None:
+        # None named (a producer's unregistration, say): nothing of a group is asked.
+        if group:
             self.groups[group] = self.groups.get(group, 0) | permission
 
 
@@ -197,7 +199,8 @@ class PlainAcl:
             raise ForbiddenError(
                 f"accessKey={key} is not an admin: the request needs admin permission"
             )
-        if account.admin and not account.topics and not account.groups:
+        if account.admin:
+            # As RocketMQ since 5.1.1: an admin's listed permissions do not narrow it.
             return
         for topic, needed in request.topics.items():
             owned = account.topics.get(topic, account.default_topic)

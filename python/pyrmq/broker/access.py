@@ -6,11 +6,11 @@ A refused request is answered NO_PERMISSION with the reason and is not served.
 
 import logging
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyrmq.acl.plain import RETRY_PREFIX, AccessRequest, AclError, AclFile, Permission
+from pyrmq.acl.refusals import RefusalLog, shown
 from pyrmq.acl.signing import ACCESS_KEY, signature_matches
 from pyrmq.broker.clients import parse_heartbeat
 from pyrmq.errors import ConfigError
@@ -34,8 +34,6 @@ ADMIN_CODES = frozenset(
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
     }
 )
-# A host's refusals for one reason are logged at most this often.
-LOG_INTERVAL_S = 10.0
 
 
 def acl_file_path(config: "BrokerConfig") -> Path:
@@ -99,7 +97,7 @@ class RemotingAccess:
 
     def __init__(self, acl: AclFile) -> None:
         self.acl = acl
-        self._logged: dict[str, float] = {}
+        self._refusals = RefusalLog(log)
 
     def __call__(self, conn: "Connection", request: RemotingCommand) -> RemotingCommand | None:
         """None if ``request`` may be served, else the refusal to answer it with."""
@@ -108,17 +106,8 @@ class RemotingAccess:
             self.acl.current().check(remoting_request(host, request))
         except Exception as e:
             # As RocketMQ: a request the check cannot read is refused like any other.
-            self._log(host, request, e)
+            self._refusals.refused(host, f"request code={request.code}", str(e))
             return RemotingCommand.response_to(
-                request, ResponseCode.NO_PERMISSION, remark=f"AclException: {e}"
+                request, ResponseCode.NO_PERMISSION, remark=f"AclException: {shown(str(e))}"
             )
         return None
-
-    def _log(self, host: str, request: RemotingCommand, e: Exception) -> None:
-        key = f"{host} {e}"
-        now = time.monotonic()
-        if now - self._logged.get(key, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
-            if len(self._logged) > 4096:
-                self._logged.clear()
-            self._logged[key] = now
-            log.warning("refused request code=%s from %s: %s", request.code, host, e)

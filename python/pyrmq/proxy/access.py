@@ -18,7 +18,6 @@ import dataclasses
 import hmac
 import ipaddress
 import logging
-import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +30,7 @@ from pyrmq.acl.plain import (
     NotAuthenticatedError,
     Permission,
 )
+from pyrmq.acl.refusals import RefusalLog, shown
 from pyrmq.acl.signing import grpc_signature
 from pyrmq.proxy.proto import messaging_pb2 as pb
 
@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
-# A host's refusals for one reason are logged at most this often.
-LOG_INTERVAL_S = 10.0
 CONSUMER_TYPES = frozenset({pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER})
 
 
@@ -211,15 +209,11 @@ class GrpcAccess:
     serving it."""
 
     def __init__(self) -> None:
-        self._logged: dict[str, float] = {}
-
-    def refusal(self, acl: AclFile, request: Any, context: Any) -> pb.Status | None:
-        """None if ``request`` may be served, else the status to refuse it with."""
-        return self.check(acl, Caller.of(context), request)
+        self._refusals = RefusalLog(log)
 
     def check(self, acl: AclFile, caller: Caller, request: Any) -> pb.Status | None:
-        """:meth:`refusal` for a caller known already (a telemetry stream's, for each
-        command)."""
+        """None if ``request``, made by ``caller``, may be served, else the status to refuse
+        it with."""
         try:
             acl.current().check(grpc_request(caller, request))
         except BadRequestError as e:
@@ -233,14 +227,5 @@ class GrpcAccess:
             code, message = pb.BAD_REQUEST, f"the request cannot be checked: {e}"
         else:
             return None
-        self._log(caller.host, type(request).__name__, message)
-        return pb.Status(code=code, message=message)  # type: ignore[arg-type]
-
-    def _log(self, host: str, request: str, reason: str) -> None:
-        key = f"{host} {reason}"
-        now = time.monotonic()
-        if now - self._logged.get(key, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
-            if len(self._logged) > 4096:
-                self._logged.clear()
-            self._logged[key] = now
-            log.warning("refused gRPC %s from %s: %s", request, host or "?", reason)
+        self._refusals.refused(caller.host, f"gRPC {type(request).__name__}", message)
+        return pb.Status(code=code, message=shown(message))  # type: ignore[arg-type]

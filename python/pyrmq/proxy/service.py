@@ -97,6 +97,10 @@ class Client:
     outboxes: list["asyncio.Queue[pb.TelemetryCommand]"] = dataclasses.field(default_factory=list)
     streamed: bool = False
     last_seen: float = 0.0
+    # With an ACL: the account ("" for one let in by address) whose calls first named this
+    # client id. Other accounts' calls naming it are refused, as they would act on this
+    # client's messages and transactions.
+    owner: str | None = None
 
     @property
     def streams(self) -> int:
@@ -158,7 +162,21 @@ class MessagingService:
         """None if the broker's ACL lets ``request`` through, else the status refusing it.
         Called only when the broker has an ACL."""
         assert self.broker.acl is not None
-        return self.access.refusal(self.broker.acl, request, context)
+        caller = Caller.of(context)
+        refused = self.access.check(self.broker.acl, caller, request)
+        if refused is None:
+            client = self._client(context)
+            if client is not None:
+                refused = self._bind(client, caller)
+        return refused
+
+    def _bind(self, client: Client, caller: Caller) -> pb.Status | None:
+        account = caller.access_key or ""
+        if client.owner is None:
+            client.owner = account
+        elif client.owner != account:
+            return _status(pb.FORBIDDEN, f"client id {client.client_id} is another account's")
+        return None
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -363,15 +381,18 @@ class MessagingService:
         if client is None:
             yield pb.TelemetryCommand(status=_status(pb.CLIENT_ID_REQUIRED))
             return
-        # With an ACL, each command is checked as the stream's caller sends it: a refused one
-        # is answered with the refusal's status and not applied, and the stream stays open
-        # (the client sends its settings again every few minutes, on the same stream).
+        # With an ACL, each command is checked as the stream's caller sends it. The stream
+        # takes the broker's commands (transaction checks) only once one of its commands has
+        # passed, and a refused command ends it, as RocketMQ's proxy ends it.
         caller = None if self.broker.acl is None else Caller.of(context)
+        if caller is not None and (refused := self._bind(client, caller)) is not None:
+            yield pb.TelemetryCommand(status=refused)
+            return
         # Answers to the client's commands and the broker's own (transaction checks) share the
         # stream: both go through the outbox, read while the client's commands are.
         outbox: asyncio.Queue[pb.TelemetryCommand] = asyncio.Queue()
-        client.outboxes.append(outbox)
-        client.streamed = True
+        if caller is None:
+            self._open_stream(client, outbox)
         reader = asyncio.ensure_future(self._read_commands(client, requests, outbox, caller))
         take: asyncio.Future[pb.TelemetryCommand] | None = None
         try:
@@ -381,15 +402,25 @@ class MessagingService:
                 if not take.done():
                     break
                 yield take.result()
+            # What the reader queued before it ended (a refusal, say) still goes out.
+            while not outbox.empty():
+                yield outbox.get_nowait()
         finally:
             if take is not None:
                 take.cancel()
             reader.cancel()
             if reader.done() and not reader.cancelled() and reader.exception() is not None:
                 log.debug("telemetry stream of %s ended: %r", client.client_id, reader.exception())
-            client.outboxes.remove(outbox)
-            if client.streams == 0:
-                self._client_left(client)
+            if outbox in client.outboxes:
+                client.outboxes.remove(outbox)
+                if client.streams == 0:
+                    self._client_left(client)
+
+    @staticmethod
+    def _open_stream(client: Client, outbox: "asyncio.Queue[pb.TelemetryCommand]") -> None:
+        if outbox not in client.outboxes:
+            client.outboxes.append(outbox)
+            client.streamed = True
 
     async def _read_commands(
         self,
@@ -404,7 +435,8 @@ class MessagingService:
                 refused = self.access.check(acl, caller, command)
                 if refused is not None:
                     outbox.put_nowait(pb.TelemetryCommand(status=refused))
-                    continue
+                    return
+                self._open_stream(client, outbox)
             if command.HasField("settings"):
                 outbox.put_nowait(
                     pb.TelemetryCommand(status=OK, settings=self._settings(client, command))
@@ -585,8 +617,13 @@ class MessagingService:
             return pb.EndTransactionResponse(status=OK)
         try:
             _, phy_offset = _core.decode_offset_msg_id(request.transaction_id)
+            # gRPC halves are stored with their topic as producer group: a producer ends only
+            # its own topic's, which the ACL checked it may publish to.
             result = self.broker.transactions.end(
-                phy_offset, commit=request.resolution == COMMIT, message_id=request.message_id
+                phy_offset,
+                commit=request.resolution == COMMIT,
+                message_id=request.message_id,
+                producer_group=request.topic.name,
             )
         except (ValueError, TransactionError) as e:
             return pb.EndTransactionResponse(status=_status(pb.INVALID_TRANSACTION_ID, str(e)))
