@@ -198,7 +198,7 @@ def test_a_second_close_returns_once_the_first_has_flushed_and_unlocked(open_sto
 # A store whose retention thread logs at INFO all the time, left to the garbage collector or
 # to the interpreter's exit rather than closed.
 _UNCLOSED = """
-import faulthandler, gc, json, logging, sys, tempfile
+import faulthandler, gc, json, logging, sys, tempfile, time
 from pyrmq import _core
 logging.basicConfig(level=logging.INFO, filename=sys.argv[1] + "/log")
 faulthandler.dump_traceback_later(60, exit=True)
@@ -218,6 +218,14 @@ for i in range(int(sys.argv[2])):
     gc.collect()
 left = sys.argv[1] + "/left"
 kept = filled(left)
+# Left open only once its retention thread has logged: on a loaded machine the thread may
+# not have run yet.
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    with open(sys.argv[1] + "/log") as log_file:
+        if "deleted commit log segment" in log_file.read():
+            break
+    time.sleep(0.05)
 print(json.dumps({"left": left}), flush=True)
 """
 
