@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import os
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -35,9 +33,6 @@ from .servers import ServerProcess, serving
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(120)]
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVER = Path(__file__).with_name("rmq5_client.py")
-RMQ5_PYTHON = Path(os.environ.get("PYRMQ_RMQ5_PYTHON", ROOT / ".venv-rmq5" / "bin" / "python"))
 
 TOPIC = "TopicA"
 OTHER = "TopicB"
@@ -80,33 +75,6 @@ FORBIDDEN = "40300"
 
 
 # -- the official client --------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def rmq5(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Runs one scenario of ``rmq5_client.py`` with the official client; returns its report."""
-    if not RMQ5_PYTHON.exists():
-        pytest.fail(
-            f"the official RocketMQ 5 client is missing: run `make rmq5-client` ({RMQ5_PYTHON})"
-        )
-    home = tmp_path_factory.mktemp("rmq5-home")
-
-    def run(scenario: str, spec: dict[str, Any], who: Credentials | None) -> Any:
-        if who is not None:
-            spec = {**spec, "access_key": who.access_key, "secret_key": who.secret_key}
-        # The client logs under $HOME and reads nothing else from it.
-        env = {"HOME": str(home), "PATH": os.environ.get("PATH", "")}
-        done = subprocess.run(
-            [str(RMQ5_PYTHON), str(DRIVER), scenario, json.dumps(spec)],
-            capture_output=True,
-            env=env,
-            timeout=40,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr.decode()[-3000:]
-        return json.loads(done.stdout.decode().strip().splitlines()[-1])
-
-    return run
 
 
 def _create_topics(server: ServerProcess, *topics: str) -> None:
@@ -159,6 +127,12 @@ def _bodies(report: dict[str, Any]) -> list[str]:
     return sorted(base64.b64decode(m["body"]).decode() for m in report["messages"])
 
 
+def _signed(spec: dict[str, Any], who: Credentials | None) -> dict[str, Any]:
+    if who is None:
+        return spec
+    return {**spec, "access_key": who.access_key, "secret_key": who.secret_key}
+
+
 def _produce(
     rmq5: Any, server: ServerProcess, who: Credentials | None, topic: str, bodies: list[str]
 ) -> dict[str, Any]:
@@ -169,7 +143,7 @@ def _produce(
         "messages": [{"body": _b64(b)} for b in bodies],
         "client_log": True,
     }
-    report: dict[str, Any] = rmq5("produce", spec, who)
+    report: dict[str, Any] = rmq5("produce", _signed(spec, who), 40)
     return report
 
 
@@ -186,7 +160,7 @@ def _receive(
         "catch": True,
         "client_log": True,
     }
-    report: dict[str, Any] = rmq5("simple", spec, who)
+    report: dict[str, Any] = rmq5("simple", _signed(spec, who), 40)
     return report
 
 

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
-import os
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -29,35 +26,7 @@ from pyrmq.errors import BrokerError
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVER = Path(__file__).with_name("rmq5_client.py")
-RMQ5_PYTHON = Path(os.environ.get("PYRMQ_RMQ5_PYTHON", ROOT / ".venv-rmq5" / "bin" / "python"))
 QUEUES = 4
-
-
-@pytest.fixture(scope="module")
-def rmq5(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Runs one scenario of ``rmq5_client.py`` with the official client; returns its report."""
-    if not RMQ5_PYTHON.exists():
-        pytest.fail(
-            f"the official RocketMQ 5 client is missing: run `make rmq5-client` ({RMQ5_PYTHON})"
-        )
-    home = tmp_path_factory.mktemp("rmq5-home")
-
-    def run(scenario: str, spec: dict[str, Any], timeout_s: float = 90) -> Any:
-        # The client logs under $HOME and reads nothing else from it.
-        env = {"HOME": str(home), "PATH": os.environ.get("PATH", "")}
-        done = subprocess.run(
-            [str(RMQ5_PYTHON), str(DRIVER), scenario, json.dumps(spec)],
-            capture_output=True,
-            env=env,
-            timeout=timeout_s,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr.decode()[-3000:]
-        return json.loads(done.stdout.decode().strip().splitlines()[-1])
-
-    return run
 
 
 @pytest.fixture(scope="module")

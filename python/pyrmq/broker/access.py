@@ -106,8 +106,9 @@ class RemotingAccess:
             self.acl.current().check(remoting_request(host, request))
         except Exception as e:
             # As RocketMQ: a request the check cannot read is refused like any other.
-            self._refusals.refused(host, f"request code={request.code}", str(e))
+            reason = shown(str(e))
+            self._refusals.refused(host, f"request code={request.code}", reason)
             return RemotingCommand.response_to(
-                request, ResponseCode.NO_PERMISSION, remark=f"AclException: {shown(str(e))}"
+                request, ResponseCode.NO_PERMISSION, remark=f"AclException: {reason}"
             )
         return None

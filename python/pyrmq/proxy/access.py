@@ -34,7 +34,14 @@ from pyrmq.acl.refusals import RefusalLog, shown
 from pyrmq.acl.signing import grpc_signature
 from pyrmq.proxy.proto import messaging_pb2 as pb
 
-__all__ = ["Caller", "GrpcAccess", "grpc_request", "parse_authorization", "peer_host"]
+__all__ = [
+    "Caller",
+    "GrpcAccess",
+    "grpc_request",
+    "parse_authorization",
+    "peer_endpoint",
+    "peer_host",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,21 +79,27 @@ def parse_authorization(value: str) -> tuple[str | None, str | None]:
     return access_key, signature
 
 
-def peer_host(peer: str) -> str:
-    """The client's IP address in a gRPC peer string (``ipv4:127.0.0.1:5000``,
-    ``ipv6:[::1]:5000``, ``ipv6:%5B::1%5D:5000``); an IPv4-mapped IPv6 address as IPv4; ""
-    for a peer with no IP address."""
+def peer_endpoint(peer: str) -> tuple[str, str] | None:
+    """(IP address, port) of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``,
+    or ``ipv6:%5B::1%5D:5000`` as gRPC escapes the brackets), an IPv4-mapped IPv6 address as
+    IPv4; None for a peer with no IP address."""
     kind, _, rest = peer.partition(":")
     if kind not in ("ipv4", "ipv6"):
-        return ""
-    host = urllib.parse.unquote(rest).rpartition(":")[0].strip("[]")
+        return None
+    host, _, port = urllib.parse.unquote(rest).rpartition(":")
     try:
-        address = ipaddress.ip_address(host)
+        address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        return ""
+        return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
+        return str(address.ipv4_mapped), port
+    return str(address), port
+
+
+def peer_host(peer: str) -> str:
+    """The client's IP address in a gRPC peer string; "" for a peer with no IP address."""
+    endpoint = peer_endpoint(peer)
+    return "" if endpoint is None else endpoint[0]
 
 
 def _text(value: str | bytes) -> str:

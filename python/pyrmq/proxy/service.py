@@ -17,7 +17,6 @@ import itertools
 import logging
 import random
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +35,7 @@ from pyrmq.errors import (
 )
 from pyrmq.properties import RECONSUME_TIME, UNIQ_KEY
 from pyrmq.proxy import messages
-from pyrmq.proxy.access import Caller, GrpcAccess
+from pyrmq.proxy.access import Caller, GrpcAccess, peer_endpoint
 from pyrmq.proxy.cluster import BrokerQueues, ClusterRoutes
 from pyrmq.proxy.messages import Delivery, SendCheckError
 from pyrmq.proxy.pop import InFlight, PopQueue, Receipt, new_generations
@@ -1199,17 +1198,12 @@ def _check_group(group: str) -> pb.Status | None:
 
 
 def _peer_address(peer: str) -> str:
-    """``ip:port`` of a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``; gRPC
-    escapes the brackets: ``ipv6:%5B::1%5D:5000``)."""
-    kind, _, rest = peer.partition(":")
-    if kind == "ipv4":
-        return rest
-    if kind == "ipv6":
-        host, _, port = urllib.parse.unquote(rest).rpartition(":")
-        host = host.strip("[]")
-        if host.startswith("::ffff:"):
-            return f"{host[7:]}:{port}"
-    return "127.0.0.1:0"
+    """``ip:port`` of a gRPC peer, as stored messages name their sender: IPv4 only (a peer
+    with no IPv4 address as ``127.0.0.1:0``)."""
+    endpoint = peer_endpoint(peer)
+    if endpoint is None or ":" in endpoint[0]:
+        return "127.0.0.1:0"
+    return f"{endpoint[0]}:{endpoint[1]}"
 
 
 def _now_ms() -> int:
