@@ -32,9 +32,14 @@ def rmq5(tmp_path_factory: pytest.TempPathFactory) -> Any:
         )
     home = tmp_path_factory.mktemp("rmq5-home")
 
-    def run(scenario: str, spec: dict[str, Any], timeout_s: float = 90) -> Any:
+    def run(
+        scenario: str,
+        spec: dict[str, Any],
+        timeout_s: float = 90,
+        env: dict[str, str] | None = None,
+    ) -> Any:
         # The client logs under $HOME and reads nothing else from it.
-        env = {"HOME": str(home), "PATH": os.environ.get("PATH", "")}
+        env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""), **(env or {})}
         done = subprocess.run(
             [str(RMQ5_PYTHON), str(DRIVER), scenario, json.dumps(spec)],
             capture_output=True,

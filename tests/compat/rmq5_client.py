@@ -3,7 +3,8 @@
 Run by ``.venv-rmq5/bin/python`` (``make rmq5-client``), never imported by the suite: that
 client's package is also called ``rocketmq``, as the 4.x client's is. One scenario per run:
 ``python rmq5_client.py SCENARIO JSON``; it prints one JSON line with what happened. Every
-scenario takes ``endpoint``, optionally ``access_key``/``secret_key`` (an ACL account) and
+scenario takes ``endpoint``, optionally ``access_key``/``secret_key`` (an ACL account),
+``tls`` (connect over TLS, trusting the roots in $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH) and
 ``client_log`` (report what the client logged at WARNING and above, beside the result).
 """
 
@@ -66,7 +67,7 @@ def _seen(message: Any) -> dict[str, Any]:
 
 
 def produce(spec: dict[str, Any]) -> Any:
-    producer = Producer(_config(spec), (spec["topic"],))
+    producer = Producer(_config(spec), (spec["topic"],), tls_enable=spec.get("tls", False))
     producer.startup()
     ids = []
     try:
@@ -104,6 +105,7 @@ def simple(spec: dict[str, Any]) -> Any:
         spec["group"],
         {spec["topic"]: FilterExpression(spec.get("expression", "*"), kind)},
         await_duration=spec.get("await_s", 2),
+        tls_enable=spec.get("tls", False),
     )
     consumer.startup()
     got: list[dict[str, Any]] = []

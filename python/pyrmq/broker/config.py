@@ -13,6 +13,7 @@ from pyrmq.broker.state.json_file import write_atomic
 from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_properties, rocketmq_key
 from pyrmq.errors import ConfigError
 from pyrmq.remoting.addresses import split_addresses
+from pyrmq.remoting.tls import SECRET_KEYS, TLS_KEYS, TlsConfig
 
 __all__ = ["SECRET_SETTINGS", "BrokerConfig", "setting_key", "write_settings"]
 
@@ -53,7 +54,9 @@ _ALIASES = {
     "innerClientAuthenticationCredentials": "inner_client_authentication_credentials",
 }
 _KEYS = {name: key for key, name in _ALIASES.items()}
-SECRET_SETTINGS = frozenset({"innerClientAuthenticationCredentials"})
+# Fields holding settings of their own, with their own keys.
+_NESTED = frozenset({"store", "tls"})
+SECRET_SETTINGS = frozenset({"innerClientAuthenticationCredentials", *SECRET_KEYS})
 """Settings GET_BROKER_CONFIG leaves out: any account may ask for a broker's settings."""
 
 
@@ -121,6 +124,9 @@ class BrokerConfig:
     # The account this broker signs its own requests to peers and name servers with, as
     # RocketMQ's JSON: {"accessKey": "...", "secretKey": "..."}; empty: unsigned.
     inner_client_authentication_credentials: str = ""
+    # TLS on the listen port and towards name servers and peers: RocketMQ's tls.* keys
+    # (pyrmq.remoting.tls), which broker.conf may set as RocketMQ's JVM properties do.
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
@@ -195,12 +201,16 @@ class BrokerConfig:
     ) -> Self:
         """Broker keys (camelCase or snake_case) and store keys in one mapping, as broker.conf
         mixes them. Unknown keys are warned about; bad values raise one ConfigError."""
-        broker_fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "store"}
+        broker_fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _NESTED}
         broker_values: dict[str, Any] = {}
         store_values: dict[str, object] = {}
+        tls_values: dict[str, object] = {}
         problems = []
         given_as: dict[str, str] = {}
         for key, raw in values.items():
+            if key.startswith("tls."):
+                tls_values[key] = raw
+                continue
             name = _ALIASES.get(key, key)
             # One setting under two spellings (mapedFileSizeCommitLog, mappedFileSizeCommitLog):
             # neither may silently win.
@@ -216,9 +226,15 @@ class BrokerConfig:
                     problems.append(f"{key}: {e}")
             else:
                 store_values[key] = raw
+        base = base or cls()
+        tls = base.tls
+        if tls_values:
+            try:
+                tls = TlsConfig.from_mapping(tls_values, base=base.tls)
+            except ConfigError as e:
+                problems.extend(e.problems or [str(e)])
         if problems:
             raise ConfigError("; ".join(problems), problems=problems)
-        base = base or cls()
         # Keys given here override the base's fields: merge by field name, since broker.conf
         # names them in camelCase (flushDiskType) and the base by field (flush_disk_type).
         store_fields = {f.name for f in dataclasses.fields(StoreConfig)}
@@ -231,9 +247,8 @@ class BrokerConfig:
             if store_values
             else base.store
         )
-        return cls(
-            **{**{f: getattr(base, f) for f in broker_fields}, **broker_values, "store": store}
-        )
+        fields = {**{f: getattr(base, f) for f in broker_fields}, **broker_values}
+        return cls(**fields, tls=tls, store=store)
 
     @classmethod
     def from_properties(cls, path: str | Path, *, base: "BrokerConfig | None" = None) -> Self:
@@ -251,16 +266,19 @@ class BrokerConfig:
         out = {
             _KEYS.get(f.name, f.name): _format(getattr(self, f.name))
             for f in dataclasses.fields(self)
-            if f.name != "store"
+            if f.name not in _NESTED
         }
         for f in dataclasses.fields(self.store):
             out[rocketmq_key(f.name)] = _format(getattr(self.store, f.name))
+        out.update(self.tls.to_properties())
         return out
 
 
 def setting_key(key: str) -> str | None:
     """The key :meth:`BrokerConfig.to_properties` reports a setting under, for any of its
     spellings (RocketMQ's, old or current, or the field name); None for no setting."""
+    if key in TLS_KEYS:
+        return key
     broker_field = _ALIASES.get(key, key)
     if broker_field in _BROKER_FIELDS:
         return _KEYS.get(broker_field, broker_field)
@@ -294,7 +312,9 @@ def _format(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-_BROKER_FIELDS = frozenset(f.name for f in dataclasses.fields(BrokerConfig) if f.name != "store")
+_BROKER_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(BrokerConfig) if f.name not in _NESTED
+)
 _STORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StoreConfig))
 
 

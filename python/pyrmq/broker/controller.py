@@ -38,6 +38,7 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
+from pyrmq.remoting.tls import TlsMode
 from pyrmq.store import FlushWaiter, MessageStore, PutResult
 
 __all__ = ["BrokerController"]
@@ -158,10 +159,14 @@ class BrokerController:
             except AclError as e:
                 raise ConfigError(f"aclEnable: {e}") from None
             self.server.access_check = RemotingAccess(self.acl)
+        tls = self.config.tls.with_file()
+        self.server.tls = tls.server_context()
+        self.server.tls_only = tls.server_mode is TlsMode.ENFORCING
+        self.namesrv.tls = tls.client_context()
         await self.server.start()
         if self.grpc is not None:
             # Bound before the store opens, so that a port in use fails the start at once.
-            await self.grpc.start()
+            await self.grpc.start(tls)
             # Peers ask for it (GET_BROKER_CONFIG) to route 5.x clients here: the bound port.
             self.config = dataclasses.replace(self.config, grpc_server_port=self.grpc.port)
             assert self.grpc.service is not None

@@ -14,6 +14,7 @@ Example (against a running ``pyrmq serve``)::
 
 import dataclasses
 import json
+import ssl
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -141,6 +142,7 @@ class Admin:
         *,
         timeout_s: float = 3.0,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         try:
             self.namesrv_addrs = split_addresses(namesrv_addr)
@@ -149,7 +151,7 @@ class Admin:
         if not self.namesrv_addrs:
             raise ConfigError("no name server address given")
         self.timeout_s = timeout_s
-        self._remoting = RemotingClient(credentials=credentials)
+        self._remoting = RemotingClient(credentials=credentials, tls=tls)
 
     async def __aenter__(self) -> Self:
         return self

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import weakref
 from collections.abc import Callable, Coroutine
 from types import TracebackType
@@ -57,6 +58,9 @@ class ClientConfig:
     request_timeout_s: float = 3.0
     credentials: Credentials | None = None
     """An ACL account's keys: every request to name servers and brokers is signed with them."""
+    tls: ssl.SSLContext | None = None
+    """Connections to name servers and brokers are TLS with this context
+    (:func:`pyrmq.remoting.tls.client_context` makes one)."""
 
     def __post_init__(self) -> None:
         try:
@@ -113,7 +117,9 @@ class ClientInstance:
         self.config = config
         self.client_id = client_id
         self.remoting = RemotingClient(
-            connect_timeout_s=config.request_timeout_s, credentials=config.credentials
+            connect_timeout_s=config.request_timeout_s,
+            credentials=config.credentials,
+            tls=config.tls,
         )
         self.api = ClientAPI(self.remoting)
         self.routes: dict[str, TopicRoute] = {}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pyrmq.errors import ConfigError
 from pyrmq.remoting.server import RemotingServer
+from pyrmq.remoting.tls import TlsConfig, TlsMode
 
 from .kv_config import KvConfig
 from .processor import NamesrvProcessor
@@ -35,6 +36,8 @@ class NamesrvConfig:
     kv_config_path: str | None = "~/.pyrmq/namesrv/kvConfig.json"
     # Routes carry a topic's ORDER_TOPIC_CONFIG value as orderTopicConf.
     order_message_enable: bool = False
+    # TLS on the listen port (pyrmq.remoting.tls); tls.config.file is read at start.
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -60,6 +63,9 @@ class NameServer:
         return self.server.address
 
     async def start(self) -> None:
+        tls = self.config.tls.with_file()
+        self.server.tls = tls.server_context()
+        self.server.tls_only = tls.server_mode is TlsMode.ENFORCING
         await self.server.start()
         self._scanner = asyncio.get_running_loop().create_task(self._scan())
         log.info("name server started address=%s", self.address)

@@ -116,7 +116,8 @@ class Caller:
     date_time: str | None
 
     @classmethod
-    def of(cls, context: Any) -> "Caller":
+    def of(cls, context: Any, peer: str) -> "Caller":
+        """The caller of ``context``, whose gRPC peer string is ``peer``."""
         authorization = date_time = None
         for key, value in context.invocation_metadata() or ():
             if key == AUTHORIZATION:
@@ -126,7 +127,7 @@ class Caller:
         access_key, signature = (
             parse_authorization(authorization) if authorization is not None else (None, None)
         )
-        return cls(peer_host(context.peer() or ""), access_key, signature, date_time)
+        return cls(peer_host(peer), access_key, signature, date_time)
 
     def signed(self, secret_key: str) -> bool:
         """Whether the call's signature is its date-time's under ``secret_key``."""

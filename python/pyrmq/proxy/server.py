@@ -4,16 +4,24 @@ Methods are registered by path, with this package's message classes doing the (d
 so the official clients' generated code is never needed here. The RPCs the official clients
 never call (PullMessage, the offset RPCs, SyncLiteSubscription) are not registered and get
 gRPC's UNIMPLEMENTED, as from RocketMQ's own proxy.
+
+With a certificate, the port follows the broker's TLS mode (``tls.server.mode``): TLS only when
+it is enforced; TLS and plain both when permissive, through a
+:class:`~pyrmq.proxy.front.SplicingFront`, since gRPC's listener serves one or the other on a port.
 """
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from pyrmq.errors import ConfigError
+from pyrmq.proxy.front import LOOPBACK, SplicingFront
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.proxy.service import MessagingService
+from pyrmq.remoting.tls import TlsConfig, TlsMode
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
@@ -44,13 +52,26 @@ class GrpcServer:
         self.host = host
         self.port = port
         self._server: grpc.aio.Server | None = None
+        self._front: SplicingFront | None = None
         self.service: MessagingService | None = None
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def start(self) -> None:
+    async def start(self, tls: TlsConfig | None = None) -> None:
+        """Listens, over TLS when ``tls`` enforces it.
+
+        Raises:
+            ConfigError: TLS is enforced with a key or trust file gRPC cannot use.
+            OSError: The port cannot be bound.
+        """
+        mode = TlsMode.DISABLED if tls is None or not tls.server_cert_path else tls.server_mode
+        if mode is TlsMode.ENFORCING and tls is not None and not tls.server_cert_path:
+            raise ConfigError(
+                "tls.server.mode=enforcing needs tls.server.certPath and tls.server.keyPath"
+            )
+        credentials = None if mode is TlsMode.DISABLED or tls is None else server_credentials(tls)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
@@ -58,11 +79,26 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        address = f"{self.host}:{self.port}"
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        elif mode is TlsMode.ENFORCING:
+            bound = server.add_secure_port(address, credentials)
+        else:
+            plain = server.add_insecure_port(f"{LOOPBACK}:0")
+            secure = server.add_secure_port(f"{LOOPBACK}:0", credentials)
+            if not (plain and secure):
+                raise OSError("cannot listen for gRPC on the loopback address")
+            front = SplicingFront(self.host, self.port, plain_port=plain, tls_port=secure)
+            await front.start()
+            self._front = front
+            bound = front.port
         if bound == 0:
-            raise OSError(f"cannot listen for gRPC on {self.host}:{self.port}")
+            raise OSError(f"cannot listen for gRPC on {address}")
         self.port = bound
         service = self.service = MessagingService(self.broker, bound)
+        if self._front is not None:
+            service.peer_of = self._front.peer
         serialize = pb.ReceiveMessageResponse.SerializeToString
         handlers = {
             "QueryRoute": _unary(service.query_route, pb.QueryRouteRequest),
@@ -98,9 +134,37 @@ class GrpcServer:
         )
         await server.start()
         self._server = server
-        log.info("gRPC listening on %s", self.address)
+        log.info(
+            "gRPC listening on %s%s", self.address, "" if credentials is None else f" tls={mode}"
+        )
 
     async def stop(self) -> None:
+        if self._front is not None:
+            await self._front.stop()
+            self._front = None
         if self._server is not None:
             await self._server.stop(GRACE_S)
             self._server = None
+
+
+def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """The gRPC port's TLS credentials, from the server certificate ``tls`` names."""
+    if tls.server_key_password:
+        raise ConfigError("the gRPC port needs an unencrypted key (tls.server.keyPassword is set)")
+    # gRPC's listener requires a client certificate or asks for none: "optional" asks none.
+    ask = tls.server_need_client_auth == "require"
+    if ask and not tls.server_trust_cert_path:
+        raise ConfigError(
+            "the gRPC port requires client certificates only with tls.server.trustCertPath"
+        )
+    try:
+        cert = Path(tls.server_cert_path).read_bytes()
+        key = Path(tls.server_key_path or tls.server_cert_path).read_bytes()
+        roots = Path(tls.server_trust_cert_path).read_bytes() if ask else None
+    except OSError as e:
+        raise ConfigError(f"cannot read a TLS file for the gRPC port: {e}") from e
+    return grpc.ssl_server_credentials(
+        [(key, cert)],
+        root_certificates=roots,
+        require_client_auth=ask,
+    )

@@ -17,7 +17,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pyrmq import _core
@@ -156,12 +156,14 @@ class MessagingService:
         self._attempts: dict[tuple[str, str, str], tuple[str, list[tuple[int, int, int]]]] = {}
         # The ACL's check of requests, when the broker has one (``broker.acl``).
         self.access = GrpcAccess()
+        self.peer_of: Callable[[str], str] = _same
+        """The client behind a gRPC peer string (a front in between hides it)."""
 
     def _refused(self, request: Any, context: Any) -> pb.Status | None:
         """None if the broker's ACL lets ``request`` through, else the status refusing it.
         Called only when the broker has an ACL."""
         assert self.broker.acl is not None
-        caller = Caller.of(context)
+        caller = Caller.of(context, self.peer_of(context.peer() or ""))
         refused = self.access.check(self.broker.acl, caller, request)
         if refused is None:
             client = self._client(context)
@@ -383,7 +385,11 @@ class MessagingService:
         # With an ACL, each command is checked as the stream's caller sends it. The stream
         # takes the broker's commands (transaction checks) only once one of its commands has
         # passed, and a refused command ends it, as RocketMQ's proxy ends it.
-        caller = None if self.broker.acl is None else Caller.of(context)
+        caller = (
+            None
+            if self.broker.acl is None
+            else Caller.of(context, self.peer_of(context.peer() or ""))
+        )
         if caller is not None and (refused := self._bind(client, caller)) is not None:
             yield pb.TelemetryCommand(status=refused)
             return
@@ -523,7 +529,7 @@ class MessagingService:
         if isinstance(config, pb.Status):
             entries = [pb.SendResultEntry(status=config) for _ in request.messages]
             return pb.SendMessageResponse(status=config, entries=entries)
-        born_host = _peer_address(context.peer())
+        born_host = _peer_address(self.peer_of(context.peer() or ""))
         results = [await self._send_one(m, config, born_host) for m in request.messages]
         codes = {entry.status.code for entry in results}
         top = results[0].status if len(codes) == 1 else _status(pb.MULTIPLE_RESULTS)
@@ -1195,6 +1201,10 @@ def _check_group(group: str) -> pb.Status | None:
     except MessageIllegalError as e:
         return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r}: {e}")
     return None
+
+
+def _same(peer: str) -> str:
+    return peer
 
 
 def _peer_address(peer: str) -> str:

@@ -13,6 +13,7 @@ extra wait.
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -139,11 +140,18 @@ class RemotingClient:
     """Sends requests to any number of servers over one connection each."""
 
     def __init__(
-        self, *, connect_timeout_s: float = 3.0, credentials: Credentials | None = None
+        self,
+        *,
+        connect_timeout_s: float = 3.0,
+        credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.credentials = credentials
         """Every request is signed with these, for brokers that check ACLs."""
+        self.tls = tls
+        """Connections are TLS with this context (within ``connect_timeout_s``, handshake
+        included)."""
         self.server_request_handlers: dict[int, ServerRequestHandler] = {}
         self._channels: dict[str, _Channel] = {}
         self._connecting: dict[str, asyncio.Future[_Channel]] = {}
@@ -172,7 +180,13 @@ class RemotingClient:
         try:
             host, _, port = address.rpartition(":")
             _, opened = await asyncio.wait_for(
-                loop.create_connection(lambda: _Channel(self, address), host, int(port)),
+                loop.create_connection(
+                    lambda: _Channel(self, address),
+                    host,
+                    int(port),
+                    ssl=self.tls,
+                    server_hostname=host if self.tls is not None else None,
+                ),
                 self.connect_timeout_s,
             )
         except (OSError, TimeoutError, ValueError) as e:

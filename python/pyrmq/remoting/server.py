@@ -12,6 +12,10 @@ Failures stay with their connection: a malformed frame closes that connection on
 code gets REQUEST_CODE_NOT_SUPPORTED, a handler that raises gets SYSTEM_ERROR. Nothing else is
 disturbed. A client that does not read its answers stops being read: once a connection's unsent
 answers pass ``WRITE_HIGH_WATER_BYTES``, its requests wait until they drain.
+
+With a TLS context the server accepts connections itself and looks at each one's first byte
+before the transport is made (:mod:`pyrmq.remoting.first_byte`): a TLS handshake gets a TLS
+transport, anything else a plain one, or, when TLS is enforced, a closed connection.
 """
 
 import asyncio
@@ -19,13 +23,17 @@ import contextlib
 import functools
 import itertools
 import logging
+import socket
+import ssl
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, cast
 
 from pyrmq.errors import FrameDecodeError, HeaderError, RemotingError
 from pyrmq.remoting.codec import FrameDecoder, encode
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.first_byte import FirstByteListener, peer_text
 from pyrmq.remoting.protocol import MAX_FRAME_BYTES, ResponseCode
+from pyrmq.remoting.tls import looks_like_tls
 
 __all__ = ["AccessCheck", "Connection", "Handler", "InlineHandler", "RemotingServer"]
 
@@ -35,6 +43,8 @@ _opaques = itertools.count(1 << 30)
 
 WRITE_HIGH_WATER_BYTES = 4 << 20
 """Unsent answer bytes above which a connection's requests are no longer read."""
+
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class Handler(Protocol):
@@ -97,7 +107,12 @@ class Connection(asyncio.Protocol):
         try:
             commands = self._decoder.feed(data)
         except FrameDecodeError as e:
-            log.warning("closing connection peer=%s: %s", self.peer_address, e)
+            hint = (
+                " (a TLS handshake: this server has no TLS certificate)"
+                if (looks_like_tls(data))
+                else ""
+            )
+            log.warning("closing connection peer=%s: %s%s", self.peer_address, e, hint)
             self.close()
             return
         if self._backlog:
@@ -271,11 +286,21 @@ class RemotingServer:
     """Listens on one address and routes requests to handlers by request code."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, max_frame_bytes: int = MAX_FRAME_BYTES
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        tls: ssl.SSLContext | None = None,
+        tls_only: bool = False,
     ) -> None:
+        """``tls``: accept TLS connections with this context, and plain ones too unless
+        ``tls_only``."""
         self.host = host
         self.port = port
         self.max_frame_bytes = max_frame_bytes
+        self.tls = tls
+        self.tls_only = tls_only
         self.handlers: dict[int, Handler] = {}
         self.inline_handlers: dict[int, InlineHandler] = {}
         self.connections: set[Connection] = set()
@@ -283,6 +308,7 @@ class RemotingServer:
         self.access_check: AccessCheck | None = None
         """Runs before every request is served; a refusal it returns is the answer."""
         self._server: asyncio.Server | None = None
+        self._listener: FirstByteListener | None = None
 
     def register(self, code: int, handler: Handler) -> None:
         self.inline_handlers.pop(int(code), None)
@@ -296,10 +322,30 @@ class RemotingServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
-        log.info("remoting server listening address=%s:%s", self.host, self.port)
+        if self.tls is None:
+            self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
+            self.port = self._server.sockets[0].getsockname()[1]
+        else:
+            listener = FirstByteListener(self.host, self.port, self._open, tls_only=self.tls_only)
+            await listener.start()
+            self._listener = listener
+            self.port = listener.port
+        tls = "" if self.tls is None else " tls=" + ("enforcing" if self.tls_only else "permissive")
+        log.info("remoting server listening address=%s:%s%s", self.host, self.port, tls)
+
+    async def _open(self, sock: socket.socket, is_tls: bool) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(
+                lambda: Connection(self),
+                sock,
+                ssl=self.tls if is_tls else None,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if is_tls else None,
+            )
+        except (OSError, TimeoutError) as e:
+            # ssl.SSLError is an OSError: a client that does not trust us, a bad certificate.
+            log.warning("closing connection peer=%s: TLS handshake failed: %s", peer_text(sock), e)
+            sock.close()
 
     @property
     def address(self) -> str:
@@ -313,3 +359,8 @@ class RemotingServer:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None
+            for conn in list(self.connections):
+                conn.close()

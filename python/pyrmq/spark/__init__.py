@@ -30,7 +30,10 @@ latest.
 
 Reads and writes take ``rocketmq.accessKey`` and ``rocketmq.secretKey`` for brokers with an
 ACL: every request is signed as that account. Pulls name ``consumerGroup`` (else
-``consumerGroupPrefix``), which the account must be allowed to consume as.
+``consumerGroupPrefix``), which the account must be allowed to consume as. With
+``rocketmq.tls=true`` they connect over TLS, checking the server against
+``rocketmq.tls.caFile`` (else the system's roots) unless ``rocketmq.tls.verify=false``;
+``rocketmq.tls.certFile`` and ``rocketmq.tls.keyFile`` present a client certificate.
 
 Writes, batch or streaming, take ``nameServer``, and ``topic`` unless the rows have a
 ``topic`` column (rows: ``body``, ``tags``, ``keys``, ``properties``, ``queue_id``,

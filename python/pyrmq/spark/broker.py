@@ -20,6 +20,7 @@ from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.headers import PullMessageRequestHeader
+from pyrmq.remoting.tls import ClientTls
 
 __all__ = ["Brokers"]
 
@@ -38,10 +39,12 @@ class Brokers:
         timeout_s: float = 10.0,
         credentials: Credentials | None = None,
         group: str = SOURCE_GROUP,
+        tls: ClientTls | None = None,
     ) -> None:
         self.namesrv = split_addresses(namesrv)
         self.timeout_s = timeout_s
         self.credentials = credentials
+        self.tls = tls
         # Named in pulls: a broker with an ACL checks that the account may consume as it.
         self.group = group
         # A bare loop: asyncio.Runner swaps the SIGINT handler on every run, which cost more
@@ -53,7 +56,9 @@ class Brokers:
 
     def __enter__(self) -> Self:
         self._remoting = RemotingClient(
-            connect_timeout_s=self.timeout_s, credentials=self.credentials
+            connect_timeout_s=self.timeout_s,
+            credentials=self.credentials,
+            tls=None if self.tls is None else self.tls.context(),
         )
         self._api = ClientAPI(self._remoting)
         return self

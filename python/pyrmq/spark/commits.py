@@ -24,7 +24,7 @@ from pyrmq.client.admin import Admin
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendStatus
 from pyrmq.client.transaction import HalfMessage, TransactionProducer, TransactionState
 from pyrmq.errors import BrokerError, PyrmqError
-from pyrmq.spark.options import WriteOptions
+from pyrmq.spark.options import WriteOptions, admin_client
 from pyrmq.spark.windowed import windowed
 
 __all__ = [
@@ -173,7 +173,7 @@ class SinkChecker:
         self._asking[key] = future
         try:
             if self._admin is None:
-                self._admin = Admin(self.options.name_server, credentials=self.options.credentials)
+                self._admin = admin_client(self.options)
             record = await find_record(self._admin, self.options.commit_topic, sink, batch)
         except BaseException as e:
             future.set_exception(e)
@@ -296,7 +296,7 @@ async def settle(
     immunity_ms = options.check_immunity_s * 1000
     earlier: list[tuple[int, HalfMessage]] = []
     failure: PyrmqError | None = None
-    async with Admin(options.name_server, credentials=options.credentials) as admin:
+    async with admin_client(options) as admin:
         record = await find_record(admin, topic, sink, batch)
         if record is None and commit:
             oldest = min((w.written_ms for w in written), default=None)

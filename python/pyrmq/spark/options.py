@@ -14,10 +14,13 @@ from typing import Any, Literal
 from pyrmq import _core
 from pyrmq.acl.signing import Credentials
 from pyrmq.broker.state.topics import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX
+from pyrmq.client.admin import Admin
+from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.subscription import Subscription
 from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.remoting.addresses import split_addresses
+from pyrmq.remoting.tls import ClientTls
 from pyrmq.spark import offsets
 
 __all__ = ["ReadOptions", "WriteOptions"]
@@ -26,7 +29,15 @@ Mode = Literal["batch", "stream"]
 
 
 # Client settings passed through (Kafka's source passes kafka.* the same way).
-CLIENT_KEYS = ("rocketmq.accessKey", "rocketmq.secretKey")
+CLIENT_KEYS = (
+    "rocketmq.accessKey",
+    "rocketmq.secretKey",
+    "rocketmq.tls",
+    "rocketmq.tls.caFile",
+    "rocketmq.tls.certFile",
+    "rocketmq.tls.keyFile",
+    "rocketmq.tls.verify",
+)
 READ_KEYS = (
     "nameServer",
     "subscribe",
@@ -124,6 +135,23 @@ def _credentials(options: dict[str, str]) -> Credentials | None:
     if not key or secret is None:
         return None
     return Credentials(key, secret)
+
+
+def _tls(options: dict[str, str]) -> ClientTls | None:
+    files = {
+        key: options.get(f"rocketmq.tls.{key.lower()}") for key in ("caFile", "certFile", "keyFile")
+    }
+    verify = _bool(options, "rocketmq.tls.verify", True)
+    if not _bool(options, "rocketmq.tls", False):
+        given = [f"rocketmq.tls.{key}" for key, value in files.items() if value is not None]
+        if given or "rocketmq.tls.verify" in options:
+            raise ConfigError("options rocketmq.tls.* need rocketmq.tls=true")
+        return None
+    if files["keyFile"] is not None and files["certFile"] is None:
+        raise ConfigError("option rocketmq.tls.keyFile needs rocketmq.tls.certFile")
+    tls = ClientTls(files["caFile"], files["certFile"], files["keyFile"], verify)
+    tls.context()  # a file that cannot be loaded fails here, on the driver
+    return tls
 
 
 def _name_server(options: dict[str, str]) -> str:
@@ -258,6 +286,8 @@ class ReadOptions:
     """Streams without ``consumer_group``: the start of the group made up for each run."""
     credentials: Credentials | None = None
     """The ACL account requests are signed with (brokers with ``aclEnable``)."""
+    tls: ClientTls | None = None
+    """Connections are TLS (brokers with ``tls.server.mode``)."""
 
     def selects(self, topic: str) -> bool:
         """Whether the read takes messages of ``topic``."""
@@ -322,6 +352,7 @@ class ReadOptions:
         return cls(
             name_server=_name_server(options),
             credentials=_credentials(options),
+            tls=_tls(options),
             topics=topics,
             subscription=expression,
             starting=_position(options, "startingOffsets", default_start, ("earliest", "latest")),
@@ -369,6 +400,8 @@ class WriteOptions:
     """The rows name their queue (a ``queue_id`` column)."""
     credentials: Credentials | None = None
     """The ACL account requests are signed with (brokers with ``aclEnable``)."""
+    tls: ClientTls | None = None
+    """Connections are TLS (brokers with ``tls.server.mode``)."""
 
     @property
     def in_order(self) -> bool:
@@ -401,6 +434,7 @@ class WriteOptions:
         return cls(
             name_server=_name_server(options),
             credentials=_credentials(options),
+            tls=_tls(options),
             topic=topic,
             producer_group=options.get("producergroup", "spark-pyrmq-sink"),
             include_properties=_bool(options, "includeProperties", False),
@@ -409,3 +443,21 @@ class WriteOptions:
             check_immunity_s=immunity,
             queue_selector=selector,
         )
+
+
+def client_config(options: "ReadOptions | WriteOptions") -> ClientConfig:
+    """A producer's or consumer's settings for the cluster ``options`` name."""
+    return ClientConfig(
+        namesrv_addr=options.name_server,
+        credentials=options.credentials,
+        tls=None if options.tls is None else options.tls.context(),
+    )
+
+
+def admin_client(options: "ReadOptions | WriteOptions") -> Admin:
+    """An :class:`Admin` of the cluster ``options`` name."""
+    return Admin(
+        options.name_server,
+        credentials=options.credentials,
+        tls=None if options.tls is None else options.tls.context(),
+    )

@@ -31,7 +31,6 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from pyrmq import properties as prop
-from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import Message, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.client.transaction import HalfMessage, TransactionProducer
@@ -47,7 +46,7 @@ from pyrmq.spark.commits import (
     Written,
     settle,
 )
-from pyrmq.spark.options import WriteOptions
+from pyrmq.spark.options import WriteOptions, client_config
 from pyrmq.spark.placement import SendMany, send_in_order
 from pyrmq.spark.windowed import windowed
 
@@ -155,7 +154,7 @@ async def _send_rows(
 
 
 async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
-    config = ClientConfig(namesrv_addr=options.name_server, credentials=options.credentials)
+    config = client_config(options)
     async with Producer(options.producer_group, client_config=config) as producer:
         refused = False
 
@@ -179,7 +178,7 @@ async def _send_all(rows: Iterator[Row], options: WriteOptions) -> int:
 async def _send_halves(
     rows: Iterator[Row], options: WriteOptions, sink: str, batch: int, attempt: str
 ) -> list[HalfMessage]:
-    config = ClientConfig(namesrv_addr=options.name_server, credentials=options.credentials)
+    config = client_config(options)
     checker = SinkChecker(options)
     marks = {
         SINK: sink,
@@ -217,7 +216,7 @@ class _Responder:
     _lock: ClassVar = threading.Lock()
 
     def __init__(self, options: WriteOptions) -> None:
-        config = ClientConfig(namesrv_addr=options.name_server, credentials=options.credentials)
+        config = client_config(options)
         self.checker = SinkChecker(options)
         self.producer = TransactionProducer(
             options.producer_group, checker=self.checker, client_config=config

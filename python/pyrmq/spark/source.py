@@ -158,6 +158,7 @@ def _brokers(options: ReadOptions) -> Brokers:
         options.pull_timeout_s,
         options.credentials,
         options.consumer_group or options.consumer_group_prefix,
+        options.tls,
     )
 
 

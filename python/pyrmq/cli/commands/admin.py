@@ -8,6 +8,7 @@ do."""
 import asyncio
 import datetime
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import click
@@ -17,8 +18,11 @@ from pyrmq._core import MessageExt
 from pyrmq.acl.signing import Credentials
 from pyrmq.client.admin import Admin
 from pyrmq.errors import PyrmqError
+from pyrmq.remoting.tls import client_context
 
 T = TypeVar("T")
+
+_TLS = "pyrmq.tls"
 
 _NAMESRV = click.option(
     "-n",
@@ -30,10 +34,12 @@ _NAMESRV = click.option(
 
 
 def _ask(namesrv_addr: str, question: Callable[[Admin], Awaitable[T]]) -> T:
-    credentials = click.get_current_context().find_object(Credentials)
+    ctx = click.get_current_context()
+    credentials = ctx.find_object(Credentials)
+    tls = ctx.meta.get(_TLS)
 
     async def run() -> T:
-        async with Admin(namesrv_addr, credentials=credentials) as admin:
+        async with Admin(namesrv_addr, credentials=credentials, tls=tls) as admin:
             return await question(admin)
 
     try:
@@ -67,13 +73,34 @@ def _pairs(values: dict[str, str], sep: str) -> None:
     help="Sign requests as this ACL account (brokers with aclEnable) [env PYRMQ_ACCESS_KEY].",
 )
 @click.option("--secret-key", envvar="PYRMQ_SECRET_KEY", help="Its secret [env PYRMQ_SECRET_KEY].")
+@click.option("--tls", is_flag=True, help="Connect over TLS (servers with tls.server.mode).")
+@click.option(
+    "--tls-ca",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Trust servers whose certificates chain to these CAs [default: the system's].",
+)
+@click.option(
+    "--tls-insecure", is_flag=True, help="Trust any server certificate, as RocketMQ's clients do."
+)
 @click.pass_context
-def admin(ctx: click.Context, access_key: str | None, secret_key: str | None) -> None:
+def admin(
+    ctx: click.Context,
+    access_key: str | None,
+    secret_key: str | None,
+    tls: bool,
+    tls_ca: Path | None,
+    tls_insecure: bool,
+) -> None:
     """Ask a running cluster for its brokers, offsets and lag."""
     if (access_key is None) != (secret_key is None):
         raise click.UsageError("--access-key and --secret-key go together")
+    if (tls_ca is not None or tls_insecure) and not tls:
+        raise click.UsageError("--tls-ca and --tls-insecure go with --tls")
     if access_key is not None and secret_key is not None:
         ctx.obj = Credentials(access_key, secret_key)
+    if tls:
+        # meta is shared with the subcommand's context.
+        ctx.meta[_TLS] = client_context(ca_file=tls_ca, verify=not tls_insecure)
 
 
 @admin.command("cluster-list")

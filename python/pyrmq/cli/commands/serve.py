@@ -15,6 +15,7 @@ from pyrmq.config import StoreConfig
 from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.eventloop import loop_factory
 from pyrmq.namesrv import NameServer, NamesrvConfig
+from pyrmq.remoting.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +41,17 @@ class EmbeddedServers:
     what = "name server and broker"
 
     def __init__(self, namesrv_port: int, broker: BrokerConfig) -> None:
-        self.namesrv = NameServer(NamesrvConfig(listen_port=namesrv_port))
+        # One TLS setting for both: the name server listens as the broker does.
+        self.namesrv = NameServer(NamesrvConfig(listen_port=namesrv_port, tls=broker.tls))
         self._broker_config = broker
         self.broker: BrokerController | None = None
 
     async def start(self) -> None:
         await self.namesrv.start()
         config = dataclasses.replace(self._broker_config, namesrv_addr=self.namesrv.address)
+        if self.namesrv.server.tls_only:
+            # The broker registers with a name server that takes TLS only.
+            config = dataclasses.replace(config, tls=dataclasses.replace(config.tls, enable=True))
         broker = BrokerController(config)
         await broker.start()
         self.broker = broker
@@ -140,6 +145,7 @@ def _broker_config(
     namesrv_addr: str | None,
     grpc_port: int | None = None,
     acl: Path | None = None,
+    tls_config: Path | None = None,
     *,
     grpc_default: int = -1,
 ) -> BrokerConfig:
@@ -170,6 +176,8 @@ def _broker_config(
     if acl is not None:
         changes["acl_enable"] = True
         changes["plain_acl_file"] = str(acl)
+    if tls_config is not None:
+        changes["tls"] = dataclasses.replace(config.tls, config_file=str(tls_config))
     try:
         return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
     except ConfigError as e:
@@ -198,6 +206,11 @@ def _broker_config(
     help="Check requests against this plain_acl.yml (aclEnable, plainAclFile).",
 )
 @click.option(
+    "--tls-config",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="TLS settings: a RocketMQ tls.properties (tls.config.file).",
+)
+@click.option(
     "-c",
     "--config",
     "config_file",
@@ -213,6 +226,7 @@ def serve(
     grpc_port: int | None,
     flush: str | None,
     acl: Path | None,
+    tls_config: Path | None,
     config_file: Path | None,
     log_level: str,
     log_file: Path | None,
@@ -227,6 +241,7 @@ def serve(
         None,
         grpc_port,
         acl,
+        tls_config,
         grpc_default=DEFAULT_GRPC_PORT,
     )
     _run(EmbeddedServers(namesrv_port, config))
@@ -234,12 +249,18 @@ def serve(
 
 @click.command("namesrv")
 @click.option("--port", default=9876, show_default=True, type=PORT, help="Listen port; 0: any.")
+@click.option(
+    "--tls-config",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="TLS settings: a RocketMQ tls.properties (tls.config.file).",
+)
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")
-def namesrv(port: int, log_level: str, log_file: Path | None) -> None:
+def namesrv(port: int, tls_config: Path | None, log_level: str, log_file: Path | None) -> None:
     """A name server."""
     _setup_logging(log_level, log_file)
-    _run(_Single(NameServer(NamesrvConfig(listen_port=port)), "name server"))
+    tls = TlsConfig() if tls_config is None else TlsConfig(config_file=str(tls_config))
+    _run(_Single(NameServer(NamesrvConfig(listen_port=port, tls=tls)), "name server"))
 
 
 @click.command("broker")
@@ -264,6 +285,11 @@ def namesrv(port: int, log_level: str, log_file: Path | None) -> None:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Check requests against this plain_acl.yml (aclEnable, plainAclFile).",
 )
+@click.option(
+    "--tls-config",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="TLS settings: a RocketMQ tls.properties (tls.config.file).",
+)
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")
 def broker(
@@ -274,12 +300,15 @@ def broker(
     grpc_port: int | None,
     flush: str | None,
     acl: Path | None,
+    tls_config: Path | None,
     log_level: str,
     log_file: Path | None,
 ) -> None:
     """A broker that registers with the given name servers."""
     _setup_logging(log_level, log_file)
-    config = _broker_config(config_file, store, port, flush, namesrv_addr, grpc_port, acl)
+    config = _broker_config(
+        config_file, store, port, flush, namesrv_addr, grpc_port, acl, tls_config
+    )
     if not config.namesrv_addrs:
         raise click.UsageError("no name server: give -n HOST:PORT or namesrvAddr in broker.conf")
     _run(_Single(BrokerController(config), "broker"))
