@@ -134,6 +134,12 @@ def test_grpc_signature_is_hex_hmac_sha1_of_the_date_time() -> None:
         ("192.168.*", ["192.168.0.1", "192.168.255.255"], ["192.169.0.1", "192.168.1"]),
         ("192.168.1.10-20", ["192.168.1.10", "192.168.1.20"], ["192.168.1.9", "192.168.1.21"]),
         ("10.1-2.*.*", ["10.1.0.0", "10.2.9.9"], ["10.3.0.0", "11.1.0.0", "x.1.0.0"]),
+        # IPv6 ranges: a prefix of groups, then * or a hexadecimal range.
+        ("2001:db8::*", ["2001:db8::", "2001:db8::ffff"], ["2001:db8::1:0", "2001:db9::1"]),
+        ("2001:db8:0:0:0:0:0:10-1f", ["2001:db8::10", "2001:db8::1f"], ["2001:db8::20"]),
+        ("2001:db8::a-b:*", ["2001:db8::a:1", "2001:db8::b:ffff"], ["2001:db8::c:0"]),
+        ("fe80:*", ["fe80::1", "fe80:1::1"], ["fe81::1", "10.0.0.1"]),
+        ("2001:DB8::{1,2}", ["2001:db8::1", "2001:db8::2"], ["2001:db8::3"]),
     ],
 )
 def test_white_remote_address_patterns(pattern: str, yes: list[str], no: list[str]) -> None:
@@ -143,7 +149,19 @@ def test_white_remote_address_patterns(pattern: str, yes: list[str], no: list[st
 
 
 @pytest.mark.parametrize(
-    "pattern", ["192.168.1", "192.168.1.300", "192.168.x.*", "192.168.1.9-3", "{1,2}", "1.2.3.{}"]
+    "pattern",
+    [
+        "192.168.1",
+        "192.168.1.300",
+        "192.168.x.*",
+        "192.168.1.9-3",
+        "{1,2}",
+        "1.2.3.{}",
+        "2001:db8::*:1",
+        "2001:db8::f-a",
+        "2001:zz::*",
+        "1:2:3:4:5:6:7:8:*",
+    ],
 )
 def test_bad_address_patterns_are_refused(pattern: str) -> None:
     with pytest.raises(AddressPatternError):
