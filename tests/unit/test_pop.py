@@ -49,12 +49,25 @@ def test_auto_renewed_messages_are_due_once_their_client_is_gone_or_held_them_to
     assert [e.offset for e in queue.due(1000.0, alive={"push", "simple"})] == [1]
     assert [e.offset for e in queue.due(1000.0, alive={"simple"})] == [0, 1]
     assert [e.offset for e in queue.due(10_800.0, alive={"push", "simple"})] == [0, 1]
-    assert queue.next_visible_at() == 10.0
+    assert queue.next_visible_at(after=0.0) == 10.0
     # A simple consumer's message keeps the invisibility it asked for: another client may
     # still ack it with its handle.
     assert queue.release("simple", visible_at=0.0) == 0
     assert queue.release("push", visible_at=5.0) == 1
-    assert queue.next_visible_at() == 5.0
+    assert queue.next_visible_at(after=0.0) == 5.0
+
+
+def test_what_comes_visible_next_leaves_out_what_is_due_already() -> None:
+    queue = PopQueue(0)
+    queue.delivered(0, 1, 10.0, "c", auto_renew=False)
+    queue.delivered(1, 2, 60.0, "c", auto_renew=False)
+    # At 20 the first is due already (a receive takes it, or it waits for one): what a
+    # receive waits for next is the second, not a time in the past to poll for again.
+    assert queue.next_visible_at(after=20.0) == 60.0
+    assert queue.next_visible_at(after=60.0) is None
+    # An orderly group's batch comes back whole: when its last message does.
+    assert queue.batch_visible_at() == 60.0
+    assert PopQueue(0).batch_visible_at() is None
 
 
 def test_a_cursor_moved_past_filtered_offsets_keeps_what_is_in_flight_below() -> None:

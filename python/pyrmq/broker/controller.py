@@ -176,6 +176,8 @@ class BrokerController:
         self._store = await loop.run_in_executor(None, MessageStore.open, self._root, store_config)
         self.topics.save_system_topics()
         await loop.run_in_executor(None, self.transactions.load)
+        if self.grpc is not None and self.grpc.service is not None:
+            self.grpc.service.restore(self._root / "config" / "popState.json")
         interval = (
             HOLD_CHECK_INTERVAL_S
             if self.config.long_polling_enable
@@ -204,6 +206,9 @@ class BrokerController:
         ]
         if self.acl is not None:
             self._tasks.append(loop.create_task(self._acl_watch_loop()))
+        if self.grpc is not None and self.grpc.service is not None:
+            period = self.config.flush_consumer_offset_interval_ms / 1000
+            self._tasks.append(loop.create_task(self.grpc.service.persist_loop(period)))
         if self.ha_client is not None and self.slave_sync is not None:
             self._tasks += [
                 loop.create_task(self.ha_client.run()),
@@ -247,6 +252,12 @@ class BrokerController:
         except OSError as e:
             log.error("saving consumer offsets at stop failed: %s", e)
             failures.append(e)
+        if self.grpc is not None and self.grpc.service is not None:
+            try:
+                self.grpc.service.save()
+            except OSError as e:
+                log.error("saving the gRPC groups' in-flight state at stop failed: %s", e)
+                failures.append(e)
         if self._flushes is not None:
             self._flushes.stop()
         if self._store is not None:

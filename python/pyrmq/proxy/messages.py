@@ -170,13 +170,16 @@ def checked_properties(message: pb.Message, max_body_size: int, now_ms: int) -> 
             )
         props[TAGS] = tag
         size += len(tag.encode())
-    if sp.keys:
-        for key in sp.keys:
-            if not key.strip() or _has_control(key) or KEY_SEPARATOR in key:
-                raise SendCheckError(
-                    pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is blank or holds spaces or control"
-                )
-        props[KEYS] = KEY_SEPARATOR.join(sp.keys)
+    # As RocketMQ's proxy: an empty key is let through, a blank one or one with control
+    # characters refused. A key with a space is indexed as the words it holds, as in RocketMQ.
+    keys = [key for key in sp.keys if key]
+    for key in keys:
+        if not key.strip() or _has_control(key):
+            raise SendCheckError(
+                pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is blank or holds control characters"
+            )
+    if keys:
+        props[KEYS] = KEY_SEPARATOR.join(keys)
         size += len(props[KEYS].encode())
     if size > MAX_PROPERTIES_BYTES:
         raise SendCheckError(

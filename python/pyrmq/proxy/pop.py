@@ -3,14 +3,15 @@
 RocketMQ 5 consumes by "pop": a receive hands out messages and makes them invisible to the rest
 of the group for a while; an ack ends a message, a nack (ChangeInvisibleDuration) sets when it
 comes back, and a message whose invisibility runs out is delivered again with its attempt
-counted. pyrmq keeps that state per (group, topic, queue) in memory and redelivers in place,
-without RocketMQ's revive topic. The group's consumer offset, shared with 4.x consumers, moves
-once every message below it is acked (or was filtered out), so a broker restart redelivers what
-was in flight, never skips it.
+counted. pyrmq keeps that state per (group, topic, queue) and redelivers in place, without
+RocketMQ's revive topic; :mod:`pyrmq.proxy.pop_state` keeps it across restarts. The group's
+consumer offset, shared with 4.x consumers, moves once every message below it is acked (or was
+filtered out), so even a broker that lost that state redelivers what was in flight, never skips
+it.
 
 Each delivery gets a receipt handle naming the queue, the offset and a generation. A handle
-from an earlier delivery, an earlier nack or an earlier broker run names a generation that is
-no longer current, and is refused.
+from an earlier delivery or an earlier nack names a generation that is no longer current, and
+is refused.
 """
 
 import dataclasses
@@ -23,10 +24,10 @@ __all__ = ["InFlight", "PopQueue", "Receipt", "new_generations"]
 HANDLE_PREFIX = "p1"
 
 
-def new_generations() -> Iterator[int]:
-    """Generation numbers for handles, starting from the clock so that the handles of an
-    earlier broker run are refused after a restart."""
-    return itertools.count(time.time_ns() // 1000)
+def new_generations(after: int = 0) -> Iterator[int]:
+    """Generation numbers for handles: from the clock, so that they grow from one broker run
+    to the next, and past ``after`` (the largest a restored state holds)."""
+    return itertools.count(max(time.time_ns() // 1000, after + 1))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,10 +122,16 @@ class PopQueue:
             if entry.visible_at <= now or (entry.auto_renew and entry.client_id not in alive)
         ]
 
-    def next_visible_at(self) -> float | None:
-        """When the earliest in-flight message becomes visible again."""
-        times = [e.visible_at for e in self.inflight.values()]
+    def next_visible_at(self, after: float) -> float | None:
+        """When the earliest in-flight message still invisible at ``after`` becomes visible."""
+        times = [e.visible_at for e in self.inflight.values() if e.visible_at > after]
         return min(times) if times else None
+
+    def batch_visible_at(self) -> float | None:
+        """When every in-flight message has become visible: an orderly group's batch comes
+        back whole."""
+        times = [e.visible_at for e in self.inflight.values()]
+        return max(times) if times else None
 
     @staticmethod
     def redelivered(

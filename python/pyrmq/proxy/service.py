@@ -18,6 +18,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyrmq import _core
@@ -34,11 +35,12 @@ from pyrmq.errors import (
     SystemTopicError,
 )
 from pyrmq.properties import RECONSUME_TIME, UNIQ_KEY
-from pyrmq.proxy import messages
+from pyrmq.proxy import messages, pop_state
 from pyrmq.proxy.access import Caller, GrpcAccess, peer_endpoint
 from pyrmq.proxy.cluster import BrokerQueues, ClusterRoutes
 from pyrmq.proxy.messages import Delivery, SendCheckError
 from pyrmq.proxy.pop import InFlight, PopQueue, Receipt, new_generations
+from pyrmq.proxy.pop_state import PopKey
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.sql_filter import SqlFilter, SqlFilterError, parse_cached
 from pyrmq.store import GetMessageStatus, StoredMessage
@@ -157,6 +159,10 @@ class MessagingService:
         # The ACL's check of requests, when the broker has one (``broker.acl``).
         self.access = GrpcAccess()
         self.peer_of: Callable[[str], str] = _same
+        # Where the groups' in-flight state is kept (see restore), and whether it changed
+        # since it was last written.
+        self._state_path: Path | None = None
+        self._dirty = False
         """The client behind a gRPC peer string (a front in between hides it)."""
 
     def _refused(self, request: Any, context: Any) -> pb.Status | None:
@@ -205,6 +211,7 @@ class MessagingService:
     def _client_left(self, client: Client, *, returned: bool = False) -> None:
         """Makes the messages a departed client held visible to its group again (``returned``:
         as given back, see :meth:`PopQueue.release`)."""
+        self._dirty = True
         for key in [k for k in self._attempts if k[0] == client.client_id]:
             del self._attempts[key]
         now = time.monotonic()
@@ -504,9 +511,6 @@ class MessagingService:
                 policy.customized_backoff.next.add().FromMilliseconds(ms)
         return reply
 
-    def _max_attempts(self, group: str) -> int:
-        return self.broker.group_config(group).retry_max_times + 1
-
     # -- sending ---------------------------------------------------------------------------
 
     async def send_message(self, request: pb.SendMessageRequest, context: Any) -> Any:
@@ -687,6 +691,7 @@ class MessagingService:
         """Takes up to ``r.batch`` messages: due redeliveries first, then new ones, from the
         queue asked for or every readable queue of the topic, starting at a different queue
         each time."""
+        self._dirty = True
         again = self._same_attempt(r)
         if again:
             return again
@@ -808,6 +813,8 @@ class MessagingService:
                 )
             else:
                 entry.generation, entry.visible_at = generation, visible_at
+            if entry.attempt + stored.reconsume_times >= r.max_attempts:
+                self._watch((r.group, topic, queue_id), entry)
             out.append((stored, self._delivery(queue_id, entry, r.invisible_s, body)))
         return out
 
@@ -839,6 +846,8 @@ class MessagingService:
                     r.client.client_id,
                     auto_renew=r.auto_renew,
                 )
+                if 1 + stored.reconsume_times >= r.max_attempts:
+                    self._watch((r.group, topic, queue_id), entry)
                 out.append((stored, self._delivery(queue_id, entry, r.invisible_s, body)))
             queue.moved_cursor(cursor)
             return out
@@ -953,14 +962,19 @@ class MessagingService:
                 if not waiters:
                     del self._waiters[key]
 
-    def _next_visible_in(self, group: str, config: TopicConfig, now: float) -> float | None:
-        times = [
-            t
-            for queue_id in self.broker.queue_ids(config.read_queue_nums)
-            if (queue := self._queues.get((group, config.topic_name, queue_id))) is not None
-            and (t := queue.next_visible_at()) is not None
-        ]
-        return max(0.0, min(times) - now) if times else None
+    def _next_visible_in(self, r: "_Receive", now: float) -> float | None:
+        """Seconds until something in flight on the queues ``r`` reads may be delivered again:
+        a message of a normal group, a whole batch of an orderly one. None if nothing will be
+        (what is due already and was not taken waits for another wake-up, not a spin)."""
+        times = []
+        for queue_id in self._queue_ids(r):
+            queue = self._queues.get((r.group, r.config.topic_name, queue_id))
+            if queue is None:
+                continue
+            at = queue.batch_visible_at() if r.orderly else queue.next_visible_at(after=now)
+            if at is not None and at > now:
+                times.append(at)
+        return min(times) - now if times else None
 
     async def receive_message(
         self, request: pb.ReceiveMessageRequest, context: Any
@@ -987,7 +1001,7 @@ class MessagingService:
             left = end - loop.time()
             if left <= 0:
                 break
-            visible_in = self._next_visible_in(r.group, r.config, time.monotonic())
+            visible_in = self._next_visible_in(r, time.monotonic())
             if visible_in is not None:
                 left = min(left, visible_in + 0.001)
             await self._wait(r, left)
@@ -1011,6 +1025,7 @@ class MessagingService:
     def _release(
         self, group: str, topic: str, popped: Iterable[tuple[StoredMessage, Delivery]]
     ) -> None:
+        self._dirty = True
         now = time.monotonic()
         for stored, delivery in popped:
             queue = self._queues.get((group, topic, delivery.queue_id))
@@ -1084,10 +1099,86 @@ class MessagingService:
     def _finish(self, group: str, topic: str, queue_id: int, queue: PopQueue, offset: int) -> None:
         """A message is acked or forwarded: commit what that allows, and let a receive of an
         orderly group that waits on the queue's batch take the next one."""
+        self._dirty = True
         queue.finish(offset)
         self._commit(group, topic, queue_id, queue)
         if not queue.inflight:
             self._wake(group, topic)
+
+    def _watch(self, key: PopKey, entry: InFlight) -> None:
+        """Moves ``entry`` to the DLQ when it comes due if it is out of deliveries then, as
+        RocketMQ's revive does, whether or not a consumer is there to receive it."""
+        delay = max(0.0, entry.visible_at - time.monotonic())
+        self.broker.loop.call_later(delay, self._came_due, key, entry.offset, entry.generation)
+
+    def _came_due(self, key: PopKey, offset: int, generation: int) -> None:
+        queue = self._queues.get(key)
+        entry = None if queue is None else queue.inflight.get(offset)
+        if queue is None or entry is None or entry.generation != generation:
+            return  # acked, or delivered or nacked again since
+        if entry.visible_at > time.monotonic():
+            self._watch(key, entry)
+            return
+        group, topic, queue_id = key
+        stored = self._read_one(topic, queue_id, offset)
+        settings = self.broker.group_config(group)
+        if (
+            stored is not None
+            and entry.attempt + stored.reconsume_times > settings.retry_max_times
+            and self._to_dead_letters(group, stored, entry.attempt)
+        ):
+            self._finish(group, topic, queue_id, queue, offset)
+
+    def restore(self, path: Path) -> None:
+        """Takes up what the groups had in flight when the broker last stopped, and keeps it in
+        ``path`` from now on (:meth:`persist_loop`, :meth:`save`). Call once the store is
+        open."""
+        self._state_path = path
+        offsets = self.broker.offsets
+        top = 0
+        restored = 0
+        for key, queue in pop_state.load(path, renew_grace_s=AUTO_RENEW_INVISIBLE_S).items():
+            if key in self._queues:
+                continue
+            group, topic, queue_id = key
+            committed = offsets.query(group, topic, queue_id)
+            if committed is not None:
+                # Acked after the state was written: the offsets were written later.
+                for offset in [o for o in queue.inflight if o < committed]:
+                    del queue.inflight[offset]
+                queue.cursor = max(queue.cursor, committed)
+            self._queues[key] = queue
+            for entry in queue.inflight.values():
+                top = max(top, entry.generation)
+                self._watch(key, entry)
+                restored += 1
+            self._commit(group, topic, queue_id, queue)
+        self._generations = new_generations(after=top)
+        if restored:
+            log.info("gRPC groups have %d messages in flight from before the restart", restored)
+
+    async def persist_loop(self, period_s: float) -> None:
+        """Writes the in-flight state every ``period_s`` while it changes (encoded here, written
+        on a thread)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period_s)
+            path = self._state_path
+            if path is None or not self._dirty:
+                continue
+            self._dirty = False
+            data = pop_state.encode(self._queues)
+            try:
+                await loop.run_in_executor(None, pop_state.write, path, data)
+            except OSError as e:
+                self._dirty = True
+                log.error("writing the gRPC groups' in-flight state failed: %s", e)
+
+    def save(self) -> None:
+        """Writes the in-flight state now (at a clean stop)."""
+        if self._state_path is not None:
+            pop_state.write(self._state_path, pop_state.encode(self._queues))
+            self._dirty = False
 
     def _in_flight(
         self, group: str, topic: str, handle: str
@@ -1149,20 +1240,18 @@ class MessagingService:
         found = self._in_flight(group, topic, request.receipt_handle)
         if isinstance(found, pb.Status):
             return pb.ChangeInvisibleDurationResponse(status=found)
-        queue, entry, receipt = found
+        _, entry, receipt = found
+        self._dirty = True
         entry.generation = next(self._generations)
         entry.visible_at = time.monotonic() + seconds
         entry.auto_renew = False
         handle = Receipt(receipt.queue_id, entry.offset, entry.generation).encode()
-        # A message with no delivery left goes to the DLQ now rather than when it comes due:
-        # nothing would ever receive it again, and no consumer need be there to move it.
+        # As in RocketMQ, a message out of deliveries goes to the DLQ when it comes due, not
+        # now: the client may be extending the one it is still working on, and acks it later.
         stored = self._read_one(topic, receipt.queue_id, entry.offset)
-        if (
-            stored is not None
-            and entry.attempt + stored.reconsume_times >= self._max_attempts(group)
-            and self._to_dead_letters(group, stored, entry.attempt)
-        ):
-            self._finish(group, topic, receipt.queue_id, queue, entry.offset)
+        settings = self.broker.group_config(group)
+        if stored is not None and entry.attempt + stored.reconsume_times > settings.retry_max_times:
+            self._watch((group, topic, receipt.queue_id), entry)
         # A receive waiting on this group re-checks when the message comes due.
         self._wake(group, topic)
         return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
