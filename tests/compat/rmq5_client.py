@@ -4,6 +4,7 @@ Run by ``.venv-rmq5/bin/python`` (``make rmq5-client``), never imported by the s
 client's package is also called ``rocketmq``, as the 4.x client's is. One scenario per run:
 ``python rmq5_client.py SCENARIO JSON``; it prints one JSON line with what happened. Every
 scenario takes ``endpoint``, optionally ``access_key``/``secret_key`` (an ACL account),
+``namespace``,
 ``tls`` (connect over TLS, trusting the roots in $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH) and
 ``client_log`` (report what the client logged at WARNING and above, beside the result).
 """
@@ -33,9 +34,12 @@ from rocketmq.grpc_protocol import FilterType
 
 
 def _config(spec: dict[str, Any]) -> ClientConfiguration:
-    """``access_key``/``secret_key``: the ACL account the client signs its calls as."""
+    """``access_key``/``secret_key``: the ACL account the client signs its calls as;
+    ``namespace``: the namespace its topics and groups are in."""
     credentials = Credentials(spec.get("access_key", ""), spec.get("secret_key", ""))
-    return ClientConfiguration(spec["endpoint"], credentials, request_timeout=3)
+    return ClientConfiguration(
+        spec["endpoint"], credentials, namespace=spec.get("namespace", ""), request_timeout=3
+    )
 
 
 class _LogTap(logging.Handler):

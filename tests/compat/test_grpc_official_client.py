@@ -21,6 +21,7 @@ from tests.compat import servers
 from tests.helpers import committed_offset, fast_config, pull_head
 
 from pyrmq.client import aio
+from pyrmq.client.admin import Admin
 from pyrmq.client.message import MessageQueue
 from pyrmq.errors import BrokerError, PyrmqError
 
@@ -540,3 +541,48 @@ def test_a_5x_simple_consumer_filters_by_sql92(server: servers.ServerProcess, rm
         },
     )["messages"]
     assert sorted(_text(m) for m in got) == ["s2", "s4", "s5"]
+
+
+def test_a_namespace_is_folded_into_the_names_the_broker_keeps(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    """A 5.x client with a namespace works in ``ns%Topic`` and ``ns%Group``, the names a 4.x
+    client with that namespace uses, and sees its own names without the namespace."""
+    topic, group = "TopicG5Ns", "GID_G5_NS"
+    servers.create_topic(server.addresses()[1], f"nsA%{topic}", 1)
+    endpoint = server.grpc_address()
+    [message_id] = rmq5(
+        "produce",
+        {
+            "endpoint": endpoint,
+            "namespace": "nsA",
+            "topic": topic,
+            "messages": [{"body": _b64("in nsA"), "tag": "T"}],
+        },
+    )
+    [stored] = _queue_messages(server, f"nsA%{topic}", 0)
+    assert stored.body == b"in nsA"
+    report = rmq5(
+        "simple",
+        {
+            "endpoint": endpoint,
+            "namespace": "nsA",
+            "group": group,
+            "topic": topic,
+            "count": 1,
+            "timeout_s": 20,
+        },
+    )
+    [got] = report["messages"]
+    assert (got["topic"], got["message_id"], _text(got)) == (topic, message_id, "in nsA")
+
+    async def progress() -> int:
+        async with Admin(server.addresses()[0]) as admin:
+            return (await admin.consume_stats(f"nsA%{group}", f"nsA%{topic}")).lag
+
+    assert asyncio.run(progress()) == 0
+    # Without the namespace it is another topic (made by the first send to it).
+    rmq5("produce", {"endpoint": endpoint, "topic": topic, "messages": [{"body": _b64("out")}]})
+    assert [m.body for m in _queue_messages(server, f"nsA%{topic}", 0)] == [b"in nsA"]
+    outside = [m.body for q in range(4) for m in _queue_messages(server, topic, q)]
+    assert outside == [b"out"]

@@ -19,6 +19,7 @@ MUST_HAVE_EXAMPLES = {
     "pyrmq.store.message_store",
     "pyrmq.store",
     "pyrmq.config",
+    "pyrmq.namespace",
     "pyrmq.client",
     "pyrmq.client.aio",
     "pyrmq.client.blocking",

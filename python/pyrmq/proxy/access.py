@@ -10,8 +10,8 @@ key. A refused request is answered with UNAUTHORIZED (no account, an unknown one
 signature) or FORBIDDEN (a permission missing) in the response's status, and is not served;
 a refused telemetry command is answered with that status on the stream.
 
-Resources are named as the service names them: by ``Resource.name`` (the service does not fold
-``resource_namespace`` into names).
+Resources are named as the service names them: by ``Resource.name``, with the client's namespace
+folded in (``namespace%name``, :mod:`pyrmq.proxy.namespaces`), as 4.x clients name them.
 """
 
 import dataclasses

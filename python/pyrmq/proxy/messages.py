@@ -277,7 +277,7 @@ def _host(address: str) -> str:
     return host or address
 
 
-def to_delivered(stored: StoredMessage, delivery: Delivery, namespace: str = "") -> pb.Message:
+def to_delivered(stored: StoredMessage, delivery: Delivery) -> pb.Message:
     """A stored message as a gRPC consumer receives it."""
     props: Mapping[str, str] = stored.properties
     body = delivery.body
@@ -316,7 +316,7 @@ def to_delivered(stored: StoredMessage, delivery: Delivery, namespace: str = "")
         sp.dead_letter_queue.topic = origin_topic
         sp.dead_letter_queue.message_id = props.get(DLQ_ORIGIN_MESSAGE_ID, "")
     message = pb.Message(
-        topic=pb.Resource(resource_namespace=namespace, name=stored.topic),
+        topic=pb.Resource(name=stored.topic),
         system_properties=sp,
         body=body,
     )

@@ -11,7 +11,7 @@ it is enforced; TLS and plain both when permissive, through a
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ import grpc
 
 from pyrmq.errors import ConfigError
 from pyrmq.proxy.front import LOOPBACK, SplicingFront
+from pyrmq.proxy.namespaces import call_namespace, fold, unfold
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.proxy.service import MessagingService
 from pyrmq.remoting.tls import TlsConfig, TlsMode
@@ -37,11 +38,54 @@ GRACE_S = 1.0
 
 
 def _unary(handler: Callable[..., Any], request: Any) -> "grpc.RpcMethodHandler[Any, Any]":
+    async def call(message: Any, context: Any) -> Any:
+        if not call_namespace(context):
+            return await handler(message, context)
+        fold(message)
+        answer = await handler(message, context)
+        unfold(answer)
+        return answer
+
     return grpc.unary_unary_rpc_method_handler(
-        handler,
+        call,
         request_deserializer=request.FromString,
         response_serializer=lambda m: m.SerializeToString(),
     )
+
+
+def _answers(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    """A streaming handler with namespaces folded into what it reads and out of what it
+    answers (see :mod:`pyrmq.proxy.namespaces`)."""
+
+    async def call(request: Any, context: Any) -> AsyncIterator[Any]:
+        namespaced = bool(call_namespace(context))
+        if namespaced:
+            request = _folded(request) if isinstance(request, AsyncIterator) else _fold(request)
+        answers = handler(request, context)
+        try:
+            async for answer in answers:
+                if namespaced:
+                    unfold(answer)
+                yield answer
+        finally:
+            # At once: a handler cleans up when it is closed (a receive releases what the
+            # client never got).
+            aclose = getattr(answers, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    return call
+
+
+def _fold(message: Any) -> Any:
+    fold(message)
+    return message
+
+
+async def _folded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for message in requests:
+        fold(message)
+        yield message
 
 
 class GrpcServer:
@@ -106,7 +150,7 @@ class GrpcServer:
             "SendMessage": _unary(service.send_message, pb.SendMessageRequest),
             "QueryAssignment": _unary(service.query_assignment, pb.QueryAssignmentRequest),
             "ReceiveMessage": grpc.unary_stream_rpc_method_handler(
-                service.receive_message,
+                _answers(service.receive_message),
                 request_deserializer=pb.ReceiveMessageRequest.FromString,
                 response_serializer=serialize,
             ),
@@ -117,7 +161,7 @@ class GrpcServer:
             ),
             "EndTransaction": _unary(service.end_transaction, pb.EndTransactionRequest),
             "Telemetry": grpc.stream_stream_rpc_method_handler(
-                service.telemetry,
+                _answers(service.telemetry),
                 request_deserializer=pb.TelemetryCommand.FromString,
                 response_serializer=pb.TelemetryCommand.SerializeToString,
             ),

@@ -1006,16 +1006,13 @@ class MessagingService:
                 left = min(left, visible_in + 0.001)
             await self._wait(r, left)
             popped = self._pop(r)
-        namespace = request.group.resource_namespace
         try:
             if not popped:
                 yield pb.ReceiveMessageResponse(status=NOT_FOUND)
             else:
                 yield pb.ReceiveMessageResponse(status=OK)
                 for stored, delivery in popped:
-                    yield pb.ReceiveMessageResponse(
-                        message=messages.to_delivered(stored, delivery, namespace)
-                    )
+                    yield pb.ReceiveMessageResponse(message=messages.to_delivered(stored, delivery))
             yield pb.ReceiveMessageResponse(delivery_timestamp=messages.timestamp(_now_ms()))
         except BaseException:
             # The client is gone (deadline, cancel): what it did not get is visible again.

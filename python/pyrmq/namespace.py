@@ -1,0 +1,61 @@
+"""RocketMQ's namespaces: ``namespace%name`` for topics and groups, kept through the retry and
+dead-letter prefixes (``%RETRY%ns%group``), never applied to system resources.
+
+Clients configured with a namespace name their topics and groups with it (4.x clients fold it
+into the names they send; 5.x clients send it beside each name, and the broker folds it in).
+
+>>> wrap("ns", "TopicA"), wrap("ns", "%RETRY%GID_A"), wrap("ns", "ns%TopicA")
+('ns%TopicA', '%RETRY%ns%GID_A', 'ns%TopicA')
+>>> split("%DLQ%ns%GID_A"), split("TopicA")
+(('ns', '%DLQ%GID_A'), ('', 'TopicA'))
+"""
+
+from pyrmq import _core
+from pyrmq.errors import MessageIllegalError, SystemTopicError
+
+__all__ = ["SEPARATOR", "split", "wrap"]
+
+SEPARATOR = "%"
+_PREFIXES = ("%RETRY%", "%DLQ%")
+_SYSTEM_PREFIXES = ("rmq_sys_", "CID_RMQ_SYS_")
+
+
+def _system(resource: str) -> bool:
+    if resource.startswith(_SYSTEM_PREFIXES):
+        return True
+    try:
+        _core.validate_topic(resource)
+    except SystemTopicError:
+        return True
+    except MessageIllegalError:
+        pass
+    return False
+
+
+def _prefix(resource: str) -> tuple[str, str]:
+    for prefix in _PREFIXES:
+        if resource.startswith(prefix):
+            return prefix, resource[len(prefix) :]
+    return "", resource
+
+
+def wrap(namespace: str, resource: str) -> str:
+    """``resource`` in ``namespace``: unchanged when either is empty, the resource is a system
+    one, or it already names the namespace."""
+    if not namespace or not resource or _system(resource):
+        return resource
+    prefix, bare = _prefix(resource)
+    if bare.startswith(namespace + SEPARATOR):
+        return resource
+    return f"{prefix}{namespace}{SEPARATOR}{bare}"
+
+
+def split(resource: str) -> tuple[str, str]:
+    """(namespace, the resource without it); ``("", resource)`` for one in no namespace."""
+    if not resource or _system(resource):
+        return "", resource
+    prefix, bare = _prefix(resource)
+    namespace, sep, name = bare.partition(SEPARATOR)
+    if not sep or not namespace:
+        return "", resource
+    return namespace, prefix + name
