@@ -163,10 +163,12 @@ class BrokerController:
         self.server.tls = tls.server_context()
         self.server.tls_only = tls.server_mode is TlsMode.ENFORCING
         self.namesrv.tls = tls.client_context()
-        await self.server.start()
+        # Bound before the store opens, so that a port in use fails the start at once (and
+        # the store knows its host), but served only once everything a request needs runs:
+        # a send answered before the flush waiter does would not wait for the disk.
+        await self.server.start(serve=False)
         if self.grpc is not None:
-            # Bound before the store opens, so that a port in use fails the start at once.
-            await self.grpc.start(tls)
+            await self.grpc.start(tls, serve=False)
             # Peers ask for it (GET_BROKER_CONFIG) to route 5.x clients here: the bound port.
             self.config = dataclasses.replace(self.config, grpc_server_port=self.grpc.port)
             assert self.grpc.service is not None
@@ -197,6 +199,9 @@ class BrokerController:
                 ha_port = self.server.port + 1 if self.config.listen_port else 0
             self.ha = HAService(self, self.config.broker_ip1, ha_port)
             await self.ha.start()
+        await self.server.serve()
+        if self.grpc is not None:
+            await self.grpc.serve()
         await self._register_all()
         self._tasks = [
             loop.create_task(self._registration_loop()),

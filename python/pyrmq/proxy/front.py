@@ -39,8 +39,11 @@ class SplicingFront:
     def port(self) -> int:
         return self._listener.port
 
-    async def start(self) -> None:
-        await self._listener.start()
+    async def start(self, *, serve: bool = True) -> None:
+        await self._listener.start(serve=serve)
+
+    def serve(self) -> None:
+        self._listener.serve()
 
     async def stop(self) -> None:
         await self._listener.stop()

@@ -97,14 +97,24 @@ class GrpcServer:
         self.port = port
         self._server: grpc.aio.Server | None = None
         self._front: SplicingFront | None = None
+        self._serving = False
         self.service: MessagingService | None = None
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def start(self, tls: TlsConfig | None = None) -> None:
-        """Listens, over TLS when ``tls`` enforces it.
+    async def serve(self) -> None:
+        """Starts serving after ``start(serve=False)``."""
+        if self._server is not None and not self._serving:
+            self._serving = True
+            await self._server.start()
+            if self._front is not None:
+                self._front.serve()
+
+    async def start(self, tls: TlsConfig | None = None, *, serve: bool = True) -> None:
+        """Binds, over TLS when ``tls`` enforces it; serves from now on, or from
+        :meth:`serve` on.
 
         Raises:
             ConfigError: TLS is enforced with a key or trust file gRPC cannot use.
@@ -134,7 +144,7 @@ class GrpcServer:
             if not (plain and secure):
                 raise OSError("cannot listen for gRPC on the loopback address")
             front = SplicingFront(self.host, self.port, plain_port=plain, tls_port=secure)
-            await front.start()
+            await front.start(serve=serve)
             self._front = front
             bound = front.port
         if bound == 0:
@@ -176,8 +186,9 @@ class GrpcServer:
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
         )
-        await server.start()
         self._server = server
+        if serve:
+            await self.serve()
         log.info(
             "gRPC listening on %s%s", self.address, "" if credentials is None else f" tls={mode}"
         )

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from pyrmq.remoting.tls import HANDSHAKE_RECORD
 
-__all__ = ["FIRST_BYTE_TIMEOUT_S", "FirstByteListener", "Opener", "peer_text"]
+__all__ = ["FIRST_BYTE_TIMEOUT_S", "FirstByteListener", "Opener", "listening_socket", "peer_text"]
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +41,20 @@ class FirstByteListener:
         self._accepting: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> None:
-        """Binds (``port`` 0: any free port, then set to the bound one)."""
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(
-            self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-        sock = socket.create_server((self.host, self.port), family=infos[0][0], backlog=1024)
-        sock.setblocking(False)
+    async def start(self, *, serve: bool = True) -> None:
+        """Binds (``port`` 0: any free port, then set to the bound one); accepts connections
+        from now on, or from :meth:`serve` on (they wait in the backlog until then)."""
+        sock = await listening_socket(self.host, self.port)
         self._sock = sock
         self.port = sock.getsockname()[1]
-        self._accepting = loop.create_task(self._accept(sock))
+        if serve:
+            self.serve()
+
+    def serve(self) -> None:
+        """Starts accepting connections (once)."""
+        if self._sock is not None and self._accepting is None:
+            loop = asyncio.get_running_loop()
+            self._accepting = loop.create_task(self._accept(self._sock))
 
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -111,6 +114,16 @@ class FirstByteListener:
         await asyncio.gather(*waits, return_exceptions=True)
         self._sock.close()
         self._sock = self._accepting = None
+
+
+async def listening_socket(host: str, port: int) -> socket.socket:
+    """A non-blocking socket listening on ``host:port``: connections wait in its backlog
+    until someone accepts them."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sock = socket.create_server((host, port), family=infos[0][0], backlog=1024)
+    sock.setblocking(False)
+    return sock
 
 
 def peer_text(sock: socket.socket) -> str:

@@ -31,7 +31,7 @@ from typing import Any, Protocol, cast
 from pyrmq.errors import FrameDecodeError, HeaderError, RemotingError
 from pyrmq.remoting.codec import FrameDecoder, encode
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.first_byte import FirstByteListener, peer_text
+from pyrmq.remoting.first_byte import FirstByteListener, listening_socket, peer_text
 from pyrmq.remoting.protocol import MAX_FRAME_BYTES, ResponseCode
 from pyrmq.remoting.tls import looks_like_tls
 
@@ -320,14 +320,20 @@ class RemotingServer:
         self.handlers.pop(int(code), None)
         self.inline_handlers[int(code)] = handler
 
-    async def start(self) -> None:
+    async def start(self, *, serve: bool = True) -> None:
+        """Binds; serves from now on, or from :meth:`serve` on (a broker binds first, to learn
+        its port, and serves once its store is open)."""
         loop = asyncio.get_running_loop()
         if self.tls is None:
-            self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
+            # Listening from now on: until it serves, connections wait rather than fail.
+            sock = await listening_socket(self.host, self.port)
+            self._server = await loop.create_server(
+                lambda: Connection(self), sock=sock, start_serving=serve
+            )
             self.port = self._server.sockets[0].getsockname()[1]
         else:
             listener = FirstByteListener(self.host, self.port, self._open, tls_only=self.tls_only)
-            await listener.start()
+            await listener.start(serve=serve)
             self._listener = listener
             self.port = listener.port
         tls = "" if self.tls is None else " tls=" + ("enforcing" if self.tls_only else "permissive")
@@ -346,6 +352,13 @@ class RemotingServer:
             # ssl.SSLError is an OSError: a client that does not trust us, a bad certificate.
             log.warning("closing connection peer=%s: TLS handshake failed: %s", peer_text(sock), e)
             sock.close()
+
+    async def serve(self) -> None:
+        """Starts serving after ``start(serve=False)``."""
+        if self._server is not None:
+            await self._server.start_serving()
+        if self._listener is not None:
+            self._listener.serve()
 
     @property
     def address(self) -> str:
