@@ -120,11 +120,8 @@ class GrpcServer:
             ConfigError: TLS is enforced with a key or trust file gRPC cannot use.
             OSError: The port cannot be bound.
         """
+        # Without a certificate the broker's remoting port refused to start in enforcing mode.
         mode = TlsMode.DISABLED if tls is None or not tls.server_cert_path else tls.server_mode
-        if mode is TlsMode.ENFORCING and tls is not None and not tls.server_cert_path:
-            raise ConfigError(
-                "tls.server.mode=enforcing needs tls.server.certPath and tls.server.keyPath"
-            )
         credentials = None if mode is TlsMode.DISABLED or tls is None else server_credentials(tls)
         server = grpc.aio.server(
             options=[

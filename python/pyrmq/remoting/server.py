@@ -107,11 +107,8 @@ class Connection(asyncio.Protocol):
         try:
             commands = self._decoder.feed(data)
         except FrameDecodeError as e:
-            hint = (
-                " (a TLS handshake: this server has no TLS certificate)"
-                if (looks_like_tls(data))
-                else ""
-            )
+            tls = looks_like_tls(data)
+            hint = " (a TLS handshake: this server has no TLS certificate)" if tls else ""
             log.warning("closing connection peer=%s: %s%s", self.peer_address, e, hint)
             self.close()
             return

@@ -7,6 +7,7 @@ do."""
 
 import asyncio
 import datetime
+import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -100,7 +101,10 @@ def admin(
         ctx.obj = Credentials(access_key, secret_key)
     if tls:
         # meta is shared with the subcommand's context.
-        ctx.meta[_TLS] = client_context(ca_file=tls_ca, verify=not tls_insecure)
+        try:
+            ctx.meta[_TLS] = client_context(ca_file=tls_ca, verify=not tls_insecure)
+        except (OSError, ssl.SSLError) as e:
+            raise click.BadParameter(f"{tls_ca}: {e}", param_hint="--tls-ca") from e
 
 
 @admin.command("cluster-list")
