@@ -3,9 +3,11 @@ first byte, bytes passed both ways, a half-close passed on, and the client's own
 back for the join's loopback peer."""
 
 import asyncio
+import os
 import socket
 
 import pytest
+from tests.helpers import eventually
 
 from pyrmq.proxy.front import SplicingFront
 
@@ -87,15 +89,55 @@ def test_the_servers_greeting_and_the_clients_peer_while_the_connection_lasts() 
         try:
             client.sendall(b"\x00\x00")
             join_port = await asyncio.wait_for(seen.get(), 10)
+            mine = client.getsockname()[1]
             client.settimeout(5)
             assert await asyncio.to_thread(client.recv, 100) == b"greeting"
-            mine = client.getsockname()[1]
             assert front.peer(f"ipv4:127.0.0.1:{join_port}") == f"ipv4:127.0.0.1:{mine}"
         finally:
             client.close()
             await front.stop()
             backend.close()
-        # Once the join is gone its port means nothing.
-        assert front.peer(f"ipv4:127.0.0.1:{join_port}") == f"ipv4:127.0.0.1:{join_port}"
+        # Calls gRPC still serves after the join ended name the client too.
+        assert front.peer(f"ipv4:127.0.0.1:{join_port}") == f"ipv4:127.0.0.1:{mine}"
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_join_whose_both_directions_ended_lets_its_sockets_go() -> None:
+    """Both sides half-close (a client that gives up mid-handshake, a server that answers its
+    end of input with its own): the join closes rather than holding two sockets forever."""
+
+    async def scenario() -> None:
+        held: list[asyncio.StreamWriter] = []
+
+        async def echo_then_end(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            held.append(writer)  # never closed by the backend itself
+            await reader.read()
+            writer.write_eof()
+
+        backend = await asyncio.start_server(echo_then_end, "127.0.0.1", 0)
+        port = backend.sockets[0].getsockname()[1]
+        front = SplicingFront("127.0.0.1", 0, plain_port=port, tls_port=port)
+        await front.start()
+        loop = asyncio.get_running_loop()
+        before = len(os.listdir("/proc/self/fd"))
+        try:
+            for _ in range(20):
+                client = socket.create_connection(("127.0.0.1", front.port))
+                client.sendall(b"\x16\x03\x01")  # a ClientHello cut short
+                client.shutdown(socket.SHUT_WR)
+                client.settimeout(5)
+                assert await loop.run_in_executor(None, client.recv, 10) == b""
+                client.close()
+            # The backend's 20 sockets wait in its handler; the front holds none of its 40.
+            await eventually(
+                lambda: len(os.listdir("/proc/self/fd")) <= before + 20 + 2, 5, "joins closed"
+            )
+        finally:
+            await front.stop()
+            backend.close()
+            for writer in held:
+                writer.close()
+            await asyncio.sleep(0)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

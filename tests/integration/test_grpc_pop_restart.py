@@ -5,6 +5,7 @@ due, with no consumer there, rather than when its invisibility is changed."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tests.integration.test_grpc_protocol import (
     _send,
 )
 
+from pyrmq.client.admin import Admin
 from pyrmq.proxy.proto import messaging_pb2 as pb
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -173,6 +175,40 @@ def test_keys_with_spaces_are_taken(root: Path) -> None:
         assert _send(client, blank).status.code == pb.ILLEGAL_MESSAGE_KEY
         [got] = _messages(client.receive(_receive_request(topic, group)))
         assert list(got.system_properties.keys) == ["order", "123"]
+        client.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_topic_deleted_and_made_again_starts_afresh_for_its_groups(root: Path) -> None:
+    topic, group = "TopicPopDeleted", "GID_POP_DELETED"
+    server = _serve(root)
+    try:
+        _create_topic(server, topic)
+        client = Client(server.grpc_address(), "pop-deleted@1")
+        assert _send(client, _message(topic, b"old")).status.code == pb.OK
+        for attempt in (1, 2, 3):
+            [old] = _messages(client.receive(_receive_request(topic, group, wait_s=5)))
+            assert old.system_properties.delivery_attempt == attempt
+            # The last one comes due in a second, out of deliveries.
+            seconds = 1 if attempt == 3 else 0
+            changed = _change(client, group, topic, old.system_properties.receipt_handle, seconds)
+            assert changed.status.code == pb.OK
+
+        async def delete() -> None:
+            async with Admin(server.addresses()[0]) as admin:
+                await admin.delete_topic(topic)
+
+        asyncio.run(delete())
+        _create_topic(server, topic)
+        assert _send(client, _message(topic, b"new")).status.code == pb.OK
+        time.sleep(1.5)  # past when the old message would have come due
+        [new] = _messages(client.receive(_receive_request(topic, group, wait_s=5)))
+        assert (new.body, new.system_properties.delivery_attempt) == (b"new", 1)
+        dlq = client.call(
+            "QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=f"%DLQ%{group}"))
+        )
+        assert dlq.status.code == pb.TOPIC_NOT_FOUND
         client.close()
     finally:
         assert server.stop() == 0

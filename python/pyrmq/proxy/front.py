@@ -19,6 +19,8 @@ __all__ = ["SplicingFront"]
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+PEER_KEPT_S = 30.0
+"""How long a join's client is still known by its loopback port after the join ends."""
 WRITE_HIGH_WATER_BYTES = 1 << 20
 """Bytes one side may hold for its partner before the partner is no longer read."""
 
@@ -48,6 +50,10 @@ class SplicingFront:
     async def stop(self) -> None:
         await self._listener.stop()
 
+    def _forget(self, local_port: int, peer: str) -> None:
+        if self._peers.get(local_port) == peer:
+            del self._peers[local_port]
+
     def peer(self, grpc_peer: str) -> str:
         """The client behind ``grpc_peer`` (``ipv4:127.0.0.1:PORT``, a join); other peers as
         they are."""
@@ -76,7 +82,9 @@ class SplicingFront:
         except OSError as e:
             log.warning("gRPC connection peer=%s not joined: %s", peer, e)
         finally:
-            self._peers.pop(local_port, None)
+            if local_port:
+                # Calls gRPC still serves for the client name it a little longer.
+                loop.call_later(PEER_KEPT_S, self._forget, local_port, peer)
             for half in (outer, inner):
                 if half.transport is not None:
                     half.transport.abort()
@@ -94,6 +102,7 @@ class _Half(asyncio.Protocol):
         self.partner: _Half | None = None
         self.transport: asyncio.Transport | None = None
         self.lost = False
+        self.ended_input = False
         self._early: list[bytes] = []
         self._early_eof = False
 
@@ -125,8 +134,16 @@ class _Half(asyncio.Protocol):
             self.partner.write(data)
 
     def eof_received(self) -> bool:
-        if self.partner is not None:
-            self.partner.write_eof()
+        self.ended_input = True
+        partner = self.partner
+        if partner is not None:
+            partner.write_eof()
+            if partner.ended_input:
+                # Both directions are over: nothing will come or go any more.
+                for half in (self, partner):
+                    if half.transport is not None:
+                        half.transport.close()
+                return False
         return True  # the other direction goes on
 
     def pause_writing(self) -> None:

@@ -71,6 +71,9 @@ class InFlight:
     # Given back unconsumed (its client shut down, or never got it): the next delivery does
     # not count as another attempt.
     returned: bool = False
+    # Where the message lies in the CommitLog: a queue offset read again that holds another
+    # message (its topic was deleted and made again) is not this one. -1: not known.
+    phy_offset: int = -1
 
 
 class PopQueue:
@@ -103,9 +106,12 @@ class PopQueue:
         client_id: str,
         *,
         auto_renew: bool,
+        phy_offset: int = -1,
     ) -> InFlight:
         """Records a first delivery of ``offset``, read at the cursor."""
-        entry = InFlight(offset, 1, generation, visible_at, client_id, auto_renew)
+        entry = InFlight(
+            offset, 1, generation, visible_at, client_id, auto_renew, phy_offset=phy_offset
+        )
         self.inflight[offset] = entry
         return entry
 

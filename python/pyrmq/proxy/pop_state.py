@@ -46,6 +46,7 @@ def encode(queues: Mapping[PopKey, PopQueue]) -> bytes:
                 e.client_id,
                 e.auto_renew,
                 e.returned,
+                e.phy_offset,
             ]
             for e in queue.inflight.values()
         ]
@@ -79,9 +80,16 @@ def decode(value: object, *, renew_grace_s: float) -> dict[PopKey, PopQueue]:
     queues: dict[PopKey, PopQueue] = {}
     for item in value["queues"]:
         queue = PopQueue(int(item["cursor"]))
-        for offset, attempt, generation, visible_ms, client_id, auto_renew, returned in sorted(
-            item["inflight"]
-        ):
+        for (
+            offset,
+            attempt,
+            generation,
+            visible_ms,
+            client_id,
+            auto_renew,
+            returned,
+            phy_offset,
+        ) in sorted(item["inflight"]):
             visible_at = now + (int(visible_ms) - now_ms) / 1000
             if auto_renew:
                 visible_at = min(visible_at, now + renew_grace_s)
@@ -93,6 +101,7 @@ def decode(value: object, *, renew_grace_s: float) -> dict[PopKey, PopQueue]:
                 str(client_id),
                 False,
                 bool(returned),
+                int(phy_offset),
             )
         queues[(str(item["group"]), str(item["topic"]), int(item["queue"]))] = queue
     return queues

@@ -796,6 +796,10 @@ class MessagingService:
                 # Gone to retention, or a deleted topic.
                 queue.finish(entry.offset)
                 continue
+            if _stale(entry, stored):
+                # The topic was deleted and made again: what the group had in flight is gone.
+                self._forget_queue((r.group, topic, queue_id))
+                break
             if count and entry.attempt + stored.reconsume_times >= r.max_attempts:
                 if self._to_dead_letters(r.group, stored, entry.attempt):
                     queue.finish(entry.offset)
@@ -845,6 +849,7 @@ class MessagingService:
                     now + r.hold_s,
                     r.client.client_id,
                     auto_renew=r.auto_renew,
+                    phy_offset=stored.phy_offset,
                 )
                 if 1 + stored.reconsume_times >= r.max_attempts:
                     self._watch((r.group, topic, queue_id), entry)
@@ -1118,6 +1123,9 @@ class MessagingService:
             return
         group, topic, queue_id = key
         stored = self._read_one(topic, queue_id, offset)
+        if stored is not None and _stale(entry, stored):
+            self._forget_queue(key)
+            return
         settings = self.broker.group_config(group)
         if (
             stored is not None
@@ -1125,6 +1133,20 @@ class MessagingService:
             and self._to_dead_letters(group, stored, entry.attempt)
         ):
             self._finish(group, topic, queue_id, queue, offset)
+
+    def _forget_queue(self, key: PopKey) -> None:
+        """Drops a group's state of a queue whose topic was deleted (and perhaps made again):
+        the group reads it anew from its offset, which the deletion removed."""
+        if self._queues.pop(key, None) is not None:
+            log.info("%s forgets what it had in flight on %s:%d: the topic was deleted", *key)
+            self._dirty = True
+
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic: every group's in-flight state on it goes."""
+        for key in [k for k in self._queues if k[1] == topic]:
+            self._forget_queue(key)
+        for attempt in [k for k in self._attempts if k[2] == topic]:
+            del self._attempts[attempt]
 
     def restore(self, path: Path) -> None:
         """Takes up what the groups had in flight when the broker last stopped, and keeps it in
@@ -1287,6 +1309,12 @@ def _check_group(group: str) -> pb.Status | None:
     except MessageIllegalError as e:
         return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r}: {e}")
     return None
+
+
+def _stale(entry: InFlight, stored: StoredMessage) -> bool:
+    """Whether ``stored``, read at ``entry``'s queue offset, is another message than the one
+    delivered (a topic deleted and made again numbers its queues from 0 again)."""
+    return entry.phy_offset >= 0 and stored.phy_offset != entry.phy_offset
 
 
 def _same(peer: str) -> str:

@@ -338,6 +338,7 @@ class RemotingServer:
 
     async def _open(self, sock: socket.socket, is_tls: bool) -> None:
         loop = asyncio.get_running_loop()
+        peer = peer_text(sock)  # gone once a failed handshake closed the socket
         try:
             await loop.connect_accepted_socket(
                 lambda: Connection(self),
@@ -347,7 +348,7 @@ class RemotingServer:
             )
         except (OSError, TimeoutError) as e:
             # ssl.SSLError is an OSError: a client that does not trust us, a bad certificate.
-            log.warning("closing connection peer=%s: TLS handshake failed: %s", peer_text(sock), e)
+            log.warning("closing connection peer=%s: TLS handshake failed: %s", peer, e)
             sock.close()
 
     async def serve(self) -> None:
