@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import platform
 import ssl
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -51,17 +50,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 def _text(b64: str) -> str:
     return base64.b64decode(b64).decode()
-
-
-def _admin(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pyrmq", "admin", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=helpers.child_env(),
-        check=False,
-    )
 
 
 async def _send_and_consume(namesrv: str, tls: ssl.SSLContext, group: str, n: int) -> None:
@@ -124,10 +112,12 @@ def test_a_permissive_broker_serves_tls_and_plain_clients_on_one_port(
         assert bodies == {f"tls-{i}" for i in range(6)} | {"plain-0", "plain-1"}
 
         # The admin command, over TLS and without.
-        listed = _admin("--tls", "--tls-ca", str(pki.ca_file), "cluster-list", "-n", namesrv)
+        listed = helpers.pyrmq_admin(
+            "--tls", "--tls-ca", str(pki.ca_file), "cluster-list", "-n", namesrv
+        )
         assert listed.returncode == 0, listed.stderr
         assert "broker-a" in listed.stdout
-        plain = _admin("cluster-list", "-n", namesrv)
+        plain = helpers.pyrmq_admin("cluster-list", "-n", namesrv)
         assert plain.returncode == 0, plain.stderr
         assert "broker-a" in plain.stdout
 
