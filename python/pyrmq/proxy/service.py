@@ -159,17 +159,21 @@ class MessagingService:
         # The ACL's check of requests, when the broker has one (``broker.acl``).
         self.access = GrpcAccess()
         self.peer_of: Callable[[str], str] = _same
+        """The client behind a gRPC peer string (a front in between hides it)."""
         # Where the groups' in-flight state is kept (see restore), and whether it changed
         # since it was last written.
         self._state_path: Path | None = None
         self._dirty = False
-        """The client behind a gRPC peer string (a front in between hides it)."""
+
+    def _peer(self, context: Any) -> str:
+        """The caller's gRPC peer string, as the client it stands for."""
+        return self.peer_of(context.peer() or "")
 
     def _refused(self, request: Any, context: Any) -> pb.Status | None:
         """None if the broker's ACL lets ``request`` through, else the status refusing it.
         Called only when the broker has an ACL."""
         assert self.broker.acl is not None
-        caller = Caller.of(context, self.peer_of(context.peer() or ""))
+        caller = Caller.of(context, self._peer(context))
         refused = self.access.check(self.broker.acl, caller, request)
         if refused is None:
             client = self._client(context)
@@ -392,11 +396,7 @@ class MessagingService:
         # With an ACL, each command is checked as the stream's caller sends it. The stream
         # takes the broker's commands (transaction checks) only once one of its commands has
         # passed, and a refused command ends it, as RocketMQ's proxy ends it.
-        caller = (
-            None
-            if self.broker.acl is None
-            else Caller.of(context, self.peer_of(context.peer() or ""))
-        )
+        caller = None if self.broker.acl is None else Caller.of(context, self._peer(context))
         if caller is not None and (refused := self._bind(client, caller)) is not None:
             yield pb.TelemetryCommand(status=refused)
             return
@@ -511,6 +511,9 @@ class MessagingService:
                 policy.customized_backoff.next.add().FromMilliseconds(ms)
         return reply
 
+    def _max_attempts(self, group: str) -> int:
+        return self.broker.group_config(group).retry_max_times + 1
+
     # -- sending ---------------------------------------------------------------------------
 
     async def send_message(self, request: pb.SendMessageRequest, context: Any) -> Any:
@@ -533,7 +536,7 @@ class MessagingService:
         if isinstance(config, pb.Status):
             entries = [pb.SendResultEntry(status=config) for _ in request.messages]
             return pb.SendMessageResponse(status=config, entries=entries)
-        born_host = _peer_address(self.peer_of(context.peer() or ""))
+        born_host = _peer_address(self._peer(context))
         results = [await self._send_one(m, config, born_host) for m in request.messages]
         codes = {entry.status.code for entry in results}
         top = results[0].status if len(codes) == 1 else _status(pb.MULTIPLE_RESULTS)
@@ -800,7 +803,7 @@ class MessagingService:
                 # The topic was deleted and made again: what the group had in flight is gone.
                 self._forget_queue((r.group, topic, queue_id))
                 break
-            if count and entry.attempt + stored.reconsume_times >= r.max_attempts:
+            if count and _spent(entry, stored, r.max_attempts):
                 if self._to_dead_letters(r.group, stored, entry.attempt):
                     queue.finish(entry.offset)
                 continue
@@ -817,7 +820,7 @@ class MessagingService:
                 )
             else:
                 entry.generation, entry.visible_at = generation, visible_at
-            if entry.attempt + stored.reconsume_times >= r.max_attempts:
+            if _spent(entry, stored, r.max_attempts):
                 self._watch((r.group, topic, queue_id), entry)
             out.append((stored, self._delivery(queue_id, entry, r.invisible_s, body)))
         return out
@@ -851,7 +854,7 @@ class MessagingService:
                     auto_renew=r.auto_renew,
                     phy_offset=stored.phy_offset,
                 )
-                if 1 + stored.reconsume_times >= r.max_attempts:
+                if _spent(entry, stored, r.max_attempts):
                     self._watch((r.group, topic, queue_id), entry)
                 out.append((stored, self._delivery(queue_id, entry, r.invisible_s, body)))
             queue.moved_cursor(cursor)
@@ -1126,10 +1129,9 @@ class MessagingService:
         if stored is not None and _stale(entry, stored):
             self._forget_queue(key)
             return
-        settings = self.broker.group_config(group)
         if (
             stored is not None
-            and entry.attempt + stored.reconsume_times > settings.retry_max_times
+            and _spent(entry, stored, self._max_attempts(group))
             and self._to_dead_letters(group, stored, entry.attempt)
         ):
             self._finish(group, topic, queue_id, queue, offset)
@@ -1268,8 +1270,7 @@ class MessagingService:
         # As in RocketMQ, a message out of deliveries goes to the DLQ when it comes due, not
         # now: the client may be extending the one it is still working on, and acks it later.
         stored = self._read_one(topic, receipt.queue_id, entry.offset)
-        settings = self.broker.group_config(group)
-        if stored is not None and entry.attempt + stored.reconsume_times > settings.retry_max_times:
+        if stored is not None and _spent(entry, stored, self._max_attempts(group)):
             self._watch((group, topic, receipt.queue_id), entry)
         # A receive waiting on this group re-checks when the message comes due.
         self._wake(group, topic)
@@ -1309,6 +1310,12 @@ def _check_group(group: str) -> pb.Status | None:
     except MessageIllegalError as e:
         return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r}: {e}")
     return None
+
+
+def _spent(entry: InFlight, stored: StoredMessage, max_attempts: int) -> bool:
+    """Whether the delivery ``entry`` counts is the message's last: when it comes due again,
+    it goes to the DLQ."""
+    return entry.attempt + stored.reconsume_times >= max_attempts
 
 
 def _stale(entry: InFlight, stored: StoredMessage) -> bool:
