@@ -33,6 +33,7 @@ __all__ = [
     "message_ids",
     "received_extent",
     "received_times",
+    "timer_due",
     "validate_topic",
 ]
 
@@ -379,6 +380,23 @@ class MessageStore:
         there were. Its messages are no longer readable or found by key, and a later put
         starts again at queue offset 0. Its records stay in the CommitLog until retention
         removes them, and recovery does not bring the queues back."""
+    def recall(
+        self,
+        topic: str,
+        uniq_key: str,
+        due_ms: int,
+        *,
+        producer_group: str | None = None,
+        born_host: str | None = None,
+        wait_for_flush: bool = True,
+    ) -> PutResult:
+        """Recalls the timer message ``uniq_key`` (its ``UNIQ_KEY``) of ``topic``, due at
+        ``due_ms`` (RocketMQ 5's RecallMessage): stores a marker in ``rmq_sys_wheel_timer``,
+        and from then on the schedule drops that message instead of delivering it, across
+        restarts too. Returns as :meth:`put` does. Recalling a message already delivered, or
+        never sent, stores a marker that drops nothing."""
+    def pending_recalls(self) -> int:
+        """How many recalled timer messages the schedule has yet to meet."""
     def delay_offsets(self) -> dict[int, int]:
         """Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX (RocketMQ's
         ``delayOffset.json``)."""
@@ -553,6 +571,11 @@ def validate_topic(topic: str, internal: bool = False) -> None:
     """RocketMQ's topic rule as the store applies it; raises InvalidTopicError or, unless
     ``internal``, SystemTopicError for a topic only the broker writes (``SCHEDULE_TOPIC_XXXX``,
     the transaction topics, ...)."""
+
+def timer_due(properties: str, now_ms: int) -> int | None:
+    """A timer message's delivery time in epoch milliseconds, as the store reads its encoded
+    ``properties`` when it parks it at ``now_ms``: ``TIMER_DELIVER_MS``, else
+    ``TIMER_DELAY_SEC`` or ``TIMER_DELAY_MS`` after ``now_ms``; None without a timer."""
 
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode`` of ``s``: RocketMQ's tag code and index key hash."""

@@ -100,6 +100,38 @@ def produce(spec: dict[str, Any]) -> Any:
     return ids
 
 
+def recall(spec: dict[str, Any]) -> Any:
+    """Sends ``messages`` (each with ``delay_ms``), then recalls those marked ``recall`` with
+    the handles their receipts carried, and tries each handle of ``bad_handles`` too. Reports
+    each send's id and handle, what each recall returned, and the errors raised."""
+    producer = Producer(_config(spec), (spec["topic"],), tls_enable=spec.get("tls", False))
+    producer.startup()
+    sent, recalled, errors = [], [], []
+    try:
+        receipts = []
+        for item in spec["messages"]:
+            message = Message()
+            message.topic = spec["topic"]
+            message.body = base64.b64decode(item["body"])
+            if item.get("delay_ms"):
+                message.delivery_timestamp = int(time.time() * 1000) + item["delay_ms"]
+            receipt = producer.send(message)
+            receipts.append((item, receipt))
+            sent.append({"message_id": receipt.message_id, "handle": receipt.recall_handle})
+        for item, receipt in receipts:
+            if item.get("recall"):
+                recalled.append(producer.recall_message(spec["topic"], receipt.recall_handle))
+        for handle in spec.get("bad_handles", ()):
+            try:
+                producer.recall_message(spec["topic"], handle)
+                errors.append(None)
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+    finally:
+        producer.shutdown()
+    return {"sent": sent, "recalled": recalled, "errors": errors}
+
+
 def simple(spec: dict[str, Any]) -> Any:
     """Receives until ``count`` messages came or ``timeout_s`` passed; acks each if ``ack``.
     With ``catch``, a receive or ack that raises ends the run, reported under ``errors``."""
@@ -291,6 +323,7 @@ def transactions(spec: dict[str, Any]) -> Any:
 
 SCENARIOS = {
     "produce": produce,
+    "recall": recall,
     "simple": simple,
     "redeliver": redeliver,
     "push": push,

@@ -24,6 +24,7 @@ from pyrmq.client import aio
 from pyrmq.client.admin import Admin
 from pyrmq.client.message import MessageQueue
 from pyrmq.errors import BrokerError, PyrmqError
+from pyrmq.recall_handle import RecallHandle
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow]
 
@@ -39,7 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ServerP
         f"maxReconsumeTimes=2\ndefaultTopicQueueNums={QUEUES}\n"
         # Transactions left open are checked after 1 s, every 0.5 s.
         "transactionTimeOut=1000\ntransactionCheckInterval=500\n"
-        "enablePropertyFilter=true\n"
+        "enablePropertyFilter=true\nrecallMessageEnable=true\n"
     )
     with servers.serving(root, "-c", str(conf)) as proc:
         yield proc
@@ -389,7 +390,10 @@ def test_a_5x_client_given_one_broker_reaches_a_topic_spread_over_two(
     try:
         for name in ("broker-a", "broker-b"):
             conf = tmp_path / f"{name}.conf"
-            conf.write_text(f"brokerName={name}\nbrokerClusterName=DefaultCluster\nbrokerId=0\n")
+            conf.write_text(
+                f"brokerName={name}\nbrokerClusterName=DefaultCluster\nbrokerId=0\n"
+                "recallMessageEnable=true\n"
+            )
             brokers[name] = servers.ServerProcess(
                 [
                     *("broker", "-n", namesrv, "-c", str(conf), "--store", str(tmp_path / name)),
@@ -436,16 +440,38 @@ def test_a_5x_client_given_one_broker_reaches_a_topic_spread_over_two(
             "produce",
             {"endpoint": access, "topic": only_b, "messages": [{"body": _b64("b")}] * 4},
         )
-        on_b = [
-            m.body
-            for q in range(2)
-            for m in asyncio.run(
-                pull_head(brokers["broker-b"].addresses()[-1], "broker-b", only_b, q)
-            ).messages
-        ]
-        assert on_b == [b"b"] * 4
+
+        def on_b() -> list[bytes]:
+            return [
+                m.body
+                for q in range(2)
+                for m in asyncio.run(
+                    pull_head(brokers["broker-b"].addresses()[-1], "broker-b", only_b, q)
+                ).messages
+            ]
+
+        assert on_b() == [b"b"] * 4
         with pytest.raises(BrokerError, match="not exist"):
             asyncio.run(pull_head(brokers["broker-a"].addresses()[-1], "broker-a", only_b, 0))
+        # A recall reaches the access point, which passes it on to the broker in the handle.
+        report = rmq5(
+            "recall",
+            {
+                "endpoint": access,
+                "topic": only_b,
+                "messages": [
+                    {"body": _b64("recalled"), "delay_ms": 3_000, "recall": True},
+                    {"body": _b64("kept"), "delay_ms": 3_000},
+                ],
+            },
+        )
+        assert RecallHandle.decode(report["sent"][0]["handle"]).broker_name == "broker-b"
+        assert report["recalled"] == [report["sent"][0]["message_id"]]
+        deadline = time.monotonic() + 15
+        while b"kept" not in on_b() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.5)
+        assert sorted(on_b()) == [b"b"] * 4 + [b"kept"]
     finally:
         for proc in brokers.values():
             assert proc.stop() == 0
@@ -480,6 +506,52 @@ def test_a_5x_delay_message_arrives_when_due(server: servers.ServerProcess, rmq5
     # The client reads the delivery time back as epoch milliseconds.
     assert sent_ms + 4_000 <= later["delivery_timestamp"] <= later["received_ms"]
     assert got["now"]["received_ms"] < later["received_ms"]
+
+
+def test_a_5x_producer_recalls_a_delay_message_before_it_falls_due(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    topic = "TopicG5Recall"
+    other = RecallHandle("TopicOther", "broker-a", int(time.time() * 1000) + 60_000, "X")
+    report = rmq5(
+        "recall",
+        {
+            "endpoint": server.grpc_address(),
+            "topic": topic,
+            "messages": [
+                {"body": _b64("kept"), "delay_ms": 4_000},
+                {"body": _b64("recalled"), "delay_ms": 4_000, "recall": True},
+                {"body": _b64("plain")},
+            ],
+            "bad_handles": ["not-a-handle", other.encode()],
+        },
+    )
+    kept, gone, plain = report["sent"]
+    assert kept["handle"]
+    assert gone["handle"]
+    # Only messages with a delivery time get one.
+    assert not plain["handle"]
+    handle = RecallHandle.decode(gone["handle"])
+    assert (handle.topic, handle.broker_name, handle.message_id) == (
+        topic,
+        "broker-a",
+        gone["message_id"],
+    )
+    assert report["recalled"] == [gone["message_id"]]
+    bad, wrong_topic = report["errors"]
+    assert "recall handle is invalid" in bad
+    assert "topic not match" in wrong_topic
+    got = rmq5(
+        "simple",
+        {
+            "endpoint": server.grpc_address(),
+            "group": "GID_G5_RECALL",
+            "topic": topic,
+            "count": 3,
+            "timeout_s": 9,
+        },
+    )
+    assert sorted(_text(m) for m in got["messages"]) == ["kept", "plain"]
 
 
 def test_5x_transactions_commit_roll_back_and_are_checked_when_left_open(

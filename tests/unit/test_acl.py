@@ -32,6 +32,8 @@ from pyrmq.acl.signing import (
     signature_matches,
 )
 from pyrmq.broker.access import RemotingAccess, remoting_request
+from pyrmq.proxy.access import Caller, grpc_request
+from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.remoting.codec import FrameDecoder
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -375,6 +377,8 @@ def test_what_remoting_requests_need() -> None:
     back = need(RequestCode.SEND_MESSAGE, {"producerGroup": "PG", "topic": "%RETRY%GID_A"})
     assert back.topics == {}
     assert back.groups == {"GID_A": Permission.SUB}
+    recalled = need(RequestCode.RECALL_MESSAGE, {"topic": "TopicA", "recallHandle": "h"})
+    assert recalled.topics == {"TopicA": Permission.PUB}
     pulled = need(RequestCode.PULL_MESSAGE, {"topic": "TopicA", "consumerGroup": "GID_A"})
     assert pulled.topics == {"TopicA": Permission.SUB}
     assert pulled.groups == {"GID_A": Permission.SUB}
@@ -397,6 +401,13 @@ def test_what_remoting_requests_need() -> None:
     assert not need(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "X"}).admin
     with pytest.raises(AclError, match="bad heartbeat"):
         need(RequestCode.HEART_BEAT, {}, b"{not json")
+
+
+def test_a_grpc_recall_needs_to_publish_to_its_topic() -> None:
+    request = pb.RecallMessageRequest(topic=pb.Resource(name="TopicA"), recall_handle="h")
+    access = grpc_request(Caller("h", "ak", None, None), request)
+    assert access.topics == {"TopicA": Permission.PUB}
+    assert access.groups == {}
 
 
 def test_refusal_reasons_are_cut_short_and_printable_and_their_lines_limited(

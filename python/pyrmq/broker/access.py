@@ -60,6 +60,8 @@ def remoting_request(host: str, request: RemotingCommand) -> AccessRequest:
         _need_send(access, fields.get("topic"))
     elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         _need_send(access, fields.get("b"))
+    elif code == RequestCode.RECALL_MESSAGE:
+        access.need_topic(fields.get("topic"), Permission.PUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         access.need_group(fields.get("group"), sub)
     elif code == RequestCode.PULL_MESSAGE:

@@ -36,6 +36,7 @@ _ALIASES = {
     "grpcServerPort": "grpc_server_port",
     "enablePropertyFilter": "enable_property_filter",
     "timerMaxDelaySec": "timer_max_delay_s",
+    "recallMessageEnable": "recall_message_enable",
     "transactionTimeOut": "transaction_timeout_ms",
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionCheckMax": "transaction_check_max",
@@ -100,6 +101,9 @@ class BrokerConfig:
     lock_queue_timeout_ms: int = 5_000
     # How far ahead a timer message may be due (RocketMQ's default: 3 days).
     timer_max_delay_s: int = 3 * 24 * 3600
+    # Producers may recall timer messages before they fall due (RocketMQ 5.3's RecallMessage;
+    # off by default there too). A running broker changes it.
+    recall_message_enable: bool = False
     # The broker.conf these settings came from, where settings changed while the broker runs
     # are written (RocketMQ's brokerConfigPath); empty: such changes last until it stops.
     broker_config_path: str = ""

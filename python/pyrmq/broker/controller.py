@@ -19,6 +19,7 @@ from pyrmq.broker.processors.config import ConfigProcessor
 from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processors.groups import GroupProcessor
 from pyrmq.broker.processors.pull import PullProcessor
+from pyrmq.broker.processors.recall import RecallProcessor
 from pyrmq.broker.processors.send import SendProcessor
 from pyrmq.broker.processors.stats import StatsProcessor
 from pyrmq.broker.processors.transactions import EndTransactionProcessor
@@ -96,6 +97,7 @@ class BrokerController:
         if config.grpc_server_port >= 0:
             self.grpc = GrpcServer(self, config.broker_ip1, config.grpc_server_port)
         self.pulls = PullProcessor(self)
+        self.recalls = RecallProcessor(self)
         self.clients.on_consumer_left.append(self.pulls.client_left)
         for processor in (
             SendProcessor(self),
@@ -107,6 +109,7 @@ class BrokerController:
             StatsProcessor(self),
             ConfigProcessor(self),
             EndTransactionProcessor(self),
+            self.recalls,
         ):
             processor.install(self.server)
         self.server.on_disconnect.append(self._client_disconnected)

@@ -176,7 +176,18 @@ class ClientAPI:
             message_queue=MessageQueue(
                 req.queue.topic, req.queue.broker_name, int(ext.get("queueId", req.queue.queue_id))
             ),
+            recall_handle=ext.get("recallHandle"),
         )
+
+    async def recall(
+        self, addr: str, topic: str, handle: str, broker_name: str, group: str, timeout_s: float
+    ) -> str:
+        """Recalls the timer message ``handle`` names; returns its id."""
+        ext = {"producerGroup": group, "topic": topic, "recallHandle": handle, "bname": broker_name}
+        response = self._check(
+            addr, await self._call(addr, RequestCode.RECALL_MESSAGE, ext, timeout_s=timeout_s)
+        )
+        return response.ext_fields.get("msgId", "")
 
     async def end_transaction(
         self, addr: str, header: EndTransactionRequestHeader, timeout_s: float

@@ -18,6 +18,9 @@ from pyrmq.properties import (
     KEY_SEPARATOR,
     KEYS,
     TAGS,
+    TIMER_DELAY_MS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
     UNIQ_KEY,
     WAIT,
 )
@@ -114,6 +117,25 @@ class Message:
         else:
             self.properties.pop(DELAY, None)
 
+    def set_deliver_time_ms(self, epoch_ms: int) -> None:
+        """Makes this a timer message, delivered at ``epoch_ms`` (RocketMQ 5's
+        ``TIMER_DELIVER_MS``); its send result then carries a ``recall_handle``."""
+        self._set_timer(TIMER_DELIVER_MS, epoch_ms)
+
+    def set_delay_time_sec(self, seconds: int) -> None:
+        """Makes this a timer message, delivered ``seconds`` after the broker stores it."""
+        self._set_timer(TIMER_DELAY_SEC, seconds)
+
+    def set_delay_time_ms(self, ms: int) -> None:
+        """Makes this a timer message, delivered ``ms`` after the broker stores it."""
+        self._set_timer(TIMER_DELAY_MS, ms)
+
+    def _set_timer(self, name: str, value: int) -> None:
+        # One timer per message: the broker goes by the first it finds.
+        for other in (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS):
+            self.properties.pop(other, None)
+        self.properties[name] = str(int(value))
+
     def set_wait_store_msg_ok(self, wait: bool) -> None:
         """Whether a SYNC_FLUSH broker answers only once the message is durable (default)."""
         self.properties[WAIT] = "true" if wait else "false"
@@ -174,6 +196,9 @@ class SendResult(_SendResultFields):
 
     offset_msg_id: str
     message_queue: MessageQueue | None
+    # What Producer.recall_message takes to recall a timer message before it falls due; None
+    # for other messages.
+    recall_handle: str | None
 
     def __new__(
         cls,
@@ -182,10 +207,12 @@ class SendResult(_SendResultFields):
         offset: int,
         offset_msg_id: str = "",
         message_queue: MessageQueue | None = None,
+        recall_handle: str | None = None,
     ) -> "SendResult":
         self = super().__new__(cls, status, msg_id, offset)
         self.offset_msg_id = offset_msg_id
         self.message_queue = message_queue
+        self.recall_handle = recall_handle
         return self
 
     @property

@@ -41,6 +41,7 @@ from pyrmq.errors import (
     SendError,
 )
 from pyrmq.properties import UNIQ_KEY
+from pyrmq.recall_handle import RecallHandle
 from pyrmq.remoting.protocol import ResponseCode
 
 __all__ = ["MessageQueueSelector", "Producer", "select_by_hash"]
@@ -417,6 +418,32 @@ class Producer(ClientLifecycle):
         if mq.topic != msg.topic:
             raise MessageIllegalError(f"the selector chose {mq}, not a queue of {msg.topic}")
         return await self._send_with_retries(out, timeout_s, mq)
+
+    async def recall_message(
+        self, topic: str, recall_handle: str, *, timeout_s: float | None = None
+    ) -> str:
+        """Recalls a timer message before it falls due (RocketMQ 5.3's ``recallMessage``),
+        with the ``recall_handle`` its send returned; returns the message's id. The broker
+        named in the handle must have ``recallMessageEnable`` on.
+
+        Raises:
+            RecallHandleError: ``recall_handle`` is not a handle.
+            BrokerError: The broker refused, for example ILLEGAL_OPERATION once the message
+                is due, or NO_PERMISSION where recalls are off.
+        """
+        if topic.startswith((RETRY_PREFIX, "%DLQ%")):
+            raise MessageIllegalError(f"topic {topic} takes no recalls")
+        handle = RecallHandle.decode(recall_handle)
+        inst = self.instance
+        addr = await inst.master_addr(handle.broker_name, topic)
+        return await inst.api.recall(
+            addr,
+            topic,
+            recall_handle,
+            handle.broker_name,
+            self.group,
+            self.send_timeout_s if timeout_s is None else timeout_s,
+        )
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Sends without waiting for an answer: fastest, and unacknowledged. Raises

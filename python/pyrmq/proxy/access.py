@@ -167,6 +167,10 @@ def _end_transaction(access: AccessRequest, request: pb.EndTransactionRequest) -
     access.need_topic(request.topic.name, Permission.PUB)
 
 
+def _recall(access: AccessRequest, request: pb.RecallMessageRequest) -> None:
+    access.need_topic(request.topic.name, Permission.PUB)
+
+
 def _termination(access: AccessRequest, request: pb.NotifyClientTerminationRequest) -> None:
     access.need_group(request.group.name, Permission.SUB)
 
@@ -202,6 +206,7 @@ NEEDS: dict[type, Callable[[AccessRequest, Any], None]] = {
     pb.ChangeInvisibleDurationRequest: _group_and_topic,
     pb.QueryAssignmentRequest: _group_and_topic,
     pb.EndTransactionRequest: _end_transaction,
+    pb.RecallMessageRequest: _recall,
     pb.NotifyClientTerminationRequest: _termination,
     pb.QueryRouteRequest: _route,
     pb.TelemetryCommand: _telemetry,

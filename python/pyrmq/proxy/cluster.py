@@ -13,6 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from pyrmq.broker.processors.recall import Recalled
 from pyrmq.broker.state.topics import TopicConfig
 from pyrmq.client.route import TopicRoute
 from pyrmq.config import parse_properties
@@ -76,6 +77,29 @@ class ClusterRoutes:
             config = TopicConfig(topic, data.read_queue_nums, data.write_queue_nums, data.perm)
             out.append(BrokerQueues(data.broker_name, host, port, config))
         return sorted(out, key=lambda b: b.broker_name)
+
+    async def recall(self, topic: str, broker_name: str, handle: str) -> Recalled:
+        """Passes a recall on to the master of ``broker_name``, as the name servers route
+        ``topic``; its answer, or SERVICE_NOT_AVAILABLE when it cannot be reached."""
+        route = await self._route(topic)
+        brokers = None if route is None else route.brokers.get(broker_name)
+        master = None if brokers is None else brokers.master
+        if master is None:
+            return Recalled(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"recall failed, broker {broker_name} of topic {topic} is not known",
+            )
+        request = RemotingCommand.request(
+            RequestCode.RECALL_MESSAGE,
+            {"topic": topic, "recallHandle": handle, "producerGroup": topic, "bname": broker_name},
+        )
+        try:
+            response = await self.broker.namesrv.invoke(
+                master, request, timeout_s=REQUEST_TIMEOUT_S
+            )
+        except PyrmqError as e:
+            return Recalled(ResponseCode.SERVICE_NOT_AVAILABLE, f"recall failed: {e}")
+        return Recalled(response.code, response.remark or "", response.ext_fields.get("msgId", ""))
 
     async def _route(self, topic: str) -> TopicRoute | None:
         broker = self.broker

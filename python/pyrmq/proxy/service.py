@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyrmq import _core
+from pyrmq.broker.processors.recall import recall_handle
 from pyrmq.broker.services import transactions
 from pyrmq.broker.services.hold import HeldPull
 from pyrmq.broker.services.transactions import TransactionError
@@ -42,6 +43,8 @@ from pyrmq.proxy.messages import Delivery, SendCheckError
 from pyrmq.proxy.pop import InFlight, PopQueue, Receipt, new_generations
 from pyrmq.proxy.pop_state import PopKey
 from pyrmq.proxy.proto import messaging_pb2 as pb
+from pyrmq.recall_handle import RecallHandle, RecallHandleError
+from pyrmq.remoting.protocol import ResponseCode
 from pyrmq.sql_filter import SqlFilter, SqlFilterError, parse_cached
 from pyrmq.store import GetMessageStatus, StoredMessage
 
@@ -611,12 +614,16 @@ class MessagingService:
                 message_id=message_id,
                 offset=result.queue_offset,
             )
+        handle = None
+        if not transaction:
+            handle = recall_handle(broker.config.broker_name, config.topic_name, props, result)
         return pb.SendResultEntry(
             status=OK,
             message_id=message_id,
             offset=result.queue_offset,
             # The half's offset message id: EndTransaction finds it by that.
             transaction_id=result.msg_id if transaction else "",
+            recall_handle=handle or "",
         )
 
     async def end_transaction(self, request: pb.EndTransactionRequest, context: Any) -> Any:
@@ -650,9 +657,26 @@ class MessagingService:
     async def recall_message(self, request: pb.RecallMessageRequest, context: Any) -> Any:
         if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
             return pb.RecallMessageResponse(status=refused)
-        return pb.RecallMessageResponse(
-            status=_status(pb.NOT_IMPLEMENTED, "delay messages are not supported over gRPC yet")
-        )
+        topic = request.topic.name
+        try:
+            handle = RecallHandle.decode(request.recall_handle)
+        except RecallHandleError as e:
+            return pb.RecallMessageResponse(status=_status(pb.INTERNAL_SERVER_ERROR, str(e)))
+        broker = self.broker
+        if handle.broker_name == broker.config.broker_name:
+            outcome = await broker.recalls.recall(
+                topic,
+                request.recall_handle,
+                producer_group=topic,
+                born_host=_peer_address(self._peer(context)),
+            )
+        else:
+            # A message of another broker: RocketMQ's proxy passes the recall on to it.
+            outcome = await self.cluster.recall(topic, handle.broker_name, request.recall_handle)
+        if outcome.code != ResponseCode.SUCCESS:
+            status = _status(_recall_code(outcome.code), outcome.remark)
+            return pb.RecallMessageResponse(status=status)
+        return pb.RecallMessageResponse(status=OK, message_id=outcome.message_id)
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -1302,6 +1326,17 @@ class MessagingService:
         return sum(
             len(q.inflight) for (g, t, _), q in self._queues.items() if g == group and t == topic
         )
+
+
+def _recall_code(code: int) -> "pb.Code":
+    """RocketMQ's proxy's status for a broker's answer to a recall."""
+    if code == ResponseCode.TOPIC_NOT_EXIST:
+        return pb.TOPIC_NOT_FOUND
+    if code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+        return pb.NOT_IMPLEMENTED
+    if code == ResponseCode.SYSTEM_BUSY:
+        return pb.TOO_MANY_REQUESTS
+    return pb.INTERNAL_SERVER_ERROR
 
 
 def _check_group(group: str) -> pb.Status | None:

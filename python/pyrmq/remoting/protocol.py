@@ -152,6 +152,7 @@ class RequestCode(enum.IntEnum):
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
     DELETE_EXPIRED_COMMITLOG = 329
+    RECALL_MESSAGE = 370
 
 
 class PullSysFlag(enum.IntFlag):
@@ -243,3 +244,5 @@ class ResponseCode(enum.IntEnum):
     """ACL: updating the global white list failed."""
     FLOW_CONTROL = 215
     """The request was refused by flow control (a 5.x code)."""
+    ILLEGAL_OPERATION = 604
+    """The request asks for what cannot be done, such as recalling with a bad handle."""

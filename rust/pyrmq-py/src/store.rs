@@ -1095,6 +1095,35 @@ impl PyMessageStore {
         gil::run(py, || store.delete_topic(&topic))
     }
 
+    /// Recalls the timer message `uniq_key` of `topic`, due at `due_ms`: stores a marker, and
+    /// the schedule drops that message instead of delivering it.
+    #[pyo3(signature = (topic, uniq_key, due_ms, *, producer_group=None, born_host=None,
+        wait_for_flush=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn recall(
+        &self,
+        py: Python<'_>,
+        topic: Topic<'_>,
+        uniq_key: Text<'_>,
+        due_ms: Field<i64>,
+        producer_group: Option<Text<'_>>,
+        born_host: Option<Text<'_>>,
+        wait_for_flush: bool,
+    ) -> PyResult<PyPutResult> {
+        let store = &self.store;
+        let host = parse_host(born_host.as_deref())?;
+        let group = producer_group.as_deref().unwrap_or("");
+        gil::run(py, || {
+            store.recall(&topic, &uniq_key, due_ms.0, group, host, wait_for_flush)
+        })
+        .map(Into::into)
+    }
+
+    /// How many recalled timer messages the schedule has yet to meet.
+    fn pending_recalls(&self) -> usize {
+        self.store.pending_recalls()
+    }
+
     /// Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX.
     fn delay_offsets(&self) -> std::collections::BTreeMap<u32, u64> {
         self.store.delay_offsets()

@@ -22,6 +22,7 @@ pub mod mapped_file_queue;
 pub mod message;
 pub mod populate;
 pub mod queue_map;
+pub mod recall;
 pub mod schedule;
 mod services;
 mod state_file;

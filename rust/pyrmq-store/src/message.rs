@@ -704,6 +704,7 @@ pub fn is_send_forbidden(topic: &str) -> bool {
         "TRANS_CHECK_MAX_TIME_TOPIC",
         "SELF_TEST_TOPIC",
         "OFFSET_MOVED_EVENT",
+        crate::recall::RECALL_TOPIC,
     ];
     BROKER_ONLY.contains(&topic)
 }

@@ -29,6 +29,8 @@ pub struct Pass {
     pub delivered: usize,
     /// Timer messages not yet due, parked again in a shorter level.
     pub parked_again: usize,
+    /// Recalled timer messages dropped.
+    pub recalled: usize,
     /// The earliest due time of a message left waiting, if any.
     pub next_due_ms: Option<i64>,
     /// A level stopped on an error worth retrying (a full disk, say): its message waits.
@@ -179,6 +181,9 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
         pass.failed = true;
         return pass;
     }
+    // Whether every level delivered all it had due: then every parked record left falls due
+    // after `now_ms`.
+    let mut caught_up = true;
     for (i, delay) in delays.iter().enumerate() {
         let level = i as u32 + 1;
         let Some(q) = inner.queue(SCHEDULE_TOPIC, i as i32) else {
@@ -191,6 +196,7 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
         // again, maybe in this very level, and must wait for a later pass.
         while offset < end {
             let Some(unit) = q.unit(offset) else {
+                caught_up = false;
                 break;
             };
             // A due time further off than the level's delay means the clock went back: due now.
@@ -210,6 +216,7 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
                     offsets.delivered_bytes.fetch_add(wrote, Ordering::AcqRel);
                 }
                 Ok(Delivery::ParkedAgain) => pass.parked_again += 1,
+                Ok(Delivery::Recalled) => pass.recalled += 1,
                 Ok(Delivery::Gone) => {}
                 Err(e) if retryable(&e) => {
                     log::warn!("delay level {level}: delivering offset {offset} failed: {e}");
@@ -225,6 +232,15 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
         }
         offsets.set(level, offset);
     }
+    // A park of a timer message falls due at most one shortest level after the message does:
+    // with every parked record due later than `now_ms`, none is a message due before
+    // `now_ms - shortest`, and recalls of such messages have nothing left to drop.
+    if caught_up && !pass.failed {
+        let shortest = delays.iter().min().map_or(0, |d| *d as i64);
+        inner
+            .recalls
+            .purge_due_before(now_ms.saturating_sub(shortest));
+    }
     pass
 }
 
@@ -234,6 +250,8 @@ enum Delivery {
     Stored(u64),
     /// A timer message not yet due: parked again, in a shorter level.
     ParkedAgain,
+    /// A recalled timer message: dropped.
+    Recalled,
     /// No such record any more (retention removed it).
     Gone,
 }
@@ -256,6 +274,9 @@ fn deliver(inner: &Inner, phy: u64, now_ms: i64) -> StoreResult<Delivery> {
             "the delayed record at offset {phy} names no real topic and queue"
         )));
     };
+    if inner.recalls.take(topic, rec.properties) {
+        return Ok(Delivery::Recalled);
+    }
     let mut properties =
         message::without_properties(rec.properties, &[PROPERTY_DELAY, PROPERTY_WAIT]);
     let kept = properties.len();

@@ -39,6 +39,7 @@ use crate::message::{
     SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
 };
 use crate::queue_map::QueueMap;
+use crate::recall::{self, Recalls, RECALL_TOPIC};
 use crate::schedule::{self, DelayOffsets, Pass};
 use crate::services::Services;
 use crate::wakeup::{Arrival, Arrivals};
@@ -166,6 +167,8 @@ pub(crate) struct Inner {
     hold: HoldTable,
     /// Progress of delayed-message delivery, per delay level.
     delays: DelayOffsets,
+    /// Timer messages recalled and not yet dropped.
+    pub(crate) recalls: Recalls,
     /// Deleted topics whose records the CommitLog still holds.
     deleted: DeletedTopics,
     /// CommitLog offset up to which every record's units and index entries are written.
@@ -320,6 +323,7 @@ impl MessageStore {
             arrivals,
             hold: HoldTable::new().map_err(|e| StoreError::io("creating eventfd for", &root, e))?,
             delays,
+            recalls: Recalls::default(),
             deleted,
             dispatched: AtomicU64::new(0),
             index_behind: AtomicU64::new(u64::MAX),
@@ -355,6 +359,7 @@ impl MessageStore {
             );
         }
         let recovery = inner.recover(validate_from, start)?;
+        inner.load_recalls();
         // Store times never go back, even when no record lies past the checkpoint.
         inner
             .commit_log
@@ -444,6 +449,68 @@ impl MessageStore {
     pub fn delete_topic(&self, topic: &str) -> StoreResult<usize> {
         self.inner.check_open()?;
         self.inner.delete_topic(topic)
+    }
+
+    /// Recalls the timer message `uniq_key` of `topic`, due at `due_ms` (RocketMQ 5's
+    /// RecallMessage): stores a marker, and from then on the schedule drops that message
+    /// instead of delivering it. Returns as [`Self::put`] does, or as [`Self::put_nowait`]
+    /// without `wait_flush`. Recalling a message already delivered, or never sent, stores a
+    /// marker that drops nothing.
+    pub fn recall(
+        &self,
+        topic: &str,
+        uniq_key: &str,
+        due_ms: i64,
+        producer_group: &str,
+        born_host: std::net::SocketAddr,
+        wait_flush: bool,
+    ) -> StoreResult<PutOutcome> {
+        self.inner.check_open()?;
+        message::check_topic(topic, false)?;
+        if uniq_key.is_empty() || uniq_key.contains(['\x01', '\x02']) {
+            return Err(StoreError::IllegalMessage(format!(
+                "recall: {uniq_key:?} is not a message id"
+            )));
+        }
+        let key = recall::delete_key(topic, uniq_key);
+        let now_ms = clock::now_ms();
+        let mut properties = Vec::new();
+        message::push_property(&mut properties, PROPERTY_TAGS, recall::RECALL_TAG);
+        message::push_property(&mut properties, PROPERTY_REAL_TOPIC, topic);
+        message::push_property(&mut properties, recall::PROPERTY_TIMER_DEL_UNIQKEY, &key);
+        message::push_property(
+            &mut properties,
+            PROPERTY_TIMER_DELIVER_MS,
+            &due_ms.to_string(),
+        );
+        if !producer_group.is_empty() {
+            message::push_property(&mut properties, "PGROUP", producer_group);
+        }
+        let input = MessageInput {
+            topic: RECALL_TOPIC,
+            queue_id: 0,
+            flag: 0,
+            body: b"0",
+            properties: &properties,
+            sys_flag: 0,
+            born_timestamp_ms: now_ms,
+            born_host,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        // In the set before the marker is visible: a pass between the two would deliver the
+        // message the answer says is recalled.
+        let added = self.inner.recalls.insert(&key, due_ms);
+        let outcome = self.inner.put(&[input], true, now_ms, wait_flush);
+        if outcome.is_err() && added {
+            self.inner.recalls.remove(&key);
+        }
+        outcome
+    }
+
+    /// How many recalled timer messages the schedule has yet to meet.
+    pub fn pending_recalls(&self) -> usize {
+        self.inner.recalls.len()
     }
 
     /// Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX (RocketMQ's delayOffset).
@@ -1015,6 +1082,7 @@ impl Inner {
         if tx == SYSFLAG_TRANSACTION_PREPARED
             || tx == SYSFLAG_TRANSACTION_ROLLBACK
             || m.topic == SCHEDULE_TOPIC
+            || m.topic == RECALL_TOPIC
         {
             return Ok(None);
         }
@@ -1587,6 +1655,35 @@ impl Inner {
         Ok(removed)
     }
 
+    /// Reads the recall markers back into the set: those still in the marker queue, which
+    /// the first schedule pass that catches up prunes to the ones still pending.
+    fn load_recalls(&self) {
+        let Some(q) = self.queue(RECALL_TOPIC, 0) else {
+            return;
+        };
+        for offset in q.min_offset()..q.max_offset() {
+            let Some(unit) = q.unit(offset) else {
+                continue;
+            };
+            let raw = match self.look(unit.phy_offset) {
+                Ok(Some(raw)) => raw,
+                Ok(None) => continue,
+                Err(e) => {
+                    log::error!("recall marker at queue offset {offset} cannot be read: {e}");
+                    continue;
+                }
+            };
+            if let Ok(rec) = message::decode(&raw, false) {
+                if let Some((key, due)) = Recalls::marker(rec.properties) {
+                    self.recalls.insert(key, due);
+                }
+            }
+        }
+        if self.recalls.len() > 0 {
+            log::info!("{} recalled timer messages to drop", self.recalls.len());
+        }
+    }
+
     pub(crate) fn deliver_due(&self, now_ms: i64) -> Pass {
         schedule::deliver_due(self, &self.delays, now_ms)
     }
@@ -2145,7 +2242,7 @@ fn index_record(index: &IndexService, d: &Dispatch<'_>, behind: &AtomicU64) -> b
 
 /// A timer message's delivery time in epoch milliseconds: `TIMER_DELIVER_MS`, else
 /// `TIMER_DELAY_SEC` or `TIMER_DELAY_MS` after `now_ms`; None for any other message.
-pub(crate) fn timer_due(properties: &[u8], now_ms: i64) -> Option<i64> {
+pub fn timer_due(properties: &[u8], now_ms: i64) -> Option<i64> {
     let number =
         |name| message::property(properties, name).and_then(|v| v.trim().parse::<i64>().ok());
     if let Some(at) = number(PROPERTY_TIMER_DELIVER_MS) {

@@ -27,7 +27,9 @@ __all__ = ["LIVE_SETTINGS", "ConfigProcessor"]
 
 log = logging.getLogger(__name__)
 
-LIVE_SETTINGS = frozenset(rocketmq_key(field) for field in RETENTION_FIELDS)
+LIVE_SETTINGS = frozenset(
+    {*(rocketmq_key(field) for field in RETENTION_FIELDS), "recallMessageEnable"}
+)
 """The settings (RocketMQ keys) a running broker changes."""
 
 

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
+from pyrmq.broker.processors.recall import TIMER_PROPERTIES, recall_handle
 from pyrmq.broker.state.groups import check_group_name
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import (
@@ -20,13 +21,7 @@ from pyrmq.errors import (
     StoreReadOnlyError,
     SystemTopicError,
 )
-from pyrmq.properties import (
-    TIMER_DELAY_MS,
-    TIMER_DELAY_SEC,
-    TIMER_DELIVER_MS,
-    encode_properties,
-    parse_properties,
-)
+from pyrmq.properties import encode_properties, parse_properties
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -45,7 +40,6 @@ SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 TIMER_PREFIX = "TIMER_"
 _DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+")
-TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
 # RocketMQ's answer to a send a slave gets (its store refuses every put).
@@ -231,18 +225,25 @@ class SendProcessor:
             result = put() if half else broker.put_now(put)
         except (MessageIllegalError, StoreError) as e:
             return self._put_failed(request, e, topic, queue_id)
+        handle = None
+        # RocketMQ gives a handle to single sends only, and none to retry topics'.
+        timer = not batch and not half and TIMER_PREFIX in properties
+        if timer and topic == header.topic and not topic.startswith(RETRY_PREFIX):
+            handle = recall_handle(
+                broker.config.broker_name, topic, parse_properties(properties), result
+            )
         if broker.puts_wait and _waits_for_store(properties):
-            return self._answer_when_stored(request, result, queue_id)
-        return self._stored(request, result, queue_id)
+            return self._answer_when_stored(request, result, queue_id, handle)
+        return self._stored(request, result, queue_id, recall=handle)
 
     def _answer_when_stored(
-        self, request: RemotingCommand, result: PutResult, queue_id: int
+        self, request: RemotingCommand, result: PutResult, queue_id: int, recall: str | None
     ) -> asyncio.Future[RemotingCommand]:
         answer: asyncio.Future[RemotingCommand] = self.broker.loop.create_future()
 
         def stored(code: int) -> None:
             if not answer.done():
-                answer.set_result(self._stored(request, result, queue_id, code=code))
+                answer.set_result(self._stored(request, result, queue_id, code=code, recall=recall))
 
         self.broker.when_stored(result, stored)
         return answer
@@ -264,23 +265,24 @@ class SendProcessor:
         queue_id: int,
         *,
         code: int = ResponseCode.SUCCESS,
+        recall: str | None = None,
     ) -> RemotingCommand:
         """The send's answer. As RocketMQ's, it names the queue the send asked for (or the DLQ's)
-        even when the store parked a delayed message in SCHEDULE_TOPIC_XXXX. A send stored but
-        not as safe as promised (the disk, a slave) is answered with that code and the ids."""
+        even when the store parked a delayed message in SCHEDULE_TOPIC_XXXX, and a timer
+        message's handle to recall it. A send stored but not as safe as promised (the disk, a
+        slave) is answered with that code and the ids."""
         if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
             code = ResponseCode.FLUSH_DISK_TIMEOUT
-        return RemotingCommand.response_to(
-            request,
-            code,
-            ext_fields={
-                "msgId": result.msg_ids_joined,
-                "queueId": str(queue_id),
-                "queueOffset": str(result.queue_offset),
-                "MSG_REGION": "DefaultRegion",
-                "TRACE_ON": "true",
-            },
-        )
+        fields = {
+            "msgId": result.msg_ids_joined,
+            "queueId": str(queue_id),
+            "queueOffset": str(result.queue_offset),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        if recall is not None:
+            fields["recallHandle"] = recall
+        return RemotingCommand.response_to(request, code, ext_fields=fields)
 
     def _topic_for_send(self, header: SendMessageRequestHeader) -> TopicConfig | None:
         broker = self.broker
