@@ -458,9 +458,12 @@ class MessageStore:
 def decode_messages(buffer: Buffer) -> list[StoredMessage]:
     """Decodes records laid end to end (a PULL body, or ``GetResult.buffer``)."""
 
-def decode_received(buffer: Buffer, broker_name: str) -> list[MessageExt]:
+def decode_received(
+    buffer: Buffer, broker_name: str, namespace: str | None = None
+) -> list[MessageExt]:
     """Decodes a PULL body from ``broker_name`` into received messages, each kept out of
-    the cycle collector (they refer only to strings and bytes)."""
+    the cycle collector (they refer only to strings and bytes). Their topics are shown without
+    ``namespace`` (``ns%TopicA`` as ``TopicA``)."""
 
 def received_extent(msgs: list[Any]) -> tuple[int, int, bool, int] | None:
     """``(first queue offset, last queue offset, consecutive, total store size)`` of a pulled
@@ -483,16 +486,22 @@ class MessageExt:
     """
 
     @classmethod
-    def from_stored(cls, stored: StoredMessage, broker_name: str) -> MessageExt:
-        """Wraps a stored message received from ``broker_name``."""
+    def from_stored(
+        cls, stored: StoredMessage, broker_name: str, namespace: str | None = None
+    ) -> MessageExt:
+        """Wraps a stored message received from ``broker_name``, its topic shown without
+        ``namespace``."""
     @classmethod
-    def from_batch(cls, stored: list[StoredMessage], broker_name: str) -> list[MessageExt]:
+    def from_batch(
+        cls, stored: list[StoredMessage], broker_name: str, namespace: str | None = None
+    ) -> list[MessageExt]:
         """Wraps the messages of one pull."""
     @property
     def broker_name(self) -> str: ...
     @property
     def topic(self) -> str:
-        """The topic it was sent to (the original one for a retry)."""
+        """The topic it was sent to (the original one for a retry), without the consumer's
+        namespace."""
     @property
     def stored(self) -> StoredMessage:
         """The record as stored (its ``topic`` is a retry topic for a retry)."""

@@ -658,3 +658,38 @@ def test_a_namespace_is_folded_into_the_names_the_broker_keeps(
     assert [m.body for m in _queue_messages(server, f"nsA%{topic}", 0)] == [b"in nsA"]
     outside = [m.body for q in range(4) for m in _queue_messages(server, topic, q)]
     assert outside == [b"out"]
+
+    # pyrmq's own client with that namespace meets the 5.x client's messages, and the other way.
+    async def native() -> list[tuple[str, bytes]]:
+        config = fast_config(server.addresses()[0], namespace="nsA", instance_name="ns-native")
+        async with aio.Producer("PG_NS_NATIVE", client_config=config) as producer:
+            await producer.send(aio.Message(topic, b"from pyrmq"))
+        consumer = aio.PushConsumer(
+            "GID_G5_NS_NATIVE", client_config=config, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+        )
+        consumer.subscribe(topic)
+        got: list[tuple[str, bytes]] = []
+        async with consumer:
+            async for msg in consumer:
+                got.append((msg.topic, msg.body))
+                if len(got) == 2:
+                    break
+        return got
+
+    assert sorted(asyncio.run(asyncio.wait_for(native(), 30))) == [
+        (topic, b"from pyrmq"),
+        (topic, b"in nsA"),
+    ]
+    report = rmq5(
+        "simple",
+        {
+            "endpoint": endpoint,
+            "namespace": "nsA",
+            "group": group,
+            "topic": topic,
+            "count": 1,
+            "timeout_s": 20,
+        },
+    )
+    [got] = report["messages"]
+    assert (got["topic"], _text(got)) == (topic, "from pyrmq")

@@ -210,12 +210,22 @@ class ClientAPI:
         broker_name: str,
         header: PullMessageRequestHeader,
         timeout_s: float,
+        namespace: str = "",
     ) -> PullResult:
+        """Pulls from a queue; the messages' topics are shown without ``namespace``."""
         ext = header.to_ext()
-        return await self.pull_ext(addr, broker_name, ext, header.queue_offset, timeout_s)
+        return await self.pull_ext(
+            addr, broker_name, ext, header.queue_offset, timeout_s, namespace
+        )
 
     async def pull_ext(
-        self, addr: str, broker_name: str, ext: dict[str, str], queue_offset: int, timeout_s: float
+        self,
+        addr: str,
+        broker_name: str,
+        ext: dict[str, str],
+        queue_offset: int,
+        timeout_s: float,
+        namespace: str = "",
     ) -> PullResult:
         """:meth:`pull` with the request header already in wire form (the push consumer keeps
         one per queue and changes only the offsets and flags)."""
@@ -226,7 +236,7 @@ class ClientAPI:
         fields = response.ext_fields
         messages = []
         if status is PullStatus.FOUND:
-            messages = _core.decode_received(response.body, broker_name)
+            messages = _core.decode_received(response.body, broker_name, namespace or None)
         return PullResult(
             status=status,
             next_begin_offset=int(fields.get("nextBeginOffset", queue_offset)),

@@ -292,7 +292,7 @@ class OrderlyConsumeService:
                         self._loop.call_soon_threadsafe(step)
                     return
                 msgs, listener = step
-                ctx = ConsumeOrderlyContext(mq)
+                ctx = ConsumeOrderlyContext(self._consumer.shown(mq))
                 with pq.consume_lock:
                     if pq.dropped:
                         return
@@ -335,7 +335,7 @@ class OrderlyConsumeService:
                 step()
                 return
             msgs, listener = step
-            ctx = ConsumeOrderlyContext(mq)
+            ctx = ConsumeOrderlyContext(self._consumer.shown(mq))
             # Only a rebalance about to drop the queue holds it, briefly: then stop.
             if not pq.consume_lock.acquire(blocking=False):
                 pq.give_back(msgs)

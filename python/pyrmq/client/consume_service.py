@@ -527,7 +527,7 @@ class ConcurrentConsumeService:
             return
         if pq.handing_over and not pq.gate(msgs, self._rerun(listener, msgs, pq, mq)):
             return
-        ctx = ConsumeContext(mq)
+        ctx = ConsumeContext(self._consumer.shown(mq))
         try:
             status = listener(msgs, ctx)
         except Exception:
@@ -561,7 +561,7 @@ class ConcurrentConsumeService:
             return
         if pq.handing_over and not pq.gate(msgs, self._rerun(listener, msgs, pq, mq)):
             return
-        ctx = ConsumeContext(mq)
+        ctx = ConsumeContext(self._consumer.shown(mq))
         try:
             coro = cast(Coroutine[Any, Any, ConsumeStatus | None], listener(msgs, ctx))
         except Exception as e:  # a listener that cannot be called with (msgs, ctx)

@@ -27,6 +27,7 @@ from pyrmq.client.allocate import AllocateStrategy, allocate_averagely
 from pyrmq.client.api import PullResult, PullStatus
 from pyrmq.client.instance import ClientConfig, ClientInstance, ClientLifecycle
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
+from pyrmq.client.namespaced import name_in, queue_in, queue_shown
 from pyrmq.client.offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
@@ -174,10 +175,11 @@ class LitePullConsumer(ClientLifecycle):
             problems.append(f"poll_timeout_s {poll_timeout_s} is negative")
         if problems:
             raise ConfigError("; ".join(problems), problems=problems)
-        self.group = group
         self.config = client_config or ClientConfig(
             namesrv_addr=namesrv_addr, instance_name=instance_name
         )
+        self.namespace = self.config.namespace
+        self.group = name_in(self.namespace, group)
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp_ms = consume_timestamp_ms
@@ -303,6 +305,7 @@ class LitePullConsumer(ClientLifecycle):
         (clustering) or reading them all (broadcasting)."""
         if not topic:
             raise ClientError("the topic must not be empty")
+        topic = name_in(self.namespace, topic)
         self._set_mode("subscribe")
         self._subscriptions[topic] = Subscription.parse(topic, expression)
         inst = self._instance
@@ -311,6 +314,7 @@ class LitePullConsumer(ClientLifecycle):
 
     def unsubscribe(self, topic: str) -> None:
         """Stops consuming ``topic``: its queues are released (their offsets committed)."""
+        topic = name_in(self.namespace, topic)
         if self._subscriptions.pop(topic, None) is None:
             return
         for mq in [mq for mq in self._assigned if mq.topic == topic]:
@@ -325,7 +329,7 @@ class LitePullConsumer(ClientLifecycle):
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
         """Consumes exactly ``queues`` (no rebalance); replaces an earlier assignment."""
-        wanted = set(queues)
+        wanted = {queue_in(self.namespace, mq) for mq in queues}
         if not wanted:
             raise ClientError("assign needs at least one message queue")
         self._set_mode("assign")
@@ -335,14 +339,14 @@ class LitePullConsumer(ClientLifecycle):
 
     def assignment(self) -> set[MessageQueue]:
         """The queues this consumer pulls now."""
-        return set(self._assigned)
+        return {queue_shown(self.namespace, mq) for mq in self._assigned}
 
     async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's readable queues, from the name server."""
-        route = await self.instance.update_route(topic)
+        route = await self.instance.update_route(name_in(self.namespace, topic))
         if route is None:
             raise NoRouteError(f"no route info of topic {topic}")
-        return route.subscribe_queues()
+        return [queue_shown(self.namespace, mq) for mq in route.subscribe_queues()]
 
     # --- ClientInstance member -----------------------------------------------------------
 
@@ -552,7 +556,7 @@ class LitePullConsumer(ClientLifecycle):
             expression_type="TAG",
         )
         return await inst.api.pull(
-            addr, mq.broker_name, header, self.consumer_timeout_when_suspend_s
+            addr, mq.broker_name, header, self.consumer_timeout_when_suspend_s, self.namespace
         )
 
     def _take_result(self, state: _QueueState, result: PullResult) -> None:
@@ -679,7 +683,7 @@ class LitePullConsumer(ClientLifecycle):
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:
         """Stops pulling ``queues`` and holds back what they buffered, until :meth:`resume`."""
-        for mq in queues:
+        for mq in self._queues_in(queues):
             self._paused.add(mq)
             state = self._assigned.get(mq)
             if state is not None:
@@ -687,13 +691,16 @@ class LitePullConsumer(ClientLifecycle):
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
         """Undoes :meth:`pause`."""
-        for mq in queues:
+        for mq in self._queues_in(queues):
             self._paused.discard(mq)
             state = self._assigned.get(mq)
             if state is not None:
                 self._start_task(state)
                 if state.batches:
                     self._ready.set()
+
+    def _queues_in(self, queues: Iterable[MessageQueue]) -> list[MessageQueue]:
+        return [queue_in(self.namespace, mq) for mq in queues]
 
     async def _offset_range(self, mq: MessageQueue) -> tuple[int, int]:
         inst = self.instance
@@ -714,6 +721,7 @@ class LitePullConsumer(ClientLifecycle):
         """Makes the next messages of ``mq`` start at ``offset``, which must lie within the
         queue's [min offset, max offset]; drops what was buffered. The consume offset moves
         there too, so the next commit stores ``offset``."""
+        mq = queue_in(self.namespace, mq)
         self._assigned_state(mq)
         low, high = await self._offset_range(mq)
         if not low <= offset <= high:
@@ -724,12 +732,14 @@ class LitePullConsumer(ClientLifecycle):
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
         """Seeks to the queue's min offset."""
+        mq = queue_in(self.namespace, mq)
         self._assigned_state(mq)
         low, _ = await self._offset_range(mq)
         self._reposition(self._assigned_state(mq), low)
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
         """Seeks to the queue's max offset: only messages stored from now on come."""
+        mq = queue_in(self.namespace, mq)
         self._assigned_state(mq)
         _, high = await self._offset_range(mq)
         self._reposition(self._assigned_state(mq), high)
@@ -744,6 +754,7 @@ class LitePullConsumer(ClientLifecycle):
         """The offset of the queue's first message stored at or after ``timestamp_ms`` (the
         max offset if there is none); with ``boundary="upper"``, of its last message stored
         at or before it (the min offset if there is none)."""
+        mq = queue_in(self.namespace, mq)
         inst = self.instance
         addr = await inst.master_addr(mq.broker_name, mq.topic)
         return await inst.api.search_offset(addr, mq, timestamp_ms, boundary)
@@ -753,6 +764,7 @@ class LitePullConsumer(ClientLifecycle):
     async def committed(self, mq: MessageQueue) -> int | None:
         """The group's committed offset of ``mq`` (this client's, then the broker's or the
         local file's); None if there is none."""
+        mq = queue_in(self.namespace, mq)
         store = self._offset_store()
         offset = store.read(mq)
         if offset is None:
@@ -771,6 +783,8 @@ class LitePullConsumer(ClientLifecycle):
             offsets = {
                 mq: s.consume_offset for mq, s in self._assigned.items() if s.consume_offset >= 0
             }
+        else:
+            offsets = {queue_in(self.namespace, mq): offset for mq, offset in offsets.items()}
         for mq, offset in offsets.items():
             store.update(mq, offset, increase_only=False)
         await self._persist_sync(store, list(offsets))

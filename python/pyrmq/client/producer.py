@@ -32,6 +32,7 @@ from pyrmq.client.message import (
     new_message_ids,
     set_unique_id,
 )
+from pyrmq.client.namespaced import name_in, queue_in, queue_shown
 from pyrmq.client.route import PERM_WRITE, TopicRoute
 from pyrmq.errors import (
     BrokerError,
@@ -153,10 +154,11 @@ class Producer(ClientLifecycle):
         instance_name: str | None = None,
         client_config: ClientConfig | None = None,
     ) -> None:
-        self.group = group
         self.config = client_config or ClientConfig(
             namesrv_addr=namesrv_addr, instance_name=instance_name
         )
+        self.namespace = self.config.namespace
+        self.group = name_in(self.namespace, group)
         self.send_timeout_s = send_timeout_s
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.compress_over = compress_over
@@ -243,7 +245,8 @@ class Producer(ClientLifecycle):
 
     async def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
         """The queues a send to ``topic`` may go to."""
-        return list((await self._publish_info(topic)).queues)
+        queues = (await self._publish_info(name_in(self.namespace, topic))).queues
+        return [queue_shown(self.namespace, q) for q in queues]
 
     def _select(self, info: _PublishInfo, last_broker: str | None) -> MessageQueue:
         """The next queue round robin, passing over brokers the fault list avoids and, on a
@@ -266,16 +269,17 @@ class Producer(ClientLifecycle):
 
     def _encode(self, msg: Message) -> _Outgoing:
         """Checks (RocketMQ's Validators.checkMessage, before any I/O) and encodes one message."""
-        _core.validate_topic(msg.topic)
+        topic = name_in(self.namespace, msg.topic)
+        _core.validate_topic(topic)
         uniq = set_unique_id(msg)
         # Rust checks body and properties as it does for each message of a batch.
-        props = _core.encode_message(msg, msg.topic, self.max_message_size)
+        props = _core.encode_message(msg, topic, self.max_message_size)
         body, sys_flag = msg.body, 0
         if len(body) >= self.compress_over:
             packed = zlib.compress(body, self.compress_level)
             if len(packed) < len(body):
                 body, sys_flag = packed, SYSFLAG_COMPRESSED
-        return _Outgoing(msg.topic, body, props, msg.flag, sys_flag, False, uniq)
+        return _Outgoing(topic, body, props, msg.flag, sys_flag, False, uniq)
 
     def _encode_batch(self, msgs: Sequence[Message]) -> _Outgoing:
         """One body of encoded messages (spec §7.3); the batch's ids joined by commas."""
@@ -289,6 +293,7 @@ class Producer(ClientLifecycle):
                 raise MessageIllegalError(
                     f"every message of a batch must have one topic: {m.topic} is not {topic}"
                 )
+        topic = name_in(self.namespace, topic)
         _core.validate_topic(topic)
         props = [m.properties for m in msgs]
         fresh = [p for p in props if UNIQ_KEY not in p]
@@ -321,6 +326,8 @@ class Producer(ClientLifecycle):
     ) -> SendResult:
         inst = self.instance
         deadline = time.monotonic() + (self.send_timeout_s if timeout_s is None else timeout_s)
+        if queue is not None:
+            queue = queue_in(self.namespace, queue)
         # A send to a chosen queue never moves (RocketMQ sends those once).
         attempts = 1 if queue is not None else 1 + self.retry_times_when_send_failed
         last_broker: str | None = None
@@ -351,12 +358,19 @@ class Producer(ClientLifecycle):
                 log.info("send to %s failed attempt=%d: %s", mq, attempt + 1, e)
             else:
                 self._fault(mq.broker_name, started, failed=False)
+                if self.namespace and result.message_queue is not None:
+                    result.message_queue = queue_shown(self.namespace, result.message_queue)
                 return result
         if last_error is None:
             raise SendError(f"send to {out.topic} ran out of time before an attempt")
         raise SendError(
             f"send to {out.topic} failed after {attempt + 1} attempt(s): {last_error}"
         ) from last_error
+
+    def _in_topic(self, queue: MessageQueue, topic: str) -> bool:
+        """Whether ``queue`` is one of ``topic``'s, either named with or without the
+        namespace."""
+        return name_in(self.namespace, queue.topic) == name_in(self.namespace, topic)
 
     def _fault(self, broker: str, started: float, *, failed: bool) -> None:
         if self.faults is not None:
@@ -381,7 +395,7 @@ class Producer(ClientLifecycle):
             BrokerError: A broker refused the message itself (for example MESSAGE_ILLEGAL).
             NoRouteError: Neither the topic nor TBW102 has a route.
         """
-        if queue is not None and queue.topic != msg.topic:
+        if queue is not None and not self._in_topic(queue, msg.topic):
             raise MessageIllegalError(f"message topic {msg.topic} is not the queue's ({queue})")
         return await self._send_with_retries(self._encode(msg), timeout_s, queue)
 
@@ -398,7 +412,7 @@ class Producer(ClientLifecycle):
         delay levels or go to a retry topic.
         """
         out = self._encode_batch(msgs)
-        if queue is not None and queue.topic != out.topic:
+        if queue is not None and not self._in_topic(queue, out.topic):
             raise MessageIllegalError(f"batch topic {out.topic} is not the queue's ({queue})")
         return await self._send_with_retries(out, timeout_s, queue)
 
@@ -413,9 +427,11 @@ class Producer(ClientLifecycle):
         """Sends to the queue ``selector`` picks for ``arg`` (by default ``hash(arg) % n``),
         so messages with one sharding key keep their order. Never moves to another queue."""
         out = self._encode(msg)
-        queues = (await self._publish_info(msg.topic)).queues
+        queues = (await self._publish_info(out.topic)).queues
+        if self.namespace:
+            queues = [queue_shown(self.namespace, q) for q in queues]
         mq = selector(queues, msg, arg)
-        if mq.topic != msg.topic:
+        if not self._in_topic(mq, out.topic):
             raise MessageIllegalError(f"the selector chose {mq}, not a queue of {msg.topic}")
         return await self._send_with_retries(out, timeout_s, mq)
 
@@ -435,6 +451,7 @@ class Producer(ClientLifecycle):
             raise MessageIllegalError(f"topic {topic} takes no recalls")
         handle = RecallHandle.decode(recall_handle)
         inst = self.instance
+        topic = name_in(self.namespace, topic)
         addr = await inst.master_addr(handle.broker_name, topic)
         return await inst.api.recall(
             addr,
@@ -448,14 +465,17 @@ class Producer(ClientLifecycle):
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Sends without waiting for an answer: fastest, and unacknowledged. Raises
         :class:`~pyrmq.errors.SendError` only if the request could not be written."""
-        if queue is not None and queue.topic != msg.topic:
+        if queue is not None and not self._in_topic(queue, msg.topic):
             raise MessageIllegalError(f"message topic {msg.topic} is not the queue's ({queue})")
         out = self._encode(msg)
         inst = self.instance
-        mq = queue or self._select(await self._publish_info(msg.topic), None)
+        if queue is not None:
+            mq = queue_in(self.namespace, queue)
+        else:
+            mq = self._select(await self._publish_info(out.topic), None)
         started = time.monotonic()
         try:
-            addr = await inst.master_addr(mq.broker_name, msg.topic)
+            addr = await inst.master_addr(mq.broker_name, out.topic)
             await inst.api.send_oneway(addr, self._request(out, mq))
         except PyrmqError as e:
             self._fault(mq.broker_name, started, failed=True)

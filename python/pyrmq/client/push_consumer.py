@@ -41,6 +41,7 @@ from pyrmq.client.consume_service import (
 )
 from pyrmq.client.instance import ClientConfig, ClientInstance, ClientLifecycle
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
+from pyrmq.client.namespaced import name_in, queue_shown
 from pyrmq.client.offset_store import (
     LocalFileOffsetStore,
     RemoteBrokerOffsetStore,
@@ -160,10 +161,11 @@ class PushConsumer(ClientLifecycle):
     ) -> None:
         if message_model not in ("CLUSTERING", "BROADCASTING"):
             raise ValueError(f"unknown message model {message_model!r}")
-        self.group = group
         self.config = client_config or ClientConfig(
             namesrv_addr=namesrv_addr, instance_name=instance_name
         )
+        self.namespace = self.config.namespace
+        self.group = name_in(self.namespace, group)
         self.message_model: MessageModel = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp_ms = _timestamp_ms(consume_timestamp)
@@ -223,6 +225,7 @@ class PushConsumer(ClientLifecycle):
         one, the messages go to the listener given to :meth:`register_listener`, or else to
         ``async for``.
         """
+        topic = name_in(self.namespace, topic)
         _core.validate_topic(topic)
         self.subscriptions[topic] = Subscription.parse(topic, expression)
         if listener is not None:
@@ -231,6 +234,7 @@ class PushConsumer(ClientLifecycle):
             self._instance.rebalance_soon()
 
     def unsubscribe(self, topic: str) -> None:
+        topic = name_in(self.namespace, topic)
         self.subscriptions.pop(topic, None)
         self._listeners.pop(topic, None)
         if self._instance is not None:
@@ -242,7 +246,13 @@ class PushConsumer(ClientLifecycle):
 
     def listener_for(self, topic: str) -> Listener | None:
         """The topic's listener; None means its messages go to ``async for``."""
+        if self.namespace:
+            topic = name_in(self.namespace, topic)
         return self._listeners.get(topic) or self._default_listener
+
+    def shown(self, mq: MessageQueue) -> MessageQueue:
+        """``mq`` as the caller names it, without the namespace."""
+        return queue_shown(self.namespace, mq)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -875,7 +885,9 @@ class PushConsumer(ClientLifecycle):
         }
         timeout_s = self.suspend_timeout_s + PULL_TIMEOUT_MARGIN_S
         try:
-            result = await inst.api.pull_ext(addr, mq.broker_name, ext, offset, timeout_s)
+            result = await inst.api.pull_ext(
+                addr, mq.broker_name, ext, offset, timeout_s, self.namespace
+            )
         except BrokerError as e:
             log.warning("pull of %s from %s refused: %s", mq, addr, e)
             await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
@@ -1017,4 +1029,4 @@ class PushConsumer(ClientLifecycle):
 
     def assigned_queues(self) -> list[MessageQueue]:
         """Queues this consumer pulls now."""
-        return sorted(self._pqs)
+        return sorted(self.shown(mq) for mq in self._pqs)

@@ -190,7 +190,7 @@ class TransactionProducer(Producer):
             raise MessageIllegalError(
                 f"a transactional message cannot have a delay level or timer ({', '.join(delays)})"
             )
-        if queue is not None and queue.topic != msg.topic:
+        if queue is not None and not self._in_topic(queue, msg.topic):
             raise MessageIllegalError(f"message topic {msg.topic} is not the queue's ({queue})")
         msg.properties[TRAN_MSG] = "true"
         msg.properties[PRODUCER_GROUP] = self.group
@@ -209,7 +209,7 @@ class TransactionProducer(Producer):
             queue_offset=result.offset,
             msg_id=result.msg_id,
             offset_msg_id=result.offset_msg_id,
-            topic=msg.topic,
+            topic=out.topic,
         )
         await self._introduce(half.broker_name)
         return result, half

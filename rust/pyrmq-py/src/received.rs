@@ -35,14 +35,31 @@ pub struct PyMessageExt {
 }
 
 impl PyMessageExt {
-    fn new(py: Python<'_>, m: PyStoredMessage, broker_name: Py<PyString>) -> Self {
+    /// `namespace`: the consumer's, left out of the topic shown (as RocketMQ's clients show
+    /// `TopicA` for `ns%TopicA`).
+    fn new(
+        py: Python<'_>,
+        m: PyStoredMessage,
+        broker_name: Py<PyString>,
+        namespace: Option<&str>,
+    ) -> Self {
         let stored = m.topic.bind(py);
-        let topic = match stored.to_str() {
+        let mut topic = match stored.to_str() {
             Ok(t) if t.starts_with(RETRY_PREFIX) => m
                 .prop(py, PROPERTY_RETRY_TOPIC)
                 .map_or_else(|| m.topic.clone_ref(py), |t| PyString::new(py, &t).unbind()),
             _ => m.topic.clone_ref(py),
         };
+        if let Some(ns) = namespace.filter(|ns| !ns.is_empty()) {
+            let shown = topic
+                .bind(py)
+                .to_str()
+                .ok()
+                .and_then(|t| without_namespace(t, ns));
+            if let Some(bare) = shown {
+                topic = PyString::new(py, &bare).unbind();
+            }
+        }
         Self {
             m,
             broker_name,
@@ -53,25 +70,45 @@ impl PyMessageExt {
     }
 }
 
+/// `topic` without `ns` (kept through a retry or dead-letter prefix), or None when it is not
+/// in that namespace.
+fn without_namespace(topic: &str, ns: &str) -> Option<String> {
+    let (prefix, bare) = ["%RETRY%", "%DLQ%"]
+        .iter()
+        .find_map(|p| topic.strip_prefix(p).map(|rest| (*p, rest)))
+        .unwrap_or(("", topic));
+    let name = bare.strip_prefix(ns)?.strip_prefix('%')?;
+    Some(format!("{prefix}{name}"))
+}
+
 #[pymethods]
 impl PyMessageExt {
     /// Wraps a stored message received from `broker_name`.
     #[classmethod]
+    #[pyo3(signature = (stored, broker_name, namespace=None))]
     fn from_stored(
         _cls: &Bound<'_, PyType>,
         stored: &Bound<'_, PyStoredMessage>,
         broker_name: &Bound<'_, PyString>,
+        namespace: Option<&str>,
     ) -> Self {
         let py = stored.py();
-        Self::new(py, stored.get().clone_ref(py), broker_name.clone().unbind())
+        Self::new(
+            py,
+            stored.get().clone_ref(py),
+            broker_name.clone().unbind(),
+            namespace,
+        )
     }
 
     /// Wraps the messages of one pull.
     #[classmethod]
+    #[pyo3(signature = (stored, broker_name, namespace=None))]
     fn from_batch(
         _cls: &Bound<'_, PyType>,
         stored: &Bound<'_, PyAny>,
         broker_name: &Bound<'_, PyString>,
+        namespace: Option<&str>,
     ) -> PyResult<Vec<Self>> {
         let py = stored.py();
         stored
@@ -83,6 +120,7 @@ impl PyMessageExt {
                     py,
                     m.get().clone_ref(py),
                     broker_name.clone().unbind(),
+                    namespace,
                 ))
             })
             .collect()
@@ -278,15 +316,18 @@ impl PyMessageExt {
 /// so no cycle can pass through one, and a consumer with a backlog holds thousands in flight
 /// that every collection would otherwise traverse (and promote, until full collections).
 #[pyfunction]
+#[pyo3(signature = (buffer, broker_name, namespace=None))]
 pub fn decode_received<'py>(
     py: Python<'py>,
     buffer: &Bound<'py, PyAny>,
     broker_name: &Bound<'py, PyString>,
+    namespace: Option<&str>,
 ) -> PyResult<Bound<'py, PyList>> {
     let stored = crate::message::decode_messages(py, buffer)?;
     let mut received = Vec::with_capacity(stored.len());
     for m in stored {
-        let msg = Bound::new(py, PyMessageExt::new(py, m, broker_name.clone().unbind()))?;
+        let ext = PyMessageExt::new(py, m, broker_name.clone().unbind(), namespace);
+        let msg = Bound::new(py, ext)?;
         // SAFETY: `msg` is a live object of a GC type, tracked since its allocation;
         // untracking only takes it off the collector's lists (its dealloc copes with that).
         unsafe { pyo3::ffi::PyObject_GC_UnTrack(msg.as_ptr().cast()) };
@@ -360,4 +401,28 @@ pub fn received_times(msgs: &Bound<'_, PyList>) -> PyResult<Option<(Counts, Coun
         bytes += body_len as u64;
     }
     Ok((!borns.is_empty()).then_some((borns, stores, bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_namespace;
+
+    #[test]
+    fn a_topic_loses_its_namespace_and_keeps_its_prefix() {
+        assert_eq!(
+            without_namespace("ns%TopicA", "ns").as_deref(),
+            Some("TopicA")
+        );
+        assert_eq!(
+            without_namespace("%RETRY%ns%GID", "ns").as_deref(),
+            Some("%RETRY%GID")
+        );
+        assert_eq!(
+            without_namespace("%DLQ%ns%GID", "ns").as_deref(),
+            Some("%DLQ%GID")
+        );
+        assert_eq!(without_namespace("nsx%TopicA", "ns"), None);
+        assert_eq!(without_namespace("TopicA", "ns"), None);
+        assert_eq!(without_namespace("ns", "ns"), None);
+    }
 }
