@@ -57,13 +57,19 @@ class ServerProcess:
 
     def addresses(self) -> list[str]:
         """The name server's and broker's addresses (remoting), in the ready line's order."""
-        remoting = self.ready_line.split(", gRPC ")[0]
+        remoting = self.ready_line.split(", gRPC ")[0].split(", metrics ")[0]
         return re.findall(r"\d+\.\d+\.\d+\.\d+:\d+", remoting)
 
     def grpc_address(self) -> str:
         """The broker's RocketMQ 5 gRPC address."""
         match = re.search(r", gRPC (\d+\.\d+\.\d+\.\d+:\d+)", self.ready_line)
         assert match is not None, f"no gRPC address in {self.ready_line!r}"
+        return match.group(1)
+
+    def metrics_address(self) -> str:
+        """The broker's metrics endpoint, for Prometheus."""
+        match = re.search(r", metrics (\d+\.\d+\.\d+\.\d+:\d+)", self.ready_line)
+        assert match is not None, f"no metrics address in {self.ready_line!r}"
         return match.group(1)
 
     def stop(self, timeout_s: float = 20.0) -> int:

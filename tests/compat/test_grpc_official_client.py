@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from tests import helpers
 from tests.compat import servers
 from tests.helpers import committed_offset, fast_config, pull_head
@@ -41,6 +43,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ServerP
         # Transactions left open are checked after 1 s, every 0.5 s.
         "transactionTimeOut=1000\ntransactionCheckInterval=500\n"
         "enablePropertyFilter=true\nrecallMessageEnable=true\n"
+        # Metrics count every gRPC path these tests take.
+        "metricsExporterType=PROM\nmetricsPromExporterHost=127.0.0.1\nmetricsPromExporterPort=0\n"
     )
     with servers.serving(root, "-c", str(conf)) as proc:
         yield proc
@@ -506,6 +510,41 @@ def test_a_5x_delay_message_arrives_when_due(server: servers.ServerProcess, rmq5
     # The client reads the delivery time back as epoch milliseconds.
     assert sent_ms + 4_000 <= later["delivery_timestamp"] <= later["received_ms"]
     assert got["now"]["received_ms"] < later["received_ms"]
+
+
+def test_5x_traffic_shows_in_the_broker_metrics(server: servers.ServerProcess, rmq5: Any) -> None:
+    topic, group = "TopicG5Metrics", "GID_G5_METRICS"
+    rmq5(
+        "produce",
+        {
+            "endpoint": server.grpc_address(),
+            "topic": topic,
+            "messages": [{"body": _b64("m1")}, {"body": _b64("m2"), "group": "g"}],
+        },
+    )
+    rmq5(
+        "simple",
+        {
+            "endpoint": server.grpc_address(),
+            "group": group,
+            "topic": topic,
+            "count": 2,
+            "timeout_s": 20,
+        },
+    )
+    with urllib.request.urlopen(f"http://{server.metrics_address()}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    samples = {
+        (s.name, s.labels.get("message_type") or s.labels.get("consumer_group")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.labels.get("topic") == topic
+    }
+    assert samples[("rocketmq_messages_in_total", "normal")] == 1
+    assert samples[("rocketmq_messages_in_total", "fifo")] == 1
+    assert samples[("rocketmq_messages_out_total", group)] == 2
+    # Both were acked: none in flight.
+    assert ("rocketmq_consumer_inflight_messages", group) not in samples
 
 
 def test_a_5x_producer_recalls_a_delay_message_before_it_falls_due(

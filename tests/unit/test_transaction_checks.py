@@ -32,6 +32,7 @@ class _Broker:
         self.store = store
         self.config = BrokerConfig(**settings)
         self.topics = _Topics()
+        self.metrics = None
 
     def put_now(self, fn: Any) -> Any:
         return fn()

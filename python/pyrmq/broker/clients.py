@@ -4,7 +4,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyrmq import _core
 
@@ -96,12 +96,19 @@ def parse_heartbeat(body: bytes) -> dict[str, Any]:
     return value
 
 
+class ProducerInfo(NamedTuple):
+    connection: object
+    last_update_ms: int
+    language: str = "JAVA"
+    version: int = 0
+
+
 class ClientTable:
     """Consumer groups and producer groups with their live clients."""
 
     def __init__(self) -> None:
         self.consumers: dict[str, dict[str, ConsumerInfo]] = {}
-        self.producers: dict[str, dict[str, tuple[object, int]]] = {}
+        self.producers: dict[str, dict[str, ProducerInfo]] = {}
         # Called with (group, client id) for each consumer that leaves, however it leaves.
         self.on_consumer_left: list[Callable[[str, str], None]] = []
 
@@ -147,9 +154,17 @@ class ClientTable:
         return changed
 
     def register_producer(
-        self, group: str, client_id: str, connection: object, now_ms: int
+        self,
+        group: str,
+        client_id: str,
+        connection: object,
+        now_ms: int,
+        *,
+        language: str = "JAVA",
+        version: int = 0,
     ) -> None:
-        self.producers.setdefault(group, {})[client_id] = (connection, now_ms)
+        info = ProducerInfo(connection, now_ms, language, version)
+        self.producers.setdefault(group, {})[client_id] = info
 
     def unregister(self, client_id: str, consumer_group: str, producer_group: str) -> list[str]:
         """Removes a client from the named groups; returns consumer groups whose members changed."""
@@ -184,8 +199,8 @@ class ClientTable:
                     log.info("consumer gone group=%s client_id=%s (connection closed)", group, cid)
                     self._left(group, cid)
         for producers in self.producers.values():
-            for cid, (conn, _) in list(producers.items()):
-                if conn is connection:
+            for cid, producer in list(producers.items()):
+                if producer.connection is connection:
                     del producers[cid]
         self._drop_empty_groups()
         return changed
@@ -200,8 +215,8 @@ class ClientTable:
                     log.warning("consumer expired group=%s client_id=%s", group, cid)
                     self._left(group, cid)
         for producers in self.producers.values():
-            for cid, (_, seen) in list(producers.items()):
-                if now_ms - seen > expired_after_ms:
+            for cid, producer in list(producers.items()):
+                if now_ms - producer.last_update_ms > expired_after_ms:
                     del producers[cid]
         self._drop_empty_groups()
         return changed

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from pyrmq.acl.signing import Credentials
+from pyrmq.broker.metrics import parse_labels
 from pyrmq.broker.state.json_file import write_atomic
 from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_properties, rocketmq_key
 from pyrmq.errors import ConfigError
@@ -37,6 +38,10 @@ _ALIASES = {
     "enablePropertyFilter": "enable_property_filter",
     "timerMaxDelaySec": "timer_max_delay_s",
     "recallMessageEnable": "recall_message_enable",
+    "metricsExporterType": "metrics_exporter_type",
+    "metricsPromExporterHost": "metrics_prom_exporter_host",
+    "metricsPromExporterPort": "metrics_prom_exporter_port",
+    "metricsLabel": "metrics_label",
     "transactionTimeOut": "transaction_timeout_ms",
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionCheckMax": "transaction_check_max",
@@ -104,6 +109,13 @@ class BrokerConfig:
     # Producers may recall timer messages before they fall due (RocketMQ 5.3's RecallMessage;
     # off by default there too). A running broker changes it.
     recall_message_enable: bool = False
+    # Metrics with RocketMQ's names: PROM serves them for Prometheus on the exporter's host
+    # ("": every interface) and port; DISABLE (the default) keeps none. metricsLabel adds
+    # "key:value,..." labels to every series.
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = 5557
+    metrics_label: str = ""
     # The broker.conf these settings came from, where settings changed while the broker runs
     # are written (RocketMQ's brokerConfigPath); empty: such changes last until it stops.
     broker_config_path: str = ""
@@ -153,6 +165,19 @@ class BrokerConfig:
             problems.append(
                 f"a {self.store.broker_role}'s broker_id must be 0 (slaves have ids above 0)"
             )
+        if self.metrics_exporter_type not in ("DISABLE", "PROM"):
+            problems.append(
+                f"metricsExporterType {self.metrics_exporter_type!r}: pyrmq serves DISABLE or "
+                "PROM (OTLP_GRPC and LOG are not supported)"
+            )
+        if not 0 <= self.metrics_prom_exporter_port < 65536:
+            problems.append(
+                f"metricsPromExporterPort {self.metrics_prom_exporter_port} is not a port"
+            )
+        try:
+            parse_labels(self.metrics_label)
+        except ConfigError as e:
+            problems.append(str(e))
         if not -1 <= self.ha_listen_port < 65536:
             problems.append(f"ha_listen_port {self.ha_listen_port} is not a port or -1")
         if self.ha_master_address:

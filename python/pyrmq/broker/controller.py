@@ -13,6 +13,7 @@ from pyrmq.acl.plain import POLL_INTERVAL_S, AclError, AclFile
 from pyrmq.broker.access import RemotingAccess, acl_file_path
 from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.config import BrokerConfig
+from pyrmq.broker.metrics import BrokerMetrics, MetricsEndpoint
 from pyrmq.broker.processors.admin import AdminProcessor
 from pyrmq.broker.processors.client_manage import ClientManageProcessor
 from pyrmq.broker.processors.config import ConfigProcessor
@@ -96,6 +97,10 @@ class BrokerController:
         self.acl: AclFile | None = None
         if config.grpc_server_port >= 0:
             self.grpc = GrpcServer(self, config.broker_ip1, config.grpc_server_port)
+        self.metrics: BrokerMetrics | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
+        if config.metrics_exporter_type == "PROM":
+            self.metrics = BrokerMetrics(self)
         self.pulls = PullProcessor(self)
         self.recalls = RecallProcessor(self)
         self.clients.on_consumer_left.append(self.pulls.client_left)
@@ -205,6 +210,14 @@ class BrokerController:
         await self.server.serve()
         if self.grpc is not None:
             await self.grpc.serve()
+        if self.metrics is not None:
+            endpoint = MetricsEndpoint(
+                self.metrics,
+                self.config.metrics_prom_exporter_host,
+                self.config.metrics_prom_exporter_port,
+            )
+            await loop.run_in_executor(None, endpoint.start)
+            self._metrics_endpoint = endpoint
         await self._register_all()
         self._tasks = [
             loop.create_task(self._registration_loop()),
@@ -234,7 +247,17 @@ class BrokerController:
             f" ha={self.ha.address}" if self.ha is not None else "",
         )
 
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` Prometheus scrapes, when metrics are served."""
+        endpoint = self._metrics_endpoint
+        return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"
+
     async def stop(self) -> None:
+        if self._metrics_endpoint is not None:
+            # Its scrapes wait for this loop: shut it down from another thread.
+            endpoint, self._metrics_endpoint = self._metrics_endpoint, None
+            await asyncio.get_running_loop().run_in_executor(None, endpoint.close)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

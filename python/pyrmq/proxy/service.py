@@ -614,6 +614,9 @@ class MessagingService:
                 message_id=message_id,
                 offset=result.queue_offset,
             )
+        if (metrics := broker.metrics) is not None:
+            kind = _MESSAGE_TYPES.get(message.system_properties.message_type, "normal")
+            metrics.received(config.topic_name, kind, result.count, result.wrote_bytes)
         handle = None
         if not transaction:
             handle = recall_handle(broker.config.broker_name, config.topic_name, props, result)
@@ -954,6 +957,8 @@ class MessagingService:
         except (StoreError, MessageIllegalError) as e:
             log.error("moving %s:%d to %s failed: %s", stored.topic, stored.queue_offset, topic, e)
             return False
+        if (metrics := broker.metrics) is not None:
+            metrics.dead_lettered(stored.topic, group)
         log.info(
             "message %s of %s moved to %s after %d attempts",
             props[messages.DLQ_ORIGIN_MESSAGE_ID],
@@ -1042,6 +1047,9 @@ class MessagingService:
             if not popped:
                 yield pb.ReceiveMessageResponse(status=NOT_FOUND)
             else:
+                if (metrics := self.broker.metrics) is not None:
+                    nbytes = sum(stored.store_size for stored, _ in popped)
+                    metrics.delivered(r.config.topic_name, r.group, len(popped), nbytes)
                 yield pb.ReceiveMessageResponse(status=OK)
                 for stored, delivery in popped:
                     yield pb.ReceiveMessageResponse(message=messages.to_delivered(stored, delivery))
@@ -1322,10 +1330,22 @@ class MessagingService:
 
     # -- introspection ---------------------------------------------------------------------
 
+    def in_flight(self) -> dict[tuple[str, str], int]:
+        """Messages received and not yet acked, per (group, topic) with any."""
+        counts: dict[tuple[str, str], int] = {}
+        for (group, topic, _), queue in self._queues.items():
+            if queue.inflight:
+                counts[(group, topic)] = counts.get((group, topic), 0) + len(queue.inflight)
+        return counts
+
     def in_flight_count(self, group: str, topic: str) -> int:
         return sum(
             len(q.inflight) for (g, t, _), q in self._queues.items() if g == group and t == topic
         )
+
+
+# The message_type label of each gRPC message type (RocketMQ's metrics values).
+_MESSAGE_TYPES = {pb.FIFO: "fifo", pb.DELAY: "delay", pb.TRANSACTION: "transaction"}
 
 
 def _recall_code(code: int) -> "pb.Code":

@@ -60,7 +60,14 @@ class ClientManageProcessor:
         for producer in data.get("producerDataSet") or []:
             group = str(producer.get("groupName", ""))
             if group:
-                broker.clients.register_producer(group, client_id, conn, now_ms)
+                broker.clients.register_producer(
+                    group,
+                    client_id,
+                    conn,
+                    now_ms,
+                    language=request.language,
+                    version=request.version,
+                )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def unregister(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

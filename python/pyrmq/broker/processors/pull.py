@@ -256,6 +256,8 @@ class PullProcessor:
             topic=header.topic,
             group=header.consumer_group,
         )
+        if code == ResponseCode.SUCCESS and (metrics := broker.metrics) is not None:
+            metrics.delivered(header.topic, header.consumer_group, matched, len(body))
         next_begin = got.next_begin_offset
         # The moment a slave answers a pull below its start; None: at once.
         answer_at: float | None = None

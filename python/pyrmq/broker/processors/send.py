@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
+from pyrmq.broker.metrics import message_type
 from pyrmq.broker.processors.recall import TIMER_PROPERTIES, recall_handle
 from pyrmq.broker.state.groups import check_group_name
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
@@ -225,6 +226,11 @@ class SendProcessor:
             result = put() if half else broker.put_now(put)
         except (MessageIllegalError, StoreError) as e:
             return self._put_failed(request, e, topic, queue_id)
+        if (metrics := broker.metrics) is not None:
+            if topic != header.topic:
+                metrics.dead_lettered(header.topic, topic[len(DLQ_PREFIX) :])
+            kind = "normal" if batch else message_type(properties, sys_flag)
+            metrics.received(topic, kind, result.count, result.wrote_bytes)
         handle = None
         # RocketMQ gives a handle to single sends only, and none to retry topics'.
         timer = not batch and not half and TIMER_PREFIX in properties
@@ -380,6 +386,8 @@ class SendProcessor:
             return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        if topic != retry_topic and (metrics := broker.metrics) is not None:
+            metrics.dead_lettered(props["RETRY_TOPIC"], group)
         if not durable:
             # As RocketMQ answers a send-back whose put was not PUT_OK.
             return self._error(request, ResponseCode.SYSTEM_ERROR, "FLUSH_DISK_TIMEOUT")

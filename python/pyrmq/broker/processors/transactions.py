@@ -76,7 +76,9 @@ class EndTransactionProcessor:
         False when none is connected."""
         group = stored.property(PRODUCER_GROUP) or ""
         members = self.broker.clients.producers.get(group) or {}
-        connections = [c for c, _ in members.values() if isinstance(c, Connection)]
+        connections = [
+            m.connection for m in members.values() if isinstance(m.connection, Connection)
+        ]
         record = self.broker.store.look_record(stored.phy_offset)
         if not connections or record is None:
             return False

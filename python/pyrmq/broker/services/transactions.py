@@ -340,6 +340,8 @@ class TransactionService:
             )
         result = self._op(stored.queue_offset)
         self._forget(half)
+        if (metrics := broker.metrics) is not None:
+            metrics.ended(stored.property(REAL_TOPIC) or stored.topic, commit=commit)
         log.info(
             "transaction %s of %s %s",
             stored.property(UNIQ_KEY) or stored.msg_id,

@@ -90,7 +90,10 @@ class _Single:
 
 
 def _grpc_part(broker: BrokerController) -> str:
-    return "" if broker.grpc is None else f", gRPC {broker.grpc.address}"
+    """The broker's other ports: gRPC, and metrics when served."""
+    part = "" if broker.grpc is None else f", gRPC {broker.grpc.address}"
+    metrics = broker.metrics_address
+    return part if metrics is None else f"{part}, metrics {metrics}"
 
 
 def _setup_logging(level: str, log_file: Path | None) -> None:

@@ -1,0 +1,168 @@
+"""The broker's Prometheus endpoint (``metricsExporterType=PROM``) against a real ``pyrmq
+serve``: after sends, consumption, a transaction and a dead letter, a scrape shows RocketMQ's
+series with RocketMQ's labels and the values that traffic implies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+from tests import helpers
+from tests.compat.servers import create_topic, serving
+from tests.helpers import fast_config
+
+from pyrmq.broker.config import BrokerConfig
+from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
+from pyrmq.client.message import Message, MessageExt
+from pyrmq.client.producer import Producer
+from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.client.transaction import TransactionProducer, TransactionState
+from pyrmq.errors import ConfigError
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+TOPIC, GROUP = "TopicMetrics", "GID_METRICS"
+BROKER = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a", "env": "ci"}
+
+
+def _scrape(address: str) -> list[Sample]:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def _value(samples: list[Sample], name: str, **labels: str) -> float | None:
+    """The one sample of ``name`` whose labels include ``labels`` (None if there is none)."""
+    found = [
+        s.value
+        for s in samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert len(found) <= 1, (name, labels, found)
+    return found[0] if found else None
+
+
+def test_a_scrape_shows_the_traffic_with_rocketmq_names_and_labels(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "metricsExporterType=PROM\nmetricsPromExporterHost=127.0.0.1\n"
+        "metricsPromExporterPort=0\nmetricsLabel=env:ci\n"
+    )
+    with serving(tmp_path, "-c", str(conf)) as server:
+        namesrv, broker = server.addresses()[:2]
+        create_topic(broker, TOPIC, 1)
+        metrics = server.metrics_address()
+        before = _scrape(metrics)
+        assert _value(before, "rocketmq_messages_in_total", topic=TOPIC) is None
+        assert (_value(before, "rocketmq_topic_number", **BROKER) or 0) >= 1
+        consumed: list[bytes] = []
+        lock = threading.Lock()
+
+        def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+            with lock:
+                consumed.extend(m.body for m in msgs)
+            if any(m.body == b"dead" for m in msgs):
+                ctx.delay_level_when_next_consume = -1
+                return ConsumeStatus.RECONSUME_LATER
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        async def main() -> None:
+            config = fast_config(namesrv, instance_name="metrics")
+            consumer = PushConsumer(
+                GROUP, client_config=config, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+            )
+            consumer.subscribe(TOPIC, "*", listener)
+            async with consumer, Producer("PG_METRICS", client_config=config) as producer:
+                for body in (b"small", os.urandom(5000), b"dead"):
+                    await producer.send(Message(TOPIC, body))
+                await producer.send(Message(TOPIC, b"later", delay_time_level=1))
+                async with TransactionProducer(
+                    "PG_METRICS_TX",
+                    checker=lambda _m: TransactionState.COMMIT,
+                    client_config=fast_config(namesrv, instance_name="metrics-tx"),
+                ) as tx:
+                    await tx.send_in_transaction(
+                        Message(TOPIC, b"tx"), lambda _m, _a: TransactionState.COMMIT
+                    )
+                await helpers.eventually(lambda: len(consumed) >= 5, timeout_s=30)
+                samples = await asyncio.to_thread(_scrape, metrics)
+                group = {**BROKER, "consumer_group": GROUP}
+                assert _value(samples, "rocketmq_consumer_connections", **group) == 1
+                assert (_value(samples, "rocketmq_producer_connections", **BROKER) or 0) >= 1
+
+        helpers.run(main, timeout_s=60)
+        deadline = time.monotonic() + 20
+        while True:
+            samples = _scrape(metrics)
+            lag = _value(
+                samples, "rocketmq_consumer_lag_messages", topic=TOPIC, consumer_group=GROUP
+            )
+            if lag == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert lag == 0
+        mine = {**BROKER, "topic": TOPIC, "is_system": "false"}
+        assert _value(samples, "rocketmq_messages_in_total", **mine, message_type="normal") == 3
+        assert _value(samples, "rocketmq_messages_in_total", **mine, message_type="delay") == 1
+        assert (
+            _value(samples, "rocketmq_messages_in_total", **mine, message_type="transaction") == 1
+        )
+        normal_bytes = _value(
+            samples, "rocketmq_throughput_in_total", topic=TOPIC, message_type="normal"
+        )
+        assert normal_bytes is not None
+        assert 5000 < normal_bytes < 6000
+        size = {"topic": TOPIC, "message_type": "normal"}
+        assert _value(samples, "rocketmq_message_size_bucket", **size, le="1024.0") == 2
+        assert _value(samples, "rocketmq_message_size_bucket", **size, le="4096.0") == 2
+        assert _value(samples, "rocketmq_message_size_bucket", **size, le="524288.0") == 3
+        assert _value(samples, "rocketmq_message_size_count", **size) == 3
+        out = _value(samples, "rocketmq_messages_out_total", topic=TOPIC, consumer_group=GROUP)
+        # small, the 5000 bytes, dead, later and tx: each pulled once.
+        assert out == 5
+        assert (
+            _value(
+                samples, "rocketmq_send_to_dlq_messages_total", topic=TOPIC, consumer_group=GROUP
+            )
+            == 1
+        )
+        assert _value(samples, "rocketmq_commit_messages_total", **BROKER, topic=TOPIC) == 1
+        assert _value(samples, "rocketmq_half_messages", topic=TOPIC) is None
+        assert (_value(samples, "rocketmq_storage_size", **BROKER) or 0) > 0
+        assert _value(samples, "rocketmq_storage_flush_behind_bytes", **BROKER) is not None
+        assert (_value(samples, "rocketmq_storage_message_reserve_time", **BROKER) or -1) >= 0
+        # The process's own series come with it.
+        assert (_value(samples, "process_resident_memory_bytes") or 0) > 0
+
+
+def test_no_endpoint_without_prom_and_bad_settings_are_refused(tmp_path: Path) -> None:
+    with serving(tmp_path) as server:
+        assert ", metrics " not in server.ready_line
+    for bad in (
+        {"metricsExporterType": "OTLP_GRPC"},
+        {"metricsExporterType": "PROM", "metricsPromExporterPort": "70000"},
+        {"metricsLabel": "novalue"},
+    ):
+        with pytest.raises(ConfigError):
+            BrokerConfig.from_mapping(bad)
+
+
+def test_a_stopped_broker_closes_its_endpoint(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "metricsExporterType=PROM\nmetricsPromExporterHost=127.0.0.1\nmetricsPromExporterPort=0\n"
+    )
+    with serving(tmp_path, "-c", str(conf)) as server:
+        metrics = server.metrics_address()
+        assert _scrape(metrics)
+    with pytest.raises(urllib.error.URLError):
+        _scrape(metrics)
