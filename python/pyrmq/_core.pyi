@@ -21,6 +21,7 @@ __all__ = [
     "PutResult",
     "StoredMessage",
     "__version__",
+    "batch_timer_properties",
     "build_profile",
     "decode_frames",
     "decode_messages",
@@ -580,6 +581,10 @@ def validate_topic(topic: str, internal: bool = False) -> None:
     """RocketMQ's topic rule as the store applies it; raises InvalidTopicError or, unless
     ``internal``, SystemTopicError for a topic only the broker writes (``SCHEDULE_TOPIC_XXXX``,
     the transaction topics, ...)."""
+
+def batch_timer_properties(body: bytes) -> list[str]:
+    """The encoded properties of each message of a client batch ``body`` that names a timer
+    (``TIMER_...``); none for a body that is not a batch (the store refuses it when put)."""
 
 def timer_due(properties: str, now_ms: int) -> int | None:
     """A timer message's delivery time in epoch milliseconds, as the store reads its encoded

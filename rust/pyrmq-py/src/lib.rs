@@ -51,6 +51,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(message::message_ids, m)?)?;
     m.add_function(wrap_pyfunction!(message::validate_topic, m)?)?;
     m.add_function(wrap_pyfunction!(message::timer_due, m)?)?;
+    m.add_function(wrap_pyfunction!(message::batch_timer_properties, m)?)?;
     m.add_function(wrap_pyfunction!(remoting::decode_frames, m)?)?;
     m.add_function(wrap_pyfunction!(remoting::encode_command, m)?)?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;

@@ -251,6 +251,21 @@ pub fn validate_topic(topic: Topic<'_>, internal: bool) -> PyResult<()> {
     message::check_topic(&topic, internal).map_err(crate::errors::to_py)
 }
 
+/// The encoded properties of each message of a client batch `body` that names a timer
+/// (`TIMER_...`), for the broker's timer checks; none for a body that is not a batch, which
+/// the store refuses when it is put.
+#[pyfunction]
+pub fn batch_timer_properties(body: &[u8]) -> Vec<String> {
+    let Ok(items) = message::decode_client_batch(body) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter(|item| item.properties.windows(6).any(|w| w == b"TIMER_"))
+        .map(|item| String::from_utf8_lossy(item.properties).into_owned())
+        .collect()
+}
+
 /// A timer message's delivery time in epoch milliseconds, as the store reads its encoded
 /// `properties` when it parks it at `now_ms`: `TIMER_DELIVER_MS`, else `TIMER_DELAY_SEC` or
 /// `TIMER_DELAY_MS` after `now_ms`; None for a message without a timer.

@@ -403,23 +403,11 @@ def _waits_for_store(properties: str) -> bool:
 
 
 def _batch_timer_problem(body: bytes, max_delay_s: int) -> str | None:
-    """The first timer problem among the messages of a client batch body (RocketMQ's batch
-    encoding: total size, magic, body CRC, flag, body length and body, then a 2-byte
-    properties length and the properties). A body that is not such a batch is left to the
-    store, which refuses it."""
-    pos = 0
-    while pos + 20 <= len(body):
-        total = int.from_bytes(body[pos : pos + 4], "big")
-        at = pos + 20 + int.from_bytes(body[pos + 16 : pos + 20], "big")
-        length = int.from_bytes(body[at : at + 2], "big")
-        properties = body[at + 2 : at + 2 + length].decode("utf-8", "replace")
-        if TIMER_PREFIX in properties:
-            problem = _timer_problem(properties, max_delay_s)
-            if problem is not None:
-                return problem
-        if total <= 0:
-            break
-        pos += total
+    """The first timer problem among the messages of a client batch body."""
+    for properties in _core.batch_timer_properties(body):
+        problem = _timer_problem(properties, max_delay_s)
+        if problem is not None:
+            return problem
     return None
 
 
