@@ -34,7 +34,6 @@ __all__ = [
     "message_ids",
     "received_extent",
     "received_times",
-    "timer_due",
     "validate_topic",
 ]
 
@@ -585,11 +584,6 @@ def validate_topic(topic: str, internal: bool = False) -> None:
 def batch_timer_properties(body: bytes) -> list[str]:
     """The encoded properties of each message of a client batch ``body`` that names a timer
     (``TIMER_...``); none for a body that is not a batch (the store refuses it when put)."""
-
-def timer_due(properties: str, now_ms: int) -> int | None:
-    """A timer message's delivery time in epoch milliseconds, as the store reads its encoded
-    ``properties`` when it parks it at ``now_ms``: ``TIMER_DELIVER_MS``, else
-    ``TIMER_DELAY_SEC`` or ``TIMER_DELAY_MS`` after ``now_ms``; None without a timer."""
 
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode`` of ``s``: RocketMQ's tag code and index key hash."""

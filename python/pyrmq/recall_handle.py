@@ -41,7 +41,8 @@ class RecallHandle:
     @classmethod
     def decode(cls, text: str) -> "RecallHandle":
         """The handle ``text`` encodes; RecallHandleError if it encodes none."""
-        if not text:
+        # URL-safe only, as Java's URL decoder: "+" and "/" are not in its alphabet.
+        if not text or "+" in text or "/" in text:
             raise RecallHandleError("recall handle is invalid")
         try:
             data = text.encode("ascii")
@@ -49,6 +50,9 @@ class RecallHandle:
             items = raw.decode("utf-8").split(" ")
         except (UnicodeError, binascii.Error):
             raise RecallHandleError("recall handle is invalid") from None
+        # As Java's String.split: trailing empty fields are dropped.
+        while items and not items[-1]:
+            items.pop()
         if len(items) < 5 or items[0] != _VERSION:
             raise RecallHandleError("recall handle is invalid")
         timestamp = int(items[3]) if _JAVA_LONG.fullmatch(items[3]) else -1

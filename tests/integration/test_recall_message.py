@@ -94,6 +94,35 @@ def test_a_recalled_timer_message_never_arrives_and_its_neighbours_do(tmp_path: 
         assert sorted(got) == [b"at", b"kept", b"plain"]
 
 
+def test_a_recall_drops_every_copy_but_not_the_message_sent_again_for_later(
+    tmp_path: Path,
+) -> None:
+    with serving(tmp_path, "-c", _conf(tmp_path)) as server:
+        namesrv, broker = server.addresses()[:2]
+        create_topic(broker, TOPIC, 1)
+        first_due = int(time.time() * 1000) + 3_000
+
+        async def main() -> None:
+            producer = aio.Producer("PG_RECALL", client_config=fast_config(namesrv))
+            async with producer:
+                msg = Message(TOPIC, b"first")
+                msg.set_deliver_time_ms(first_due)
+                sent = await producer.send(msg)
+                # A retry of the same send: the same id, due at the same time.
+                again = await producer.send(msg)
+                assert again.msg_id == sent.msg_id
+                assert sent.recall_handle is not None
+                await producer.recall_message(TOPIC, sent.recall_handle)
+                # The same message, rescheduled: a recall of the first time leaves it alone.
+                msg.set_body(b"second")
+                msg.set_deliver_time_ms(first_due + 2_000)
+                await producer.send(msg)
+
+        asyncio.run(main())
+        due = time.monotonic() + 5
+        assert _arrived(broker, [b"second"], due) == [b"second"]
+
+
 def test_recalls_are_refused_as_rocketmq_refuses_them(tmp_path: Path) -> None:
     with serving(tmp_path) as server:
         broker = server.addresses()[1]

@@ -34,6 +34,10 @@ def test_fields_past_the_fifth_are_ignored_and_a_bad_timestamp_reads_as_minus_on
         "v1 a b c d",
         base64.b64encode(b"v1 a b c \xff\xfe").decode(),
         "é",
+        # Java's split drops a trailing empty field: no message id.
+        base64.urlsafe_b64encode(b"v1 T b 5 ").decode(),
+        # The standard alphabet is not Java's URL one.
+        base64.b64encode(b"v1 T b 5 ?>?>").decode(),
     ],
 )
 def test_what_is_not_a_handle_is_refused(text: str) -> None:

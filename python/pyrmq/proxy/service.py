@@ -540,13 +540,15 @@ class MessagingService:
             entries = [pb.SendResultEntry(status=config) for _ in request.messages]
             return pb.SendMessageResponse(status=config, entries=entries)
         born_host = _peer_address(self._peer(context))
-        results = [await self._send_one(m, config, born_host) for m in request.messages]
+        # As RocketMQ's proxy, which sends several as one batch: a handle only for one alone.
+        single = len(request.messages) == 1
+        results = [await self._send_one(m, config, born_host, single) for m in request.messages]
         codes = {entry.status.code for entry in results}
         top = results[0].status if len(codes) == 1 else _status(pb.MULTIPLE_RESULTS)
         return pb.SendMessageResponse(status=top, entries=results)
 
     async def _send_one(
-        self, message: pb.Message, config: TopicConfig, born_host: str
+        self, message: pb.Message, config: TopicConfig, born_host: str, single: bool
     ) -> pb.SendResultEntry:
         message_id = message.system_properties.message_id
         broker = self.broker
@@ -618,8 +620,10 @@ class MessagingService:
             kind = _MESSAGE_TYPES.get(message.system_properties.message_type, "normal")
             metrics.received(config.topic_name, kind, result.count, result.wrote_bytes)
         handle = None
-        if not transaction:
-            handle = recall_handle(broker.config.broker_name, config.topic_name, props, result)
+        if not transaction and single:
+            handle = recall_handle(
+                broker.store, broker.config.broker_name, config.topic_name, result
+            )
         return pb.SendResultEntry(
             status=OK,
             message_id=message_id,

@@ -50,7 +50,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(message::decode_offset_msg_id, m)?)?;
     m.add_function(wrap_pyfunction!(message::message_ids, m)?)?;
     m.add_function(wrap_pyfunction!(message::validate_topic, m)?)?;
-    m.add_function(wrap_pyfunction!(message::timer_due, m)?)?;
     m.add_function(wrap_pyfunction!(message::batch_timer_properties, m)?)?;
     m.add_function(wrap_pyfunction!(remoting::decode_frames, m)?)?;
     m.add_function(wrap_pyfunction!(remoting::encode_command, m)?)?;

@@ -266,14 +266,6 @@ pub fn batch_timer_properties(body: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// A timer message's delivery time in epoch milliseconds, as the store reads its encoded
-/// `properties` when it parks it at `now_ms`: `TIMER_DELIVER_MS`, else `TIMER_DELAY_SEC` or
-/// `TIMER_DELAY_MS` after `now_ms`; None for a message without a timer.
-#[pyfunction]
-pub fn timer_due(properties: &str, now_ms: i64) -> Option<i64> {
-    pyrmq_store::store::timer_due(properties.as_bytes(), now_ms)
-}
-
 /// One message checked the way RocketMQ's client checks it before sending (a non-empty body
 /// of at most `max_size` bytes; property names non-empty; names and values free of the two
 /// separators; encoded properties within their 2-byte length; in a batch, no delay level):

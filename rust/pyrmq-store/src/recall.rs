@@ -2,18 +2,21 @@
 //!
 //! A recall is a marker record in `rmq_sys_wheel_timer` queue 0, the topic where RocketMQ's
 //! timer keeps its delete markers: `TIMER_DEL_UNIQKEY` names the message as
-//! `{real topic}+{UNIQ_KEY}` and `TIMER_DELIVER_MS` its due time. The store keeps the keys of
-//! its markers in a set, and the schedule drops a parked timer message whose key is in it
-//! rather than deliver it. A key leaves the set when its message is dropped, or when a pass of
-//! the schedule has caught up past its due time plus the shortest delay level (no parked
-//! record can be that message then: each park of it falls due by then). Reopening reads the
-//! set back from the marker queue, so a crash that rolls the schedule's progress back meets
-//! its markers again.
+//! `{real topic}+{UNIQ_KEY}` and `TIMER_DELIVER_MS` its due time. The store keeps its markers
+//! in a set, and the schedule drops every parked timer message with that key and that due time
+//! rather than deliver it: duplicates of it too (a producer's retry), and copies a crash made it
+//! park twice, but not the same message sent again for another time.
+//!
+//! A key leaves the set once no parked record can be its message any more. Each park of a
+//! timer message happens in a pass that began before it was due, so once a pass begins after
+//! the due time (by a shortest level, for sends that read their clock just before), every
+//! parked copy lies below the CommitLog's end then: the key's horizon. When every delay level
+//! has delivered past its horizon, the key goes. Reopening reads the set back from the marker
+//! queue, so a crash that rolls the schedule's progress back meets its markers again.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use foldhash::HashMap;
 use parking_lot::Mutex;
 
 use crate::message;
@@ -30,16 +33,11 @@ pub fn delete_key(topic: &str, uniq_key: &str) -> String {
     format!("{topic}+{uniq_key}")
 }
 
-#[derive(Default)]
-struct Keys {
-    due: HashMap<String, i64>,
-    by_due: BTreeSet<(i64, String)>,
-}
-
-/// The recalled messages the schedule has yet to meet.
+/// The recalled messages whose copies may still be parked.
 #[derive(Default)]
 pub(crate) struct Recalls {
-    keys: Mutex<Keys>,
+    /// (due ms, key) -> its horizon: the CommitLog's end when a pass began past the due time.
+    keys: Mutex<BTreeMap<(i64, String), Option<u64>>>,
     /// How many keys there are, read without the lock on every delivery.
     len: AtomicUsize,
 }
@@ -49,62 +47,69 @@ impl Recalls {
         self.len.load(Ordering::Acquire)
     }
 
-    /// Adds `key`, due at `due_ms`; false if it was there already (its due time is kept).
+    /// Adds `key`, due at `due_ms`; false if it was there already.
     pub(crate) fn insert(&self, key: &str, due_ms: i64) -> bool {
         let mut keys = self.keys.lock();
-        if keys.due.contains_key(key) {
-            return false;
-        }
-        keys.due.insert(key.to_owned(), due_ms);
-        keys.by_due.insert((due_ms, key.to_owned()));
-        self.len.store(keys.due.len(), Ordering::Release);
-        true
+        let added = keys.insert((due_ms, key.to_owned()), None).is_none();
+        self.len.store(keys.len(), Ordering::Release);
+        added
     }
 
-    /// Removes `key`; true if it was there.
-    pub(crate) fn remove(&self, key: &str) -> bool {
-        if self.len() == 0 {
-            return false;
-        }
+    /// Removes `key` due at `due_ms`; true if it was there.
+    pub(crate) fn remove(&self, key: &str, due_ms: i64) -> bool {
         let mut keys = self.keys.lock();
-        let Some(due) = keys.due.remove(key) else {
-            return false;
-        };
-        keys.by_due.remove(&(due, key.to_owned()));
-        self.len.store(keys.due.len(), Ordering::Release);
-        true
+        let removed = keys.remove(&(due_ms, key.to_owned())).is_some();
+        self.len.store(keys.len(), Ordering::Release);
+        removed
     }
 
     /// Whether the parked record with `properties`, bound for `real_topic`, is a recalled
-    /// timer message; its key is removed if so.
-    pub(crate) fn take(&self, real_topic: &str, properties: &[u8]) -> bool {
-        if self.len() == 0
-            || message::property(properties, message::PROPERTY_TIMER_DELIVER_MS).is_none()
-        {
+    /// timer message: its key and its `TIMER_DELIVER_MS` are a marker's.
+    pub(crate) fn matches(&self, real_topic: &str, properties: &[u8]) -> bool {
+        if self.len() == 0 {
             return false;
         }
-        match message::property(properties, message::PROPERTY_UNIQ_KEY_SHORT) {
-            Some(uniq) => self.remove(&delete_key(real_topic, uniq)),
-            None => false,
+        let Some(due) = message::property(properties, message::PROPERTY_TIMER_DELIVER_MS)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+        else {
+            return false;
+        };
+        let Some(uniq) = message::property(properties, message::PROPERTY_UNIQ_KEY_SHORT) else {
+            return false;
+        };
+        self.keys
+            .lock()
+            .contains_key(&(due, delete_key(real_topic, uniq)))
+    }
+
+    /// Gives the keys due at or before `ms` that have none the horizon `end`.
+    pub(crate) fn mark_due(&self, ms: i64, end: u64) {
+        if self.len() == 0 {
+            return;
+        }
+        let mut keys = self.keys.lock();
+        for (_, horizon) in keys.range_mut(..(ms.saturating_add(1), String::new())) {
+            horizon.get_or_insert(end);
         }
     }
 
-    /// Removes the keys due before `ms`; returns how many.
-    pub(crate) fn purge_due_before(&self, ms: i64) -> usize {
+    /// Removes the keys whose horizon every delay level has delivered past (`delivered`:
+    /// the lowest CommitLog offset of a record still parked); returns how many.
+    pub(crate) fn purge_delivered(&self, delivered: u64) -> usize {
         if self.len() == 0 {
             return 0;
         }
         let mut keys = self.keys.lock();
         let mut purged = 0;
-        while let Some((due, _)) = keys.by_due.first() {
-            if *due >= ms {
+        // Horizons grow with due times: the first key not past its horizon ends the purge.
+        while let Some((_, Some(horizon))) = keys.first_key_value() {
+            if *horizon > delivered {
                 break;
             }
-            let (_, key) = keys.by_due.pop_first().expect("first exists");
-            keys.due.remove(&key);
+            keys.pop_first();
             purged += 1;
         }
-        self.len.store(keys.due.len(), Ordering::Release);
+        self.len.store(keys.len(), Ordering::Release);
         purged
     }
 
@@ -132,31 +137,43 @@ mod tests {
     }
 
     #[test]
-    fn a_recalled_timer_message_is_taken_once() {
+    fn a_recall_matches_its_key_at_its_due_time_only() {
         let recalls = Recalls::default();
         assert!(recalls.insert(&delete_key("T", "U1"), 1_000));
-        assert!(!recalls.insert(&delete_key("T", "U1"), 2_000));
+        assert!(!recalls.insert(&delete_key("T", "U1"), 1_000));
         assert_eq!(recalls.len(), 1);
         let timer = props(&[("UNIQ_KEY", "U1"), ("TIMER_DELIVER_MS", "1000")]);
-        // Another topic's message with that id, and a delay-level message, are not it.
-        assert!(!recalls.take("Other", &timer));
-        assert!(!recalls.take("T", &props(&[("UNIQ_KEY", "U1"), ("DELAY", "3")])));
-        assert!(recalls.take("T", &timer));
-        assert!(!recalls.take("T", &timer));
-        assert_eq!(recalls.len(), 0);
+        assert!(recalls.matches("T", &timer));
+        // Every copy matches: the key stays.
+        assert!(recalls.matches("T", &timer));
+        // Another topic's message with that id, the message sent again for another time, and
+        // a delay-level message are not it.
+        assert!(!recalls.matches("Other", &timer));
+        let later = props(&[("UNIQ_KEY", "U1"), ("TIMER_DELIVER_MS", "2000")]);
+        assert!(!recalls.matches("T", &later));
+        assert!(!recalls.matches("T", &props(&[("UNIQ_KEY", "U1"), ("DELAY", "3")])));
+        assert!(recalls.remove(&delete_key("T", "U1"), 1_000));
+        assert!(!recalls.matches("T", &timer));
     }
 
     #[test]
-    fn purging_removes_only_keys_due_before() {
+    fn keys_go_once_the_schedule_delivered_past_their_horizon() {
         let recalls = Recalls::default();
-        for (i, due) in [30, 10, 20, 10].iter().enumerate() {
+        for (i, due) in [30, 10, 20, 40].iter().enumerate() {
             recalls.insert(&delete_key("T", &i.to_string()), *due);
         }
-        assert_eq!(recalls.purge_due_before(10), 0);
-        assert_eq!(recalls.purge_due_before(21), 3);
-        assert_eq!(recalls.len(), 1);
-        assert!(recalls.remove(&delete_key("T", "0")));
-        assert_eq!(recalls.purge_due_before(i64::MAX), 0);
+        // Without a horizon nothing goes, however far delivery got.
+        assert_eq!(recalls.purge_delivered(u64::MAX), 0);
+        recalls.mark_due(20, 500);
+        recalls.mark_due(30, 900);
+        // The later horizon does not move the earlier ones.
+        recalls.mark_due(40, 100);
+        assert_eq!(recalls.purge_delivered(499), 0);
+        assert_eq!(recalls.purge_delivered(500), 2);
+        assert_eq!(recalls.purge_delivered(899), 0);
+        // Due 40 was marked with 100, but its turn comes after 30's.
+        assert_eq!(recalls.purge_delivered(900), 2);
+        assert_eq!(recalls.len(), 0);
     }
 
     #[test]

@@ -181,9 +181,12 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
         pass.failed = true;
         return pass;
     }
-    // Whether every level delivered all it had due: then every parked record left falls due
-    // after `now_ms`.
-    let mut caught_up = true;
+    // Recalls of messages due a shortest level ago and more: no later park can be theirs.
+    let shortest = delays.iter().min().map_or(0, |d| *d as i64);
+    inner.recalls.mark_due(
+        now_ms.saturating_sub(shortest),
+        inner.commit_log.max_offset(),
+    );
     for (i, delay) in delays.iter().enumerate() {
         let level = i as u32 + 1;
         let Some(q) = inner.queue(SCHEDULE_TOPIC, i as i32) else {
@@ -196,7 +199,6 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
         // again, maybe in this very level, and must wait for a later pass.
         while offset < end {
             let Some(unit) = q.unit(offset) else {
-                caught_up = false;
                 break;
             };
             // A due time further off than the level's delay means the clock went back: due now.
@@ -232,16 +234,27 @@ pub(crate) fn deliver_due(inner: &Inner, offsets: &DelayOffsets, now_ms: i64) ->
         }
         offsets.set(level, offset);
     }
-    // A park of a timer message falls due at most one shortest level after the message does:
-    // with every parked record due later than `now_ms`, none is a message due before
-    // `now_ms - shortest`, and recalls of such messages have nothing left to drop.
-    if caught_up && !pass.failed {
-        let shortest = delays.iter().min().map_or(0, |d| *d as i64);
-        inner
-            .recalls
-            .purge_due_before(now_ms.saturating_sub(shortest));
+    if inner.recalls.len() > 0 {
+        inner.recalls.purge_delivered(lowest_parked(inner, offsets));
     }
     pass
+}
+
+/// The lowest CommitLog offset of a record some delay level has yet to deliver; `u64::MAX`
+/// when every level has delivered all it holds.
+fn lowest_parked(inner: &Inner, offsets: &DelayOffsets) -> u64 {
+    let mut lowest = u64::MAX;
+    for level in 0..inner.config.message_delay_level_ms.len() {
+        let Some(q) = inner.queue(SCHEDULE_TOPIC, level as i32) else {
+            continue;
+        };
+        let next = offsets.get(level as u32 + 1).max(q.min_offset());
+        if next < q.max_offset() {
+            // A unit that cannot be read holds everything up.
+            lowest = lowest.min(q.unit(next).map_or(0, |unit| unit.phy_offset));
+        }
+    }
+    lowest
 }
 
 /// What became of a parked record that fell due.
@@ -274,7 +287,7 @@ fn deliver(inner: &Inner, phy: u64, now_ms: i64) -> StoreResult<Delivery> {
             "the delayed record at offset {phy} names no real topic and queue"
         )));
     };
-    if inner.recalls.take(topic, rec.properties) {
+    if inner.recalls.matches(topic, rec.properties) {
         return Ok(Delivery::Recalled);
     }
     let mut properties =

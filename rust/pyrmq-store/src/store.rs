@@ -503,7 +503,7 @@ impl MessageStore {
         let added = self.inner.recalls.insert(&key, due_ms);
         let outcome = self.inner.put(&[input], true, now_ms, wait_flush);
         if outcome.is_err() && added {
-            self.inner.recalls.remove(&key);
+            self.inner.recalls.remove(&key, due_ms);
         }
         outcome
     }
@@ -1655,8 +1655,8 @@ impl Inner {
         Ok(removed)
     }
 
-    /// Reads the recall markers back into the set: those still in the marker queue, which
-    /// the first schedule pass that catches up prunes to the ones still pending.
+    /// Reads the recall markers back into the set: those still in the marker queue. Those
+    /// whose messages were dealt with before go again once the schedule passes their horizon.
     fn load_recalls(&self) {
         let Some(q) = self.queue(RECALL_TOPIC, 0) else {
             return;
@@ -2242,7 +2242,7 @@ fn index_record(index: &IndexService, d: &Dispatch<'_>, behind: &AtomicU64) -> b
 
 /// A timer message's delivery time in epoch milliseconds: `TIMER_DELIVER_MS`, else
 /// `TIMER_DELAY_SEC` or `TIMER_DELAY_MS` after `now_ms`; None for any other message.
-pub fn timer_due(properties: &[u8], now_ms: i64) -> Option<i64> {
+pub(crate) fn timer_due(properties: &[u8], now_ms: i64) -> Option<i64> {
     let number =
         |name| message::property(properties, name).and_then(|v| v.trim().parse::<i64>().ok());
     if let Some(at) = number(PROPERTY_TIMER_DELIVER_MS) {

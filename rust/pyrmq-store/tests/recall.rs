@@ -83,23 +83,90 @@ fn a_recall_holds_when_a_reopened_store_replays_the_schedule() {
 }
 
 #[test]
-fn a_recall_that_drops_nothing_is_forgotten_once_the_schedule_is_past_it() {
+fn a_recall_is_kept_until_no_parked_record_can_be_its_message() {
     let dir = tempfile::tempdir().unwrap();
     let store = MessageStore::open(config(dir.path())).unwrap();
     let now = pyrmq_store::clock::now_ms();
-    put_timer(&store, "LATE", now + 60_000);
+    put_timer(&store, "LATE", now + 20_000);
     recall(&store, "NEVER-SENT", now + 3_000);
-    run(&store, now, now + 3_500);
-    // Within one shortest level (1 s) of its due time a parked message may still be it.
+    // Long past its due time, but LATE was parked before it and could be another copy.
+    run(&store, now, now + 8_000);
     assert_eq!(store.pending_recalls(), 1);
-    run(&store, now + 3_600, now + 4_200);
+    // LATE's next park lies past the recall's horizon: nothing parked can be it any more.
+    run(&store, now + 8_100, now + 21_000);
+    assert_eq!(read_all(&store, TOPIC, 0), vec![b"LATE".to_vec()]);
     assert_eq!(store.pending_recalls(), 0);
     store.close().unwrap();
     // Reopened, its marker is read back and forgotten again by the first pass.
     let store = MessageStore::open(config(dir.path())).unwrap();
     assert_eq!(store.pending_recalls(), 1);
-    store.deliver_due(now + 4_300).unwrap();
+    store.deliver_due(now + 21_100).unwrap();
     assert_eq!(store.pending_recalls(), 0);
+}
+
+#[test]
+fn every_copy_of_a_recalled_message_is_dropped_but_not_one_sent_for_another_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path())).unwrap();
+    let now = pyrmq_store::clock::now_ms();
+    let due = now + 6_000;
+    // A producer's retry stores the message twice; then the same message for another time.
+    put_timer(&store, "DUP", due);
+    put_timer(&store, "DUP", due);
+    recall(&store, "DUP", due);
+    put_timer(&store, "DUP", due + 2_000);
+    run(&store, now, due + 4_000);
+    assert_eq!(read_all(&store, TOPIC, 0), vec![b"DUP".to_vec()]);
+    let got = store
+        .get(&pyrmq_store::GetRequest {
+            topic: TOPIC,
+            queue_id: 0,
+            queue_offset: 0,
+            max_count: 1,
+            max_bytes: None,
+            tags_codes: None,
+        })
+        .unwrap();
+    let rec = message::decode(got.records[0].bytes(), true).unwrap();
+    let later = (due + 2_000).to_string();
+    assert_eq!(rec.property("TIMER_DELIVER_MS"), Some(later.as_str()));
+}
+
+#[test]
+fn a_recall_holds_for_a_message_parked_late_by_a_store_clock_ahead_of_the_pass() {
+    // A pass that runs long while sends stamp later store times parks a message to fall due
+    // after its time by more than a shortest level: the recall must wait for that park, not
+    // only for the time.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.message_delay_level_ms = vec![100, 1_000];
+    let store = MessageStore::open(cfg).unwrap();
+    let real = pyrmq_store::clock::now_ms();
+    let due = real + 1_100;
+    put_timer(&store, "LAGGED", due);
+    std::thread::sleep(std::time::Duration::from_millis(1_400));
+    // A send stamps the store's clock past the pass below.
+    put_one(&store, "TopicStamp", 0, b"x", b"");
+    let stamp = store
+        .get(&pyrmq_store::GetRequest {
+            topic: "TopicStamp",
+            queue_id: 0,
+            queue_offset: 0,
+            max_count: 1,
+            max_bytes: None,
+            tags_codes: None,
+        })
+        .unwrap();
+    let stamped = message::decode(stamp.records[0].bytes(), true)
+        .unwrap()
+        .store_timestamp_ms;
+    // LAGGED (1 s level) comes early, and is parked for 100 ms at the send's store time.
+    let pass = store.deliver_due(real + 1_050).unwrap();
+    assert_eq!(pass.parked_again, 1);
+    recall(&store, "LAGGED", due);
+    // From the stamp on, a shortest level past its due time, until well after the park.
+    run(&store, stamped, stamped + 2_000);
+    assert!(read_all(&store, TOPIC, 0).is_empty());
 }
 
 #[test]

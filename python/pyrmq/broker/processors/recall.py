@@ -10,23 +10,15 @@ already gone, or was never sent, succeeds and drops nothing, as RocketMQ's does.
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from pyrmq import _core
 from pyrmq.errors import MessageIllegalError, StoreError
-from pyrmq.properties import (
-    TIMER_DELAY_MS,
-    TIMER_DELAY_SEC,
-    TIMER_DELIVER_MS,
-    UNIQ_KEY,
-    encode_properties,
-)
+from pyrmq.properties import TIMER_DELIVER_MS, UNIQ_KEY
 from pyrmq.recall_handle import RecallHandle, RecallHandleError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
-from pyrmq.store import PutResult
+from pyrmq.store import MessageStore, PutResult
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
@@ -36,8 +28,9 @@ __all__ = ["RecallProcessor", "Recalled", "recall_handle"]
 log = logging.getLogger(__name__)
 
 _UNAVAILABLE = "recall failed, broker service not available"
-# In the order the store reads them.
-TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# Ids longer than this are cut in log lines.
+_LOGGED_ID_CHARS = 64
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,22 +43,18 @@ class Recalled:
 
 
 def recall_handle(
-    broker_name: str, topic: str, properties: Mapping[str, str], result: PutResult
+    store: MessageStore, broker_name: str, topic: str, result: PutResult
 ) -> str | None:
     """The handle a send answer carries for a message the store parked with a timer (RocketMQ
-    gives one to single sends of timer messages, and none to retry topics'), else None.
-
-    The due time is an upper bound: the store read its clock before it stamped the record, so
-    the handle never names a time before the message falls due."""
-    timers = {name: properties[name] for name in TIMER_PROPERTIES if name in properties}
-    if not timers:
+    gives one to single sends of timer messages, and none to retry topics'), else None. It
+    names the due time the store fixed in the parked record, which a recall must match."""
+    parked = store.look_message_by_offset(result.phy_offset)
+    if parked is None or parked.topic != SCHEDULE_TOPIC:
         return None
-    stored_at = result.store_timestamp_ms
-    due = _core.timer_due(encode_properties(timers), stored_at)
-    uniq = properties.get(UNIQ_KEY)
-    if due is None or due <= stored_at or not uniq:
+    due, uniq = parked.property(TIMER_DELIVER_MS), parked.property(UNIQ_KEY)
+    if due is None or not uniq:
         return None
-    return RecallHandle(topic, broker_name, due, uniq).encode()
+    return RecallHandle(topic, broker_name, int(due), uniq).encode()
 
 
 class RecallProcessor:
@@ -130,7 +119,8 @@ class RecallProcessor:
                 )
             )
         except (MessageIllegalError, StoreError) as e:
-            log.warning("recall of %s in %s failed: %s", handle.message_id, topic, e)
+            shown = handle.message_id[:_LOGGED_ID_CHARS]
+            log.warning("recall of %s in %s failed: %s", shown, topic, e)
             return Recalled(ResponseCode.SYSTEM_ERROR, "recall failed, execute error")
-        log.info("recalled timer message %s of %s", handle.message_id, topic)
+        log.info("recalled timer message %s of %s", handle.message_id[:_LOGGED_ID_CHARS], topic)
         return Recalled(ResponseCode.SUCCESS, message_id=handle.message_id)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pyrmq import _core
 from pyrmq.broker.metrics import message_type
-from pyrmq.broker.processors.recall import TIMER_PROPERTIES, recall_handle
+from pyrmq.broker.processors.recall import recall_handle
 from pyrmq.broker.state.groups import check_group_name
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import (
@@ -22,7 +22,13 @@ from pyrmq.errors import (
     StoreReadOnlyError,
     SystemTopicError,
 )
-from pyrmq.properties import encode_properties, parse_properties
+from pyrmq.properties import (
+    TIMER_DELAY_MS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    encode_properties,
+    parse_properties,
+)
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -40,6 +46,8 @@ SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 TIMER_PREFIX = "TIMER_"
+# In the order the store reads them.
+TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 _DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+")
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
@@ -235,9 +243,7 @@ class SendProcessor:
         # RocketMQ gives a handle to single sends only, and none to retry topics'.
         timer = not batch and not half and TIMER_PREFIX in properties
         if timer and topic == header.topic and not topic.startswith(RETRY_PREFIX):
-            handle = recall_handle(
-                broker.config.broker_name, topic, parse_properties(properties), result
-            )
+            handle = recall_handle(broker.store, broker.config.broker_name, topic, result)
         if broker.puts_wait and _waits_for_store(properties):
             return self._answer_when_stored(request, result, queue_id, handle)
         return self._stored(request, result, queue_id, recall=handle)
