@@ -37,6 +37,7 @@ _ALIASES = {
     "enablePropertyFilter": "enable_property_filter",
     "timerMaxDelaySec": "timer_max_delay_s",
     "recallMessageEnable": "recall_message_enable",
+    "storeReplyMessageEnable": "store_reply_message_enable",
     "transactionTimeOut": "transaction_timeout_ms",
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionCheckMax": "transaction_check_max",
@@ -104,6 +105,9 @@ class BrokerConfig:
     # Producers may recall timer messages before they fall due (RocketMQ 5.3's RecallMessage;
     # off by default there too). A running broker changes it.
     recall_message_enable: bool = False
+    # A reply (SEND_REPLY_MESSAGE) is also stored in its topic, {cluster}_REPLY_TOPIC, besides
+    # being pushed to its requester.
+    store_reply_message_enable: bool = True
     # The broker.conf these settings came from, where settings changed while the broker runs
     # are written (RocketMQ's brokerConfigPath); empty: such changes last until it stops.
     broker_config_path: str = ""
