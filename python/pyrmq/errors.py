@@ -29,6 +29,7 @@ __all__ = [
     "PyrmqError",
     "RemotingError",
     "ReplicationError",
+    "RequestTimeoutError",
     "SendError",
     "StoreClosedError",
     "StoreError",
@@ -165,3 +166,8 @@ class BrokerError(ClientError):
 
 class SendError(ClientError):
     """A send failed on every broker tried; ``__cause__`` is the last failure."""
+
+
+class RequestTimeoutError(ClientError, TimeoutError):
+    """A request (``Producer.request``) was sent, but no reply came back in time (RocketMQ's
+    RequestTimeoutException)."""

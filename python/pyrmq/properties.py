@@ -9,6 +9,9 @@
 from typing import Final
 
 __all__ = [
+    "ARRIVE_TIME",
+    "CLUSTER",
+    "CORRELATION_ID",
     "DELAY",
     "DELAYING",
     "KEYS",
@@ -16,15 +19,21 @@ __all__ = [
     "MAX_OFFSET",
     "MAX_RECONSUME_TIMES",
     "MIN_OFFSET",
+    "MSG_TYPE",
     "ORIGIN_MESSAGE_ID",
     "PRODUCER_GROUP",
+    "PUSH_REPLY_TIME",
     "RECONSUME_TIME",
+    "REPLY_MESSAGE_FLAG",
+    "REPLY_TOPIC_SUFFIX",
+    "REPLY_TO_CLIENT",
     "RETRY_TOPIC",
     "TAGS",
     "TIMER_DELAY_MS",
     "TIMER_DELAY_SEC",
     "TIMER_DELIVER_MS",
     "TRAN_MSG",
+    "TTL",
     "UNIQ_KEY",
     "WAIT",
     "encode_properties",
@@ -52,6 +61,19 @@ PRODUCER_GROUP: Final = "PGROUP"
 TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
 TIMER_DELAY_SEC: Final = "TIMER_DELAY_SEC"
 TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
+# Request-reply (RocketMQ 4.6+): a request names its reply's correlation id, the client id
+# the reply goes back to and the requester's timeout in ms; the broker names its cluster,
+# whose reply topic the reply is sent to with MSG_TYPE=reply.
+CORRELATION_ID: Final = "CORRELATION_ID"
+REPLY_TO_CLIENT: Final = "REPLY_TO_CLIENT"
+TTL: Final = "TTL"
+CLUSTER: Final = "CLUSTER"
+MSG_TYPE: Final = "MSG_TYPE"
+REPLY_MESSAGE_FLAG: Final = "reply"
+REPLY_TOPIC_SUFFIX: Final = "_REPLY_TOPIC"
+"""A cluster's replies go to ``{brokerClusterName}_REPLY_TOPIC`` (RocketMQ's MixAll)."""
+PUSH_REPLY_TIME: Final = "PUSH_REPLY_TIME"
+ARRIVE_TIME: Final = "ARRIVE_TIME"
 DELAYING: Final = frozenset({DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS})
 """The properties that make the store hold a message back."""
 

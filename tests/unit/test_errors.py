@@ -21,6 +21,7 @@ from pyrmq.errors import (
     PyrmqError,
     RemotingError,
     ReplicationError,
+    RequestTimeoutError,
     SendError,
     StoreClosedError,
     StoreError,
@@ -53,6 +54,7 @@ PARENTS = {
     NoRouteError: (ClientError,),
     BrokerError: (ClientError,),
     SendError: (ClientError,),
+    RequestTimeoutError: (ClientError, TimeoutError),
 }
 
 

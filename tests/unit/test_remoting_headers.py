@@ -205,6 +205,13 @@ SAMPLES: list[Any] = [
     h.GetConsumeStatsRequestHeader(consumer_group="G", topic="T"),
     h.GetConsumeStatsRequestHeader(consumer_group="G"),
     h.QueryConsumeQueueRequestHeader(topic="T", queue_id=1, index=10, count=5),
+    h.ReplyMessageRequestHeader(
+        producer_group="PG", topic="DefaultCluster_REPLY_TOPIC", default_topic="TBW102",
+        default_topic_queue_nums=4, queue_id=-1, sys_flag=1, born_timestamp=2**40, flag=3,
+        properties="CORRELATION_ID\x01c\x02MSG_TYPE\x01reply", reconsume_times=0,
+        unit_mode=False, born_host="10.0.0.2:50000", store_host="10.0.0.1:10911",
+        store_timestamp=2**40 + 1,
+    ),
     h.QueryConsumeQueueRequestHeader(
         topic="T", queue_id=0, index=0, count=10, consumer_group="G"
     ),

@@ -221,6 +221,16 @@ class ClientTable:
         self._drop_empty_groups()
         return changed
 
+    def producer_connection(self, client_id: str) -> object | None:
+        """The connection of the producer ``client_id`` (from any group), as its heartbeats
+        last came over it; None for a client no producer group knows. Replies to a request
+        go back over it."""
+        for producers in self.producers.values():
+            entry = producers.get(client_id)
+            if entry is not None:
+                return entry[0]
+        return None
+
     def consumer_ids(self, group: str) -> list[str]:
         return sorted(self.consumers.get(group, {}))
 

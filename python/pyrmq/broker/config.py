@@ -42,6 +42,7 @@ _ALIASES = {
     "metricsPromExporterHost": "metrics_prom_exporter_host",
     "metricsPromExporterPort": "metrics_prom_exporter_port",
     "metricsLabel": "metrics_label",
+    "storeReplyMessageEnable": "store_reply_message_enable",
     "transactionTimeOut": "transaction_timeout_ms",
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionCheckMax": "transaction_check_max",
@@ -116,6 +117,9 @@ class BrokerConfig:
     metrics_prom_exporter_host: str = ""
     metrics_prom_exporter_port: int = 5557
     metrics_label: str = ""
+    # A reply (SEND_REPLY_MESSAGE) is also stored in its topic, {cluster}_REPLY_TOPIC, besides
+    # being pushed to its requester.
+    store_reply_message_enable: bool = True
     # The broker.conf these settings came from, where settings changed while the broker runs
     # are written (RocketMQ's brokerConfigPath); empty: such changes last until it stops.
     broker_config_path: str = ""

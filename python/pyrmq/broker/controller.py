@@ -21,6 +21,7 @@ from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processors.groups import GroupProcessor
 from pyrmq.broker.processors.pull import PullProcessor
 from pyrmq.broker.processors.recall import RecallProcessor
+from pyrmq.broker.processors.reply import ReplyProcessor
 from pyrmq.broker.processors.send import SendProcessor
 from pyrmq.broker.processors.stats import StatsProcessor
 from pyrmq.broker.processors.transactions import EndTransactionProcessor
@@ -71,6 +72,7 @@ class BrokerController:
             self._root / "config" / "topics.json",
             auto_create_topic_enable=config.auto_create_topic_enable,
             default_topic_queue_nums=config.default_topic_queue_nums,
+            cluster_name=config.broker_cluster_name,
         )
         self.offsets = OffsetTable(self._root / "config" / "consumerOffset.json")
         self.queue_locks = QueueLockTable(self._root / "config" / "queueLocks.json")
@@ -104,8 +106,10 @@ class BrokerController:
         self.pulls = PullProcessor(self)
         self.recalls = RecallProcessor(self)
         self.clients.on_consumer_left.append(self.pulls.client_left)
+        sends = SendProcessor(self)
         for processor in (
-            SendProcessor(self),
+            sends,
+            ReplyProcessor(self, sends),
             self.pulls,
             ClientManageProcessor(self),
             ConsumerManageProcessor(self),

@@ -59,6 +59,16 @@ A transactional message is held back until the local transaction it goes with co
 ...     async with TransactionProducer("PG_TX", namesrv, checker=checker) as producer:
 ...         result = await producer.send_in_transaction(Message("Transfers", b"..."), save, 42)
 ...         print(result.state.name)
+
+Request-reply (RocketMQ 4.6+'s RPC messages): ``request`` sends a message and waits for the
+reply a consumer of it sends back with any producer:
+
+>>> async def replier(msgs, context):  # doctest: +SKIP
+...     for msg in msgs:
+...         await producer.send(create_reply_message(msg, b"pong"))
+>>> reply = await requester.request(Message("Pings", b"ping"), timeout_s=3)  # doctest: +SKIP
+>>> reply.body  # doctest: +SKIP
+b'pong'
 """
 
 from pyrmq.client.allocate import (
@@ -73,6 +83,7 @@ from pyrmq.client.lite_pull import LitePullConsumer
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer, select_by_hash
 from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.client.request import ReplyMessage, create_reply_message
 from pyrmq.client.transaction import (
     HalfMessage,
     TransactionProducer,
@@ -94,6 +105,7 @@ __all__ = [
     "MessageQueue",
     "Producer",
     "PushConsumer",
+    "ReplyMessage",
     "SendResult",
     "SendStatus",
     "TransactionProducer",
@@ -101,5 +113,6 @@ __all__ = [
     "TransactionState",
     "allocate_averagely",
     "allocate_averagely_by_circle",
+    "create_reply_message",
     "select_by_hash",
 ]

@@ -79,6 +79,8 @@ class SendRequest:
     reconsume_times: int = 0
     max_reconsume_times: int | None = None
     default_topic_queue_nums: int = 4
+    reply: bool = False
+    """A reply of request-reply (``MSG_TYPE=reply``): sent as SEND_REPLY_MESSAGE_V2."""
 
 
 class ClientAPI:
@@ -157,7 +159,12 @@ class ClientAPI:
         }
         if req.max_reconsume_times is not None:
             ext["l"] = str(req.max_reconsume_times)
-        code = RequestCode.SEND_BATCH_MESSAGE if req.batch else RequestCode.SEND_MESSAGE_V2
+        if req.reply:
+            code = RequestCode.SEND_REPLY_MESSAGE_V2
+        elif req.batch:
+            code = RequestCode.SEND_BATCH_MESSAGE
+        else:
+            code = RequestCode.SEND_MESSAGE_V2
         command = RemotingCommand.request(code, ext, req.body, oneway=oneway)
         command.language = LANGUAGE
         return command

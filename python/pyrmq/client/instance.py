@@ -3,7 +3,8 @@
 One instance per (event loop, client id) holds the connections, the topic routes and the
 broker addresses, and runs the periodic work: route refresh from the name servers (30 s),
 heartbeats to every broker (30 s), rebalance (20 s, and at once when a broker says the group
-changed) and offset persistence (5 s). It answers the requests brokers send to clients.
+changed) and offset persistence (5 s). It answers the requests brokers send to clients and
+takes the replies they push to its producers' requests.
 """
 
 import asyncio
@@ -24,6 +25,7 @@ from pyrmq import _core
 from pyrmq.acl.signing import Credentials
 from pyrmq.client.api import ClientAPI
 from pyrmq.client.message import MessageQueue
+from pyrmq.client.request import ReplyMessage, RequestTable
 from pyrmq.client.route import TopicRoute, loads_queue_table
 from pyrmq.errors import ClientStateError, ConfigError, NoRouteError, PyrmqError
 from pyrmq.properties import PRODUCER_GROUP
@@ -142,11 +144,14 @@ class ClientInstance:
         self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}
         self._started = False
         self._unchecked: set[str] = set()
+        self.requests = RequestTable()
+        """The producers' requests waiting for replies (:meth:`Producer.request`)."""
         handlers: dict[int, ServerRequestHandler] = {
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
             RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
+            RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._on_reply,
         }
         self.remoting.server_request_handlers.update(handlers)
 
@@ -424,6 +429,26 @@ class ClientInstance:
             offsets = parse_offset_table(request.body)
             log.info("resetting offsets of %s on %s: %s", group, topic, offsets)
             await consumer.reset_offsets(topic, offsets)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def _on_reply(self, request: RemotingCommand, addr: str) -> RemotingCommand:
+        """A broker pushes the reply to one of this client's requests; the request waiting on
+        its correlation id gets it. As RocketMQ's client, a reply no request waits for any
+        more is taken (and logged) all the same."""
+        try:
+            reply = ReplyMessage.from_push(request.ext_fields, request.body)
+        except (PyrmqError, ValueError) as e:
+            log.warning("unreadable reply pushed by %s: %s", addr, e)
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"process reply message fail: {e}"
+            )
+        if not self.requests.complete(reply):
+            log.warning(
+                "reply from %s matches no waiting request correlation_id=%s replier=%s",
+                addr,
+                reply.correlation_id,
+                reply.born_host,
+            )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def _on_check_transaction(self, request: RemotingCommand, addr: str) -> None:

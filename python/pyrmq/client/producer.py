@@ -17,7 +17,7 @@ import random
 import struct
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from pyrmq import _core
@@ -33,15 +33,24 @@ from pyrmq.client.message import (
     set_unique_id,
 )
 from pyrmq.client.namespaced import name_in, queue_in, queue_shown
+from pyrmq.client.request import ReplyMessage, new_correlation_id
 from pyrmq.client.route import PERM_WRITE, TopicRoute
 from pyrmq.errors import (
     BrokerError,
     MessageIllegalError,
     NoRouteError,
     PyrmqError,
+    RequestTimeoutError,
     SendError,
 )
-from pyrmq.properties import UNIQ_KEY
+from pyrmq.properties import (
+    CORRELATION_ID,
+    MSG_TYPE,
+    REPLY_MESSAGE_FLAG,
+    REPLY_TO_CLIENT,
+    TTL,
+    UNIQ_KEY,
+)
 from pyrmq.recall_handle import RecallHandle
 from pyrmq.remoting.protocol import ResponseCode
 
@@ -108,6 +117,7 @@ class _Outgoing:
     sys_flag: int
     batch: bool
     msg_id: str
+    reply: bool = False
 
 
 class Producer(ClientLifecycle):
@@ -190,6 +200,7 @@ class Producer(ClientLifecycle):
         unregisters from the brokers and stops the client instance if nothing else uses it."""
         if self._instance is None:
             return
+        self._instance.requests.fail(self, f"producer {self.group} shut down before the reply came")
         if self._async_sends:
             await asyncio.wait(set(self._async_sends), timeout=self.send_timeout_s)
         for task in list(self._async_sends):
@@ -269,7 +280,9 @@ class Producer(ClientLifecycle):
 
     def _encode(self, msg: Message) -> _Outgoing:
         """Checks (RocketMQ's Validators.checkMessage, before any I/O) and encodes one message."""
-        topic = name_in(self.namespace, msg.topic)
+        reply = msg.properties.get(MSG_TYPE) == REPLY_MESSAGE_FLAG
+        # A reply goes to its cluster's reply topic, which no namespace owns.
+        topic = msg.topic if reply else name_in(self.namespace, msg.topic)
         _core.validate_topic(topic)
         uniq = set_unique_id(msg)
         # Rust checks body and properties as it does for each message of a batch.
@@ -279,7 +292,7 @@ class Producer(ClientLifecycle):
             packed = zlib.compress(body, self.compress_level)
             if len(packed) < len(body):
                 body, sys_flag = packed, SYSFLAG_COMPRESSED
-        return _Outgoing(topic, body, props, msg.flag, sys_flag, False, uniq)
+        return _Outgoing(topic, body, props, msg.flag, sys_flag, False, uniq, reply)
 
     def _encode_batch(self, msgs: Sequence[Message]) -> _Outgoing:
         """One body of encoded messages (spec §7.3); the batch's ids joined by commas."""
@@ -314,6 +327,7 @@ class Producer(ClientLifecycle):
             sys_flag=out.sys_flag,
             batch=out.batch,
             default_topic_queue_nums=self.default_topic_queue_nums,
+            reply=out.reply,
         )
 
     # --- sending -------------------------------------------------------------------------
@@ -434,6 +448,88 @@ class Producer(ClientLifecycle):
         if not self._in_topic(mq, out.topic):
             raise MessageIllegalError(f"the selector chose {mq}, not a queue of {msg.topic}")
         return await self._send_with_retries(out, timeout_s, mq)
+
+    async def request(
+        self,
+        msg: Message,
+        timeout_s: float = 3.0,
+        *,
+        queue: MessageQueue | None = None,
+    ) -> ReplyMessage:
+        """Sends ``msg`` as a request and returns its reply (RocketMQ 4.6+'s
+        ``DefaultMQProducer.request``): a consumer of the request answers with
+        :func:`~pyrmq.client.request.create_reply_message` and any producer's :meth:`send`, and
+        the broker pushes that reply back to this client.
+
+        ``msg`` gets a fresh ``CORRELATION_ID``, this client's id as ``REPLY_TO_CLIENT`` and
+        ``timeout_s`` in ms as ``TTL``. ``timeout_s`` bounds the whole request, send included;
+        the send retries as :meth:`send` does (with ``queue``, it goes there once).
+
+        Raises:
+            RequestTimeoutError: The request was sent, but no reply came within ``timeout_s``.
+            ClientStateError: The producer shut down while the request waited.
+            MessageIllegalError, SendError, BrokerError, NoRouteError: As :meth:`send`: the
+                request was not sent.
+
+        >>> async def ask(producer: Producer) -> bytes:  # doctest: +SKIP
+        ...     reply = await producer.request(Message("PriceRequests", b"AAPL"), timeout_s=3)
+        ...     return reply.body
+        """
+        return await self._await_reply(
+            msg, timeout_s, lambda remaining_s: self.send(msg, queue=queue, timeout_s=remaining_s)
+        )
+
+    async def request_orderly(
+        self,
+        msg: Message,
+        arg: Any,
+        selector: MessageQueueSelector = select_by_hash,
+        *,
+        timeout_s: float = 3.0,
+    ) -> ReplyMessage:
+        """:meth:`request` to the queue ``selector`` picks for ``arg``, as :meth:`send_orderly`
+        sends."""
+        return await self._await_reply(
+            msg,
+            timeout_s,
+            lambda remaining_s: self.send_orderly(msg, arg, selector, timeout_s=remaining_s),
+        )
+
+    async def _await_reply(
+        self,
+        msg: Message,
+        timeout_s: float,
+        send: Callable[[float], Awaitable[SendResult]],
+    ) -> ReplyMessage:
+        if timeout_s <= 0:
+            raise ValueError(f"a request's timeout must be positive, not {timeout_s}")
+        inst = self.instance
+        started = time.monotonic()
+        correlation_id = new_correlation_id()
+        msg.properties[CORRELATION_ID] = correlation_id
+        msg.properties[REPLY_TO_CLIENT] = inst.client_id
+        msg.properties[TTL] = str(int(timeout_s * 1000))
+        topic = name_in(self.namespace, msg.topic)
+        if topic not in inst.routes:
+            # The brokers find this client for the reply by its producer heartbeats: as
+            # RocketMQ's client, a first request to a topic heartbeats its brokers first.
+            await self._publish_info(topic)
+            await inst.heartbeat_all()
+        requests = inst.requests
+        reply = requests.open(correlation_id, self)
+        try:
+            await send(timeout_s - (time.monotonic() - started))
+            if not reply.done():
+                # Not wait_for: the reply's future stays as it is for the table to close.
+                await asyncio.wait({reply}, timeout=timeout_s - (time.monotonic() - started))
+            if not reply.done():
+                raise RequestTimeoutError(
+                    f"request to {msg.topic} was sent, but no reply came within {timeout_s} s "
+                    f"(correlation id {correlation_id})"
+                )
+            return reply.result()
+        finally:
+            requests.close(correlation_id)
 
     async def recall_message(
         self, topic: str, recall_handle: str, *, timeout_s: float | None = None

@@ -54,6 +54,7 @@ __all__ = [
     "QueryConsumerOffsetRequestHeader",
     "QueryMessageRequestHeader",
     "RegisterBrokerRequestHeader",
+    "ReplyMessageRequestHeader",
     "ResetOffsetRequestHeader",
     "SearchOffsetRequestHeader",
     "SendMessageRequestHeader",
@@ -416,6 +417,78 @@ class ConsumerSendMsgBackRequestHeader:
                 ("originTopic", self.origin_topic),
                 ("unitMode", self.unit_mode),
                 ("maxReconsumeTimes", self.max_reconsume_times),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReplyMessageRequestHeader:
+    """PUSH_REPLY_MESSAGE_TO_CLIENT (326): a broker hands a reply to the client that sent the
+    request; the reply's body is the command's body. The send fields are the replier's, as
+    its SEND_REPLY_MESSAGE header gave them; the hosts and the store time are the broker's.
+
+    >>> h = ReplyMessageRequestHeader(producer_group="PG", topic="C_REPLY_TOPIC",
+    ...     default_topic="TBW102", default_topic_queue_nums=4, queue_id=0, sys_flag=0,
+    ...     born_timestamp=1, flag=0, born_host="10.0.0.2:5", store_host="10.0.0.1:10911",
+    ...     store_timestamp=2)
+    >>> ReplyMessageRequestHeader.from_ext(h.to_ext()) == h
+    True
+    """
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str = ""
+    reconsume_times: int | None = None
+    unit_mode: bool = False
+    born_host: str
+    """``ip:port`` of the replier."""
+    store_host: str
+    """``ip:port`` of the broker."""
+    store_timestamp: int
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            producer_group=f.text("producerGroup"),
+            topic=f.text("topic"),
+            default_topic=f.text("defaultTopic"),
+            default_topic_queue_nums=f.i32("defaultTopicQueueNums"),
+            queue_id=f.i32("queueId"),
+            sys_flag=f.i32("sysFlag"),
+            born_timestamp=f.i64("bornTimestamp"),
+            flag=f.i32("flag"),
+            properties=f.opt_text("properties") or "",
+            reconsume_times=f.opt_i32("reconsumeTimes"),
+            unit_mode=f.flag("unitMode"),
+            born_host=f.text("bornHost"),
+            store_host=f.text("storeHost"),
+            store_timestamp=f.i64("storeTimestamp"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("producerGroup", self.producer_group),
+                ("topic", self.topic),
+                ("defaultTopic", self.default_topic),
+                ("defaultTopicQueueNums", self.default_topic_queue_nums),
+                ("queueId", self.queue_id),
+                ("sysFlag", self.sys_flag),
+                ("bornTimestamp", self.born_timestamp),
+                ("flag", self.flag),
+                ("properties", self.properties),
+                ("reconsumeTimes", self.reconsume_times),
+                ("unitMode", self.unit_mode),
+                ("bornHost", self.born_host),
+                ("storeHost", self.store_host),
+                ("storeTimestamp", self.store_timestamp),
             ]
         )
 

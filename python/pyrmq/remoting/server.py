@@ -264,7 +264,10 @@ class Connection(asyncio.Protocol):
         self._transport.write(frame)
 
     async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
-        """Sends a request to the client and waits for its answer."""
+        """Sends a request to the client and waits for its answer; fails at once on a
+        connection already closing, whose writes would be dropped."""
+        if self._transport is None or self._transport.is_closing():
+            raise RemotingError(f"connection to {self.peer_address} closed")
         cmd.opaque = next(_opaques)
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[cmd.opaque] = fut

@@ -28,7 +28,11 @@ __all__ = ["LIVE_SETTINGS", "ConfigProcessor"]
 log = logging.getLogger(__name__)
 
 LIVE_SETTINGS = frozenset(
-    {*(rocketmq_key(field) for field in RETENTION_FIELDS), "recallMessageEnable"}
+    {
+        *(rocketmq_key(field) for field in RETENTION_FIELDS),
+        "recallMessageEnable",
+        "storeReplyMessageEnable",
+    }
 )
 """The settings (RocketMQ keys) a running broker changes."""
 

@@ -23,6 +23,9 @@ from pyrmq.errors import (
     SystemTopicError,
 )
 from pyrmq.properties import (
+    CLUSTER,
+    NAME_VALUE,
+    REPLY_TO_CLIENT,
     TIMER_DELAY_MS,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
@@ -51,6 +54,15 @@ TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 _DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+")
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
+_V2_CODES = frozenset(
+    {
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_BATCH_MESSAGE,
+        RequestCode.SEND_REPLY_MESSAGE_V2,
+    }
+)
+# Only a request of request-reply carries it.
+_REQUEST_MARK = REPLY_TO_CLIENT + NAME_VALUE
 # RocketMQ's answer to a send a slave gets (its store refuses every put).
 SLAVE_REMARK = "service not available now: this broker is a slave; messages are sent to its master"
 
@@ -66,8 +78,9 @@ class SendProcessor:
         server.register_inline(RequestCode.SEND_BATCH_MESSAGE, self.send)
         server.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_back)
 
-    def _header(self, request: RemotingCommand) -> SendMessageRequestHeader:
-        if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+    def parse_header(self, request: RemotingCommand) -> SendMessageRequestHeader:
+        """The send header of a send or a reply: one-letter names for the V2 codes."""
+        if request.code in _V2_CODES:
             header = SendMessageRequestHeader.from_ext_v2(request.ext_fields)
         else:
             header = SendMessageRequestHeader.from_ext(request.ext_fields)
@@ -82,45 +95,20 @@ class SendProcessor:
         """Stores a message (or a batch) and answers at once; under SYNC_FLUSH it returns a
         future answer instead, completed when the flush that covers the append lands (see
         ``register_inline``), so every send in flight shares one fsync."""
-        header = self._header(request)
+        header = self.parse_header(request)
         batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
         topic = header.topic
         broker = self.broker
-        if broker.config.is_slave:
-            return self._error(request, ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
-        try:
-            _core.validate_topic(topic)
-        except SystemTopicError:
-            # RocketMQ's code and words: clients retry NO_PERMISSION on another broker.
-            return self._error(
-                request,
-                ResponseCode.NO_PERMISSION,
-                f"Sending message to topic[{topic}] is forbidden.",
-            )
-        except MessageIllegalError as e:
-            return self._error(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
-        config = self._topic_for_send(header)
-        if config is None:
-            return self._error(
-                request,
-                ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist, apply first please!",
-            )
-        if not config.perm & PERM_WRITE:
-            return self._error(
-                request, ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending is forbidden"
-            )
-        queue_id = header.queue_id
-        if queue_id < 0:
-            queue_id = random.randrange(config.write_queue_nums)
-        limit = max(config.write_queue_nums, config.read_queue_nums)
-        if queue_id >= limit:
-            return self._error(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{queue_id}] is illegal, {config} Producer: {conn.peer_address}",
-            )
+        checked = self.check(conn, request, header)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        queue_id = checked
         properties = header.properties
+        if not batch and _REQUEST_MARK in properties:
+            # A request of request-reply: its replier sends the reply to this cluster's reply
+            # topic. RocketMQ's broker names its cluster on every message; only a request
+            # needs it.
+            properties = _with_cluster(properties, broker.config.broker_cluster_name)
         if not batch and TIMER_PREFIX in properties:
             illegal = _timer_problem(properties, broker.config.timer_max_delay_s)
             if illegal is not None:
@@ -247,6 +235,51 @@ class SendProcessor:
         if broker.puts_wait and _waits_for_store(properties):
             return self._answer_when_stored(request, result, queue_id, handle)
         return self._stored(request, result, queue_id, recall=handle)
+
+    def check(
+        self, conn: Connection, request: RemotingCommand, header: SendMessageRequestHeader
+    ) -> RemotingCommand | int:
+        """RocketMQ's checks of a send (and of a reply) before anything is stored: a master,
+        a valid topic that is not the broker's own, known or auto-created, writable, with the
+        queue asked for. Returns the queue id to store in (a random one for a negative id),
+        or the refusal to answer with."""
+        topic = header.topic
+        broker = self.broker
+        if broker.config.is_slave:
+            return self._error(request, ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
+        try:
+            _core.validate_topic(topic)
+        except SystemTopicError:
+            # RocketMQ's code and words: clients retry NO_PERMISSION on another broker.
+            return self._error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"Sending message to topic[{topic}] is forbidden.",
+            )
+        except MessageIllegalError as e:
+            return self._error(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
+        config = self._topic_for_send(header)
+        if config is None:
+            return self._error(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please!",
+            )
+        if not config.perm & PERM_WRITE:
+            return self._error(
+                request, ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending is forbidden"
+            )
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(config.write_queue_nums)
+        limit = max(config.write_queue_nums, config.read_queue_nums)
+        if queue_id >= limit:
+            return self._error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {config} Producer: {conn.peer_address}",
+            )
+        return queue_id
 
     def _answer_when_stored(
         self, request: RemotingCommand, result: PutResult, queue_id: int, recall: str | None
@@ -398,6 +431,13 @@ class SendProcessor:
             # As RocketMQ answers a send-back whose put was not PUT_OK.
             return self._error(request, ResponseCode.SYSTEM_ERROR, "FLUSH_DISK_TIMEOUT")
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+def _with_cluster(properties: str, cluster: str) -> str:
+    """``properties`` with ``CLUSTER`` set to ``cluster``."""
+    props = parse_properties(properties)
+    props[CLUSTER] = cluster
+    return encode_properties(props)
 
 
 def _waits_for_store(properties: str) -> bool:

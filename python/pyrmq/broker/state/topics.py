@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrmq.broker.state.json_file import load_json, store_json
+from pyrmq.properties import REPLY_TOPIC_SUFFIX
 
 __all__ = [
     "AUTO_CREATE_TOPIC",
@@ -67,11 +68,19 @@ class TopicTable:
     """Topic configs with RocketMQ's auto-creation rules, persisted on every change."""
 
     def __init__(
-        self, path: Path, *, auto_create_topic_enable: bool, default_topic_queue_nums: int
+        self,
+        path: Path,
+        *,
+        auto_create_topic_enable: bool,
+        default_topic_queue_nums: int,
+        cluster_name: str | None = None,
     ) -> None:
+        """``cluster_name``: the broker's cluster, whose reply topic is one of the system
+        topics (none without it)."""
         self.path = path
         self.auto_create_topic_enable = auto_create_topic_enable
         self.default_topic_queue_nums = default_topic_queue_nums
+        self.reply_topic = None if cluster_name is None else cluster_name + REPLY_TOPIC_SUFFIX
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
         self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
@@ -96,6 +105,10 @@ class TopicTable:
             self._topics[SCHEDULE_TOPIC] = TopicConfig(
                 SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS, PERM_READ | PERM_WRITE
             )
+            changed = True
+        # As RocketMQ's broker: one queue, for the replies it stores (storeReplyMessageEnable).
+        if self.reply_topic is not None and self.reply_topic not in self._topics:
+            self._topics[self.reply_topic] = TopicConfig(self.reply_topic, 1, 1)
             changed = True
         return changed
 
