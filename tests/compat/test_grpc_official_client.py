@@ -14,7 +14,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -673,18 +673,13 @@ def test_a_namespace_is_folded_into_the_names_the_broker_keeps(
     )
     [stored] = _queue_messages(server, f"nsA%{topic}", 0)
     assert stored.body == b"in nsA"
-    report = rmq5(
-        "simple",
-        {
-            "endpoint": endpoint,
-            "namespace": "nsA",
-            "group": group,
-            "topic": topic,
-            "count": 1,
-            "timeout_s": 20,
-        },
-    )
-    [got] = report["messages"]
+
+    def receive_one() -> dict[str, Any]:
+        spec = {"endpoint": endpoint, "namespace": "nsA", "group": group, "topic": topic}
+        [got] = rmq5("simple", {**spec, "count": 1, "timeout_s": 20})["messages"]
+        return cast(dict[str, Any], got)
+
+    got = receive_one()
     assert (got["topic"], got["message_id"], _text(got)) == (topic, message_id, "in nsA")
 
     async def progress() -> int:
@@ -719,16 +714,5 @@ def test_a_namespace_is_folded_into_the_names_the_broker_keeps(
         (topic, b"from pyrmq"),
         (topic, b"in nsA"),
     ]
-    report = rmq5(
-        "simple",
-        {
-            "endpoint": endpoint,
-            "namespace": "nsA",
-            "group": group,
-            "topic": topic,
-            "count": 1,
-            "timeout_s": 20,
-        },
-    )
-    [got] = report["messages"]
+    got = receive_one()
     assert (got["topic"], _text(got)) == (topic, "from pyrmq")

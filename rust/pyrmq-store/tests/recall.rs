@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{born, config, put_one, read_all};
+use common::{born, config, first_record, put_one, read_all};
 use pyrmq_store::{message, MessageStore, StoreError};
 
 const TOPIC: &str = "TopicRecall";
@@ -117,17 +117,8 @@ fn every_copy_of_a_recalled_message_is_dropped_but_not_one_sent_for_another_time
     put_timer(&store, "DUP", due + 2_000);
     run(&store, now, due + 4_000);
     assert_eq!(read_all(&store, TOPIC, 0), vec![b"DUP".to_vec()]);
-    let got = store
-        .get(&pyrmq_store::GetRequest {
-            topic: TOPIC,
-            queue_id: 0,
-            queue_offset: 0,
-            max_count: 1,
-            max_bytes: None,
-            tags_codes: None,
-        })
-        .unwrap();
-    let rec = message::decode(got.records[0].bytes(), true).unwrap();
+    let raw = first_record(&store, TOPIC, 0);
+    let rec = message::decode(&raw, true).unwrap();
     let later = (due + 2_000).to_string();
     assert_eq!(rec.property("TIMER_DELIVER_MS"), Some(later.as_str()));
 }
@@ -147,17 +138,7 @@ fn a_recall_holds_for_a_message_parked_late_by_a_store_clock_ahead_of_the_pass()
     std::thread::sleep(std::time::Duration::from_millis(1_400));
     // A send stamps the store's clock past the pass below.
     put_one(&store, "TopicStamp", 0, b"x", b"");
-    let stamp = store
-        .get(&pyrmq_store::GetRequest {
-            topic: "TopicStamp",
-            queue_id: 0,
-            queue_offset: 0,
-            max_count: 1,
-            max_bytes: None,
-            tags_codes: None,
-        })
-        .unwrap();
-    let stamped = message::decode(stamp.records[0].bytes(), true)
+    let stamped = message::decode(&first_record(&store, "TopicStamp", 0), true)
         .unwrap()
         .store_timestamp_ms;
     // LAGGED (1 s level) comes early, and is parked for 100 ms at the send's store time.

@@ -85,6 +85,21 @@ pub fn plain_inputs<'a>(
         .collect()
 }
 
+/// The raw record at the head of a queue, read through the public get path.
+pub fn first_record(store: &MessageStore, topic: &str, queue_id: i32) -> Vec<u8> {
+    let got = store
+        .get(&GetRequest {
+            topic,
+            queue_id,
+            queue_offset: store.min_offset(topic, queue_id) as i64,
+            max_count: 1,
+            max_bytes: None,
+            tags_codes: None,
+        })
+        .unwrap();
+    got.records[0].bytes().to_vec()
+}
+
 /// All bodies of a queue, read through the public get path.
 pub fn read_all(store: &MessageStore, topic: &str, queue_id: i32) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
