@@ -164,6 +164,8 @@ def test_a_lite_pull_consumer_and_a_transaction_checker_see_names_without_it(
                 while not got and time.monotonic() < deadline:
                     got = await consumer.poll(1.0)
                 assert [(m.topic, m.body) for m in got] == [(TOPIC, b"checked")]
+                # The queue a message came from is one the consumer was assigned.
+                assert got[0].message_queue == mq
                 assert consumer.assignment() == {mq}
                 await consumer.commit({mq: 1})
                 assert await consumer.committed(mq) == 1

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from tests import helpers
 from tests.compat.servers import create_topic, serving
-from tests.helpers import fast_config
+from tests.helpers import fast_config, pyrmq_admin, send_raw
 
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
@@ -94,22 +94,32 @@ def test_a_scrape_shows_the_traffic_with_rocketmq_names_and_labels(tmp_path: Pat
                         Message(TOPIC, b"tx"), lambda _m, _a: TransactionState.COMMIT
                     )
                 await helpers.eventually(lambda: len(consumed) >= 5, timeout_s=30)
-                samples = await asyncio.to_thread(_scrape, metrics)
                 group = {**BROKER, "consumer_group": GROUP}
+                # Lag is that of groups with consumers online, on what they subscribe.
+                deadline = time.monotonic() + 20
+                while True:
+                    samples = await asyncio.to_thread(_scrape, metrics)
+                    lag = _value(samples, "rocketmq_consumer_lag_messages", **group, topic=TOPIC)
+                    if lag == 0 or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.3)
+                assert lag == 0
+                retry_lag = {"consumer_group": GROUP, "topic": f"%RETRY%{GROUP}"}
+                assert _value(samples, "rocketmq_consumer_lag_messages", **retry_lag) is None
                 assert _value(samples, "rocketmq_consumer_connections", **group) == 1
-                assert (_value(samples, "rocketmq_producer_connections", **BROKER) or 0) >= 1
+                assert _value(samples, "rocketmq_consumer_group_number", **BROKER) == 1
+                producers = [
+                    s
+                    for s in samples
+                    if s.name == "rocketmq_producer_connections"
+                    and s.labels.get("protocol_type") == "remoting"
+                ]
+                # pyrmq's clients say they are Java 4.9.7, as RocketMQ names versions.
+                assert {s.labels["version"] for s in producers} == {"v4_9_7"}
+                assert sum(s.value for s in producers) >= 1
 
         helpers.run(main, timeout_s=60)
-        deadline = time.monotonic() + 20
-        while True:
-            samples = _scrape(metrics)
-            lag = _value(
-                samples, "rocketmq_consumer_lag_messages", topic=TOPIC, consumer_group=GROUP
-            )
-            if lag == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        assert lag == 0
+        samples = _scrape(metrics)
         mine = {**BROKER, "topic": TOPIC, "is_system": "false"}
         assert _value(samples, "rocketmq_messages_in_total", **mine, message_type="normal") == 3
         assert _value(samples, "rocketmq_messages_in_total", **mine, message_type="delay") == 1
@@ -137,11 +147,37 @@ def test_a_scrape_shows_the_traffic_with_rocketmq_names_and_labels(tmp_path: Pat
         )
         assert _value(samples, "rocketmq_commit_messages_total", **BROKER, topic=TOPIC) == 1
         assert _value(samples, "rocketmq_half_messages", topic=TOPIC) is None
-        assert (_value(samples, "rocketmq_storage_size", **BROKER) or 0) > 0
-        assert _value(samples, "rocketmq_storage_flush_behind_bytes", **BROKER) is not None
-        assert (_value(samples, "rocketmq_storage_message_reserve_time", **BROKER) or -1) >= 0
+        storage = {**BROKER, "storage_type": "local", "storage_medium": "disk"}
+        assert (_value(samples, "rocketmq_storage_size_bytes", **storage) or 0) > 0
+        assert _value(samples, "rocketmq_storage_flush_behind_bytes", **storage) is not None
+        reserve = "rocketmq_storage_message_reserve_time_milliseconds"
+        assert (_value(samples, reserve, **storage) or -1) >= 0
         # The process's own series come with it.
         assert (_value(samples, "process_resident_memory_bytes") or 0) > 0
+
+
+def test_series_are_bounded_and_a_deleted_topic_takes_its_own(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    # The type's ordinal, as RocketMQ takes it; no host: the broker's own address.
+    conf.write_text(
+        "metricsExporterType=2\nmetricsPromExporterPort=0\nmetricsOtelCardinalityLimit=2\n"
+    )
+    with serving(tmp_path, "-c", str(conf)) as server:
+        broker = server.addresses()[1]
+        metrics = server.metrics_address()
+        assert metrics.rpartition(":")[0] == broker.rpartition(":")[0]
+        for topic in ("TopicLimitA", "TopicLimitB", "TopicLimitC"):
+            create_topic(broker, topic, 1)
+            assert send_raw(broker, topic, b"x").code == 0
+        # Retries are not traffic of their own, as in RocketMQ.
+        assert send_raw(broker, "%RETRY%GID_LIMIT", b"r").code == 0
+        samples = _scrape(metrics)
+        counted = {s.labels["topic"] for s in samples if s.name == "rocketmq_messages_in_total"}
+        assert counted == {"TopicLimitA", "TopicLimitB"}
+        pyrmq_admin("delete-topic", "-n", server.addresses()[0], "-t", "TopicLimitA")
+        samples = _scrape(metrics)
+        counted = {s.labels["topic"] for s in samples if s.name == "rocketmq_messages_in_total"}
+        assert counted == {"TopicLimitB"}
 
 
 def test_no_endpoint_without_prom_and_bad_settings_are_refused(tmp_path: Path) -> None:

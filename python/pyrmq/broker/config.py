@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from pyrmq.acl.signing import Credentials
-from pyrmq.broker.metrics import parse_labels
+from pyrmq.broker.metrics import EXPORTER_TYPES, parse_labels
 from pyrmq.broker.state.json_file import write_atomic
 from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_properties, rocketmq_key
 from pyrmq.errors import ConfigError
@@ -42,6 +42,7 @@ _ALIASES = {
     "metricsPromExporterHost": "metrics_prom_exporter_host",
     "metricsPromExporterPort": "metrics_prom_exporter_port",
     "metricsLabel": "metrics_label",
+    "metricsOtelCardinalityLimit": "metrics_otel_cardinality_limit",
     "storeReplyMessageEnable": "store_reply_message_enable",
     "transactionTimeOut": "transaction_timeout_ms",
     "transactionCheckInterval": "transaction_check_interval_ms",
@@ -117,6 +118,8 @@ class BrokerConfig:
     metrics_prom_exporter_host: str = ""
     metrics_prom_exporter_port: int = 5557
     metrics_label: str = ""
+    # Series a counter keeps at most (RocketMQ's limit on each instrument).
+    metrics_otel_cardinality_limit: int = 50_000
     # A reply (SEND_REPLY_MESSAGE) is also stored in its topic, {cluster}_REPLY_TOPIC, besides
     # being pushed to its requester.
     store_reply_message_enable: bool = True
@@ -169,6 +172,15 @@ class BrokerConfig:
             problems.append(
                 f"a {self.store.broker_role}'s broker_id must be 0 (slaves have ids above 0)"
             )
+        if self.metrics_exporter_type.isdigit() and int(self.metrics_exporter_type) < len(
+            EXPORTER_TYPES
+        ):
+            # RocketMQ takes the type's ordinal too.
+            object.__setattr__(
+                self, "metrics_exporter_type", EXPORTER_TYPES[int(self.metrics_exporter_type)]
+            )
+        if self.metrics_otel_cardinality_limit <= 0:
+            problems.append("metricsOtelCardinalityLimit must be positive")
         if self.metrics_exporter_type not in ("DISABLE", "PROM"):
             problems.append(
                 f"metricsExporterType {self.metrics_exporter_type!r}: pyrmq serves DISABLE or "

@@ -217,7 +217,8 @@ class BrokerController:
         if self.metrics is not None:
             endpoint = MetricsEndpoint(
                 self.metrics,
-                self.config.metrics_prom_exporter_host,
+                # As RocketMQ: the broker's own address when none is given.
+                self.config.metrics_prom_exporter_host or self.config.broker_ip1,
                 self.config.metrics_prom_exporter_port,
             )
             await loop.run_in_executor(None, endpoint.start)

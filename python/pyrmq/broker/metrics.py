@@ -5,17 +5,20 @@ pyrmq's: every series carries ``cluster``, ``node_type="broker"`` and ``node_id`
 name), plus the ``metricsLabel`` pairs. Request paths add to counters as they serve; gauges
 (connections, lag, in-flight, half messages, storage) are read at each scrape.
 
-The endpoint is prometheus-client's HTTP server on ``metricsPromExporterHost`` (every interface
+The endpoint is prometheus-client's HTTP server on ``metricsPromExporterHost`` (``brokerIP1``
 when empty, as RocketMQ) and ``metricsPromExporterPort`` (5557). Its thread asks the broker's
-event loop for the families, since only the loop touches the broker's state.
+event loop for the families, since only the loop touches the broker's state; the loop builds
+them in slices, so that a large broker's scrape does not hold it for long.
 """
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import shutil
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -34,20 +37,31 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from pyrmq.errors import ConfigError
+from pyrmq.remoting.protocol import version_desc
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from pyrmq.broker.controller import BrokerController
 
-__all__ = ["MESSAGE_SIZE_BUCKETS", "BrokerMetrics", "MetricsEndpoint", "message_type"]
+__all__ = [
+    "EXPORTER_TYPES",
+    "MESSAGE_SIZE_BUCKETS",
+    "BrokerMetrics",
+    "MetricsEndpoint",
+    "message_type",
+]
 
 log = logging.getLogger(__name__)
+
+EXPORTER_TYPES = ("DISABLE", "OTLP_GRPC", "PROM", "LOG")
+"""RocketMQ's metricsExporterType values, by their ordinals (which broker.conf may give)."""
 
 MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1 << 20, 2 << 20, 4 << 20)
 """RocketMQ's bounds of ``rocketmq_message_size``, in bytes."""
 
-# RocketMQ's system topics and groups, which series mark with is_system="true".
+# RocketMQ's system topics, which series mark with is_system="true", as groups whose name
+# starts with CID_RMQ_SYS_ (in any case).
 _SYSTEM_TOPICS = frozenset(
     {
         "TBW102",
@@ -62,35 +76,27 @@ _SYSTEM_TOPICS = frozenset(
         "CHECKPOINT_TOPIC",
     }
 )
-_SYSTEM_GROUPS = frozenset(
-    {
-        "TOOLS_CONSUMER",
-        "FILTERSRV_CONSUMER",
-        "__MONITOR_CONSUMER",
-        "CLIENT_INNER_PRODUCER",
-        "SELF_TEST_P_GROUP",
-        "SELF_TEST_C_GROUP",
-        "CID_ONS-HTTP-PROXY",
-        "CID_ONSAPI_PERMISSION",
-        "CID_ONSAPI_OWNER",
-        "CID_ONSAPI_PULL",
-        "CID_RMQ_SYS_TRANS",
-    }
-)
 # Collecting waits this long for the loop; a scrape of a broker too busy to answer fails.
 COLLECT_TIMEOUT_S = 10.0
+# A collection gives the loop back after this many queues or series.
+_SLICE = 2000
+# The store's series, as RocketMQ labels them.
+_STORAGE = {"storage_type": "local", "storage_medium": "disk"}
 
 
-def message_type(properties: str, sys_flag: int = 0) -> str:
-    """The ``message_type`` label of a send, as RocketMQ tells it from the message: a
-    transaction's half, a delayed or timer message, one with a sharding key (FIFO), else
-    normal."""
-    if sys_flag & 0x4 or "TRAN_MSG\x01true" in properties:
+_DELAYING = ("__STARTDELIVERTIME", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+
+def message_type(properties: Mapping[str, str]) -> str:
+    """The ``message_type`` label of a send, as RocketMQ tells it from the message's
+    properties: a transaction's half, one with a sharding key (FIFO), a delayed or timer
+    message, or else normal."""
+    if properties.get("TRAN_MSG", "").lower() == "true":
         return "transaction"
-    if "DELAY\x01" in properties or "TIMER_" in properties:
-        return "delay"
-    if "__SHARDINGKEY\x01" in properties:
+    if "__SHARDINGKEY" in properties:
         return "fifo"
+    if any(name in properties for name in _DELAYING):
+        return "delay"
     return "normal"
 
 
@@ -113,16 +119,24 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _system_topic(topic: str) -> str:
-    return _flag(topic in _SYSTEM_TOPICS or topic.startswith("rmq_sys_"))
+def _system_topic(topic: str) -> bool:
+    return topic in _SYSTEM_TOPICS or topic.startswith("rmq_sys_")
 
 
-def _system_group(group: str) -> str:
-    return _flag(group in _SYSTEM_GROUPS or group.startswith("CID_RMQ_SYS_"))
+def _system_group(group: str) -> bool:
+    return group.lower().startswith("cid_rmq_sys_")
 
 
-def _retry(topic: str) -> str:
-    return _flag(topic.startswith("%RETRY%"))
+def _system(topic: str, group: str) -> str:
+    return _flag(_system_topic(topic) or _system_group(group))
+
+
+def _retry_or_dead(topic: str) -> bool:
+    return topic.startswith(("%RETRY%", "%DLQ%"))
+
+
+def _version(ordinal: int) -> str:
+    return version_desc(ordinal).lower()
 
 
 @dataclasses.dataclass(slots=True)
@@ -138,7 +152,13 @@ class _Received:
 
 class BrokerMetrics(Collector):
     """Counters the request paths feed on the event loop, and the collector that reads them
-    and the broker's state into metric families."""
+    and the broker's state into metric families.
+
+    As RocketMQ's, the traffic counters leave out retry and dead-letter topics, and each
+    counter keeps at most ``metricsOtelCardinalityLimit`` series: traffic of further topics
+    and groups is not counted (a warning says so once). A topic or group deleted takes its
+    series with it.
+    """
 
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
@@ -149,18 +169,41 @@ class BrokerMetrics(Collector):
             "node_type": "broker",
             "node_id": config.broker_name,
         }
+        self.limit = config.metrics_otel_cardinality_limit
         self._received: dict[tuple[str, str], _Received] = {}
         self._delivered: dict[tuple[str, str], list[int]] = {}
         self._dead: dict[tuple[str, str], int] = {}
         self._ended: dict[tuple[str, bool], int] = {}
+        self._full: set[str] = set()
+        # One collection at a time: concurrent scrapes share it.
+        self._lock = threading.Lock()
+        self._running: concurrent.futures.Future[list[Metric]] | None = None
+        self._closed = False
 
     # -- what request paths report ----------------------------------------------------
 
+    def _room(self, table: Mapping[Any, Any], key: object, name: str) -> bool:
+        if key in table or len(table) < self.limit:
+            return True
+        if name not in self._full:
+            self._full.add(name)
+            log.warning(
+                "%s has %d series, metricsOtelCardinalityLimit: new ones are not counted",
+                name,
+                self.limit,
+            )
+        return False
+
     def received(self, topic: str, kind: str, messages: int, nbytes: int) -> None:
         """A send stored ``messages`` in ``topic`` (``kind``: :func:`message_type`)."""
-        entry = self._received.get((topic, kind))
+        if _retry_or_dead(topic):
+            return
+        key = (topic, kind)
+        entry = self._received.get(key)
         if entry is None:
-            entry = self._received[(topic, kind)] = _Received()
+            if not self._room(self._received, key, "rocketmq_messages_in"):
+                return
+            entry = self._received[key] = _Received()
         entry.messages += messages
         entry.nbytes += nbytes
         # As RocketMQ, a send counts once, at its messages' average size.
@@ -173,54 +216,90 @@ class BrokerMetrics(Collector):
 
     def delivered(self, topic: str, group: str, messages: int, nbytes: int) -> None:
         """A pull or a receive handed ``group`` ``messages`` of ``topic``."""
-        entry = self._delivered.get((topic, group))
+        if _retry_or_dead(topic):
+            return
+        key = (topic, group)
+        entry = self._delivered.get(key)
         if entry is None:
-            entry = self._delivered[(topic, group)] = [0, 0]
+            if not self._room(self._delivered, key, "rocketmq_messages_out"):
+                return
+            entry = self._delivered[key] = [0, 0]
         entry[0] += messages
         entry[1] += nbytes
 
     def dead_lettered(self, topic: str, group: str) -> None:
         """``group`` gave up on a message of ``topic``: it went to the group's DLQ."""
-        self._dead[(topic, group)] = self._dead.get((topic, group), 0) + 1
+        key = (topic, group)
+        if self._room(self._dead, key, "rocketmq_send_to_dlq_messages"):
+            self._dead[key] = self._dead.get(key, 0) + 1
 
     def ended(self, topic: str, *, commit: bool) -> None:
         """A transaction message of ``topic`` was committed or rolled back."""
-        self._ended[(topic, commit)] = self._ended.get((topic, commit), 0) + 1
+        key = (topic, commit)
+        if self._room(self._ended, key, "rocketmq_commit_messages"):
+            self._ended[key] = self._ended.get(key, 0) + 1
+
+    def forget_topic(self, topic: str) -> None:
+        """Drops a deleted topic's series."""
+        for key in [k for k in self._received if k[0] == topic]:
+            del self._received[key]
+        for ended in [k for k in self._ended if k[0] == topic]:
+            del self._ended[ended]
+        for table in (self._delivered, self._dead):
+            for pair in [k for k in table if k[0] == topic]:
+                del table[pair]
+
+    def forget_group(self, group: str) -> None:
+        """Drops a deleted group's series."""
+        for table in (self._delivered, self._dead):
+            for key in [k for k in table if k[1] == group]:
+                del table[key]
 
     # -- collecting -------------------------------------------------------------------
 
+    def close(self) -> None:
+        """Collections from now on, and any in progress, end with what they have."""
+        self._closed = True
+
     def collect(self) -> Iterator[Metric]:
-        """The families, built on the broker's loop (this runs in the HTTP server's thread)."""
+        """The families, built on the broker's loop (this runs in the HTTP server's thread).
+        Scrapes that come while one is collected wait for its families."""
+        if self._closed:
+            return iter(())
+        with self._lock:
+            running = self._running
+            if running is None or running.done():
+                running = self._running = asyncio.run_coroutine_threadsafe(
+                    self.families(), self.broker.loop
+                )
+        try:
+            return iter(running.result(COLLECT_TIMEOUT_S))
+        except concurrent.futures.TimeoutError:
+            # The scrape is given up: so is the collection, at its next slice.
+            running.cancel()
+            raise
 
-        async def families() -> list[Metric]:
-            return list(self.families())
-
-        future = asyncio.run_coroutine_threadsafe(families(), self.broker.loop)
-        yield from future.result(COLLECT_TIMEOUT_S)
+    async def families(self) -> list[Metric]:
+        """Every family, read from the broker now; runs on its loop, giving it back between
+        slices of a long collection."""
+        out: list[Metric] = []
+        for part in (self._traffic, self._transactions, self._counts, self._connections):
+            out.extend(part())
+        out.extend(await self._consumption())
+        if not self._closed:
+            out.extend(self._storage())
+        return out
 
     def _family(self, kind: Any, name: str, doc: str, *labels: str) -> Any:
         # Without units: prometheus-client would append them to RocketMQ's names.
         return kind(name, doc, labels=[*self.labels, *labels])
 
-    def _single(self, name: str, doc: str, value: float) -> Metric:
-        gauge = self._family(GaugeMetricFamily, name, doc)
-        gauge.add_metric(list(self.labels.values()), value)
+    def _single(self, name: str, doc: str, value: float, **extra: str) -> Metric:
+        gauge = self._family(GaugeMetricFamily, name, doc, *extra)
+        gauge.add_metric([*self.labels.values(), *extra.values()], value)
         return gauge  # type: ignore[no-any-return]
 
-    def families(self) -> Iterator[Metric]:
-        """Every family, read from the broker now; call on its loop."""
-        yield from self._traffic()
-        yield from self._transactions()
-        broker = self.broker
-        yield self._single("rocketmq_topic_number", "Topic number", len(broker.topics.all()))
-        yield self._single(
-            "rocketmq_consumer_group_number", "Consumer group number", len(broker.groups.all())
-        )
-        yield from self._connections()
-        yield from self._consumption()
-        yield from self._storage()
-
-    def _traffic(self) -> Iterator[Metric]:
+    def _traffic(self) -> Iterable[Metric]:
         common = list(self.labels.values())
         in_labels = ("topic", "message_type", "is_system")
         messages_in = self._family(
@@ -240,7 +319,7 @@ class BrokerMetrics(Collector):
         )
         bounds = [str(float(b)) for b in MESSAGE_SIZE_BUCKETS] + ["+Inf"]
         for (topic, kind), entry in self._received.items():
-            labels = [*common, topic, kind, _system_topic(topic)]
+            labels = [*common, topic, kind, _flag(_system_topic(topic))]
             messages_in.add_metric(labels, entry.messages)
             throughput_in.add_metric(labels, entry.nbytes)
             cumulative, buckets = 0, []
@@ -248,7 +327,7 @@ class BrokerMetrics(Collector):
                 cumulative += count
                 buckets.append((bound, cumulative))
             sizes.add_metric(labels, buckets, entry.size_sum)
-        out_labels = ("topic", "consumer_group", "is_retry", "is_system")
+        out_labels = ("topic", "consumer_group", "is_system")
         messages_out = self._family(
             CounterMetricFamily,
             "rocketmq_messages_out",
@@ -262,22 +341,20 @@ class BrokerMetrics(Collector):
             *out_labels,
         )
         for (topic, group), (count, nbytes) in self._delivered.items():
-            labels = [*common, topic, group, _retry(topic), _system_group(group)]
+            labels = [*common, topic, group, _system(topic, group)]
             messages_out.add_metric(labels, count)
             throughput_out.add_metric(labels, nbytes)
         dead = self._family(
             CounterMetricFamily,
             "rocketmq_send_to_dlq_messages",
             "Consumer send to DLQ messages",
-            "topic",
-            "consumer_group",
-            "is_system",
+            *out_labels,
         )
         for (topic, group), count in self._dead.items():
-            dead.add_metric([*common, topic, group, _system_group(group)], count)
-        yield from (messages_in, throughput_in, sizes, messages_out, throughput_out, dead)
+            dead.add_metric([*common, topic, group, _system(topic, group)], count)
+        return (messages_in, throughput_in, sizes, messages_out, throughput_out, dead)
 
-    def _transactions(self) -> Iterator[Metric]:
+    def _transactions(self) -> Iterable[Metric]:
         common = list(self.labels.values())
         commits = self._family(
             CounterMetricFamily,
@@ -299,9 +376,24 @@ class BrokerMetrics(Collector):
             open_halves[half.topic] = open_halves.get(half.topic, 0) + 1
         for topic, count in open_halves.items():
             halves.add_metric([*common, topic], count)
-        yield from (commits, rollbacks, halves)
+        return (commits, rollbacks, halves)
 
-    def _connections(self) -> Iterator[Metric]:
+    def _grpc_clients(self) -> list[Any]:
+        grpc = self.broker.grpc
+        service = None if grpc is None else grpc.service
+        return [] if service is None else list(service.clients.values())
+
+    def _counts(self) -> Iterable[Metric]:
+        broker = self.broker
+        # As RocketMQ, whose subscription groups include those made when consumers came.
+        groups = {g.group_name for g in broker.groups.all()} | set(broker.clients.consumers)
+        groups |= {c.group for c in self._grpc_clients() if c.group}
+        return (
+            self._single("rocketmq_topic_number", "Topic number", len(broker.topics.all())),
+            self._single("rocketmq_consumer_group_number", "Consumer group number", len(groups)),
+        )
+
+    def _connections(self) -> Iterable[Metric]:
         common = list(self.labels.values())
         clients = self.broker.clients
         producers = self._family(
@@ -312,13 +404,11 @@ class BrokerMetrics(Collector):
             "version",
             "protocol_type",
         )
-        by_client: dict[tuple[str, str], int] = {}
+        by_kind: dict[tuple[str, str, str], int] = {}
         for producers_of_group in clients.producers.values():
             for producer in producers_of_group.values():
-                key = (producer.language.lower(), f"v{producer.version}")
-                by_client[key] = by_client.get(key, 0) + 1
-        for (language, version), count in by_client.items():
-            producers.add_metric([*common, language, version, "remoting"], count)
+                key = (producer.language.lower(), _version(producer.version), "remoting")
+                by_kind[key] = by_kind.get(key, 0) + 1
         consumers = self._family(
             GaugeMetricFamily,
             "rocketmq_consumer_connections",
@@ -330,66 +420,127 @@ class BrokerMetrics(Collector):
             "protocol_type",
             "is_system",
         )
-        by_group: dict[tuple[str, str, str, str], int] = {}
+        by_group: dict[tuple[str, str, str, str, str], int] = {}
         for group, consumers_of_group in clients.consumers.items():
             for consumer in consumers_of_group.values():
                 mode = "push" if consumer.consume_type == "CONSUME_PASSIVELY" else "pull"
-                kind = (group, consumer.language.lower(), f"v{consumer.version}", mode)
+                language, version = consumer.language.lower(), _version(consumer.version)
+                kind = (group, language, version, mode, "remoting")
                 by_group[kind] = by_group.get(kind, 0) + 1
-        for (group, language, version, mode), count in by_group.items():
-            labels = [*common, group, language, version, mode, "remoting", _system_group(group)]
-            consumers.add_metric(labels, count)
-        yield from (producers, consumers)
+        for client in self._grpc_clients():
+            settings = client.settings
+            if settings is None:
+                continue
+            agent = settings.user_agent
+            language = _grpc_language(agent.language)
+            version = agent.version.lower() or "unknown"
+            if settings.WhichOneof("pub_sub") == "publishing":
+                key = (language, version, "grpc")
+                by_kind[key] = by_kind.get(key, 0) + 1
+            elif client.group:
+                kind = (client.group, language, version, "pop", "grpc")
+                by_group[kind] = by_group.get(kind, 0) + 1
+        for (language, version, protocol), count in by_kind.items():
+            producers.add_metric([*common, language, version, protocol], count)
+        for (group, language, version, mode, protocol), count in by_group.items():
+            system = _flag(_system_group(group))
+            consumers.add_metric([*common, group, language, version, mode, protocol, system], count)
+        return (producers, consumers)
 
-    def _consumption(self) -> Iterator[Metric]:
-        """Per group and topic: messages past the committed offsets (the lag), and for gRPC
-        groups those received and not yet acked (in flight)."""
+    def _subscriptions(self) -> dict[tuple[str, str], bool]:
+        """(group, topic) of every online consumer's subscription, but retry topics, and
+        whether the group pops (gRPC), as RocketMQ's lag calculator takes them."""
+        topics = self.broker.topics
+        found: dict[tuple[str, str], bool] = {}
+        for group, members in self.broker.clients.consumers.items():
+            for member in members.values():
+                for topic in member.subscriptions:
+                    if not topic.startswith("%RETRY%") and topics.get(topic) is not None:
+                        found[(group, topic)] = False
+        for client in self._grpc_clients():
+            settings = client.settings
+            if settings is None or settings.WhichOneof("pub_sub") != "subscription":
+                continue
+            for entry in settings.subscription.subscriptions:
+                if topics.get(entry.topic.name) is not None:
+                    found[(client.group, entry.topic.name)] = True
+        return found
+
+    async def _consumption(self) -> list[Metric]:
+        """Per online group and subscribed topic: messages past the committed offsets (the
+        lag), and for gRPC groups those received and not yet acked (in flight)."""
         common = list(self.labels.values())
         broker = self.broker
-        store = broker.store
+        store, offsets = broker.store, broker.offsets
         labels = ("topic", "consumer_group", "is_retry", "is_system")
         lag = self._family(
             GaugeMetricFamily, "rocketmq_consumer_lag_messages", "Consumer lag messages", *labels
         )
-        for (group, topic), queues in broker.offsets.groups().items():
-            behind = sum(
-                max(store.max_offset(topic, queue_id) - committed, 0)
-                for queue_id, committed in queues.items()
-            )
-            lag.add_metric([*common, topic, group, _retry(topic), _system_group(group)], behind)
         in_flight = self._family(
             GaugeMetricFamily,
             "rocketmq_consumer_inflight_messages",
             "Consumer inflight messages",
             *labels,
         )
-        service = None if broker.grpc is None else broker.grpc.service
-        if service is not None:
-            for (group, topic), count in service.in_flight().items():
-                row = [*common, topic, group, _retry(topic), _system_group(group)]
-                in_flight.add_metric(row, count)
-        yield from (lag, in_flight)
+        grpc = broker.grpc
+        popped = {} if grpc is None or grpc.service is None else grpc.service.in_flight()
+        done = 0
+        for (group, topic), pops in self._subscriptions().items():
+            config = broker.topics.get(topic)
+            if config is None:
+                continue
+            behind = 0
+            for queue_id in broker.queue_ids(config.read_queue_nums):
+                committed = offsets.query(group, topic, queue_id)
+                if committed is not None:
+                    behind += max(store.max_offset(topic, queue_id) - committed, 0)
+                done += 1
+            row = [*common, topic, group, _flag(pops), _system(topic, group)]
+            lag.add_metric(row, behind)
+            if pops:
+                in_flight.add_metric(row, popped.get((group, topic), 0))
+            if done >= _SLICE:
+                done = 0
+                await asyncio.sleep(0)
+                if self._closed:
+                    break
+        return [lag, in_flight]
 
-    def _storage(self) -> Iterator[Metric]:
+    def _storage(self) -> Iterable[Metric]:
         store = self.broker.store
         try:
             used = shutil.disk_usage(self.broker.config.store.store_path_root_dir).used
         except OSError as e:
             log.warning("the store's disk usage cannot be read: %s", e)
         else:
-            yield self._single("rocketmq_storage_size", "Broker storage size", used)
+            yield self._single(
+                "rocketmq_storage_size_bytes", "Broker storage size", used, **_STORAGE
+            )
         behind = max(store.max_phy_offset - store.flushed_phy_offset, 0)
         yield self._single(
-            "rocketmq_storage_flush_behind_bytes", "Broker flush behind bytes", behind
+            "rocketmq_storage_flush_behind_bytes", "Broker flush behind bytes", behind, **_STORAGE
         )
         oldest = store.look_message_by_offset(store.min_phy_offset)
         if oldest is not None:
             kept_ms = max(time.time_ns() // 1_000_000 - oldest.store_timestamp_ms, 0)
             yield self._single(
-                "rocketmq_storage_message_reserve_time",
+                "rocketmq_storage_message_reserve_time_milliseconds",
                 "Broker message reserve time",
                 kept_ms,
+                **_STORAGE,
             )
+
+
+# The languages of RocketMQ 5's protocol (apache.rocketmq.v2.Language), by number.
+_GRPC_LANGUAGES = (
+    "language_unspecified", "java", "cpp", "dot_net", "golang", "rust", "python", "php",
+    "node_js", "ruby", "objective_c", "dart", "kotlin",
+)  # fmt: skip
+
+
+def _grpc_language(code: int) -> str:
+    """The language a 5.x client's user agent names, as RocketMQ's label spells it."""
+    return _GRPC_LANGUAGES[code] if 0 <= code < len(_GRPC_LANGUAGES) else _GRPC_LANGUAGES[0]
 
 
 class MetricsEndpoint:
@@ -399,20 +550,25 @@ class MetricsEndpoint:
         self.registry = CollectorRegistry(auto_describe=False)
         for collector in (metrics, PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(collector)
-        self.host = host or "0.0.0.0"
+        self.metrics = metrics
+        self.host = host
         self.port = port
         self._server: WSGIServer | None = None
 
     def start(self) -> int:
         """Listens and serves on a thread of its own; returns the port (the one given for
         port 0)."""
-        server, _thread = start_http_server(self.port, self.host, self.registry)
+        try:
+            server, _thread = start_http_server(self.port, self.host, self.registry)
+        except OSError as e:
+            raise OSError(e.errno, f"metrics endpoint {self.host}:{self.port}: {e.strerror}") from e
         self._server = server
         self.port = int(server.server_address[1])
         log.info("metrics for Prometheus on %s:%d/metrics", self.host, self.port)
         return self.port
 
     def close(self) -> None:
+        self.metrics.close()
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()

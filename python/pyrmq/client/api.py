@@ -312,13 +312,16 @@ class ClientAPI:
         group: str,
         delay_level: int,
         max_reconsume_times: int,
+        origin_topic: str | None = None,
     ) -> None:
+        """CONSUMER_SEND_MSG_BACK; ``origin_topic`` is the message's topic as the broker
+        knows it (by default as the message shows it)."""
         header = ConsumerSendMsgBackRequestHeader(
             offset=msg.commit_log_offset,
             group=group,
             delay_level=delay_level,
             origin_msg_id=msg.id,
-            origin_topic=msg.topic,
+            origin_topic=msg.topic if origin_topic is None else origin_topic,
             max_reconsume_times=max_reconsume_times,
         )
         self._check(

@@ -1019,7 +1019,14 @@ class PushConsumer(ClientLifecycle):
         """CONSUMER_SEND_MSG_BACK to the master of the message's broker."""
         inst = self._instance or self._stopping or self.instance
         addr = await inst.master_addr(msg.broker_name, msg.stored.topic)
-        await inst.api.send_back(addr, msg, self.group, delay_level, self.reconsume_limit)
+        await inst.api.send_back(
+            addr,
+            msg,
+            self.group,
+            delay_level,
+            self.reconsume_limit,
+            name_in(self.namespace, msg.topic),
+        )
 
     @property
     def reconsume_limit(self) -> int:

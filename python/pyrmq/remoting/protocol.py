@@ -79,6 +79,35 @@ class MQVersion(enum.IntEnum):
     """What pyrmq puts in the commands it sends, like a Java 4.9.7 broker."""
 
 
+# Java's MQVersion lists 16 versions of 3.0.0, then each version from 3.0.1 on twice, as
+# V<x>_<y>_<z>_SNAPSHOT and V<x>_<y>_<z>: patches 1-15 of 3.0, 0-9 of 3.1 and 3.2, 1-9 of 3.3
+# to 3.9, and 0-9 of every minor version of 4 and 5.
+_V3_0_0 = (
+    "SNAPSHOT", "ALPHA1", "BETA1", "BETA2", "BETA3", "BETA4", "BETA5", "BETA6_SNAPSHOT", "BETA6",
+    "BETA7_SNAPSHOT", "BETA7", "BETA8_SNAPSHOT", "BETA8", "BETA9_SNAPSHOT", "BETA9", "FINAL",
+)  # fmt: skip
+_RELEASES = (
+    [(3, 0, p) for p in range(1, 16)]
+    + [(3, minor, p) for minor in (1, 2) for p in range(10)]
+    + [(3, minor, p) for minor in range(3, 10) for p in range(1, 10)]
+    + [(major, minor, p) for major in (4, 5) for minor in range(10) for p in range(10)]
+)
+
+
+def version_desc(ordinal: int) -> str:
+    """The name of Java's MQVersion ``ordinal`` (the ``version`` of a command), as
+    ``MQVersion.getVersionDesc`` gives it: the last one for an ordinal past the end.
+
+    >>> version_desc(63), version_desc(407), version_desc(0), version_desc(10**6)
+    ('V3_1_8', 'V4_9_7', 'V3_0_0_SNAPSHOT', 'V5_9_9')
+    """
+    if ordinal < len(_V3_0_0):
+        return f"V3_0_0_{_V3_0_0[max(ordinal, 0)]}"
+    index = min(ordinal - len(_V3_0_0), 2 * len(_RELEASES) - 1)
+    major, minor, patch = _RELEASES[index // 2]
+    return f"V{major}_{minor}_{patch}" + ("" if index % 2 else "_SNAPSHOT")
+
+
 class RequestCode(enum.IntEnum):
     """Request codes: what a request asks for (Java's ``RequestCode``)."""
 

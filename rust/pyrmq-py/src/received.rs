@@ -29,6 +29,8 @@ pub struct PyMessageExt {
     broker_name: Py<PyString>,
     #[pyo3(get)]
     topic: Py<PyString>,
+    /// The topic it was pulled from, without the consumer's namespace.
+    queue_topic: Py<PyString>,
     inflated: PyOnceLock<Py<PyBytes>>,
     /// Deliveries an orderly consumer repeated in memory, which the broker never counted.
     local_retries: AtomicI32,
@@ -50,20 +52,27 @@ impl PyMessageExt {
                 .map_or_else(|| m.topic.clone_ref(py), |t| PyString::new(py, &t).unbind()),
             _ => m.topic.clone_ref(py),
         };
+        let mut queue_topic = m.topic.clone_ref(py);
         if let Some(ns) = namespace.filter(|ns| !ns.is_empty()) {
-            let shown = topic
-                .bind(py)
-                .to_str()
-                .ok()
-                .and_then(|t| without_namespace(t, ns));
-            if let Some(bare) = shown {
-                topic = PyString::new(py, &bare).unbind();
+            let without = |t: &Py<PyString>| {
+                t.bind(py)
+                    .to_str()
+                    .ok()
+                    .and_then(|t| without_namespace(t, ns))
+                    .map(|bare| PyString::new(py, &bare).unbind())
+            };
+            if let Some(bare) = without(&topic) {
+                topic = bare;
+            }
+            if let Some(bare) = without(&m.topic) {
+                queue_topic = bare;
             }
         }
         Self {
             m,
             broker_name,
             topic,
+            queue_topic,
             inflated: PyOnceLock::new(),
             local_retries: AtomicI32::new(0),
         }
@@ -186,13 +195,14 @@ impl PyMessageExt {
         self.m.queue_offset
     }
 
-    /// The queue it was pulled from: (stored topic, broker, queue id).
+    /// The queue it was pulled from: (stored topic, broker, queue id), the topic without the
+    /// consumer's namespace.
     #[getter]
     fn message_queue<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         py.import("pyrmq.client.message")?
             .getattr("MessageQueue")?
             .call1((
-                self.m.topic.bind(py),
+                self.queue_topic.bind(py),
                 self.broker_name.bind(py),
                 self.m.queue_id,
             ))

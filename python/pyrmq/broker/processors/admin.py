@@ -137,6 +137,8 @@ class AdminProcessor:
         broker.topics.delete(topic)
         broker.offsets.clean_topic(topic)
         broker.pulls.access.forget_topic(topic)
+        if broker.metrics is not None:
+            broker.metrics.forget_topic(topic)
         if broker.grpc is not None and broker.grpc.service is not None:
             broker.grpc.service.forget_topic(topic)
         offsets = broker.offsets.encode(force=True)

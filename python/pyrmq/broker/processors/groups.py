@@ -57,6 +57,8 @@ class GroupProcessor:
             )
         if self.broker.groups.delete(group):
             log.info("group settings deleted group=%s by %s", group, conn.peer_address)
+        if self.broker.metrics is not None:
+            self.broker.metrics.forget_group(group)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
 

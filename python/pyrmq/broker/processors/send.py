@@ -223,9 +223,11 @@ class SendProcessor:
         except (MessageIllegalError, StoreError) as e:
             return self._put_failed(request, e, topic, queue_id)
         if (metrics := broker.metrics) is not None:
+            props = parse_properties(properties)
             if topic != header.topic:
-                metrics.dead_lettered(header.topic, topic[len(DLQ_PREFIX) :])
-            kind = "normal" if batch else message_type(properties, sys_flag)
+                origin = props.get("RETRY_TOPIC", header.topic)
+                metrics.dead_lettered(origin, topic[len(DLQ_PREFIX) :])
+            kind = "normal" if batch else message_type(props)
             metrics.received(topic, kind, result.count, result.wrote_bytes)
         handle = None
         # RocketMQ gives a handle to single sends only, and none to retry topics'.
