@@ -12,6 +12,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from pyrmq.broker.state.topics import SCHEDULE_TOPIC
 from pyrmq.errors import MessageIllegalError, StoreError
 from pyrmq.properties import TIMER_DELIVER_MS, UNIQ_KEY
 from pyrmq.recall_handle import RecallHandle, RecallHandleError
@@ -28,7 +29,6 @@ __all__ = ["RecallProcessor", "Recalled", "recall_handle"]
 log = logging.getLogger(__name__)
 
 _UNAVAILABLE = "recall failed, broker service not available"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 # Ids longer than this are cut in log lines.
 _LOGGED_ID_CHARS = 64
 
