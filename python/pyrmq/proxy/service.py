@@ -1342,11 +1342,6 @@ class MessagingService:
                 counts[(group, topic)] = counts.get((group, topic), 0) + len(queue.inflight)
         return counts
 
-    def in_flight_count(self, group: str, topic: str) -> int:
-        return sum(
-            len(q.inflight) for (g, t, _), q in self._queues.items() if g == group and t == topic
-        )
-
 
 # The message_type label of each gRPC message type (RocketMQ's metrics values).
 _MESSAGE_TYPES = {pb.FIFO: "fifo", pb.DELAY: "delay", pb.TRANSACTION: "transaction"}

@@ -51,12 +51,6 @@ class OffsetTable:
         with self._lock:
             return self._table.get(self._key(group, topic), {}).get(queue_id)
 
-    def groups(self) -> dict[tuple[str, str], dict[int, int]]:
-        """Every (group, topic) with committed offsets, and its offsets by queue id."""
-        with self._lock:
-            items = [(key.rpartition("@"), dict(queues)) for key, queues in self._table.items()]
-        return {(group, topic): queues for (topic, _, group), queues in items}
-
     def topics(self, group: str) -> list[str]:
         """The topics ``group`` has committed offsets on (RocketMQ's whichTopicByConsumer)."""
         suffix = f"@{group}"
