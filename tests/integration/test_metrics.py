@@ -33,8 +33,10 @@ TOPIC, GROUP = "TopicMetrics", "GID_METRICS"
 BROKER = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a", "env": "ci"}
 
 
-def _scrape(address: str) -> list[Sample]:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+def _scrape(address: str, *names: str) -> list[Sample]:
+    """The endpoint's samples; those named, with ``names`` (Prometheus's ``name[]`` filter)."""
+    query = "&".join(f"name[]={n}" for n in names)
+    with urllib.request.urlopen(f"http://{address}/metrics?{query}", timeout=10) as response:
         assert response.status == 200
         text = response.read().decode()
     return [s for family in text_string_to_metric_families(text) for s in family.samples]
@@ -154,6 +156,10 @@ def test_a_scrape_shows_the_traffic_with_rocketmq_names_and_labels(tmp_path: Pat
         assert (_value(samples, reserve, **storage) or -1) >= 0
         # The process's own series come with it.
         assert (_value(samples, "process_resident_memory_bytes") or 0) > 0
+        asked = ("rocketmq_messages_in_total", "rocketmq_topic_number", "process_cpu_seconds_total")
+        filtered = _scrape(metrics, *asked)
+        assert {s.name for s in filtered} == set(asked)
+        assert _value(filtered, "rocketmq_messages_in_total", **mine, message_type="normal") == 3
 
 
 def test_series_are_bounded_and_a_deleted_topic_takes_its_own(tmp_path: Path) -> None:

@@ -547,7 +547,11 @@ class MetricsEndpoint:
     """The HTTP server Prometheus scrapes: the broker's metrics, and the process's."""
 
     def __init__(self, metrics: BrokerMetrics, host: str, port: int) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
+        # Collectors without describe() still answer a filtered scrape (``?name[]=``), matched
+        # by sample name; describing would mean a collection at registration.
+        self.registry = CollectorRegistry(
+            auto_describe=False, support_collectors_without_names=True
+        )
         for collector in (metrics, PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(collector)
         self.metrics = metrics

@@ -21,7 +21,7 @@ from pyrmq.acl.signing import Credentials, sign
 from pyrmq.errors import FrameDecodeError, RemotingError
 from pyrmq.remoting.codec import FrameDecoder, encode
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.protocol import MAX_FRAME_BYTES
+from pyrmq.remoting.protocol import MAX_FRAME_BYTES, ResponseCode
 
 __all__ = ["RemotingClient", "RemotingTimeoutError"]
 
@@ -92,15 +92,24 @@ class _Channel(asyncio.Protocol):
             self.transport.writelines(frames)
 
     async def _serve(self, request: RemotingCommand) -> None:
+        # Answered as a Java client answers, so that a broker asking something this client does
+        # not do learns it at once instead of waiting out its timeout.
         handler = self._client.server_request_handlers.get(request.code)
         if handler is None:
-            log.debug("ignoring server request code=%s from %s", request.code, self.address)
-            return
-        try:
-            response = await handler(request, self.address)
-        except Exception:
-            log.exception("server request code=%s from %s failed", request.code, self.address)
-            return
+            log.debug("server request code=%s from %s not supported", request.code, self.address)
+            response: RemotingCommand | None = RemotingCommand.response_to(
+                request,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f" request type {request.code} not supported",
+            )
+        else:
+            try:
+                response = await handler(request, self.address)
+            except Exception as e:
+                log.exception("server request code=%s from %s failed", request.code, self.address)
+                response = RemotingCommand.response_to(
+                    request, ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}"
+                )
         if response is not None and not request.is_oneway and self.transport is not None:
             self.write(encode(response))
 
