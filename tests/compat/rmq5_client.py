@@ -134,7 +134,8 @@ def recall(spec: dict[str, Any]) -> Any:
 
 def simple(spec: dict[str, Any]) -> Any:
     """Receives until ``count`` messages came or ``timeout_s`` passed; acks each if ``ack``.
-    With ``catch``, a receive or ack that raises ends the run, reported under ``errors``."""
+    With ``catch``, a receive or ack that raises ends the run, reported under ``errors``.
+    With ``hold_s``, the consumer stays online that long after its last receive."""
     kind = FilterType.SQL if spec.get("sql") else FilterType.TAG
     consumer = SimpleConsumer(
         _config(spec),
@@ -163,6 +164,7 @@ def simple(spec: dict[str, Any]) -> Any:
                     raise
                 errors.append(f"{type(e).__name__}: {e}")
                 break
+        time.sleep(spec.get("hold_s", 0))
     finally:
         consumer.shutdown()
     out: dict[str, Any] = {"messages": got, "empty_receives": empty}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import time
 import urllib.request
 from collections import Counter
@@ -543,8 +544,61 @@ def test_5x_traffic_shows_in_the_broker_metrics(server: servers.ServerProcess, r
     assert samples[("rocketmq_messages_in_total", "normal")] == 1
     assert samples[("rocketmq_messages_in_total", "fifo")] == 1
     assert samples[("rocketmq_messages_out_total", group)] == 2
-    # Both were acked: none in flight.
-    assert ("rocketmq_consumer_inflight_messages", group) not in samples
+
+
+def test_a_5x_consumer_holding_messages_shows_in_the_consumer_gauges(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    """Five messages, three received and not acked while the consumer stays online."""
+    topic, group = "TopicG5Holding", "GID_G5_HOLDING"
+    rmq5(
+        "produce",
+        {
+            "endpoint": server.grpc_address(),
+            "topic": topic,
+            "messages": [{"body": _b64(f"m{i}")} for i in range(5)],
+        },
+    )
+    spec = {
+        "endpoint": server.grpc_address(),
+        "group": group,
+        "topic": topic,
+        "count": 3,
+        "batch": 1,
+        "ack": False,
+        "invisible_s": 60,
+        "hold_s": 8,
+        "timeout_s": 20,
+    }
+    labels = {"topic": topic, "consumer_group": group, "is_retry": "false"}
+
+    def gauges() -> dict[str, float]:
+        url = f"http://{server.metrics_address()}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        return {
+            s.name.removeprefix("rocketmq_consumer_"): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name.startswith("rocketmq_consumer_")
+            and all(s.labels.get(k) == v for k, v in labels.items())
+        }
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        holding = pool.submit(rmq5, "simple", spec)
+        deadline = time.monotonic() + 30
+        seen = gauges()
+        while seen.get("inflight_messages") != 3 and not holding.done():
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.3)
+            seen = gauges()
+        assert seen["inflight_messages"] == 3, seen
+        assert seen["lag_messages"] == 5
+        assert seen["ready_messages"] == 2
+        # Both the oldest unacked and the oldest not received were stored before the receives.
+        assert seen["lag_latency_milliseconds"] > 0
+        assert seen["queueing_latency_milliseconds"] > 0
+        assert len(holding.result()["messages"]) == 3
 
 
 def test_a_5x_producer_recalls_a_delay_message_before_it_falls_due(

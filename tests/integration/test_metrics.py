@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -160,6 +161,137 @@ def test_a_scrape_shows_the_traffic_with_rocketmq_names_and_labels(tmp_path: Pat
         filtered = _scrape(metrics, *asked)
         assert {s.name for s in filtered} == set(asked)
         assert _value(filtered, "rocketmq_messages_in_total", **mine, message_type="normal") == 3
+
+
+def test_consumer_gauges_follow_a_stalled_consumer(tmp_path: Path) -> None:
+    """Ten messages; the consumer takes the first two, then blocks on every other it gets,
+    and flow control (over 3 cached) stops its pulls at offset 8: 8 behind its commit at 2,
+    6 of them pulled and not consumed, 2 not pulled. Released, it catches up to zero."""
+    topic, group = "TopicStall", "GID_STALL"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "metricsExporterType=PROM\nmetricsPromExporterHost=127.0.0.1\nmetricsPromExporterPort=0\n"
+    )
+    gauges = {
+        "lag": "rocketmq_consumer_lag_messages",
+        "lag_ms": "rocketmq_consumer_lag_latency_milliseconds",
+        "in_flight": "rocketmq_consumer_inflight_messages",
+        "queueing_ms": "rocketmq_consumer_queueing_latency_milliseconds",
+        "ready": "rocketmq_consumer_ready_messages",
+    }
+    labels = {"topic": topic, "consumer_group": group, "is_retry": "false", "is_system": "false"}
+
+    with serving(tmp_path, "-c", str(conf)) as server:
+        namesrv, broker = server.addresses()[:2]
+        create_topic(broker, topic, 1)
+        metrics = server.metrics_address()
+        release = threading.Event()
+
+        def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+            if msgs[0].body not in (b"m0", b"m1"):
+                release.wait(30)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        def read() -> dict[str, float | None]:
+            samples = _scrape(metrics)
+            return {k: _value(samples, name, **labels) for k, name in gauges.items()}
+
+        async def until(what: str, check: Any) -> dict[str, float | None]:
+            deadline = time.monotonic() + 20
+            while True:
+                seen = await asyncio.to_thread(read)
+                if check(seen):
+                    return seen
+                assert time.monotonic() < deadline, f"{what}: {seen}"
+                await asyncio.sleep(0.2)
+
+        async def main() -> None:
+            config = fast_config(namesrv, instance_name="stall")
+            async with Producer("PG_STALL", client_config=config) as producer:
+                for i in range(10):
+                    await producer.send(Message(topic, f"m{i}".encode()))
+            sent_at_ms = time.time_ns() // 1_000_000
+            await asyncio.sleep(0.5)
+            consumer = PushConsumer(
+                group,
+                client_config=config,
+                consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                pull_batch_size=4,
+                pull_threshold_for_queue=3,
+            )
+            consumer.subscribe(topic, "*", listener)
+            try:
+                async with consumer:
+                    stalled = await until(
+                        "stalled", lambda g: (g["lag"], g["in_flight"], g["ready"]) == (8, 6, 2)
+                    )
+                    waited_ms = time.time_ns() // 1_000_000 - sent_at_ms
+                    # m2 and m8 were stored before sent_at_ms and at least 0.5 s ago.
+                    for key in ("lag_ms", "queueing_ms"):
+                        assert 500 <= (stalled[key] or 0) <= waited_ms + 5_000, stalled
+                    release.set()
+                    await until("caught up", lambda g: all(v == 0 for v in g.values()))
+            finally:
+                release.set()
+            # Gone offline: its series go with it.
+            assert set((await asyncio.to_thread(read)).values()) == {None}
+
+        helpers.run(main, timeout_s=90)
+
+
+def test_a_tag_filtered_group_counts_only_the_messages_it_subscribes(tmp_path: Path) -> None:
+    """A group of tag A, its offset committed at 1, holds the three A messages among six B
+    ones: three in flight and three of lag, where nine messages lie past its commit."""
+    topic, group = "TopicTagLag", "GID_TAG_LAG"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "metricsExporterType=PROM\nmetricsPromExporterHost=127.0.0.1\nmetricsPromExporterPort=0\n"
+    )
+    labels = {"topic": topic, "consumer_group": group}
+    with serving(tmp_path, "-c", str(conf)) as server:
+        namesrv, broker = server.addresses()[:2]
+        create_topic(broker, topic, 1)
+        metrics = server.metrics_address()
+        release = threading.Event()
+        first = threading.Event()
+
+        def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+            if msgs[0].body == b"first":
+                first.set()
+            else:
+                release.wait(30)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        def read() -> tuple[float | None, ...]:
+            samples = _scrape(metrics)
+            return tuple(
+                _value(samples, f"rocketmq_consumer_{name}", **labels)
+                for name in ("lag_messages", "inflight_messages", "ready_messages")
+            )
+
+        async def main() -> None:
+            config = fast_config(namesrv, instance_name="tag-lag")
+            consumer = PushConsumer(
+                group, client_config=config, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+            )
+            consumer.subscribe(topic, "A", listener)
+            async with consumer, Producer("PG_TAG_LAG", client_config=config) as producer:
+                await producer.send(Message(topic, b"first", tags="A"))
+                await helpers.eventually(first.is_set, timeout_s=20)
+                for i, tag in enumerate("BABBABBAB"):
+                    await producer.send(Message(topic, f"m{i}".encode(), tags=tag))
+                deadline = time.monotonic() + 20
+                seen = await asyncio.to_thread(read)
+                while seen != (3, 3, 0):
+                    assert time.monotonic() < deadline, seen
+                    await asyncio.sleep(0.2)
+                    seen = await asyncio.to_thread(read)
+                release.set()
+
+        try:
+            helpers.run(main, timeout_s=60)
+        finally:
+            release.set()
 
 
 def test_series_are_bounded_and_a_deleted_topic_takes_its_own(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from pyrmq.errors import ConfigError
+from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.remoting.protocol import version_desc
 
 if TYPE_CHECKING:
@@ -80,6 +81,20 @@ _SYSTEM_TOPICS = frozenset(
 COLLECT_TIMEOUT_S = 10.0
 # A collection gives the loop back after this many queues or series.
 _SLICE = 2000
+# The consumer gauges, in the order _consumption computes them; the latencies carry
+# RocketMQ's unit as their suffix, as its Prometheus exporter names them.
+_CONSUMER_GAUGES = (
+    ("rocketmq_consumer_lag_messages", "Consumer lag messages"),
+    ("rocketmq_consumer_lag_latency_milliseconds", "Consumer lag time"),
+    ("rocketmq_consumer_inflight_messages", "Consumer inflight messages"),
+    ("rocketmq_consumer_queueing_latency_milliseconds", "Consumer queueing time"),
+    ("rocketmq_consumer_ready_messages", "Consumer ready messages"),
+)
+_NEVER = 1 << 62
+# RocketMQ's maxConsumeQueueScan: a filtered group's backlog is counted in this many units.
+_ESTIMATE_UNITS = 20_000
+# Two such scans take about as long as reading a hundred queues' offsets.
+_SCANS_COST = 100
 # The store's series, as RocketMQ labels them.
 _STORAGE = {"storage_type": "local", "storage_medium": "disk"}
 
@@ -174,6 +189,8 @@ class BrokerMetrics(Collector):
         self._delivered: dict[tuple[str, str], list[int]] = {}
         self._dead: dict[tuple[str, str], int] = {}
         self._ended: dict[tuple[str, bool], int] = {}
+        # RocketMQ's pull offsets: where each group's next pull of each queue starts.
+        self._pulled: dict[tuple[str, str], dict[int, int]] = {}
         self._full: set[str] = set()
         # One collection at a time: concurrent scrapes share it.
         self._lock = threading.Lock()
@@ -227,6 +244,19 @@ class BrokerMetrics(Collector):
         entry[0] += messages
         entry[1] += nbytes
 
+    def pulled(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
+        """A pull of ``group`` was answered: its next pull of the queue starts at
+        ``next_offset``."""
+        if _retry_or_dead(topic):
+            return
+        key = (group, topic)
+        queues = self._pulled.get(key)
+        if queues is None:
+            if not self._room(self._pulled, key, "rocketmq_consumer_inflight_messages"):
+                return
+            queues = self._pulled[key] = {}
+        queues[queue_id] = next_offset
+
     def dead_lettered(self, topic: str, group: str) -> None:
         """``group`` gave up on a message of ``topic``: it went to the group's DLQ."""
         key = (topic, group)
@@ -248,12 +278,16 @@ class BrokerMetrics(Collector):
         for table in (self._delivered, self._dead):
             for pair in [k for k in table if k[0] == topic]:
                 del table[pair]
+        for pulled in [k for k in self._pulled if k[1] == topic]:
+            del self._pulled[pulled]
 
     def forget_group(self, group: str) -> None:
         """Drops a deleted group's series."""
         for table in (self._delivered, self._dead):
             for key in [k for k in table if k[1] == group]:
                 del table[key]
+        for pulled in [k for k in self._pulled if k[0] == group]:
+            del self._pulled[pulled]
 
     # -- collecting -------------------------------------------------------------------
 
@@ -447,64 +481,103 @@ class BrokerMetrics(Collector):
             consumers.add_metric([*common, group, language, version, mode, protocol, system], count)
         return (producers, consumers)
 
-    def _subscriptions(self) -> dict[tuple[str, str], bool]:
-        """(group, topic) of every online consumer's subscription, but retry topics, and
-        whether the group pops (gRPC), as RocketMQ's lag calculator takes them."""
+    def _subscriptions(self) -> dict[tuple[str, str], tuple[bool, str | None]]:
+        """(group, topic) of every online consumer's subscription, but retry topics, as
+        RocketMQ's lag calculator takes them: whether the group pops (gRPC), and its tag
+        expression when it filters by tag."""
         topics = self.broker.topics
-        found: dict[tuple[str, str], bool] = {}
+        found: dict[tuple[str, str], tuple[bool, str | None]] = {}
         for group, members in self.broker.clients.consumers.items():
             for member in members.values():
-                for topic in member.subscriptions:
+                for topic, subscription in member.subscriptions.items():
                     if not topic.startswith("%RETRY%") and topics.get(topic) is not None:
-                        found[(group, topic)] = False
+                        tags = subscription.expression if subscription.tags_codes else None
+                        found.setdefault((group, topic), (False, tags))
         for client in self._grpc_clients():
             settings = client.settings
             if settings is None or settings.WhichOneof("pub_sub") != "subscription":
                 continue
             for entry in settings.subscription.subscriptions:
                 if topics.get(entry.topic.name) is not None:
-                    found[(client.group, entry.topic.name)] = True
+                    expression = entry.expression
+                    tags = None if expression.type == pb.SQL else expression.expression
+                    found.setdefault((client.group, entry.topic.name), (True, tags))
         return found
 
     async def _consumption(self) -> list[Metric]:
-        """Per online group and subscribed topic: messages past the committed offsets (the
-        lag), and for gRPC groups those received and not yet acked (in flight)."""
+        """Per online group and subscribed topic, as RocketMQ's lag calculator takes them:
+        messages past the committed offsets (lag) and how long the oldest has waited; those
+        pulled or received and not yet committed or acked (in flight) and how long the oldest
+        not yet pulled has waited (queueing); those not yet pulled (ready)."""
         common = list(self.labels.values())
         broker = self.broker
         store, offsets = broker.store, broker.offsets
         labels = ("topic", "consumer_group", "is_retry", "is_system")
-        lag = self._family(
-            GaugeMetricFamily, "rocketmq_consumer_lag_messages", "Consumer lag messages", *labels
-        )
-        in_flight = self._family(
-            GaugeMetricFamily,
-            "rocketmq_consumer_inflight_messages",
-            "Consumer inflight messages",
-            *labels,
-        )
+        families = [self._family(GaugeMetricFamily, n, d, *labels) for n, d in _CONSUMER_GAUGES]
         grpc = broker.grpc
-        popped = {} if grpc is None or grpc.service is None else grpc.service.in_flight()
+        pops = None if grpc is None else grpc.service
+        now_ms = time.time_ns() // 1_000_000
         done = 0
-        for (group, topic), pops in self._subscriptions().items():
+        for (group, topic), (popping, tags) in self._subscriptions().items():
             config = broker.topics.get(topic)
             if config is None:
                 continue
-            behind = 0
+            pulled = self._pulled.get((group, topic), {})
+            lag = in_flight = ready = 0
+            unconsumed = unpulled = _NEVER
             for queue_id in broker.queue_ids(config.read_queue_nums):
-                committed = offsets.query(group, topic, queue_id)
-                if committed is not None:
-                    behind += max(store.max_offset(topic, queue_id) - committed, 0)
                 done += 1
-            row = [*common, topic, group, _flag(pops), _system(topic, group)]
-            lag.add_metric(row, behind)
-            if pops:
-                in_flight.add_metric(row, popped.get((group, topic), 0))
+                top = store.max_offset(topic, queue_id)
+                if popping and pops is not None:
+                    committed, cursor, holding = pops.pop_position(group, topic, queue_id)
+                else:
+                    stored = offsets.query(group, topic, queue_id)
+                    if stored is None:
+                        continue
+                    committed, cursor = stored, max(pulled.get(queue_id, stored), stored)
+                    holding = cursor - committed
+                if tags is None:
+                    waiting = max(top - cursor, 0)
+                else:
+                    # As RocketMQ's estimateAccumulation: those its tags match.
+                    holding = self._matching(topic, queue_id, committed, cursor, tags)
+                    waiting = self._matching(topic, queue_id, cursor, top, tags)
+                    done += _SCANS_COST
+                lag += waiting + holding
+                in_flight += holding
+                ready += waiting
+                if committed < top:
+                    unconsumed = min(
+                        unconsumed, store.store_time(topic, queue_id, committed) or _NEVER
+                    )
+                if cursor < top:
+                    unpulled = min(unpulled, store.store_time(topic, queue_id, cursor) or _NEVER)
+            row = [*common, topic, group, "false", _system(topic, group)]
+            values = (
+                lag,
+                _waited(now_ms, unconsumed),
+                in_flight,
+                _waited(now_ms, unpulled),
+                ready,
+            )
+            for family, value in zip(families, values, strict=True):
+                family.add_metric(row, value)
             if done >= _SLICE:
                 done = 0
                 await asyncio.sleep(0)
                 if self._closed:
                     break
-        return [lag, in_flight]
+        return families
+
+    def _matching(self, topic: str, queue_id: int, start: int, end: int, tags: str) -> int:
+        """Messages in ``[start, end)`` whose tag ``tags`` matches: counted in the first
+        ``_ESTIMATE_UNITS`` units, and estimated from them beyond."""
+        span = end - start
+        if span <= 0:
+            return 0
+        scanned = min(span, _ESTIMATE_UNITS)
+        matched = self.broker.store.scan_consume_queue(topic, queue_id, start, scanned, tags)
+        return matched if scanned == span else matched * span // scanned
 
     def _storage(self) -> Iterable[Metric]:
         store = self.broker.store
@@ -536,6 +609,11 @@ _GRPC_LANGUAGES = (
     "language_unspecified", "java", "cpp", "dot_net", "golang", "rust", "python", "php",
     "node_js", "ruby", "objective_c", "dart", "kotlin",
 )  # fmt: skip
+
+
+def _waited(now_ms: int, since_ms: int) -> int:
+    """Milliseconds since a store time; 0 for none (RocketMQ's latency of a caught-up group)."""
+    return 0 if since_ms == _NEVER else max(now_ms - since_ms, 0)
 
 
 def _grpc_language(code: int) -> str:

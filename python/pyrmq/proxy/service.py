@@ -1334,13 +1334,16 @@ class MessagingService:
 
     # -- introspection ---------------------------------------------------------------------
 
-    def in_flight(self) -> dict[tuple[str, str], int]:
-        """Messages received and not yet acked, per (group, topic) with any."""
-        counts: dict[tuple[str, str], int] = {}
-        for (group, topic, _), queue in self._queues.items():
-            if queue.inflight:
-                counts[(group, topic)] = counts.get((group, topic), 0) + len(queue.inflight)
-        return counts
+    def pop_position(self, group: str, topic: str, queue_id: int) -> tuple[int, int, int]:
+        """(committed offset, next offset to read, messages in flight) of the group's queue;
+        for one it has not received from, where its first receive would start."""
+        queue = self._queues.get((group, topic, queue_id))
+        if queue is not None:
+            return queue.committed, queue.cursor, len(queue.inflight)
+        start = self.broker.offsets.query(group, topic, queue_id)
+        if start is None:
+            start = self._first_offset(topic, queue_id)
+        return start, start, 0
 
 
 # The message_type label of each gRPC message type (RocketMQ's metrics values).

@@ -256,8 +256,6 @@ class PullProcessor:
             topic=header.topic,
             group=header.consumer_group,
         )
-        if code == ResponseCode.SUCCESS and (metrics := broker.metrics) is not None:
-            metrics.delivered(header.topic, header.consumer_group, matched, len(body))
         next_begin = got.next_begin_offset
         # The moment a slave answers a pull below its start; None: at once.
         answer_at: float | None = None
@@ -271,6 +269,10 @@ class PullProcessor:
                 # Gone here (the slave started later than it): no arrival brings it back, so
                 # not held; answered once the pull's suspend time is over.
                 answer_at = park_until
+        if (metrics := broker.metrics) is not None:
+            if code == ResponseCode.SUCCESS:
+                metrics.delivered(header.topic, header.consumer_group, matched, len(body))
+            metrics.pulled(header.consumer_group, header.topic, header.queue_id, next_begin)
 
         if (
             code == ResponseCode.PULL_NOT_FOUND
