@@ -1,5 +1,5 @@
 """Type stubs of ``pyrmq._core``, the Rust extension behind :mod:`pyrmq.store` and
-:mod:`pyrmq.remoting.codec`.
+:mod:`pyrmq.remoting.codec` and the gRPC transport of :mod:`pyrmq.proxy.calls`.
 
 Every method that touches store files releases the GIL. Errors are raised as the classes of
 :mod:`pyrmq.errors`.
@@ -16,6 +16,7 @@ from pyrmq.store.status import GetMessageStatus, PutStatus
 
 __all__ = [
     "GetResult",
+    "GrpcTransport",
     "MessageExt",
     "MessageStore",
     "PutResult",
@@ -116,6 +117,42 @@ class StoredMessage:
         """The producer's message id (``UNIQ_KEY``)."""
     def property(self, name: str) -> str | None:
         """One property, or None (cheaper than building :attr:`properties`)."""
+
+@final
+class GrpcTransport:
+    """A gRPC listener on ``host:port`` (0: any free port), serving from construction on a
+    thread of its own; the caller takes its calls as events and answers them.
+
+    Raises:
+        OSError: The address cannot be bound.
+    """
+
+    def __new__(
+        cls,
+        host: str,
+        port: int,
+        *,
+        service: str,
+        client_streaming: set[str] | frozenset[str],
+        max_message_bytes: int,
+    ) -> Self: ...
+    @property
+    def port(self) -> int: ...
+    def fileno(self) -> int:
+        """An eventfd, readable while events wait to be taken."""
+    def take_events(self) -> list[tuple[Any, ...]]:
+        """Every event since the last call, oldest first: ``(0, call, method, metadata, peer,
+        timeout_s, request)`` when a call starts (``request`` None for a client-streaming
+        method), ``(1, call, message)`` for each message of a client stream, ``(2, call)`` once
+        that client sends no more, ``(3, call)`` when a client left a call not yet ended."""
+    def send(self, call: int, message: bytes) -> bool:
+        """Sends one message of the call's answer; False if the call is over."""
+    def reply(self, call: int, message: bytes) -> bool:
+        """Answers the call with one message and status OK; False if the call is over."""
+    def finish(self, call: int, code: int, message: str) -> bool:
+        """Ends the call with a gRPC status; False if it was over."""
+    def close(self) -> None:
+        """Stops listening and gives open calls a second before their connections close."""
 
 @final
 class PutResult:

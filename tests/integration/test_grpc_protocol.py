@@ -2,7 +2,8 @@
 the status codes bad requests get, long polling, and messages a departed client held.
 
 Requests are built with pyrmq's own protocol classes (the official client's behaviour is
-covered in tests/compat/test_grpc_official_client.py).
+covered in tests/compat/test_grpc_official_client.py). Each test runs against both transports
+of the gRPC port: pyrmq's own and grpcio.
 """
 
 from __future__ import annotations
@@ -87,10 +88,20 @@ class Client:
         self.channel.close()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.ServerProcess]:
+@pytest.fixture(scope="module", params=["native", "grpcio"])
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[servers.ServerProcess]:
+    """A broker whose plain gRPC connections are served by pyrmq's transport or by grpcio:
+    every test here holds for both."""
     root = tmp_path_factory.mktemp("serve")
-    with servers.serving(root) as proc:
+    conf = root / "broker.conf"
+    conf.write_text(f"grpcTransport={request.param}\n")
+    with servers.serving(root, "-c", str(conf)) as proc:
+        assert (
+            f"({request.param if request.param == 'grpcio' else 'pyrmq'})"
+            in (root / "serve.log").read_text()
+        )
         yield proc
 
 

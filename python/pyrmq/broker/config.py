@@ -35,6 +35,7 @@ _ALIASES = {
     "flushConsumerOffsetInterval": "flush_consumer_offset_interval_ms",
     "channelExpiredTimeout": "channel_expired_timeout_ms",
     "grpcServerPort": "grpc_server_port",
+    "grpcTransport": "grpc_transport",
     "enablePropertyFilter": "enable_property_filter",
     "timerMaxDelaySec": "timer_max_delay_s",
     "recallMessageEnable": "recall_message_enable",
@@ -81,6 +82,9 @@ class BrokerConfig:
     listen_port: int = 10911
     # RocketMQ 5's gRPC protocol on this port (RocketMQ's proxy uses 8081); -1: not served.
     grpc_server_port: int = -1
+    # What serves the gRPC port's plain connections: pyrmq's own HTTP/2 transport ("native")
+    # or grpcio ("grpcio"); TLS connections are always grpcio's.
+    grpc_transport: str = "native"
     # Name servers, "host:port;host:port".
     namesrv_addr: str = ""
     auto_create_topic_enable: bool = True
@@ -158,6 +162,8 @@ class BrokerConfig:
             problems.append(f"listen_port {self.listen_port} is not a port")
         if not -1 <= self.grpc_server_port < 65536:
             problems.append(f"grpc_server_port {self.grpc_server_port} is not a port or -1")
+        if self.grpc_transport not in ("native", "grpcio"):
+            problems.append(f"grpc_transport {self.grpc_transport!r} is not native or grpcio")
         if self.transaction_check_interval_ms <= 0 or self.transaction_timeout_ms < 0:
             problems.append("transaction timings must be positive")
         if self.lock_queue_timeout_ms < 0:

@@ -8,6 +8,7 @@ ones. Sends are checked by the proxy's rules (RocketMQ 5's defaults), each failu
 
 import dataclasses
 import hashlib
+import re
 import zlib
 from collections.abc import Mapping
 
@@ -105,8 +106,11 @@ class SendCheckError(Exception):
         self.code = code
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _has_control(text: str) -> bool:
-    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+    return _CONTROL.search(text) is not None
 
 
 def checked_properties(message: pb.Message, max_body_size: int, now_ms: int) -> dict[str, str]:

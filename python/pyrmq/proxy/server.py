@@ -5,19 +5,24 @@ so the official clients' generated code is never needed here. The RPCs the offic
 never call (PullMessage, the offset RPCs, SyncLiteSubscription) are not registered and get
 gRPC's UNIMPLEMENTED, as from RocketMQ's own proxy.
 
-With a certificate, the port follows the broker's TLS mode (``tls.server.mode``): TLS only when
-it is enforced; TLS and plain both when permissive, through a
-:class:`~pyrmq.proxy.front.SplicingFront`, since gRPC's listener serves one or the other on a port.
+Plain connections are served by pyrmq's own HTTP/2 transport (:mod:`pyrmq.proxy.calls`), which
+costs the broker a fraction of grpcio's CPU per call; ``grpcTransport=grpcio`` serves them with
+grpcio instead. TLS connections are grpcio's. With a certificate, the port follows the broker's
+TLS mode (``tls.server.mode``): TLS only when it is enforced; TLS and plain both when
+permissive, through a :class:`~pyrmq.proxy.front.SplicingFront` joining each connection to one
+listener or the other on the loopback address.
 """
 
 import logging
 from collections.abc import AsyncIterator, Callable
+from operator import methodcaller
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from pyrmq.errors import ConfigError
+from pyrmq.proxy.calls import CallKind, Method, NativeGrpcServer
 from pyrmq.proxy.front import LOOPBACK, SplicingFront
 from pyrmq.proxy.namespaces import call_namespace, fold, unfold
 from pyrmq.proxy.proto import messaging_pb2 as pb
@@ -37,7 +42,10 @@ MAX_RECEIVE_MESSAGE_BYTES = 130 * 1024 * 1024
 GRACE_S = 1.0
 
 
-def _unary(handler: Callable[..., Any], request: Any) -> "grpc.RpcMethodHandler[Any, Any]":
+def _unary(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """A unary handler with namespaces folded into its request and out of its answer (see
+    :mod:`pyrmq.proxy.namespaces`)."""
+
     async def call(message: Any, context: Any) -> Any:
         if not call_namespace(context):
             return await handler(message, context)
@@ -46,11 +54,7 @@ def _unary(handler: Callable[..., Any], request: Any) -> "grpc.RpcMethodHandler[
         unfold(answer)
         return answer
 
-    return grpc.unary_unary_rpc_method_handler(
-        call,
-        request_deserializer=request.FromString,
-        response_serializer=lambda m: m.SerializeToString(),
-    )
+    return call
 
 
 def _answers(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
@@ -88,6 +92,52 @@ async def _folded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield message
 
 
+def methods(service: MessagingService) -> dict[str, Method]:
+    """The RPCs served, by name."""
+    unary = CallKind.UNARY
+    return {
+        "QueryRoute": Method(unary, pb.QueryRouteRequest, _unary(service.query_route)),
+        "Heartbeat": Method(unary, pb.HeartbeatRequest, _unary(service.heartbeat)),
+        "SendMessage": Method(unary, pb.SendMessageRequest, _unary(service.send_message)),
+        "QueryAssignment": Method(
+            unary, pb.QueryAssignmentRequest, _unary(service.query_assignment)
+        ),
+        "ReceiveMessage": Method(
+            CallKind.SERVER_STREAM, pb.ReceiveMessageRequest, _answers(service.receive_message)
+        ),
+        "AckMessage": Method(unary, pb.AckMessageRequest, _unary(service.ack_message)),
+        "ForwardMessageToDeadLetterQueue": Method(
+            unary,
+            pb.ForwardMessageToDeadLetterQueueRequest,
+            _unary(service.forward_message_to_dead_letter_queue),
+        ),
+        "EndTransaction": Method(unary, pb.EndTransactionRequest, _unary(service.end_transaction)),
+        "Telemetry": Method(CallKind.BIDI_STREAM, pb.TelemetryCommand, _answers(service.telemetry)),
+        "NotifyClientTermination": Method(
+            unary, pb.NotifyClientTerminationRequest, _unary(service.notify_client_termination)
+        ),
+        "ChangeInvisibleDuration": Method(
+            unary, pb.ChangeInvisibleDurationRequest, _unary(service.change_invisible_duration)
+        ),
+        "RecallMessage": Method(unary, pb.RecallMessageRequest, _unary(service.recall_message)),
+    }
+
+
+def _grpcio_handlers(table: dict[str, Method]) -> "dict[str, grpc.RpcMethodHandler[Any, Any]]":
+    serialize = methodcaller("SerializeToString")
+    register = {
+        CallKind.UNARY: grpc.unary_unary_rpc_method_handler,
+        CallKind.SERVER_STREAM: grpc.unary_stream_rpc_method_handler,
+        CallKind.BIDI_STREAM: grpc.stream_stream_rpc_method_handler,
+    }
+    return {
+        name: register[m.kind](
+            m.handler, request_deserializer=m.request.FromString, response_serializer=serialize
+        )
+        for name, m in table.items()
+    }
+
+
 class GrpcServer:
     """Serves the gRPC protocol for one broker on ``host:port`` (0: any free port)."""
 
@@ -96,6 +146,7 @@ class GrpcServer:
         self.host = host
         self.port = port
         self._server: grpc.aio.Server | None = None
+        self._native: NativeGrpcServer | None = None
         self._front: SplicingFront | None = None
         self._serving = False
         self.service: MessagingService | None = None
@@ -106,11 +157,15 @@ class GrpcServer:
 
     async def serve(self) -> None:
         """Starts serving after ``start(serve=False)``."""
-        if self._server is not None and not self._serving:
-            self._serving = True
+        if self._serving or self.service is None:
+            return
+        self._serving = True
+        if self._server is not None:
             await self._server.start()
-            if self._front is not None:
-                self._front.serve()
+        if self._native is not None:
+            self._native.serve()
+        if self._front is not None:
+            self._front.serve()
 
     async def start(self, tls: TlsConfig | None = None, *, serve: bool = True) -> None:
         """Binds, over TLS when ``tls`` enforces it; serves from now on, or from
@@ -123,77 +178,72 @@ class GrpcServer:
         # Without a certificate the broker's remoting port refused to start in enforcing mode.
         mode = TlsMode.DISABLED if tls is None or not tls.server_cert_path else tls.server_mode
         credentials = None if mode is TlsMode.DISABLED or tls is None else server_credentials(tls)
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", -1),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        native = self.broker.config.grpc_transport == "native"
+        service = MessagingService(self.broker, self.port)
+        table = methods(service)
         address = f"{self.host}:{self.port}"
+        server: grpc.aio.Server | None = None
+        if credentials is not None or not native:
+            server = grpc.aio.server(
+                options=[
+                    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", -1),
+                    ("grpc.so_reuseport", 0),
+                ]
+            )
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(SERVICE_NAME, _grpcio_handlers(table)),)
+            )
+            self._server = server
         if credentials is None:
-            bound = server.add_insecure_port(address)
+            if native:
+                bound = self._native_on(self.host, self.port, table)
+            else:
+                assert server is not None
+                bound = server.add_insecure_port(address)
         elif mode is TlsMode.ENFORCING:
+            assert server is not None
             bound = server.add_secure_port(address, credentials)
         else:
-            plain = server.add_insecure_port(f"{LOOPBACK}:0")
+            assert server is not None
+            if native:
+                plain = self._native_on(LOOPBACK, 0, table)
+            else:
+                plain = server.add_insecure_port(f"{LOOPBACK}:0")
             secure = server.add_secure_port(f"{LOOPBACK}:0", credentials)
             if not (plain and secure):
                 raise OSError("cannot listen for gRPC on the loopback address")
             front = SplicingFront(self.host, self.port, plain_port=plain, tls_port=secure)
-            await front.start(serve=serve)
+            await front.start(serve=False)
             self._front = front
+            service.peer_of = front.peer
             bound = front.port
         if bound == 0:
             raise OSError(f"cannot listen for gRPC on {address}")
-        self.port = bound
-        service = self.service = MessagingService(self.broker, bound)
-        if self._front is not None:
-            service.peer_of = self._front.peer
-        serialize = pb.ReceiveMessageResponse.SerializeToString
-        handlers = {
-            "QueryRoute": _unary(service.query_route, pb.QueryRouteRequest),
-            "Heartbeat": _unary(service.heartbeat, pb.HeartbeatRequest),
-            "SendMessage": _unary(service.send_message, pb.SendMessageRequest),
-            "QueryAssignment": _unary(service.query_assignment, pb.QueryAssignmentRequest),
-            "ReceiveMessage": grpc.unary_stream_rpc_method_handler(
-                _answers(service.receive_message),
-                request_deserializer=pb.ReceiveMessageRequest.FromString,
-                response_serializer=serialize,
-            ),
-            "AckMessage": _unary(service.ack_message, pb.AckMessageRequest),
-            "ForwardMessageToDeadLetterQueue": _unary(
-                service.forward_message_to_dead_letter_queue,
-                pb.ForwardMessageToDeadLetterQueueRequest,
-            ),
-            "EndTransaction": _unary(service.end_transaction, pb.EndTransactionRequest),
-            "Telemetry": grpc.stream_stream_rpc_method_handler(
-                _answers(service.telemetry),
-                request_deserializer=pb.TelemetryCommand.FromString,
-                response_serializer=pb.TelemetryCommand.SerializeToString,
-            ),
-            "NotifyClientTermination": _unary(
-                service.notify_client_termination, pb.NotifyClientTerminationRequest
-            ),
-            "ChangeInvisibleDuration": _unary(
-                service.change_invisible_duration, pb.ChangeInvisibleDurationRequest
-            ),
-            "RecallMessage": _unary(service.recall_message, pb.RecallMessageRequest),
-        }
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
-        )
-        self._server = server
+        self.port = service.port = bound
+        self.service = service
         if serve:
             await self.serve()
+        transport = "pyrmq" if native else "grpcio"
         log.info(
-            "gRPC listening on %s%s", self.address, "" if credentials is None else f" tls={mode}"
+            "gRPC listening on %s (%s)%s",
+            self.address,
+            transport,
+            "" if credentials is None else f" tls={mode}",
         )
+
+    def _native_on(self, host: str, port: int, table: dict[str, Method]) -> int:
+        native = NativeGrpcServer(host, port, SERVICE_NAME, table, MAX_RECEIVE_MESSAGE_BYTES)
+        self._native = native
+        return int(native.port)
 
     async def stop(self) -> None:
         if self._front is not None:
             await self._front.stop()
             self._front = None
+        if self._native is not None:
+            await self._native.stop()
+            self._native = None
         if self._server is not None:
             await self._server.stop(GRACE_S)
             self._server = None

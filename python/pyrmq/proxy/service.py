@@ -12,6 +12,7 @@ before it is served.
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import ipaddress
 import itertools
 import logging
@@ -620,7 +621,8 @@ class MessagingService:
             kind = _MESSAGE_TYPES.get(message.system_properties.message_type, "normal")
             metrics.received(config.topic_name, kind, result.count, result.wrote_bytes)
         handle = None
-        if not transaction and single:
+        # Only a timer message, which a delivery time makes, has a handle.
+        if single and messages.TIMER_DELIVER_MS in props:
             handle = recall_handle(
                 broker.store, broker.config.broker_name, config.topic_name, result
             )
@@ -1385,6 +1387,7 @@ def _same(peer: str) -> str:
     return peer
 
 
+@functools.lru_cache(maxsize=4096)
 def _peer_address(peer: str) -> str:
     """``ip:port`` of a gRPC peer, as stored messages name their sender: IPv4 only (a peer
     with no IPv4 address as ``127.0.0.1:0``)."""

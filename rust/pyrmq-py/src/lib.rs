@@ -1,5 +1,6 @@
-//! `pyrmq._core`: the Python binding of the pyrmq store and remoting codec. Conversion, error
-//! mapping and GIL handling only; the logic lives in `pyrmq-store` and `pyrmq-remoting`.
+//! `pyrmq._core`: the Python binding of the pyrmq store, remoting codec and gRPC transport.
+//! Conversion, error mapping and GIL handling only; the logic lives in `pyrmq-store`,
+//! `pyrmq-remoting` and `pyrmq-grpc`.
 
 // Python keyword signatures mirror RocketMQ's message fields; they are long by nature.
 #![allow(clippy::too_many_arguments)]
@@ -11,6 +12,7 @@ use pyo3::prelude::*;
 mod args;
 mod errors;
 mod gil;
+mod grpc;
 mod message;
 mod received;
 mod remoting;
@@ -40,6 +42,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PyGetResult>()?;
     m.add_class::<message::PyStoredMessage>()?;
     m.add_class::<received::PyMessageExt>()?;
+    m.add_class::<grpc::PyGrpcTransport>()?;
     m.add_function(wrap_pyfunction!(message::decode_messages, m)?)?;
     m.add_function(wrap_pyfunction!(received::decode_received, m)?)?;
     m.add_function(wrap_pyfunction!(received::received_extent, m)?)?;

@@ -1,0 +1,238 @@
+"""The gRPC calls pyrmq's own HTTP/2 transport (:class:`pyrmq._core.GrpcTransport`, in Rust on a
+thread of its own) hands to the broker's loop.
+
+The transport reads and frames each call and queues its events behind one eventfd; here they
+become tasks running the same handlers grpcio would run, with a context offering what those
+read of theirs (metadata, peer, time remaining), and their answers go back to the transport.
+One wake-up of the loop serves every event queued since the last.
+"""
+
+import asyncio
+import base64
+import binascii
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from pyrmq._core import GrpcTransport
+
+__all__ = ["CallContext", "CallKind", "Method", "NativeGrpcServer"]
+
+log = logging.getLogger(__name__)
+
+# The first item of each event tuple (pyrmq-py's grpc.rs).
+_START, _MESSAGE, _HALF_CLOSE, _CANCEL = 0, 1, 2, 3
+# gRPC status codes.
+_OK, _UNKNOWN, _UNIMPLEMENTED, _INTERNAL = 0, 2, 12, 13
+
+
+class CallKind(Enum):
+    UNARY = "unary"
+    SERVER_STREAM = "server_stream"
+    BIDI_STREAM = "bidi_stream"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One RPC: how its messages flow, its request's class, and the handler, called as grpcio
+    calls it (a coroutine for a unary RPC, an async iterator of answers otherwise)."""
+
+    kind: CallKind
+    request: Any
+    handler: Callable[..., Any]
+
+
+class CallContext:
+    """What a handler reads of its call, as grpc.aio's servicer context offers it."""
+
+    __slots__ = ("_deadline", "_loop", "_metadata", "_peer")
+
+    def __init__(
+        self,
+        metadata: list[tuple[str, str]],
+        peer: str,
+        timeout_s: float | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._metadata = tuple(
+            (k, _binary(v)) if k.endswith("-bin") else (k, v) for k, v in metadata
+        )
+        self._peer = peer
+        self._loop = loop
+        self._deadline = None if timeout_s is None else loop.time() + timeout_s
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self._metadata
+
+    def peer(self) -> str:
+        return self._peer
+
+    def time_remaining(self) -> float | None:
+        """Seconds until the client's deadline; None without one."""
+        if self._deadline is None:
+            return None
+        return max(self._deadline - self._loop.time(), 0.0)
+
+
+def _binary(value: str) -> bytes:
+    # gRPC's binary headers are base64, with or without padding.
+    try:
+        return base64.b64decode(value + "=" * (-len(value) % 4))
+    except binascii.Error:
+        return value.encode()
+
+
+@dataclass
+class _Call:
+    task: "asyncio.Task[None]"
+    # Messages of a client stream as they come; None once the client sends no more.
+    inbox: "asyncio.Queue[bytes | None] | None"
+
+
+class NativeGrpcServer:
+    """Listens on ``host:port`` from construction (0: any free port) and runs the calls of
+    ``service``'s ``methods`` on the running loop once :meth:`serve` is called."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        service: str,
+        methods: Mapping[str, Method],
+        max_message_bytes: int,
+    ) -> None:
+        self._methods = dict(methods)
+        self._transport = GrpcTransport(
+            host,
+            port,
+            service=service,
+            client_streaming={n for n, m in methods.items() if m.kind is CallKind.BIDI_STREAM},
+            max_message_bytes=max_message_bytes,
+        )
+        self.port = self._transport.port
+        self._calls: dict[int, _Call] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def serve(self) -> None:
+        """Starts taking calls on the running loop (those that came before wait until now)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self._transport.fileno(), self._drain)
+            self._drain()
+
+    async def stop(self) -> None:
+        """Closes the listener and its connections (their calls get a second to finish), and
+        cancels the calls still running."""
+        if self._loop is not None:
+            self._loop.remove_reader(self._transport.fileno())
+        await asyncio.to_thread(self._transport.close)
+        calls, self._calls = self._calls, {}
+        for call in calls.values():
+            call.task.cancel()
+        if calls:
+            await asyncio.gather(*(c.task for c in calls.values()), return_exceptions=True)
+
+    def _drain(self) -> None:
+        calls = self._calls
+        for event in self._transport.take_events():
+            kind, call_id = event[0], event[1]
+            if kind == _START:
+                self._start(call_id, *event[2:])
+            elif kind == _CANCEL:
+                call = calls.pop(call_id, None)
+                if call is not None:
+                    call.task.cancel()
+            else:
+                call = calls.get(call_id)
+                if call is not None and call.inbox is not None:
+                    call.inbox.put_nowait(event[2] if kind == _MESSAGE else None)
+
+    def _start(
+        self,
+        call_id: int,
+        name: str,
+        metadata: list[tuple[str, str]],
+        peer: str,
+        timeout_s: float | None,
+        request: bytes | None,
+    ) -> None:
+        method = self._methods.get(name)
+        if method is None:
+            self._transport.finish(call_id, _UNIMPLEMENTED, f"Method not found: {name}")
+            return
+        assert self._loop is not None
+        context = CallContext(metadata, peer, timeout_s, self._loop)
+        inbox: asyncio.Queue[bytes | None] | None = None
+        run: Awaitable[None]
+        if method.kind is CallKind.UNARY:
+            run = self._unary(call_id, method, request or b"", context)
+        elif method.kind is CallKind.SERVER_STREAM:
+            run = self._streamed(call_id, method, request or b"", context)
+        else:
+            inbox = asyncio.Queue()
+            run = self._answer(call_id, method.handler(_inbound(inbox, method.request), context))
+        task = self._loop.create_task(run)
+        self._calls[call_id] = _Call(task, inbox)
+        task.add_done_callback(lambda _t: self._forget(call_id, task))
+
+    def _forget(self, call_id: int, task: "asyncio.Task[None]") -> None:
+        call = self._calls.get(call_id)
+        if call is not None and call.task is task:
+            del self._calls[call_id]
+
+    def _parsed(self, call_id: int, method: Method, request: bytes) -> Any:
+        try:
+            return method.request.FromString(request)
+        except DecodeError as e:
+            self._transport.finish(call_id, _INTERNAL, f"cannot parse the request: {e}")
+            return None
+
+    async def _unary(
+        self, call_id: int, method: Method, request: bytes, context: CallContext
+    ) -> None:
+        message = self._parsed(call_id, method, request)
+        if message is None:
+            return
+        try:
+            answer = await method.handler(message, context)
+        except Exception as e:
+            self._failed(call_id, e)
+            return
+        self._transport.reply(call_id, answer.SerializeToString())
+
+    async def _streamed(
+        self, call_id: int, method: Method, request: bytes, context: CallContext
+    ) -> None:
+        message = self._parsed(call_id, method, request)
+        if message is not None:
+            await self._answer(call_id, method.handler(message, context))
+
+    async def _answer(self, call_id: int, answers: AsyncIterator[Any]) -> None:
+        transport = self._transport
+        try:
+            async for answer in answers:
+                if not transport.send(call_id, answer.SerializeToString()):
+                    return  # the call is gone
+        except Exception as e:
+            self._failed(call_id, e)
+            return
+        finally:
+            # At once, cancelled or not: a handler cleans up when it is closed (a receive
+            # releases what its client never got).
+            aclose = getattr(answers, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        transport.finish(call_id, _OK, "")
+
+    def _failed(self, call_id: int, e: Exception) -> None:
+        log.exception("gRPC call %d failed", call_id, exc_info=e)
+        self._transport.finish(call_id, _UNKNOWN, f"Unexpected {type(e).__name__}: {e}")
+
+
+async def _inbound(inbox: "asyncio.Queue[bytes | None]", request: Any) -> AsyncIterator[Any]:
+    while (message := await inbox.get()) is not None:
+        yield request.FromString(message)

@@ -1,0 +1,514 @@
+//! The listener and its HTTP/2 connections, on one thread of their own.
+//!
+//! Each call is read and framed here and handed over as [`Event`]s; its caller answers through
+//! [`Transport::send`], [`Transport::reply`] and [`Transport::finish`], which queue what to write
+//! for the call's task. No answer waits for the caller's thread and no call holds a lock while it
+//! waits for the network.
+
+use std::collections::{HashMap, HashSet};
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use http::{HeaderMap, HeaderValue, Request, Response};
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::events::{Event, Events};
+use crate::frame::{self, code, Decoder};
+
+/// How long open connections get to finish their calls once the transport closes.
+const GRACE: Duration = Duration::from_secs(1);
+// Windows large enough that a batch of big messages is not paced by WINDOW_UPDATEs.
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 16 << 20;
+const MAX_CONCURRENT_STREAMS: u32 = 1000;
+const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
+
+/// What the transport serves.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The service's name, as in `/{service}/{method}` paths.
+    pub service: String,
+    /// Methods whose client sends a stream of messages; every other method's client sends one.
+    pub client_streaming: HashSet<String>,
+    /// Longest request message accepted.
+    pub max_message_bytes: usize,
+}
+
+enum Out {
+    Message(Bytes),
+    Status(u32, String),
+}
+
+struct Shared {
+    config: Config,
+    prefix: String,
+    events: Events,
+    calls: Mutex<HashMap<u64, mpsc::UnboundedSender<Out>>>,
+    next_call: AtomicU64,
+}
+
+impl Shared {
+    /// Forgets a call the client left; the caller hears of it if it still knew the call.
+    fn cancelled(&self, call: u64) {
+        if self.calls.lock().remove(&call).is_some() {
+            self.events.push(Event::Cancel { call });
+        }
+    }
+}
+
+/// A gRPC server on one address, its calls handled by whoever takes its events.
+pub struct Transport {
+    shared: Arc<Shared>,
+    port: u16,
+    shutdown: watch::Sender<bool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Transport {
+    /// Binds `host:port` (0: any free port) and serves from now on.
+    pub fn bind(host: &str, port: u16, config: Config) -> io::Result<Transport> {
+        let listener = std::net::TcpListener::bind((host, port))?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let prefix = format!("/{}/", config.service);
+        let shared = Arc::new(Shared {
+            config,
+            prefix,
+            events: Events::new()?,
+            calls: Mutex::new(HashMap::new()),
+            next_call: AtomicU64::new(1),
+        });
+        let (shutdown, closing) = watch::channel(false);
+        let serving = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("pyrmq-grpc-{port}"))
+            .spawn(move || runtime.block_on(serve(listener, serving, closing)))?;
+        Ok(Transport {
+            shared,
+            port,
+            shutdown,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Readable while events wait to be taken.
+    pub fn fd(&self) -> RawFd {
+        self.shared.events.fd()
+    }
+
+    pub fn take_events(&self) -> Vec<Event> {
+        self.shared.events.take()
+    }
+
+    /// Sends one message of a call's answer; false if the call is over or unknown.
+    pub fn send(&self, call: u64, message: &[u8]) -> bool {
+        let framed = frame::encode(message);
+        match self.shared.calls.lock().get(&call) {
+            Some(out) => out.send(Out::Message(framed)).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Answers a call with one message and OK.
+    pub fn reply(&self, call: u64, message: &[u8]) -> bool {
+        let framed = frame::encode(message);
+        match self.shared.calls.lock().remove(&call) {
+            Some(out) => {
+                out.send(Out::Message(framed)).is_ok()
+                    && out.send(Out::Status(code::OK, String::new())).is_ok()
+            }
+            None => false,
+        }
+    }
+
+    /// Ends a call with a status.
+    pub fn finish(&self, call: u64, status: u32, message: &str) -> bool {
+        match self.shared.calls.lock().remove(&call) {
+            Some(out) => out.send(Out::Status(status, message.to_owned())).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Stops listening, gives open calls [`GRACE`] to finish, then drops every connection.
+    pub fn close(&self) {
+        let _ = self.shutdown.send(true);
+        if let Some(thread) = self.thread.lock().take() {
+            let _ = thread.join();
+        }
+        self.shared.calls.lock().clear();
+    }
+}
+
+impl Drop for Transport {
+    /// Stops the thread without waiting for it: a drop may come on a thread that holds what the
+    /// serving thread's logging needs (Python's GIL, through the binding).
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut closing: watch::Receiver<bool>,
+) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            log::error!("gRPC listener cannot be registered: {e}");
+            return;
+        }
+    };
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    let _ = socket.set_nodelay(true);
+                    connections.spawn(connection(socket, peer, Arc::clone(&shared), closing.clone()));
+                }
+                Err(e) => {
+                    // Out of descriptors, most likely: wait rather than spin.
+                    log::warn!("gRPC accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = closing.changed() => break,
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+async fn connection(
+    socket: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    mut closing: watch::Receiver<bool>,
+) {
+    // As gRPC names peers.
+    let peer = match peer {
+        SocketAddr::V4(a) => format!("ipv4:{a}"),
+        SocketAddr::V6(a) => format!("ipv6:{a}"),
+    };
+    let handshake = h2::server::Builder::new()
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .handshake::<_, Bytes>(socket);
+    let Ok(mut conn) = handshake.await else {
+        return;
+    };
+    // Calls run as tasks of this connection: they end with it.
+    let mut calls = JoinSet::new();
+    let mut shutting_down = false;
+    loop {
+        tokio::select! {
+            next = conn.accept() => match next {
+                Some(Ok((request, respond))) => {
+                    calls.spawn(call(request, respond, peer.clone(), Arc::clone(&shared)));
+                }
+                // The connection failed or the client closed it.
+                Some(Err(_)) | None => break,
+            },
+            Some(_) = calls.join_next(), if !calls.is_empty() => {}
+            _ = closing.changed(), if !shutting_down => {
+                shutting_down = true;
+                conn.graceful_shutdown();
+            }
+        }
+    }
+    // Dropped, the connection fails its streams: each call still open ends as cancelled.
+    drop(conn);
+    while calls.join_next().await.is_some() {}
+}
+
+/// One call: its request read, handed over, and its answers written as they are queued.
+async fn call(
+    request: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    peer: String,
+    shared: Arc<Shared>,
+) {
+    let (parts, mut body) = request.into_parts();
+    let Some(method) = parts.uri.path().strip_prefix(&shared.prefix) else {
+        let path = parts.uri.path();
+        let _ = trailers_only(
+            &mut respond,
+            code::UNIMPLEMENTED,
+            &format!("unknown method {path}"),
+        );
+        return;
+    };
+    let method = method.to_owned();
+    let grpc = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if !grpc {
+        let refusal = Response::builder()
+            .status(http::StatusCode::UNSUPPORTED_MEDIA_TYPE)
+            .body(())
+            .unwrap_or_default();
+        let _ = respond.send_response(refusal, true);
+        return;
+    }
+    if let Some(encoding) = parts.headers.get("grpc-encoding") {
+        if encoding.as_bytes() != b"identity" {
+            let message = format!(
+                "grpc-encoding {} is not supported",
+                String::from_utf8_lossy(encoding.as_bytes())
+            );
+            let _ = trailers_only(&mut respond, code::UNIMPLEMENTED, &message);
+            return;
+        }
+    }
+    let timeout = parts
+        .headers
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(frame::parse_timeout);
+    let metadata = metadata(&parts.headers);
+    let mut decoder = Decoder::new(shared.config.max_message_bytes);
+    let streaming = shared.config.client_streaming.contains(&method);
+    let request = if streaming {
+        None
+    } else {
+        match read_one(&mut body, &mut decoder).await {
+            Ok(Some(message)) => Some(message),
+            Ok(None) => return, // the client left before its request was whole
+            Err((status, message)) => {
+                let _ = trailers_only(&mut respond, status, &message);
+                return;
+            }
+        }
+    };
+    let (out, answers) = mpsc::unbounded_channel();
+    let id = shared.next_call.fetch_add(1, Ordering::Relaxed);
+    shared.calls.lock().insert(id, out);
+    shared.events.push(Event::Start {
+        call: id,
+        method,
+        metadata,
+        peer,
+        timeout,
+        request,
+    });
+    if streaming {
+        tokio::join!(
+            read_stream(body, decoder, id, &shared),
+            write(respond, answers, id, &shared)
+        );
+    } else {
+        drop(body);
+        write(respond, answers, id, &shared).await;
+    }
+}
+
+/// Headers a handler may read: gRPC's own and HTTP/2's are left out.
+fn metadata(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            !matches!(
+                name,
+                "content-type" | "te" | "grpc-timeout" | "grpc-encoding" | "grpc-accept-encoding"
+            )
+        })
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The one request message of a call whose client sends one; None if the client left first.
+async fn read_one(
+    body: &mut RecvStream,
+    decoder: &mut Decoder,
+) -> Result<Option<Bytes>, (u32, String)> {
+    let mut message = None;
+    while let Some(chunk) = body.data().await {
+        let Ok(chunk) = chunk else { return Ok(None) };
+        let _ = body.flow_control().release_capacity(chunk.len());
+        decoder.push(&chunk);
+        while let Some(m) = decoder.next_message().map_err(|e| e.status())? {
+            if message.replace(m).is_some() {
+                return Err((
+                    code::UNIMPLEMENTED,
+                    "more than one request message".to_owned(),
+                ));
+            }
+        }
+    }
+    if !decoder.is_empty() {
+        return Err((
+            code::INTERNAL,
+            "the request ends inside a message".to_owned(),
+        ));
+    }
+    match message {
+        Some(m) => Ok(Some(m)),
+        None => Err((code::UNIMPLEMENTED, "no request message".to_owned())),
+    }
+}
+
+async fn read_stream(mut body: RecvStream, mut decoder: Decoder, call: u64, shared: &Shared) {
+    while let Some(chunk) = body.data().await {
+        let Ok(chunk) = chunk else {
+            shared.cancelled(call);
+            return;
+        };
+        let _ = body.flow_control().release_capacity(chunk.len());
+        decoder.push(&chunk);
+        loop {
+            match decoder.next_message() {
+                Ok(Some(message)) => shared.events.push(Event::Message { call, message }),
+                Ok(None) => break,
+                Err(e) => {
+                    // Answered with the status; the caller is told the call is gone.
+                    let (status, message) = e.status();
+                    if let Some(out) = shared.calls.lock().get(&call) {
+                        let _ = out.send(Out::Status(status, message));
+                    }
+                    shared.cancelled(call);
+                    return;
+                }
+            }
+        }
+    }
+    shared.events.push(Event::HalfClose { call });
+}
+
+/// Writes a call's answers as they are queued, until its status, or until the client resets it.
+async fn write(
+    mut respond: SendResponse<Bytes>,
+    mut answers: mpsc::UnboundedReceiver<Out>,
+    call: u64,
+    shared: &Shared,
+) {
+    let mut stream: Option<SendStream<Bytes>> = None;
+    loop {
+        let next = tokio::select! {
+            next = answers.recv() => next,
+            _ = poll_fn(|cx| match stream.as_mut() {
+                Some(s) => s.poll_reset(cx),
+                None => respond.poll_reset(cx),
+            }) => None,
+        };
+        let sent = match next {
+            Some(Out::Message(framed)) => {
+                let open = match stream.as_mut() {
+                    Some(s) => Some(s),
+                    None => match respond.send_response(grpc_headers(), false) {
+                        Ok(s) => Some(stream.insert(s)),
+                        Err(_) => None,
+                    },
+                };
+                match open {
+                    Some(s) => send_data(s, framed).await,
+                    None => false,
+                }
+            }
+            Some(Out::Status(status, message)) => {
+                match stream.as_mut() {
+                    Some(s) => {
+                        let _ = s.send_trailers(status_trailers(status, &message));
+                    }
+                    None => {
+                        let _ = trailers_only(&mut respond, status, &message);
+                    }
+                }
+                return;
+            }
+            None => false,
+        };
+        if !sent {
+            shared.cancelled(call);
+            if let Some(s) = stream.as_mut() {
+                s.send_reset(h2::Reason::CANCEL);
+            }
+            return;
+        }
+    }
+}
+
+/// Sends `data` as the peer's window allows; false once the stream is gone.
+async fn send_data(stream: &mut SendStream<Bytes>, mut data: Bytes) -> bool {
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len());
+        match poll_fn(|cx| stream.poll_capacity(cx)).await {
+            Some(Ok(granted)) if granted > 0 => {
+                let chunk = data.split_to(granted.min(data.len()));
+                if stream.send_data(chunk, false).is_err() {
+                    return false;
+                }
+            }
+            Some(Ok(_)) => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn grpc_headers() -> Response<()> {
+    let mut response = Response::new(());
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    response
+}
+
+fn status_trailers(status: u32, message: &str) -> HeaderMap {
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from(status));
+    if !message.is_empty() {
+        if let Ok(value) = HeaderValue::from_str(&frame::percent_encode(message)) {
+            trailers.insert("grpc-message", value);
+        }
+    }
+    trailers
+}
+
+/// A status with no answer before it: headers and status in one HEADERS frame.
+fn trailers_only(
+    respond: &mut SendResponse<Bytes>,
+    status: u32,
+    message: &str,
+) -> Result<(), h2::Error> {
+    let mut response = grpc_headers();
+    response
+        .headers_mut()
+        .extend(status_trailers(status, message));
+    respond.send_response(response, true).map(|_| ())
+}

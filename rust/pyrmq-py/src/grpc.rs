@@ -1,0 +1,109 @@
+//! `GrpcTransport`: the broker's gRPC listener (`pyrmq-grpc`), its events as tuples for the event
+//! loop that handles the calls.
+
+use std::collections::HashSet;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+use pyo3::IntoPyObjectExt;
+use pyrmq_grpc::{Config, Event, Transport};
+
+/// What [`PyGrpcTransport::take_events`] returns, by the first item of each tuple.
+const START: u8 = 0;
+const MESSAGE: u8 = 1;
+const HALF_CLOSE: u8 = 2;
+const CANCEL: u8 = 3;
+
+#[pyclass(name = "GrpcTransport", module = "pyrmq._core", frozen)]
+pub struct PyGrpcTransport {
+    inner: Transport,
+}
+
+#[pymethods]
+impl PyGrpcTransport {
+    #[new]
+    #[pyo3(signature = (host, port, *, service, client_streaming, max_message_bytes))]
+    fn new(
+        py: Python<'_>,
+        host: &str,
+        port: u16,
+        service: String,
+        client_streaming: HashSet<String>,
+        max_message_bytes: usize,
+    ) -> PyResult<Self> {
+        let config = Config {
+            service,
+            client_streaming,
+            max_message_bytes,
+        };
+        let host = host.to_owned();
+        let inner = py.detach(move || Transport::bind(&host, port, config))?;
+        Ok(PyGrpcTransport { inner })
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.inner.port()
+    }
+
+    fn fileno(&self) -> i32 {
+        self.inner.fd()
+    }
+
+    fn take_events<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        self.inner
+            .take_events()
+            .into_iter()
+            .map(|event| event_tuple(py, event))
+            .collect()
+    }
+
+    fn send(&self, call: u64, message: &[u8]) -> bool {
+        self.inner.send(call, message)
+    }
+
+    fn reply(&self, call: u64, message: &[u8]) -> bool {
+        self.inner.reply(call, message)
+    }
+
+    fn finish(&self, call: u64, code: u32, message: &str) -> bool {
+        self.inner.finish(call, code, message)
+    }
+
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close());
+    }
+}
+
+fn event_tuple(py: Python<'_>, event: Event) -> PyResult<Bound<'_, PyTuple>> {
+    match event {
+        Event::Start {
+            call,
+            method,
+            metadata,
+            peer,
+            timeout,
+            request,
+        } => {
+            let timeout = timeout.map(|t| t.as_secs_f64());
+            let request = request.map(|r| PyBytes::new(py, &r));
+            PyTuple::new(
+                py,
+                [
+                    START.into_bound_py_any(py)?,
+                    call.into_bound_py_any(py)?,
+                    method.into_bound_py_any(py)?,
+                    metadata.into_bound_py_any(py)?,
+                    peer.into_bound_py_any(py)?,
+                    timeout.into_bound_py_any(py)?,
+                    request.into_bound_py_any(py)?,
+                ],
+            )
+        }
+        Event::Message { call, message } => {
+            (MESSAGE, call, PyBytes::new(py, &message)).into_pyobject(py)
+        }
+        Event::HalfClose { call } => (HALF_CLOSE, call).into_pyobject(py),
+        Event::Cancel { call } => (CANCEL, call).into_pyobject(py),
+    }
+}
