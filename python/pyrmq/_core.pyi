@@ -145,8 +145,8 @@ class GrpcTransport:
         timeout_s, request)`` when a call starts (``request`` None for a client-streaming
         method), ``(1, call, message)`` for each message of a client stream, ``(2, call)`` once
         that client sends no more, ``(3, call)`` when a client left a call not yet ended."""
-    def send(self, call: int, message: bytes) -> bool:
-        """Sends one message of the call's answer; False if the call is over."""
+    def send(self, call: int, messages: list[bytes]) -> bool:
+        """Sends messages of the call's answer, written together; False if the call is over."""
     def reply(self, call: int, message: bytes) -> bool:
         """Answers the call with one message and status OK; False if the call is over."""
     def finish(self, call: int, code: int, message: str) -> bool:

@@ -212,11 +212,17 @@ class NativeGrpcServer:
             await self._answer(call_id, method.handler(message, context))
 
     async def _answer(self, call_id: int, answers: AsyncIterator[Any]) -> None:
-        transport = self._transport
+        """Streams a handler's answers. Those it gives in one turn of the loop are written
+        together at the end of the turn: a receive's messages leave in one write."""
+        assert self._loop is not None
+        outbox = _Outbox(call_id, self._transport)
         try:
             async for answer in answers:
-                if not transport.send(call_id, answer.SerializeToString()):
-                    return  # the call is gone
+                if outbox.gone:
+                    return
+                if not outbox.messages:
+                    self._loop.call_soon(outbox.flush)
+                outbox.messages.append(answer.SerializeToString())
         except Exception as e:
             self._failed(call_id, e)
             return
@@ -226,11 +232,29 @@ class NativeGrpcServer:
             aclose = getattr(answers, "aclose", None)
             if aclose is not None:
                 await aclose()
-        transport.finish(call_id, _OK, "")
+        outbox.flush()
+        self._transport.finish(call_id, _OK, "")
 
     def _failed(self, call_id: int, e: Exception) -> None:
         log.exception("gRPC call %d failed", call_id, exc_info=e)
         self._transport.finish(call_id, _UNKNOWN, f"Unexpected {type(e).__name__}: {e}")
+
+
+class _Outbox:
+    """Answers of one call not yet handed to the transport."""
+
+    __slots__ = ("call_id", "gone", "messages", "transport")
+
+    def __init__(self, call_id: int, transport: GrpcTransport) -> None:
+        self.call_id = call_id
+        self.transport = transport
+        self.messages: list[bytes] = []
+        self.gone = False
+
+    def flush(self) -> None:
+        if self.messages and not self.gone:
+            self.gone = not self.transport.send(self.call_id, self.messages)
+        self.messages = []
 
 
 async def _inbound(inbox: "asyncio.Queue[bytes | None]", request: Any) -> AsyncIterator[Any]:

@@ -26,6 +26,18 @@ pub fn encode(payload: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// Messages framed one after another in one buffer, to be written together.
+pub fn encode_all<'a>(messages: impl IntoIterator<Item = &'a [u8]>) -> Bytes {
+    let mut out = BytesMut::new();
+    for payload in messages {
+        out.reserve(PREFIX_LEN + payload.len());
+        out.put_u8(0);
+        out.put_u32(payload.len() as u32);
+        out.extend_from_slice(payload);
+    }
+    out.freeze()
+}
+
 /// Why a request's bytes cannot be read as messages; each is a status for the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeError {
@@ -135,6 +147,7 @@ mod tests {
         for payload in [&b""[..], b"a", &[7u8; 300][..]] {
             wire.extend_from_slice(&encode(payload));
         }
+        assert_eq!(wire, encode_all([&b""[..], b"a", &[7u8; 300][..]]));
         for chunk in [1, 2, 5, 7, 64, wire.len()] {
             let mut decoder = Decoder::new(1 << 20);
             let mut got = Vec::new();

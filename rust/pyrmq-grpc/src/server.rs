@@ -120,9 +120,10 @@ impl Transport {
         self.shared.events.take()
     }
 
-    /// Sends one message of a call's answer; false if the call is over or unknown.
-    pub fn send(&self, call: u64, message: &[u8]) -> bool {
-        let framed = frame::encode(message);
+    /// Sends messages of a call's answer, written together; false if the call is over or
+    /// unknown.
+    pub fn send<'a>(&self, call: u64, messages: impl IntoIterator<Item = &'a [u8]>) -> bool {
+        let framed = frame::encode_all(messages);
         match self.shared.calls.lock().get(&call) {
             Some(out) => out.send(Out::Message(framed)).is_ok(),
             None => false,

@@ -147,9 +147,8 @@ async fn statuses_before_and_after_answers() {
     assert_eq!(status(&trailers), ("5", "no topic 100%25 %C3%A9"));
     let receive = call_of(b"y");
     let big = vec![9u8; 70_000];
-    for m in [&b"1"[..], b"", &big[..]] {
-        assert!(t.send(receive, m));
-    }
+    assert!(t.send(receive, [&b"1"[..], b""]));
+    assert!(t.send(receive, [&big[..]]));
     assert!(t.finish(receive, 0, ""));
     let (messages, trailers) = answer(streaming).await;
     let lens: Vec<usize> = messages.iter().map(Bytes::len).collect();
@@ -180,7 +179,7 @@ async fn a_client_stream_arrives_message_by_message() {
         .collect();
     assert_eq!(messages, [&b"one"[..], b"two"]);
     // Answered while the client still sends.
-    assert!(t.send(call, b"ack"));
+    assert!(t.send(call, [&b"ack"[..]]));
     body.send_data(frame::encode(b"three"), true).unwrap();
     let got = events(&t, 2).await;
     assert!(matches!(&got[0], Event::Message { message, .. } if &message[..] == b"three"));
@@ -206,7 +205,7 @@ async fn a_reset_call_is_cancelled_and_takes_no_more_answers() {
         matches!(got[..], [Event::Cancel { call: c }] if c == *call),
         "{got:?}"
     );
-    assert!(!t.send(*call, b"late"));
+    assert!(!t.send(*call, [&b"late"[..]]));
     // A client whose connection goes away cancels its calls too, streaming or not.
     let socket = TcpStream::connect(("127.0.0.1", t.port())).await.unwrap();
     let (mut other, conn) = h2::client::handshake(socket).await.unwrap();

@@ -58,8 +58,12 @@ impl PyGrpcTransport {
             .collect()
     }
 
-    fn send(&self, call: u64, message: &[u8]) -> bool {
-        self.inner.send(call, message)
+    /// Sends messages of the call's answer, written together.
+    // PyO3 extracts a list argument as a Vec.
+    #[allow(clippy::needless_pass_by_value)]
+    fn send(&self, call: u64, messages: Vec<Bound<'_, PyBytes>>) -> bool {
+        self.inner
+            .send(call, messages.iter().map(PyBytesMethods::as_bytes))
     }
 
     fn reply(&self, call: u64, message: &[u8]) -> bool {
