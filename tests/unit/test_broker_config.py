@@ -75,6 +75,13 @@ def test_replication_keys_load_and_a_role_needs_its_broker_id() -> None:
         BrokerConfig.from_mapping({"brokerRole": "SLAVE", "brokerId": 1, "haMasterAddress": "x"})
 
 
+def test_the_grpc_transport_is_native_unless_grpcio_is_asked_for() -> None:
+    assert BrokerConfig().grpc_transport == "native"
+    assert BrokerConfig.from_mapping({"grpcTransport": "grpcio"}).grpc_transport == "grpcio"
+    with pytest.raises(ConfigError, match="grpc_transport 'tonic' is not native or grpcio"):
+        BrokerConfig.from_mapping({"grpcTransport": "tonic"})
+
+
 def test_bad_values_are_reported_together() -> None:
     with pytest.raises(ConfigError) as err:
         BrokerConfig.from_mapping({"listenPort": "port", "autoCreateTopicEnable": "maybe"})
