@@ -157,6 +157,27 @@ def test_a_scrape_shows_the_traffic_with_rocketmq_names_and_labels(tmp_path: Pat
         assert (_value(samples, reserve, **storage) or -1) >= 0
         # The process's own series come with it.
         assert (_value(samples, "process_resident_memory_bytes") or 0) > 0
+        # Remoting requests by code, as RocketMQ names them; a pull answered after it was
+        # held for long polling is one of its own.
+        rpcs = {
+            (s.labels["request_code"], s.labels["response_code"], s.labels["is_long_polling"]): s
+            for s in samples
+            if s.name == "rocketmq_rpc_latency_milliseconds_count"
+        }
+        assert {s.labels["protocol_type"] for s in rpcs.values()} == {"remoting"}
+        sends = sum(
+            s.value
+            for (req, resp, _), s in rpcs.items()
+            if req.startswith("send_message") and resp == "success"
+        )
+        assert sends >= 4
+        assert rpcs["pull_message", "success", "true"].value >= 1
+        assert rpcs["heart_beat", "success", "false"].value >= 1
+        assert (
+            _value(samples, "rocketmq_rpc_latency_milliseconds_bucket", request_code="heart_beat",
+                   le="+Inf")
+            == rpcs["heart_beat", "success", "false"].value
+        )  # fmt: skip
         asked = ("rocketmq_messages_in_total", "rocketmq_topic_number", "process_cpu_seconds_total")
         filtered = _scrape(metrics, *asked)
         assert {s.name for s in filtered} == set(asked)

@@ -103,6 +103,7 @@ class BrokerController:
         self._metrics_endpoint: MetricsEndpoint | None = None
         if config.metrics_exporter_type == "PROM":
             self.metrics = BrokerMetrics(self)
+            self.server.rpc_observer = self.metrics.rpc
         self.pulls = PullProcessor(self)
         self.recalls = RecallProcessor(self)
         self.clients.on_consumer_left.append(self.pulls.client_left)

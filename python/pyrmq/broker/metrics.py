@@ -12,8 +12,11 @@ them in slices, so that a large broker's scrape does not hold it for long.
 """
 
 import asyncio
+import bisect
 import concurrent.futures
 import dataclasses
+import enum
+import itertools
 import logging
 import shutil
 import threading
@@ -38,7 +41,7 @@ from prometheus_client.registry import Collector
 
 from pyrmq.errors import ConfigError
 from pyrmq.proxy.proto import messaging_pb2 as pb
-from pyrmq.remoting.protocol import version_desc
+from pyrmq.remoting.protocol import RequestCode, ResponseCode, version_desc
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -60,6 +63,8 @@ EXPORTER_TYPES = ("DISABLE", "OTLP_GRPC", "PROM", "LOG")
 
 MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1 << 20, 2 << 20, 4 << 20)
 """RocketMQ's bounds of ``rocketmq_message_size``, in bytes."""
+RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
+"""RocketMQ's bounds of ``rocketmq_rpc_latency``, in milliseconds."""
 
 # RocketMQ's system topics, which series mark with is_system="true", as groups whose name
 # starts with CID_RMQ_SYS_ (in any case).
@@ -189,6 +194,9 @@ class BrokerMetrics(Collector):
         self._delivered: dict[tuple[str, str], list[int]] = {}
         self._dead: dict[tuple[str, str], int] = {}
         self._ended: dict[tuple[str, bool], int] = {}
+        # Per (request code, response code, held for long polling): bucket counts, then the
+        # sum of the latencies in ms.
+        self._rpcs: dict[tuple[int, int, bool], list[float]] = {}
         # RocketMQ's pull offsets: where each group's next pull of each queue starts.
         self._pulled: dict[tuple[str, str], dict[int, int]] = {}
         self._full: set[str] = set()
@@ -243,6 +251,20 @@ class BrokerMetrics(Collector):
             entry = self._delivered[key] = [0, 0]
         entry[0] += messages
         entry[1] += nbytes
+
+    def rpc(self, request_code: int, response_code: int, elapsed_ns: int, held: bool) -> None:
+        """A remoting request was answered ``elapsed_ns`` after it arrived."""
+        key = (request_code, response_code, held)
+        entry = self._rpcs.get(key)
+        if entry is None:
+            if not self._room(self._rpcs, key, "rocketmq_rpc_latency"):
+                return
+            entry = self._rpcs[key] = [0.0] * (len(RPC_LATENCY_BUCKETS_MS) + 2)
+        # As RocketMQ, whole milliseconds.
+        ms = elapsed_ns // 1_000_000
+        bucket = bisect.bisect_left(RPC_LATENCY_BUCKETS_MS, ms)
+        entry[bucket] += 1
+        entry[-1] += ms
 
     def pulled(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
         """A pull of ``group`` was answered: its next pull of the queue starts at
@@ -317,7 +339,13 @@ class BrokerMetrics(Collector):
         """Every family, read from the broker now; runs on its loop, giving it back between
         slices of a long collection."""
         out: list[Metric] = []
-        for part in (self._traffic, self._transactions, self._counts, self._connections):
+        for part in (
+            self._traffic,
+            self._transactions,
+            self._counts,
+            self._connections,
+            self._rpc_latency,
+        ):
             out.extend(part())
         out.extend(await self._consumption())
         if not self._closed:
@@ -387,6 +415,31 @@ class BrokerMetrics(Collector):
         for (topic, group), count in self._dead.items():
             dead.add_metric([*common, topic, group, _system(topic, group)], count)
         return (messages_in, throughput_in, sizes, messages_out, throughput_out, dead)
+
+    def _rpc_latency(self) -> Iterable[Metric]:
+        family = HistogramMetricFamily(
+            "rocketmq_rpc_latency_milliseconds",
+            "Rpc latency",
+            labels=[
+                *self.labels,
+                "protocol_type",
+                "request_code",
+                "response_code",
+                "is_long_polling",
+                "result",
+            ],
+        )
+        common = list(self.labels.values())
+        bounds = [*(str(float(b)) for b in RPC_LATENCY_BUCKETS_MS), "+Inf"]
+        for (request, response, held), entry in self._rpcs.items():
+            counts = list(itertools.accumulate(entry[:-1]))
+            family.add_metric(
+                [*common, "remoting", _code_name(RequestCode, request),
+                 _code_name(ResponseCode, response), _flag(held), "success"],
+                list(zip(bounds, counts, strict=True)),
+                entry[-1],
+            )  # fmt: skip
+        yield family
 
     def _transactions(self) -> Iterable[Metric]:
         common = list(self.labels.values())
@@ -609,6 +662,14 @@ _GRPC_LANGUAGES = (
     "language_unspecified", "java", "cpp", "dot_net", "golang", "rust", "python", "php",
     "node_js", "ruby", "objective_c", "dart", "kotlin",
 )  # fmt: skip
+
+
+def _code_name(codes: type[enum.IntEnum], code: int) -> str:
+    """A request or response code as RocketMQ's label spells it: its name in lower case."""
+    try:
+        return codes(code).name.lower()
+    except ValueError:
+        return str(code)
 
 
 def _waited(now_ms: int, since_ms: int) -> int:

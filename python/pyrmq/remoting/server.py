@@ -25,6 +25,7 @@ import itertools
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, cast
 
@@ -67,6 +68,9 @@ class InlineHandler(Protocol):
 AccessCheck = Callable[["Connection", RemotingCommand], RemotingCommand | None]
 """``check(conn, request)``: None if the request may be served, else the answer refusing it."""
 
+RpcObserver = Callable[[int, int, int, bool], None]
+"""``observe(request_code, response_code, elapsed_ns, long_polling)``: a request answered."""
+
 
 class Connection(asyncio.Protocol):
     """One client connection: frame decoding, request dispatch, outbound requests."""
@@ -86,6 +90,9 @@ class Connection(asyncio.Protocol):
         self._writing_paused = False
         # Requests decoded but not yet served while answers wait to drain.
         self._backlog: list[RemotingCommand] = []
+        # With an RPC observer: [arrival ns, request code, held for long polling] by opaque,
+        # until the answer goes out.
+        self._timing: dict[int, list[Any]] | None = None if server.rpc_observer is None else {}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport).
@@ -120,6 +127,7 @@ class Connection(asyncio.Protocol):
     def _dispatch(self, commands: list[RemotingCommand]) -> None:
         inline = self._server.inline_handlers
         check = self._server.access_check
+        timing = self._timing
         for i, cmd in enumerate(commands):
             if self._writing_paused:
                 self._backlog = commands[i:]
@@ -129,6 +137,8 @@ class Connection(asyncio.Protocol):
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
                 continue
+            if timing is not None and not cmd.is_oneway:
+                timing[cmd.opaque] = [time.monotonic_ns(), cmd.code, False]
             if check is not None:
                 refused = check(self, cmd)
                 if refused is not None:
@@ -244,8 +254,15 @@ class Connection(asyncio.Protocol):
             request, ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}"
         )
 
+    def held(self, request: RemotingCommand) -> None:
+        """Marks ``request`` as held for long polling, as the RPC observer reports it."""
+        if self._timing is not None and (entry := self._timing.get(request.opaque)) is not None:
+            entry[2] = True
+
     def send(self, cmd: RemotingCommand) -> None:
         """Writes one frame; dropped silently if the connection is gone."""
+        if self._timing is not None and cmd.is_response:
+            self._observe(cmd)
         if self._transport is None or self._transport.is_closing():
             return
         try:
@@ -262,6 +279,13 @@ class Connection(asyncio.Protocol):
                 )
             )
         self._transport.write(frame)
+
+    def _observe(self, response: RemotingCommand) -> None:
+        observe = self._server.rpc_observer
+        entry = None if self._timing is None else self._timing.pop(response.opaque, None)
+        if entry is not None and observe is not None:
+            started, code, held = entry
+            observe(code, response.code, time.monotonic_ns() - started, held)
 
     async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Sends a request to the client and waits for its answer; fails at once on a
@@ -307,6 +331,8 @@ class RemotingServer:
         self.on_disconnect: list[Callable[[Connection], None]] = []
         self.access_check: AccessCheck | None = None
         """Runs before every request is served; a refusal it returns is the answer."""
+        self.rpc_observer: RpcObserver | None = None
+        """Told of every answered request; set before the server starts."""
         self._server: asyncio.Server | None = None
         self._listener: FirstByteListener | None = None
 

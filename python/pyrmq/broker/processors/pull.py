@@ -317,6 +317,7 @@ class PullProcessor:
         client_id: str | None,
     ) -> None:
         key = (header.consumer_group, header.topic, header.queue_id)
+        conn.held(request)
 
         def answer() -> None:
             if client_id is not None:
