@@ -169,5 +169,7 @@ class SendError(ClientError):
 
 
 class RequestTimeoutError(ClientError, TimeoutError):
-    """A request (``Producer.request``) was sent, but no reply came back in time (RocketMQ's
-    RequestTimeoutException)."""
+    """A request (``Producer.request``) got no reply within its timeout, which bounds the
+    route lookup and the send as well as the wait (RocketMQ's RequestTimeoutException); the
+    message says whether the request was sent. ``__cause__`` is the send's failure when the
+    time ran out while sending."""

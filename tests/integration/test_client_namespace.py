@@ -19,6 +19,7 @@ from pyrmq.client.lite_pull import LitePullConsumer
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.client.request import create_reply_message
 from pyrmq.client.transaction import TransactionProducer, TransactionState
 from pyrmq.errors import BrokerError, ConfigError
 
@@ -174,3 +175,52 @@ def test_a_lite_pull_consumer_and_a_transaction_checker_see_names_without_it(
 
         helpers.run(main, timeout_s=60)
         assert checked[0] == TOPIC
+
+
+def test_replies_in_a_namespace_go_to_the_cluster_reply_topic(tmp_path: Path) -> None:
+    """Requester, replier and the replier's consumer all in the namespace: the request goes to
+    ``ns%Topic``, and its reply, sent through the topic's route or to a queue the replier
+    names, to the cluster's reply topic, which no namespace owns."""
+    reply_topic = "DefaultCluster_REPLY_TOPIC"
+    with serving(tmp_path) as server:
+        namesrv, broker = server.addresses()[:2]
+        create_topic(broker, f"{NS}%RpcNs", 1)
+        sent: list[MessageQueue | None] = []
+
+        async def main() -> None:
+            replier = Producer(
+                "PG_NS_REPLIER",
+                client_config=fast_config(namesrv, namespace=NS, instance_name="ns-replier"),
+            )
+
+            async def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+                for msg in msgs:
+                    reply = create_reply_message(msg, b"re:" + msg.body)
+                    named = MessageQueue(reply.topic, "broker-a", 0)
+                    queue = named if msg.body == b"to a queue" else None
+                    sent.append((await replier.send(reply, queue=queue)).message_queue)
+                return ConsumeStatus.CONSUME_SUCCESS
+
+            consumer = PushConsumer(
+                "GID_NS_REPLIER",
+                client_config=fast_config(namesrv, namespace=NS, instance_name="ns-replier-c"),
+                consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            )
+            consumer.subscribe("RpcNs", "*", listener)
+            config = fast_config(namesrv, namespace=NS, instance_name="ns-requester")
+            async with (
+                replier,
+                consumer,
+                Producer("PG_NS_REQUESTER", client_config=config) as requester,
+            ):
+                queues = await replier.fetch_publish_queues(reply_topic)
+                assert queues == [MessageQueue(reply_topic, "broker-a", 0)]
+                for body in (b"by route", b"to a queue"):
+                    reply = await requester.request(Message("RpcNs", body), timeout_s=15)
+                    assert (reply.topic, reply.body) == (reply_topic, b"re:" + body)
+            assert sent == [MessageQueue(reply_topic, "broker-a", 0)] * 2
+
+        helpers.run(main, timeout_s=60)
+        assert _stored(broker, reply_topic) == [b"re:by route", b"re:to a queue"]
+        assert _stored(broker, f"{NS}%{reply_topic}") == []
+        assert _stored(broker, f"{NS}%RpcNs") == [b"by route", b"to a queue"]

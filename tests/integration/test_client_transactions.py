@@ -21,6 +21,7 @@ from pyrmq.client import TransactionMQProducer, TransactionStatus
 from pyrmq.client.aio import (
     Message,
     MessageExt,
+    Producer,
     TransactionProducer,
     TransactionState,
 )
@@ -174,15 +175,21 @@ def test_a_half_is_ended_by_another_producer_of_its_group(server: ServerProcess)
             # The other half is the handle's, which the test ends itself.
             return TransactionState.COMMIT if half.keys == "o" else TransactionState.UNKNOWN
 
-        # Heartbeats 30 s apart: only the introduction at start lets the broker ask it.
+        # Heartbeats 30 s apart, and the instance's first round (1 s after it started, while it
+        # knew no broker) past: only the introduction at start lets the broker ask it.
         config = fast_config(namesrv, instance_name="b", heartbeat_broker_interval_s=30.0)
-        async with TransactionProducer("PG_TXH", checker=checker, client_config=config) as second:
-            await eventually(lambda: "o" in asked, 20, "the orphan checked")
-            await second.end(handle, TransactionState.COMMIT)
-            deadline = asyncio.get_running_loop().time() + 10
-            while len(await _delivered(broker, "TopicTxHandOver")) < 2:
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.1)
+        async with Producer("PG_TXH_PLAIN", client_config=config) as plain:
+            await asyncio.sleep(1.5)
+            async with TransactionProducer(
+                "PG_TXH", checker=checker, client_config=config
+            ) as second:
+                assert second.instance is plain.instance
+                await eventually(lambda: "o" in asked, 20, "the orphan checked")
+                await second.end(handle, TransactionState.COMMIT)
+                deadline = asyncio.get_running_loop().time() + 10
+                while len(await _delivered(broker, "TopicTxHandOver")) < 2:
+                    assert asyncio.get_running_loop().time() < deadline
+                    await asyncio.sleep(0.1)
         msgs = await _delivered(broker, "TopicTxHandOver")
         assert {m.body: m.id for m in msgs} == {
             b"ended elsewhere": ended.msg_id,

@@ -13,20 +13,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.compat.servers import ServerProcess, create_topic, serving
 from tests.helpers import eventually, fast_config, pull_head, remoting_call, run, send_raw
+from tests.integration.client_cluster import client_cluster
 
 from pyrmq.client.api import ClientAPI
 from pyrmq.client.consume_service import ConsumeContext, ConsumeStatus
+from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
-from pyrmq.client.request import create_reply_message
-from pyrmq.errors import BrokerError, ClientStateError, RequestTimeoutError, SendError
+from pyrmq.client.request import create_reply_message, get_reply_to_client
+from pyrmq.errors import (
+    BrokerError,
+    ClientStateError,
+    MessageIllegalError,
+    RequestTimeoutError,
+    SendError,
+)
 from pyrmq.properties import (
     CLUSTER,
     CORRELATION_ID,
@@ -43,7 +55,7 @@ from pyrmq.remoting.headers import (
     ReplyMessageRequestHeader,
     SendMessageRequestHeader,
 )
-from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.protocol import SYSFLAG_COMPRESSED, RequestCode, ResponseCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -89,15 +101,21 @@ async def _replying(
     topic: str,
     name: str,
     answer: Callable[[MessageExt], bytes] = lambda m: b"re:" + m.body,
+    **replier_options: Any,
 ) -> AsyncIterator[list[MessageExt]]:
     """A push consumer of ``topic`` whose listener replies to each request with ``answer``
-    through its own producer; yields the requests it got."""
+    through its own producer (made with ``replier_options``); yields the messages it got.
+    A plain message (no requester) gets no reply."""
     got: list[MessageExt] = []
-    replier = Producer(f"PG_{name}", client_config=fast_config(namesrv, instance_name=name))
+    replier = Producer(
+        f"PG_{name}", client_config=fast_config(namesrv, instance_name=name), **replier_options
+    )
 
     async def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
         for msg in msgs:
             got.append(msg)
+            if get_reply_to_client(msg) is None:
+                continue
             result = await replier.send(create_reply_message(msg, answer(msg)))
             assert result.status is SendStatus.OK
         return ConsumeStatus.CONSUME_SUCCESS
@@ -168,7 +186,7 @@ def test_a_request_gets_the_reply_its_consumer_sends(server: ServerProcess) -> N
 
 
 def test_a_request_nobody_answers_times_out_and_leaves_nothing_waiting(
-    server: ServerProcess,
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     namesrv, broker = _topic(server, "RpcNobody", 1)
 
@@ -182,12 +200,20 @@ def test_a_request_nobody_answers_times_out_and_leaves_nothing_waiting(
             assert 0.5 <= time.monotonic() - started < 3.0
             assert len(waiting) == 0
 
-            # A reply that comes once nobody waits is taken (the replier hears SUCCESS) and
-            # dropped.
+            # A reply that comes once nobody waits is taken (the replier hears SUCCESS once the
+            # requester took the push) and dropped.
             [request] = (await pull_head(broker, BROKER_NAME, "RpcNobody", 0)).messages
+            correlation_id = request.properties[CORRELATION_ID]
             async with Producer("PG_LATE", client_config=fast_config(namesrv)) as late:
                 result = await late.send(create_reply_message(request, b"too late"))
             assert result.status is SendStatus.OK
+            dropped = [
+                r.getMessage()
+                for r in caplog.records
+                if "matches no waiting request" in r.getMessage()
+            ]
+            assert len(dropped) == 1
+            assert f"correlation_id={correlation_id} " in dropped[0]
             assert len(waiting) == 0
 
             # Shutting down fails the requests still waiting at once.
@@ -201,6 +227,171 @@ def test_a_request_nobody_answers_times_out_and_leaves_nothing_waiting(
                 await pending
             assert time.monotonic() - started < 5.0
             assert len(waiting) == 0
+
+    with caplog.at_level(logging.WARNING, "pyrmq.client.instance"):
+        run(scenario)
+
+
+def test_a_request_to_a_chosen_queue_is_answered(server: ServerProcess) -> None:
+    namesrv, _ = _topic(server, "RpcQueue", 2)
+
+    async def scenario() -> None:
+        config = fast_config(namesrv, instance_name="queue-requester")
+        async with (
+            _replying(namesrv, "RpcQueue", "queue") as got,
+            Producer("PG_QUEUE_REQUESTER", client_config=config) as requester,
+        ):
+            for queue_id in (1, 0):
+                mq = MessageQueue("RpcQueue", BROKER_NAME, queue_id)
+                body = f"to {queue_id}".encode()
+                reply = await requester.request(Message("RpcQueue", body), timeout_s=15, queue=mq)
+                assert reply.body == b"re:" + body
+                assert (got[-1].body, got[-1].queue_id) == (body, queue_id)
+            with pytest.raises(MessageIllegalError, match="is not the queue's"):
+                await requester.request(Message("RpcOther", b"x"), timeout_s=15, queue=mq)
+            assert len(requester.instance.requests) == 0
+
+    run(scenario)
+
+
+def test_a_compressed_reply_arrives_inflated(server: ServerProcess) -> None:
+    namesrv, broker = _topic(server, "RpcZip", 1)
+    body = bytes(range(256)) * 64
+
+    async def scenario() -> None:
+        stored_before = await _reply_offset(broker)
+        config = fast_config(namesrv, instance_name="zip-requester")
+        async with (
+            _replying(namesrv, "RpcZip", "zip", lambda m: body, compress_over=1024),
+            Producer("PG_ZIP_REQUESTER", client_config=config) as requester,
+        ):
+            reply = await requester.request(Message("RpcZip", b"big?"), timeout_s=15)
+        assert reply.sys_flag & SYSFLAG_COMPRESSED
+        assert reply.body == body
+        [stored] = await _stored_replies(broker, stored_before)
+        assert stored.body == body
+
+    run(scenario)
+
+
+def test_requesters_are_found_for_replies_with_rocketmqs_heartbeat_interval(
+    server: ServerProcess,
+) -> None:
+    """The broker finds a requester by its producer heartbeats, 30 s apart by default. A
+    producer that sent to a topic (so that its route is known) and then requests on it is
+    answered, whether it sends at once or once the instance's first heartbeat round is past."""
+    namesrv, _ = _topic(server, "RpcBeats", 1)
+
+    async def scenario() -> None:
+        async with _replying(namesrv, "RpcBeats", "beats"):
+            for name, pause_s in (("beats-now", 0.0), ("beats-later", 1.5)):
+                config = ClientConfig(namesrv_addr=namesrv, instance_name=name)
+                async with Producer(f"PG_{name}", client_config=config) as requester:
+                    await asyncio.sleep(pause_s)
+                    await requester.send(Message("RpcBeats", b"plain"))
+                    started = time.monotonic()
+                    reply = await requester.request(Message("RpcBeats", b"q"), timeout_s=10)
+                    assert reply.body == b"re:q"
+                    assert time.monotonic() - started < 5
+
+    run(scenario)
+
+
+def test_a_producer_joining_a_running_instance_is_known_for_replies_at_once(
+    server: ServerProcess,
+) -> None:
+    """A producer added to a client instance whose consumer already subscribes the topic (its
+    route known, its heartbeats naming no producer) introduces itself when it starts."""
+    namesrv, broker = _topic(server, "RpcJoin", 1)
+
+    async def scenario() -> None:
+        config = ClientConfig(namesrv_addr=namesrv, instance_name="joined")
+        consumer = PushConsumer("CG_JOINED", client_config=config)
+        consumer.subscribe("RpcJoin", "*", lambda msgs, ctx: ConsumeStatus.CONSUME_SUCCESS)
+        async with _replying(namesrv, "RpcJoin", "join"), consumer:
+            await asyncio.sleep(1.5)  # past the instance's first heartbeat round
+            async with Producer("PG_JOINED", client_config=config) as requester:
+                assert requester.instance is consumer.instance
+                # Known before any request: the broker pushes it a reply nobody asked for.
+                ext = _reply_ext(**{REPLY_TO_CLIENT: requester.instance.client_id})
+                raw = RemotingClient()
+                try:
+                    command = RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE_V2, ext, b"?")
+                    pushed = await raw.invoke(broker, command, 15.0)
+                finally:
+                    await raw.close()
+                assert pushed.code == ResponseCode.SUCCESS, pushed.remark
+
+                reply = await requester.request(Message("RpcJoin", b"joined"), timeout_s=10)
+                assert reply.body == b"re:joined"
+
+    run(scenario)
+
+
+def test_a_request_timeout_bounds_its_route_lookup_and_heartbeat(server: ServerProcess) -> None:
+    """Before its send, a request looks its topic's route up and heartbeats the brokers it may
+    go to; a name server or a broker that takes connections and never answers holds that up,
+    and the request's timeout still ends it."""
+    namesrv, _ = _topic(server, "RpcHung", 1)
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    hung_addr = f"127.0.0.1:{hung.getsockname()[1]}"
+
+    async def timed_out(requester: Producer) -> None:
+        started = time.monotonic()
+        with pytest.raises(RequestTimeoutError, match="before its send completed"):
+            await requester.request(Message("RpcHung", b"anyone?"), timeout_s=0.5)
+        assert time.monotonic() - started < 1.5
+        assert len(requester.instance.requests) == 0
+
+    async def scenario() -> None:
+        config = fast_config(hung_addr, instance_name="hung-namesrv")
+        async with Producer("PG_HUNG_NAMESRV", client_config=config) as requester:
+            await timed_out(requester)
+
+        config = fast_config(namesrv, instance_name="hung-broker")
+        async with Producer("PG_HUNG_BROKER", client_config=config) as requester:
+            # The route known, and the broker's address then hung, before any heartbeat.
+            await requester.fetch_publish_queues("RpcHung")
+            addrs = requester.instance.broker_addrs
+            real = addrs[BROKER_NAME]
+            addrs[BROKER_NAME] = {0: hung_addr}
+            try:
+                await timed_out(requester)
+            finally:
+                addrs[BROKER_NAME] = real
+
+    try:
+        run(scenario)
+    finally:
+        hung.close()
+
+
+def test_a_refused_reply_is_tried_once_on_each_other_broker(tmp_path: Path) -> None:
+    """A reply to a requester no broker knows is refused (SYSTEM_ERROR) by each broker, which
+    stores it all the same: it moves to another broker, never back to one that refused it."""
+    request = Message(
+        "AnyTopic",
+        b"q",
+        properties={
+            CLUSTER: "DefaultCluster",
+            CORRELATION_ID: "c-gone",
+            REPLY_TO_CLIENT: "10.9.9.9@gone",
+            TTL: "3000",
+        },
+    )
+
+    async def scenario() -> None:
+        async with client_cluster(tmp_path, brokers=2) as c:
+            config = fast_config(c.namesrv_addr, instance_name="refused")
+            async with Producer("PG_REFUSED", client_config=config) as replier:
+                with pytest.raises(SendError, match=r"after 2 attempt\(s\)") as refused:
+                    await replier.send(create_reply_message(request, b"nobody home"))
+            cause = refused.value.__cause__
+            assert isinstance(cause, BrokerError)
+            assert cause.code == ResponseCode.SYSTEM_ERROR
+            assert [len(c.stored(REPLY_TOPIC, brokers=[b])) for b in (0, 1)] == [1, 1]
 
     run(scenario)
 

@@ -4,6 +4,8 @@ with, and the broker's reply topic and setting."""
 
 import asyncio
 import json
+import math
+import time
 import zlib
 from pathlib import Path
 
@@ -12,14 +14,23 @@ import pytest
 from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.state.topics import TopicTable
+from pyrmq.client import aio
 from pyrmq.client.api import ClientAPI, SendRequest
+from pyrmq.client.instance import ClientConfig, ClientInstance
 from pyrmq.client.message import Message, MessageQueue
-from pyrmq.client.request import ReplyMessage, RequestTable, create_reply_message
+from pyrmq.client.producer import Producer
+from pyrmq.client.request import (
+    ReplyMessage,
+    RequestTable,
+    create_reply_message,
+    get_reply_to_client,
+)
 from pyrmq.errors import ClientStateError, HeaderError, MessageIllegalError
 from pyrmq.properties import ARRIVE_TIME, encode_properties
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.headers import ReplyMessageRequestHeader
 from pyrmq.remoting.protocol import RequestCode
+from pyrmq.remoting.server import Connection, RemotingServer
 
 REQUEST_PROPS = {
     "CLUSTER": "ClusterA",
@@ -40,6 +51,15 @@ def test_a_reply_goes_to_the_cluster_reply_topic_with_the_request_names() -> Non
         "REPLY_TO_CLIENT": "10.0.0.2@7",
         "TTL": "3000",
     }
+
+
+def test_a_replier_reads_who_asked() -> None:
+    request = Message("Orders", b"q", properties=REQUEST_PROPS)
+
+    assert aio.get_reply_to_client is get_reply_to_client
+    assert get_reply_to_client(request) == "10.0.0.2@7"
+    assert get_reply_to_client(create_reply_message(request, b"a")) == "10.0.0.2@7"
+    assert get_reply_to_client(Message("Orders", b"a plain message")) is None
 
 
 def test_a_message_that_did_not_come_through_a_broker_cannot_be_replied_to() -> None:
@@ -163,10 +183,50 @@ def test_store_reply_message_enable_is_rocketmqs_setting() -> None:
 
 def test_a_requester_is_found_by_its_client_id_among_producers() -> None:
     clients = ClientTable()
-    conn = object()
+    conn = Connection(RemotingServer())
     clients.register_producer("PG", "10.0.0.2@7", conn, 0)
 
     assert clients.producer_connection("10.0.0.2@7") is conn
     assert clients.producer_connection("10.0.0.2@8") is None
     clients.drop_connection(conn)
     assert clients.producer_connection("10.0.0.2@7") is None
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1.0, math.inf, -math.inf, math.nan])
+def test_a_request_needs_a_finite_positive_timeout(timeout_s: float) -> None:
+    msg = Message("Orders", b"q")
+
+    with pytest.raises(ValueError, match="timeout"):
+        asyncio.run(Producer("PG").request(msg, timeout_s=timeout_s))
+    with pytest.raises(ValueError, match="timeout"):
+        asyncio.run(Producer("PG").request_orderly(msg, 1, timeout_s=timeout_s))
+    assert msg.properties == {}
+
+
+def test_the_first_heartbeat_round_comes_a_second_after_the_instance_starts() -> None:
+    """Brokers find a requester by its heartbeats: with RocketMQ's 30 s interval, the first
+    round still comes about 1 s after start (MQClientInstance's initial delay)."""
+
+    async def scenario() -> None:
+        config = ClientConfig(namesrv_addr="127.0.0.1:1")
+        assert config.heartbeat_broker_interval_s == 30.0
+        inst = ClientInstance(config, "127.0.0.1@heartbeat-schedule")
+        beats: list[float] = []
+
+        async def heartbeat_all() -> None:
+            beats.append(time.monotonic())
+
+        inst.heartbeat_all = heartbeat_all  # type: ignore[method-assign]
+        started = time.monotonic()
+        inst.start()
+        try:
+            for _ in range(40):
+                if beats:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await inst.release()
+        assert len(beats) == 1
+        assert 0.5 <= beats[0] - started <= 1.5
+
+    asyncio.run(scenario())

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pyrmq import _core
+from pyrmq.remoting.server import Connection
 
 __all__ = ["ClientTable", "ConsumerInfo", "Subscription", "parse_heartbeat"]
 
@@ -221,14 +222,14 @@ class ClientTable:
         self._drop_empty_groups()
         return changed
 
-    def producer_connection(self, client_id: str) -> object | None:
-        """The connection of the producer ``client_id`` (from any group), as its heartbeats
-        last came over it; None for a client no producer group knows. Replies to a request
-        go back over it."""
+    def producer_connection(self, client_id: str) -> Connection | None:
+        """The remoting connection of the producer ``client_id`` (from any group), as its
+        heartbeats last came over it; None for a client no producer group knows. Replies to a
+        request are pushed over it."""
         for producers in self.producers.values():
             entry = producers.get(client_id)
-            if entry is not None:
-                return entry[0]
+            if entry is not None and isinstance(entry.connection, Connection):
+                return entry.connection
         return None
 
     def consumer_ids(self, group: str) -> list[str]:

@@ -65,7 +65,8 @@ reply a consumer of it sends back with any producer:
 
 >>> async def replier(msgs, context):  # doctest: +SKIP
 ...     for msg in msgs:
-...         await producer.send(create_reply_message(msg, b"pong"))
+...         if get_reply_to_client(msg) is not None:  # a request, not a plain message
+...             await producer.send(create_reply_message(msg, b"pong"))
 >>> reply = await requester.request(Message("Pings", b"ping"), timeout_s=3)  # doctest: +SKIP
 >>> reply.body  # doctest: +SKIP
 b'pong'
@@ -83,7 +84,7 @@ from pyrmq.client.lite_pull import LitePullConsumer
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer, select_by_hash
 from pyrmq.client.push_consumer import PushConsumer
-from pyrmq.client.request import ReplyMessage, create_reply_message
+from pyrmq.client.request import ReplyMessage, create_reply_message, get_reply_to_client
 from pyrmq.client.transaction import (
     HalfMessage,
     TransactionProducer,
@@ -114,5 +115,6 @@ __all__ = [
     "allocate_averagely",
     "allocate_averagely_by_circle",
     "create_reply_message",
+    "get_reply_to_client",
     "select_by_hash",
 ]

@@ -2,9 +2,9 @@
 
 One instance per (event loop, client id) holds the connections, the topic routes and the
 broker addresses, and runs the periodic work: route refresh from the name servers (30 s),
-heartbeats to every broker (30 s), rebalance (20 s, and at once when a broker says the group
-changed) and offset persistence (5 s). It answers the requests brokers send to clients and
-takes the replies they push to its producers' requests.
+heartbeats to every broker (1 s after start, then every 30 s), rebalance (20 s, and at once
+when a broker says the group changed) and offset persistence (5 s). It answers the requests
+brokers send to clients and takes the replies they push to its producers' requests.
 """
 
 import asyncio
@@ -17,7 +17,7 @@ import os
 import socket
 import ssl
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, Self
 
@@ -40,6 +40,9 @@ __all__ = ["ClientConfig", "ClientInstance", "ClientLifecycle", "ConsumerMember"
 log = logging.getLogger(__name__)
 
 DEFAULT_TOPIC = "TBW102"
+FIRST_HEARTBEAT_S = 1.0
+"""The first heartbeat round comes this long after start, not a whole interval (RocketMQ's
+MQClientInstance): a broker finds a requester for its replies only by its heartbeats."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -146,6 +149,8 @@ class ClientInstance:
         self._unchecked: set[str] = set()
         self.requests = RequestTable()
         """The producers' requests waiting for replies (:meth:`Producer.request`)."""
+        # Brokers whose last heartbeat from here named producers: they push replies here.
+        self._producers_known_at: set[str] = set()
         handlers: dict[int, ServerRequestHandler] = {
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
@@ -190,6 +195,7 @@ class ClientInstance:
                 await task
         self._tasks.clear()
         self._started = False
+        self._producers_known_at.clear()
         await self.remoting.close()
 
     def start(self) -> None:
@@ -199,17 +205,32 @@ class ClientInstance:
         c = self.config
         self._tasks = [
             self._every(c.poll_name_server_interval_s, self.refresh_routes, "route refresh"),
-            self._every(c.heartbeat_broker_interval_s, self.heartbeat_all, "heartbeat"),
+            self._every(
+                c.heartbeat_broker_interval_s,
+                self.heartbeat_all,
+                "heartbeat",
+                first_s=min(FIRST_HEARTBEAT_S, c.heartbeat_broker_interval_s),
+            ),
             self._every(c.persist_consumer_offset_interval_s, self._persist_all, "offsets"),
             asyncio.get_running_loop().create_task(self._rebalance_loop()),
         ]
 
     def _every(
-        self, interval_s: float, job: Callable[[], Coroutine[Any, Any, None]], what: str
+        self,
+        interval_s: float,
+        job: Callable[[], Coroutine[Any, Any, None]],
+        what: str,
+        *,
+        first_s: float | None = None,
     ) -> asyncio.Task[None]:
+        """Runs ``job`` every ``interval_s``, the first time ``first_s`` (default
+        ``interval_s``) after now."""
+
         async def loop() -> None:
+            delay_s = interval_s if first_s is None else first_s
             while True:
-                await asyncio.sleep(interval_s)
+                await asyncio.sleep(delay_s)
+                delay_s = interval_s
                 try:
                     await job()
                 except PyrmqError as e:
@@ -354,23 +375,47 @@ class ClientInstance:
                 log.debug("unregister from %s failed: %s", addr, result)
             elif isinstance(result, BaseException):
                 raise result
+        if producer_group is not None and not self.producers:
+            self._producers_known_at.clear()
 
     async def heartbeat_all(self) -> None:
         """Sends a heartbeat to every known broker (producer-only clients: masters only)."""
         if not self.producers and not self.consumers:
             return
-        data = self.heartbeat_data()
-        targets = [
-            addr
-            for addrs in list(self.broker_addrs.values())
-            for broker_id, addr in addrs.items()
-            if self.consumers or broker_id == 0
-        ]
-        results = await asyncio.gather(
-            *(self.api.heartbeat(addr, data) for addr in targets), return_exceptions=True
+        await self._heartbeat(
+            [
+                addr
+                for addrs in list(self.broker_addrs.values())
+                for broker_id, addr in addrs.items()
+                if self.consumers or broker_id == 0
+            ]
         )
+
+    async def introduce_producers(self, broker_names: Iterable[str]) -> None:
+        """Heartbeats the masters of ``broker_names`` that have not taken a heartbeat naming
+        this instance's producers: a request's reply reaches this client only through a broker
+        that knows it as a producer."""
+        if not self.producers:
+            return
+        masters = {self.broker_addrs.get(name, {}).get(0) for name in broker_names}
+        await self._heartbeat(
+            [a for a in masters if a is not None and a not in self._producers_known_at]
+        )
+
+    async def _heartbeat(self, targets: list[str]) -> None:
+        data = self.heartbeat_data()
+        names_producers = "producerDataSet" in data
+
+        async def beat(addr: str) -> None:
+            # Noted as each answers: a heartbeat cut short (a request's deadline) keeps those.
+            await self.api.heartbeat(addr, data)
+            if names_producers:
+                self._producers_known_at.add(addr)
+
+        results = await asyncio.gather(*(beat(a) for a in targets), return_exceptions=True)
         for addr, result in zip(targets, results, strict=True):
             if isinstance(result, PyrmqError):
+                self._producers_known_at.discard(addr)
                 log.info("heartbeat to %s failed: %s", addr, result)
             elif isinstance(result, BaseException):
                 raise result

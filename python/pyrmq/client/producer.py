@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import math
 import random
 import struct
 import time
@@ -32,7 +33,7 @@ from pyrmq.client.message import (
     new_message_ids,
     set_unique_id,
 )
-from pyrmq.client.namespaced import name_in, queue_in, queue_shown
+from pyrmq.client.namespaced import name_in, queue_in, queue_shown, topic_in
 from pyrmq.client.request import ReplyMessage, new_correlation_id
 from pyrmq.client.route import PERM_WRITE, TopicRoute
 from pyrmq.errors import (
@@ -52,13 +53,12 @@ from pyrmq.properties import (
     UNIQ_KEY,
 )
 from pyrmq.recall_handle import RecallHandle
-from pyrmq.remoting.protocol import ResponseCode
+from pyrmq.remoting.protocol import SYSFLAG_COMPRESSED, ResponseCode
 
 __all__ = ["MessageQueueSelector", "Producer", "select_by_hash"]
 
 log = logging.getLogger(__name__)
 
-SYSFLAG_COMPRESSED: Final = 0x1
 MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
 # PROPERTIESLEN is a signed 2-byte field of the stored record.
 _BATCH_ITEM = struct.Struct(">iiiii")
@@ -194,6 +194,9 @@ class Producer(ClientLifecycle):
         inst.producers[self.group] = self
         inst.start()
         self._instance = inst
+        # As RocketMQ's producer: the brokers an instance already knows learn of this group
+        # now, not at the next round (they push replies to the producers they know).
+        await inst.heartbeat_all()
 
     async def shutdown(self) -> None:
         """Waits (up to ``send_timeout_s``) for sends started by :meth:`send_async`,
@@ -256,7 +259,7 @@ class Producer(ClientLifecycle):
 
     async def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
         """The queues a send to ``topic`` may go to."""
-        queues = (await self._publish_info(name_in(self.namespace, topic))).queues
+        queues = (await self._publish_info(topic_in(self.namespace, topic))).queues
         return [queue_shown(self.namespace, q) for q in queues]
 
     def _select(self, info: _PublishInfo, last_broker: str | None) -> MessageQueue:
@@ -281,8 +284,7 @@ class Producer(ClientLifecycle):
     def _encode(self, msg: Message) -> _Outgoing:
         """Checks (RocketMQ's Validators.checkMessage, before any I/O) and encodes one message."""
         reply = msg.properties.get(MSG_TYPE) == REPLY_MESSAGE_FLAG
-        # A reply goes to its cluster's reply topic, which no namespace owns.
-        topic = msg.topic if reply else name_in(self.namespace, msg.topic)
+        topic = topic_in(self.namespace, msg.topic)
         _core.validate_topic(topic)
         uniq = set_unique_id(msg)
         # Rust checks body and properties as it does for each message of a batch.
@@ -306,7 +308,7 @@ class Producer(ClientLifecycle):
                 raise MessageIllegalError(
                     f"every message of a batch must have one topic: {m.topic} is not {topic}"
                 )
-        topic = name_in(self.namespace, topic)
+        topic = topic_in(self.namespace, topic)
         _core.validate_topic(topic)
         props = [m.properties for m in msgs]
         fresh = [p for p in props if UNIQ_KEY not in p]
@@ -346,14 +348,26 @@ class Producer(ClientLifecycle):
         attempts = 1 if queue is not None else 1 + self.retry_times_when_send_failed
         last_broker: str | None = None
         last_error: PyrmqError | None = None
-        for attempt in range(attempts):
+        # A reply goes to each broker once at most: one that failed it may have stored it all
+        # the same (a broker refuses a reply whose requester it does not know, and stores it).
+        tried: set[str] = set()
+        made = 0
+        while made < attempts:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            if queue is None:
-                mq = self._select(await self._publish_info(out.topic), last_broker)
-            else:
+            if queue is not None:
                 mq = queue
+            else:
+                info = await self._publish_info(out.topic)
+                if out.reply and last_broker is not None:
+                    tried.add(last_broker)
+                    untried = [q for q in info.queues if q.broker_name not in tried]
+                    if not untried:
+                        break
+                    info = _PublishInfo(info.route, untried, info.from_default)
+                mq = self._select(info, last_broker)
+            made += 1
             started = time.monotonic()
             try:
                 addr = await inst.master_addr(mq.broker_name, out.topic)
@@ -365,11 +379,11 @@ class Producer(ClientLifecycle):
                     raise
                 self._fault(mq.broker_name, started, failed=True)
                 last_broker, last_error = mq.broker_name, e
-                log.info("send to %s failed attempt=%d: %s", mq, attempt + 1, e)
+                log.info("send to %s failed attempt=%d: %s", mq, made, e)
             except PyrmqError as e:  # no connection, no answer in time, no address
                 self._fault(mq.broker_name, started, failed=True)
                 last_broker, last_error = mq.broker_name, e
-                log.info("send to %s failed attempt=%d: %s", mq, attempt + 1, e)
+                log.info("send to %s failed attempt=%d: %s", mq, made, e)
             else:
                 self._fault(mq.broker_name, started, failed=False)
                 if self.namespace and result.message_queue is not None:
@@ -378,13 +392,13 @@ class Producer(ClientLifecycle):
         if last_error is None:
             raise SendError(f"send to {out.topic} ran out of time before an attempt")
         raise SendError(
-            f"send to {out.topic} failed after {attempt + 1} attempt(s): {last_error}"
+            f"send to {out.topic} failed after {made} attempt(s): {last_error}"
         ) from last_error
 
     def _in_topic(self, queue: MessageQueue, topic: str) -> bool:
         """Whether ``queue`` is one of ``topic``'s, either named with or without the
         namespace."""
-        return name_in(self.namespace, queue.topic) == name_in(self.namespace, topic)
+        return topic_in(self.namespace, queue.topic) == topic_in(self.namespace, topic)
 
     def _fault(self, broker: str, started: float, *, failed: bool) -> None:
         if self.faults is not None:
@@ -401,7 +415,9 @@ class Producer(ClientLifecycle):
         """Sends one message and returns the broker's answer.
 
         Retries on another broker up to ``retry_times_when_send_failed`` times, within
-        ``timeout_s`` (default ``send_timeout_s``) in all. With ``queue``, sends there once.
+        ``timeout_s`` (default ``send_timeout_s``) in all. With ``queue``, sends there once. A
+        reply (:func:`~pyrmq.client.request.create_reply_message`) goes to each broker at most
+        once: one that refused it may have stored it.
 
         Raises:
             MessageIllegalError: The message failed a client-side check; nothing was sent.
@@ -462,11 +478,14 @@ class Producer(ClientLifecycle):
         the broker pushes that reply back to this client.
 
         ``msg`` gets a fresh ``CORRELATION_ID``, this client's id as ``REPLY_TO_CLIENT`` and
-        ``timeout_s`` in ms as ``TTL``. ``timeout_s`` bounds the whole request, send included;
-        the send retries as :meth:`send` does (with ``queue``, it goes there once).
+        ``timeout_s`` in ms as ``TTL``. ``timeout_s`` bounds the whole request: route lookup,
+        the heartbeat that makes this client known to the brokers, the send (which retries as
+        :meth:`send` does; with ``queue``, it goes there once) and the wait for the reply.
 
         Raises:
-            RequestTimeoutError: The request was sent, but no reply came within ``timeout_s``.
+            ValueError: ``timeout_s`` is not a positive finite number.
+            RequestTimeoutError: No reply came within ``timeout_s``, also when the time ran out
+                before the send completed.
             ClientStateError: The producer shut down while the request waited.
             MessageIllegalError, SendError, BrokerError, NoRouteError: As :meth:`send`: the
                 request was not sent.
@@ -501,33 +520,50 @@ class Producer(ClientLifecycle):
         timeout_s: float,
         send: Callable[[float], Awaitable[SendResult]],
     ) -> ReplyMessage:
-        if timeout_s <= 0:
-            raise ValueError(f"a request's timeout must be positive, not {timeout_s}")
+        if not (timeout_s > 0 and math.isfinite(timeout_s)):
+            raise ValueError(f"a request's timeout must be a positive number, not {timeout_s}")
         inst = self.instance
-        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         correlation_id = new_correlation_id()
         msg.properties[CORRELATION_ID] = correlation_id
         msg.properties[REPLY_TO_CLIENT] = inst.client_id
         msg.properties[TTL] = str(int(timeout_s * 1000))
-        topic = name_in(self.namespace, msg.topic)
-        if topic not in inst.routes:
-            # The brokers find this client for the reply by its producer heartbeats: as
-            # RocketMQ's client, a first request to a topic heartbeats its brokers first.
-            await self._publish_info(topic)
-            await inst.heartbeat_all()
+        topic = topic_in(self.namespace, msg.topic)
         requests = inst.requests
-        reply = requests.open(correlation_id, self)
+
+        def timed_out(sent: bool) -> RequestTimeoutError:
+            stage = "was sent, but" if sent else "ran out of time before its send completed:"
+            return RequestTimeoutError(
+                f"request to {msg.topic} {stage} no reply came within {timeout_s} s "
+                f"(correlation id {correlation_id})"
+            )
+
+        # One deadline for everything: route lookup, heartbeat, send and the wait.
+        timer = asyncio.timeout_at(deadline)
+        sent = False
         try:
-            await send(timeout_s - (time.monotonic() - started))
-            if not reply.done():
+            async with timer:
+                # The brokers find this client for the reply by its producer heartbeats: first
+                # heartbeat those the request may go to that have had none naming a producer
+                # (RocketMQ's client does so for a topic whose route it lacks).
+                info = await self._publish_info(topic)
+                await inst.introduce_producers(info.broker_names)
+                reply = requests.open(correlation_id, self)
+                try:
+                    await send(deadline - loop.time())
+                except PyrmqError as e:
+                    if loop.time() < deadline:
+                        raise
+                    raise timed_out(sent=False) from e
+                sent = True
                 # Not wait_for: the reply's future stays as it is for the table to close.
-                await asyncio.wait({reply}, timeout=timeout_s - (time.monotonic() - started))
-            if not reply.done():
-                raise RequestTimeoutError(
-                    f"request to {msg.topic} was sent, but no reply came within {timeout_s} s "
-                    f"(correlation id {correlation_id})"
-                )
-            return reply.result()
+                await asyncio.wait({reply})
+                return reply.result()
+        except TimeoutError:
+            if not timer.expired():
+                raise  # not this deadline's
+            raise timed_out(sent) from None
         finally:
             requests.close(correlation_id)
 
@@ -547,7 +583,7 @@ class Producer(ClientLifecycle):
             raise MessageIllegalError(f"topic {topic} takes no recalls")
         handle = RecallHandle.decode(recall_handle)
         inst = self.instance
-        topic = name_in(self.namespace, topic)
+        topic = topic_in(self.namespace, topic)
         addr = await inst.master_addr(handle.broker_name, topic)
         return await inst.api.recall(
             addr,

@@ -43,6 +43,7 @@ from pyrmq.properties import (
     parse_properties,
 )
 from pyrmq.remoting.headers import ReplyMessageRequestHeader
+from pyrmq.remoting.protocol import SYSFLAG_COMPRESSED
 
 __all__ = [
     "ReplyMessage",
@@ -53,8 +54,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_SYSFLAG_COMPRESSED = 0x1
 
 
 class _WithProperties(Protocol):
@@ -155,7 +154,7 @@ class ReplyMessage:
         body inflated if the replier compressed it. Raises HeaderError for a malformed header,
         ValueError for a body that does not inflate."""
         header = ReplyMessageRequestHeader.from_ext(ext)
-        if header.sys_flag & _SYSFLAG_COMPRESSED:
+        if header.sys_flag & SYSFLAG_COMPRESSED:
             try:
                 body = zlib.decompress(body)
             except zlib.error as e:
@@ -187,9 +186,6 @@ class RequestTable:
 
     def __len__(self) -> int:
         return len(self._waiting)
-
-    def __contains__(self, correlation_id: object) -> bool:
-        return correlation_id in self._waiting
 
     def open(self, correlation_id: str, owner: object) -> "asyncio.Future[ReplyMessage]":
         """A future for the reply to ``correlation_id``, a request of ``owner``."""

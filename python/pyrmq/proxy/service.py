@@ -45,7 +45,7 @@ from pyrmq.proxy.pop import InFlight, PopQueue, Receipt, new_generations
 from pyrmq.proxy.pop_state import PopKey
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.recall_handle import RecallHandle, RecallHandleError
-from pyrmq.remoting.protocol import ResponseCode
+from pyrmq.remoting.protocol import SYSFLAG_COMPRESSED, ResponseCode
 from pyrmq.sql_filter import SqlFilter, SqlFilterError, parse_cached
 from pyrmq.store import GetMessageStatus, StoredMessage
 
@@ -910,7 +910,7 @@ class MessagingService:
         compressions, and one body it cannot decode fails its whole receive. None for a body
         that does not inflate, which then belongs in the group's DLQ (read from a DLQ, such a
         body comes as stored)."""
-        if not stored.sys_flag & messages.SYSFLAG_COMPRESSED:
+        if not stored.sys_flag & SYSFLAG_COMPRESSED:
             return stored.body
         try:
             return messages.inflate(stored.body, stored.sys_flag, MAX_INFLATED_BYTES)

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "ONEWAY_FLAG",
     "RESPONSE_FLAG",
+    "SYSFLAG_COMPRESSED",
     "LanguageCode",
     "MQVersion",
     "PullSysFlag",
@@ -182,6 +183,11 @@ class RequestCode(enum.IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     DELETE_EXPIRED_COMMITLOG = 329
     RECALL_MESSAGE = 370
+
+
+SYSFLAG_COMPRESSED: Final = 0x1
+"""Bit of a message's ``sysFlag`` (sends, stored messages, pushed replies): its body is
+zlib-compressed (Java's ``MessageSysFlag.COMPRESSED_FLAG``)."""
 
 
 class PullSysFlag(enum.IntFlag):

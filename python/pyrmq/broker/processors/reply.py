@@ -13,14 +13,18 @@ message id, queue and queue offset.
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from pyrmq.acl.refusals import RefusalLog
 from pyrmq.broker.processors.send import SYSFLAG_TRANSACTION_MASK, SendProcessor
 from pyrmq.errors import MessageIllegalError, RemotingError, StoreError
 from pyrmq.properties import PUSH_REPLY_TIME, REPLY_TO_CLIENT, encode_properties, parse_properties
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.headers import ReplyMessageRequestHeader, SendMessageRequestHeader
+from pyrmq.remoting.headers import (
+    ReplyMessageRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.store import PutResult
@@ -34,6 +38,18 @@ log = logging.getLogger(__name__)
 
 PUSH_REPLY_TIMEOUT_S = 10.0
 """How long the requester has to take a pushed reply (RocketMQ's Broker2Client.callClient)."""
+_REGION = "DefaultRegion"
+_NO_MESSAGE: Final = {"MSG_REGION": _REGION, "TRACE_ON": "true"}
+
+
+def _answer(msg_id: str, queue_id: int, queue_offset: int) -> SendMessageResponseHeader:
+    return SendMessageResponseHeader(
+        msg_id=msg_id,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        msg_region=_REGION,
+        trace_on=True,
+    )
 
 
 class ReplyProcessor:
@@ -59,22 +75,20 @@ class ReplyProcessor:
             return checked
         queue_id = checked
         remark = await self._push(conn, header, request.body)
-        fields = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        answer: SendMessageResponseHeader | None = None
         if remark is None:
             code = ResponseCode.SUCCESS
             # RocketMQ's answer for a reply it does not store: clients read these fields.
-            fields.update(msgId="0", queueId=str(queue_id), queueOffset="0")
+            answer = _answer("0", queue_id, 0)
         else:
             code = ResponseCode.SYSTEM_ERROR
             self._refusals.refused(conn.peer[0], "push of a reply", remark)
         if self.broker.config.store_reply_message_enable:
             result = await self._store(conn, header, queue_id, request.body)
             if result is not None:
-                fields.update(
-                    msgId=result.msg_ids_joined,
-                    queueId=str(queue_id),
-                    queueOffset=str(result.queue_offset),
-                )
+                answer = _answer(result.msg_ids_joined, queue_id, result.queue_offset)
+        # A reply refused and not stored names no message.
+        fields = dict(_NO_MESSAGE) if answer is None else answer.to_ext()
         return RemotingCommand.response_to(request, code, remark=remark, ext_fields=fields)
 
     async def _push(
@@ -86,7 +100,7 @@ class ReplyProcessor:
         if requester is None:
             return f"reply message properties[{REPLY_TO_CLIENT}] is null"
         target = self.broker.clients.producer_connection(requester)
-        if not isinstance(target, Connection):
+        if target is None:
             return f"push reply message fail, channel of <{requester}> not found."
         now_ms = int(time.time() * 1000)
         props[PUSH_REPLY_TIME] = str(now_ms)

@@ -34,7 +34,7 @@ from pyrmq.properties import (
 )
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
-from pyrmq.remoting.protocol import RequestCode, ResponseCode
+from pyrmq.remoting.protocol import SYSFLAG_COMPRESSED, RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.store import PutResult, PutStatus
 
@@ -45,7 +45,6 @@ __all__ = ["SendProcessor"]
 
 log = logging.getLogger(__name__)
 
-SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 TIMER_PREFIX = "TIMER_"
