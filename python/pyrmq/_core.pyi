@@ -144,13 +144,20 @@ class GrpcTransport:
         """Every event since the last call, oldest first: ``(0, call, method, metadata, peer,
         timeout_s, request)`` when a call starts (``request`` None for a client-streaming
         method), ``(1, call, message)`` for each message of a client stream, ``(2, call)`` once
-        that client sends no more, ``(3, call)`` when a client left a call not yet ended."""
+        that client sends no more, ``(3, call)`` when a client left (or let its deadline pass)
+        before the call's status was written, ``(4, call)`` when a status asked for is written.
+        At most 4,096 at a time; the fd stays readable while more wait."""
     def send(self, call: int, messages: list[bytes]) -> bool:
         """Sends messages of the call's answer, written together; False if the call is over."""
     def reply(self, call: int, message: bytes) -> bool:
         """Answers the call with one message and status OK; False if the call is over."""
-    def finish(self, call: int, code: int, message: str) -> bool:
-        """Ends the call with a gRPC status; False if it was over."""
+    def finish(self, call: int, code: int, message: str, *, notify: bool = False) -> bool:
+        """Ends the call with a gRPC status; False if it was over. With ``notify``, an event
+        ``(4, call)`` follows once the status is written (``(3, call)`` if the client left
+        first)."""
+    def consumed(self, call: int) -> None:
+        """One message of the call's client stream was taken: the stream may be read further
+        (at most 64 are handed over untaken)."""
     def close(self) -> None:
         """Stops listening and gives open calls a second before their connections close."""
 

@@ -50,7 +50,11 @@ def _run(
             yield StringValue(value=f"echo {request.value}")
         seen["half_closed"] = True
 
+    async def quits(request: StringValue, context: CallContext) -> StringValue:
+        raise asyncio.CancelledError
+
     methods = {
+        "Quits": Method(CallKind.UNARY, StringValue, quits),
         "Unary": Method(CallKind.UNARY, StringValue, unary),
         "Wait": Method(CallKind.SERVER_STREAM, StringValue, wait_forever),
         "Echo": Method(CallKind.BIDI_STREAM, StringValue, echo),
@@ -103,6 +107,10 @@ def test_a_failing_handler_and_an_unknown_method_get_statuses() -> None:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await _method(channel, "unary_unary", "Missing")(StringValue(value="x"))
         assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        # A handler that ends without an answer still ends its call, well before the deadline.
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await _method(channel, "unary_unary", "Quits")(StringValue(value="x"), timeout=20)
+        assert raised.value.code() == grpc.StatusCode.CANCELLED
         # The connection serves on.
         assert (
             await _method(channel, "unary_unary", "Unary")(StringValue(value="ok"))
@@ -167,3 +175,6 @@ def test_binary_metadata_decodes_with_or_without_padding() -> None:
     finally:
         loop.close()
     assert dict(context.invocation_metadata()) == {"a-bin": b"ab", "b": "plain"}
+    for bad in ("%%%", "\u00e9AAA"):
+        with pytest.raises(ValueError, match="illegal base64"):
+            CallContext([("x-bin", bad)], "ipv4:127.0.0.1:1", None, loop)

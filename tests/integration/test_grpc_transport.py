@@ -207,3 +207,28 @@ def test_a_request_that_does_not_parse_is_refused_and_the_port_serves_on(
         expected = grpc.StatusCode.INTERNAL if transport == "native" else grpc.StatusCode.UNKNOWN
         assert raised.value.code() == expected
         _sent(channel, "TopicAfterGarbage", b"fine", "01GARBAGE001")
+
+
+def test_messages_a_client_leaves_unread_are_received_by_another_at_once(address: str) -> None:
+    """Four messages larger than the client's window, which it never reads before it cancels:
+    whatever the broker had already handed over, the group gets them all again at once."""
+    topic, group = "TopicUnread", "GID_UNREAD"
+    bodies = [bytes([i]) * 200_000 for i in range(1, 5)]
+    small_window = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 16384)]
+    with grpc.insecure_channel(address, options=small_window) as channel:
+        for i, body in enumerate(bodies):
+            _sent(channel, topic, body, f"01UNREAD{i:04d}")
+        stalled = _receive_call(channel)(
+            _receive_request(topic, group, 0), metadata=CLIENT, timeout=30
+        )
+        time.sleep(1.0)
+        stalled.cancel()
+    with grpc.insecure_channel(
+        address, options=[("grpc.max_receive_message_length", 64 << 20)]
+    ) as channel:
+        started = time.monotonic()
+        got = _bodies(
+            _receive_call(channel)(_receive_request(topic, group, 5), metadata=CLIENT, timeout=30)
+        )
+        assert sorted(got) == bodies
+        assert time.monotonic() - started < 3

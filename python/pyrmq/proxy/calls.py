@@ -4,7 +4,13 @@ thread of its own) hands to the broker's loop.
 The transport reads and frames each call and queues its events behind one eventfd; here they
 become tasks running the same handlers grpcio would run, with a context offering what those
 read of theirs (metadata, peer, time remaining), and their answers go back to the transport.
-One wake-up of the loop serves every event queued since the last.
+One wake-up of the loop serves the events queued since the last (up to a few thousand).
+
+A streamed answer is handed to the transport before the client has read it, so a handler may
+be over while its answer is still on its way. Such a call stays known here until the
+transport says its status went out or that the client left first; in the second case the
+callbacks given to :meth:`CallContext.on_cancelled` run (a receive releases the messages its
+client never got).
 """
 
 import asyncio
@@ -25,9 +31,9 @@ __all__ = ["CallContext", "CallKind", "Method", "NativeGrpcServer"]
 log = logging.getLogger(__name__)
 
 # The first item of each event tuple (pyrmq-py's grpc.rs).
-_START, _MESSAGE, _HALF_CLOSE, _CANCEL = 0, 1, 2, 3
+_START, _MESSAGE, _HALF_CLOSE, _CANCEL, _DONE = 0, 1, 2, 3, 4
 # gRPC status codes.
-_OK, _UNKNOWN, _UNIMPLEMENTED, _INTERNAL = 0, 2, 12, 13
+_OK, _CANCELLED, _UNKNOWN, _UNIMPLEMENTED, _INTERNAL = 0, 1, 2, 12, 13
 
 
 class CallKind(Enum):
@@ -49,7 +55,7 @@ class Method:
 class CallContext:
     """What a handler reads of its call, as grpc.aio's servicer context offers it."""
 
-    __slots__ = ("_deadline", "_loop", "_metadata", "_peer")
+    __slots__ = ("_deadline", "_loop", "_metadata", "_peer", "cancel_callbacks")
 
     def __init__(
         self,
@@ -58,12 +64,14 @@ class CallContext:
         timeout_s: float | None,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        """Raises ValueError for a binary header that is not base64."""
         self._metadata = tuple(
-            (k, _binary(v)) if k.endswith("-bin") else (k, v) for k, v in metadata
+            (k, _binary(k, v)) if k.endswith("-bin") else (k, v) for k, v in metadata
         )
         self._peer = peer
         self._loop = loop
         self._deadline = None if timeout_s is None else loop.time() + timeout_s
+        self.cancel_callbacks: list[Callable[[], None]] = []
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         return self._metadata
@@ -77,18 +85,25 @@ class CallContext:
             return None
         return max(self._deadline - self._loop.time(), 0.0)
 
+    def on_cancelled(self, callback: Callable[[], None]) -> None:
+        """Runs ``callback`` if the client leaves before the call's answer has gone out,
+        even once the handler is over."""
+        self.cancel_callbacks.append(callback)
 
-def _binary(value: str) -> bytes:
+
+def _binary(key: str, value: str) -> bytes:
     # gRPC's binary headers are base64, with or without padding.
     try:
-        return base64.b64decode(value + "=" * (-len(value) % 4))
-    except binascii.Error:
-        return value.encode()
+        return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"Error parsing {key!r} metadata: illegal base64 encoding") from None
 
 
 @dataclass
 class _Call:
     task: "asyncio.Task[None]"
+    context: CallContext
+    streamed: bool
     # Messages of a client stream as they come; None once the client sends no more.
     inbox: "asyncio.Queue[bytes | None] | None"
 
@@ -140,16 +155,32 @@ class NativeGrpcServer:
         calls = self._calls
         for event in self._transport.take_events():
             kind, call_id = event[0], event[1]
-            if kind == _START:
-                self._start(call_id, *event[2:])
-            elif kind == _CANCEL:
-                call = calls.pop(call_id, None)
-                if call is not None:
-                    call.task.cancel()
-            else:
-                call = calls.get(call_id)
-                if call is not None and call.inbox is not None:
-                    call.inbox.put_nowait(event[2] if kind == _MESSAGE else None)
+            try:
+                if kind == _START:
+                    self._start(call_id, *event[2:])
+                elif kind == _CANCEL:
+                    call = calls.pop(call_id, None)
+                    if call is not None:
+                        self._cancelled(call)
+                elif kind == _DONE:
+                    calls.pop(call_id, None)
+                else:
+                    call = calls.get(call_id)
+                    if call is not None and call.inbox is not None:
+                        call.inbox.put_nowait(event[2] if kind == _MESSAGE else None)
+            except Exception as e:
+                # One call's trouble must not lose the other events of the batch.
+                log.exception("gRPC call %d: event %d failed", call_id, kind)
+                self._transport.finish(call_id, _INTERNAL, str(e))
+
+    def _cancelled(self, call: _Call) -> None:
+        if not call.task.done():
+            call.task.cancel()
+        for callback in call.context.cancel_callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("a gRPC call's cancel callback failed")
 
     def _start(
         self,
@@ -174,21 +205,33 @@ class NativeGrpcServer:
             run = self._streamed(call_id, method, request or b"", context)
         else:
             inbox = asyncio.Queue()
-            run = self._answer(call_id, method.handler(_inbound(inbox, method.request), context))
+            requests = _inbound(self._transport, call_id, inbox, method.request)
+            run = self._answer(call_id, method.handler(requests, context))
         task = self._loop.create_task(run)
-        self._calls[call_id] = _Call(task, inbox)
-        task.add_done_callback(lambda _t: self._forget(call_id, task))
+        streamed = method.kind is not CallKind.UNARY
+        self._calls[call_id] = _Call(task, context, streamed, inbox)
+        task.add_done_callback(lambda _t: self._ended(call_id, task))
 
-    def _forget(self, call_id: int, task: "asyncio.Task[None]") -> None:
+    def _ended(self, call_id: int, task: "asyncio.Task[None]") -> None:
         call = self._calls.get(call_id)
-        if call is not None and call.task is task:
+        if call is None or call.task is not task:
+            return
+        # A handler that ended without an answer (it cancelled itself, say) still ends its
+        # call; a call answered already is left as it is.
+        self._transport.finish(
+            call_id, _CANCELLED, "the call ended without an answer", notify=call.streamed
+        )
+        # A streamed call is forgotten once its status has gone out (or its client left).
+        if not call.streamed:
             del self._calls[call_id]
 
     def _parsed(self, call_id: int, method: Method, request: bytes) -> Any:
         try:
             return method.request.FromString(request)
         except DecodeError as e:
-            self._transport.finish(call_id, _INTERNAL, f"cannot parse the request: {e}")
+            streamed = method.kind is not CallKind.UNARY
+            message = f"cannot parse the request: {e}"
+            self._transport.finish(call_id, _INTERNAL, message, notify=streamed)
             return None
 
     async def _unary(
@@ -224,7 +267,8 @@ class NativeGrpcServer:
                     self._loop.call_soon(outbox.flush)
                 outbox.messages.append(answer.SerializeToString())
         except Exception as e:
-            self._failed(call_id, e)
+            outbox.flush()
+            self._failed(call_id, e, notify=True)
             return
         finally:
             # At once, cancelled or not: a handler cleans up when it is closed (a receive
@@ -233,11 +277,12 @@ class NativeGrpcServer:
             if aclose is not None:
                 await aclose()
         outbox.flush()
-        self._transport.finish(call_id, _OK, "")
+        self._transport.finish(call_id, _OK, "", notify=True)
 
-    def _failed(self, call_id: int, e: Exception) -> None:
+    def _failed(self, call_id: int, e: Exception, *, notify: bool = False) -> None:
         log.exception("gRPC call %d failed", call_id, exc_info=e)
-        self._transport.finish(call_id, _UNKNOWN, f"Unexpected {type(e).__name__}: {e}")
+        message = f"Unexpected {type(e).__name__}: {e}"
+        self._transport.finish(call_id, _UNKNOWN, message, notify=notify)
 
 
 class _Outbox:
@@ -257,6 +302,10 @@ class _Outbox:
         self.messages = []
 
 
-async def _inbound(inbox: "asyncio.Queue[bytes | None]", request: Any) -> AsyncIterator[Any]:
+async def _inbound(
+    transport: GrpcTransport, call_id: int, inbox: "asyncio.Queue[bytes | None]", request: Any
+) -> AsyncIterator[Any]:
     while (message := await inbox.get()) is not None:
+        # Taken: the transport may read the client's stream further.
+        transport.consumed(call_id)
         yield request.FromString(message)

@@ -1049,6 +1049,10 @@ class MessagingService:
                 left = min(left, visible_in + 0.001)
             await self._wait(r, left)
             popped = self._pop(r)
+        if popped and (on_cancelled := getattr(context, "on_cancelled", None)) is not None:
+            # Handed to the transport is not yet delivered: a client that leaves before the
+            # answer is out never got these.
+            on_cancelled(lambda: self._release(r.group, topic, popped))
         try:
             if not popped:
                 yield pb.ReceiveMessageResponse(status=NOT_FOUND)

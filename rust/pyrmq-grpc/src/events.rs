@@ -26,10 +26,16 @@ pub enum Event {
     Message { call: u64, message: Bytes },
     /// The client of a client-streaming call sends no more.
     HalfClose { call: u64 },
-    /// The client went away or reset the call before it was answered: nothing more can be
-    /// sent to it.
+    /// The client went away, reset the call or let its deadline pass before the call's
+    /// status was written: nothing more can be sent to it.
     Cancel { call: u64 },
+    /// The status of a call whose caller asked to be told was written.
+    Done { call: u64 },
 }
+
+/// Events one [`Events::take`] hands over at most, so that a flood of them is taken in turns
+/// with the caller's other work.
+pub const TAKE_AT_MOST: usize = 4096;
 
 pub struct Events {
     queue: Mutex<Vec<Event>>,
@@ -65,13 +71,22 @@ impl Events {
         }
     }
 
-    /// Every event queued so far, oldest first. The eventfd is reset before the queue is
-    /// taken, so an event pushed in between signals again rather than being left unseen.
+    /// The events queued so far, oldest first, up to [`TAKE_AT_MOST`]; the fd stays readable
+    /// while more wait. The eventfd is reset before the queue is taken, so an event pushed in
+    /// between signals again rather than being left unseen.
     pub fn take(&self) -> Vec<Event> {
         let mut counter = [0u8; 8];
         // SAFETY: reads at most 8 bytes into a buffer of 8. EAGAIN (nothing signalled) is fine.
         unsafe { libc::read(self.fd.as_raw_fd(), counter.as_mut_ptr().cast(), 8) };
-        std::mem::take(&mut *self.queue.lock())
+        let mut queue = self.queue.lock();
+        if queue.len() <= TAKE_AT_MOST {
+            return std::mem::take(&mut *queue);
+        }
+        let rest = queue.split_off(TAKE_AT_MOST);
+        let taken = std::mem::replace(&mut *queue, rest);
+        drop(queue);
+        self.signal();
+        taken
     }
 
     fn signal(&self) {
@@ -110,5 +125,13 @@ mod tests {
         assert!(events.take().is_empty());
         events.push(Event::Cancel { call: 3 });
         assert!(readable(events.fd()));
+        events.take();
+        for call in 0..(TAKE_AT_MOST as u64 + 5) {
+            events.push(Event::Done { call });
+        }
+        assert_eq!(events.take().len(), TAKE_AT_MOST);
+        assert!(readable(events.fd()), "more wait");
+        assert_eq!(events.take().len(), 5);
+        assert!(!readable(events.fd()));
     }
 }

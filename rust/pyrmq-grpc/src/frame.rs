@@ -93,7 +93,9 @@ impl Decoder {
             return Err(DecodeError::TooLarge { len, max: self.max });
         }
         if self.buf.len() < PREFIX_LEN + len {
-            self.buf.reserve(PREFIX_LEN + len - self.buf.len());
+            // Grown as the bytes come, not to the length the client claims.
+            self.buf
+                .reserve((PREFIX_LEN + len - self.buf.len()).min(64 << 10));
             return Ok(None);
         }
         self.buf.advance(PREFIX_LEN);

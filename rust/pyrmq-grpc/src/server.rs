@@ -3,7 +3,10 @@
 //! Each call is read and framed here and handed over as [`Event`]s; its caller answers through
 //! [`Transport::send`], [`Transport::reply`] and [`Transport::finish`], which queue what to write
 //! for the call's task. No answer waits for the caller's thread and no call holds a lock while it
-//! waits for the network.
+//! waits for the network. A call stays known until its status is written: a client that leaves
+//! before that is reported ([`Event::Cancel`]), and a caller that asked is told when the status
+//! went out ([`Event::Done`]). A client stream is read only as fast as the caller takes its
+//! messages ([`Transport::consumed`]), so HTTP/2's flow control holds the rest back.
 
 use std::collections::{HashMap, HashSet};
 use std::future::poll_fn;
@@ -34,6 +37,12 @@ const STREAM_WINDOW: u32 = 1 << 20;
 const CONNECTION_WINDOW: u32 = 16 << 20;
 const MAX_CONCURRENT_STREAMS: u32 = 1000;
 const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
+/// A connection that has not finished its HTTP/2 handshake by then is closed.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Messages of a client stream handed over and not yet taken, before reading pauses.
+const UNCONSUMED_MESSAGES: usize = 64;
+/// At most one warning of failing accepts per this long (out of descriptors, they repeat).
+const ACCEPT_WARNING_EVERY: Duration = Duration::from_secs(10);
 
 /// What the transport serves.
 #[derive(Debug, Clone)]
@@ -48,23 +57,53 @@ pub struct Config {
 
 enum Out {
     Message(Bytes),
-    Status(u32, String),
+    /// The status, and whether the caller wants [`Event::Done`] once it is written.
+    Status(u32, String, bool),
+}
+
+/// A call between its start and its status on the wire.
+struct CallEntry {
+    out: mpsc::UnboundedSender<Out>,
+    /// Set once the caller gave the status: nothing more may be sent.
+    finished: bool,
+    /// A client stream's reader, told of each message the caller took.
+    consumed: Option<mpsc::UnboundedSender<()>>,
 }
 
 struct Shared {
     config: Config,
     prefix: String,
     events: Events,
-    calls: Mutex<HashMap<u64, mpsc::UnboundedSender<Out>>>,
+    calls: Mutex<HashMap<u64, CallEntry>>,
     next_call: AtomicU64,
 }
 
 impl Shared {
-    /// Forgets a call the client left; the caller hears of it if it still knew the call.
+    /// Forgets a call the client left or that ran out of time, unless its status was written.
     fn cancelled(&self, call: u64) {
         if self.calls.lock().remove(&call).is_some() {
             self.events.push(Event::Cancel { call });
         }
+    }
+
+    /// Forgets a call whose status was written.
+    fn done(&self, call: u64, notify: bool) {
+        if self.calls.lock().remove(&call).is_some() && notify {
+            self.events.push(Event::Done { call });
+        }
+    }
+
+    /// Queues `out` for a call still open to answers; with `last`, none may follow.
+    fn answer(&self, call: u64, out: impl IntoIterator<Item = Out>, last: bool) -> bool {
+        let mut calls = self.calls.lock();
+        let Some(entry) = calls.get_mut(&call) else {
+            return false;
+        };
+        if entry.finished {
+            return false;
+        }
+        entry.finished = last;
+        out.into_iter().all(|o| entry.out.send(o).is_ok())
     }
 }
 
@@ -124,29 +163,30 @@ impl Transport {
     /// unknown.
     pub fn send<'a>(&self, call: u64, messages: impl IntoIterator<Item = &'a [u8]>) -> bool {
         let framed = frame::encode_all(messages);
-        match self.shared.calls.lock().get(&call) {
-            Some(out) => out.send(Out::Message(framed)).is_ok(),
-            None => false,
-        }
+        self.shared.answer(call, [Out::Message(framed)], false)
     }
 
     /// Answers a call with one message and OK.
     pub fn reply(&self, call: u64, message: &[u8]) -> bool {
         let framed = frame::encode(message);
-        match self.shared.calls.lock().remove(&call) {
-            Some(out) => {
-                out.send(Out::Message(framed)).is_ok()
-                    && out.send(Out::Status(code::OK, String::new())).is_ok()
-            }
-            None => false,
-        }
+        let status = Out::Status(code::OK, String::new(), false);
+        self.shared
+            .answer(call, [Out::Message(framed), status], true)
     }
 
-    /// Ends a call with a status.
-    pub fn finish(&self, call: u64, status: u32, message: &str) -> bool {
-        match self.shared.calls.lock().remove(&call) {
-            Some(out) => out.send(Out::Status(status, message.to_owned())).is_ok(),
-            None => false,
+    /// Ends a call with a status; with `notify`, [`Event::Done`] follows once it is written
+    /// (or [`Event::Cancel`], if the client left first).
+    pub fn finish(&self, call: u64, status: u32, message: &str, notify: bool) -> bool {
+        let out = Out::Status(status, message.to_owned(), notify);
+        self.shared.answer(call, [out], true)
+    }
+
+    /// The caller took one message of a client stream: the stream may be read further.
+    pub fn consumed(&self, call: u64) {
+        if let Some(entry) = self.shared.calls.lock().get(&call) {
+            if let Some(consumed) = &entry.consumed {
+                let _ = consumed.send(());
+            }
         }
     }
 
@@ -181,6 +221,7 @@ async fn serve(
         }
     };
     let mut connections = JoinSet::new();
+    let mut warned: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -190,7 +231,10 @@ async fn serve(
                 }
                 Err(e) => {
                     // Out of descriptors, most likely: wait rather than spin.
-                    log::warn!("gRPC accept failed: {e}");
+                    if warned.is_none_or(|at| at.elapsed() >= ACCEPT_WARNING_EVERY) {
+                        log::warn!("gRPC accept failed: {e}");
+                        warned = Some(tokio::time::Instant::now());
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
@@ -222,7 +266,7 @@ async fn connection(
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .max_header_list_size(MAX_HEADER_LIST_BYTES)
         .handshake::<_, Bytes>(socket);
-    let Ok(mut conn) = handshake.await else {
+    let Ok(Ok(mut conn)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await else {
         return;
     };
     // Calls run as tasks of this connection: they end with it.
@@ -280,16 +324,6 @@ async fn call(
         let _ = respond.send_response(refusal, true);
         return;
     }
-    if let Some(encoding) = parts.headers.get("grpc-encoding") {
-        if encoding.as_bytes() != b"identity" {
-            let message = format!(
-                "grpc-encoding {} is not supported",
-                String::from_utf8_lossy(encoding.as_bytes())
-            );
-            let _ = trailers_only(&mut respond, code::UNIMPLEMENTED, &message);
-            return;
-        }
-    }
     let timeout = parts
         .headers
         .get("grpc-timeout")
@@ -311,8 +345,19 @@ async fn call(
         }
     };
     let (out, answers) = mpsc::unbounded_channel();
+    let (consumed, taken) = if streaming {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
     let id = shared.next_call.fetch_add(1, Ordering::Relaxed);
-    shared.calls.lock().insert(id, out);
+    let entry = CallEntry {
+        out,
+        finished: false,
+        consumed,
+    };
+    shared.calls.lock().insert(id, entry);
     shared.events.push(Event::Start {
         call: id,
         method,
@@ -321,14 +366,26 @@ async fn call(
         timeout,
         request,
     });
-    if streaming {
-        tokio::join!(
-            read_stream(body, decoder, id, &shared),
-            write(respond, answers, id, &shared)
-        );
-    } else {
-        drop(body);
-        write(respond, answers, id, &shared).await;
+    let served = async {
+        if let Some(taken) = taken {
+            tokio::join!(
+                read_stream(body, decoder, taken, id, &shared),
+                write(respond, answers, id, &shared)
+            );
+        } else {
+            drop(body);
+            write(respond, answers, id, &shared).await;
+        }
+    };
+    match timeout {
+        // Past its deadline the client has given up on the call: so does the server (the
+        // stream is reset as the call's task drops it).
+        Some(timeout) => {
+            if tokio::time::timeout(timeout, served).await.is_err() {
+                shared.cancelled(id);
+            }
+        }
+        None => served.await,
     }
 }
 
@@ -383,28 +440,63 @@ async fn read_one(
     }
 }
 
-async fn read_stream(mut body: RecvStream, mut decoder: Decoder, call: u64, shared: &Shared) {
-    while let Some(chunk) = body.data().await {
-        let Ok(chunk) = chunk else {
-            shared.cancelled(call);
-            return;
-        };
-        let _ = body.flow_control().release_capacity(chunk.len());
-        decoder.push(&chunk);
-        loop {
+async fn read_stream(
+    mut body: RecvStream,
+    mut decoder: Decoder,
+    mut taken: mpsc::UnboundedReceiver<()>,
+    call: u64,
+    shared: &Shared,
+) {
+    let mut waiting = 0usize;
+    let mut ended = false;
+    loop {
+        // Whole messages go over as far as the caller keeps up.
+        while waiting < UNCONSUMED_MESSAGES {
             match decoder.next_message() {
-                Ok(Some(message)) => shared.events.push(Event::Message { call, message }),
+                Ok(Some(message)) => {
+                    waiting += 1;
+                    shared.events.push(Event::Message { call, message });
+                }
                 Ok(None) => break,
                 Err(e) => {
                     // Answered with the status; the caller is told the call is gone.
                     let (status, message) = e.status();
-                    if let Some(out) = shared.calls.lock().get(&call) {
-                        let _ = out.send(Out::Status(status, message));
+                    if let Some(entry) = shared.calls.lock().get(&call) {
+                        let _ = entry.out.send(Out::Status(status, message, false));
                     }
                     shared.cancelled(call);
                     return;
                 }
             }
+        }
+        if waiting >= UNCONSUMED_MESSAGES {
+            // Meanwhile the rest stays unread in h2's buffer, and the client's window closes.
+            if taken.recv().await.is_none() {
+                return;
+            }
+            waiting -= 1;
+            continue;
+        }
+        if ended {
+            break;
+        }
+        let chunk = tokio::select! {
+            chunk = body.data() => chunk,
+            Some(()) = taken.recv() => {
+                waiting = waiting.saturating_sub(1);
+                continue;
+            }
+        };
+        match chunk {
+            Some(Ok(chunk)) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                decoder.push(&chunk);
+            }
+            Some(Err(_)) => {
+                shared.cancelled(call);
+                return;
+            }
+            None => ended = true,
         }
     }
     shared.events.push(Event::HalfClose { call });
@@ -440,14 +532,15 @@ async fn write(
                     None => false,
                 }
             }
-            Some(Out::Status(status, message)) => {
-                match stream.as_mut() {
-                    Some(s) => {
-                        let _ = s.send_trailers(status_trailers(status, &message));
-                    }
-                    None => {
-                        let _ = trailers_only(&mut respond, status, &message);
-                    }
+            Some(Out::Status(status, message, notify)) => {
+                let written = match stream.as_mut() {
+                    Some(s) => s.send_trailers(status_trailers(status, &message)).is_ok(),
+                    None => trailers_only(&mut respond, status, &message).is_ok(),
+                };
+                if written {
+                    shared.done(call, notify);
+                } else {
+                    shared.cancelled(call);
                 }
                 return;
             }
@@ -483,10 +576,13 @@ async fn send_data(stream: &mut SendStream<Bytes>, mut data: Bytes) -> bool {
 
 fn grpc_headers() -> Response<()> {
     let mut response = Response::new(());
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
+    // Messages are never compressed here, either way.
+    headers.insert("grpc-accept-encoding", HeaderValue::from_static("identity"));
     response
 }
 

@@ -118,7 +118,7 @@ async fn a_unary_call_arrives_whole_and_is_answered() {
     assert_eq!(status(&trailers), ("0", ""));
     // Answered: the call is gone.
     assert!(!t.reply(*call, b"again"));
-    assert!(!t.finish(*call, 2, "late"));
+    assert!(!t.finish(*call, 2, "late", false));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,7 +141,7 @@ async fn statuses_before_and_after_answers() {
             })
             .unwrap()
     };
-    assert!(t.finish(call_of(b"x"), 5, "no topic 100% é"));
+    assert!(t.finish(call_of(b"x"), 5, "no topic 100% é", false));
     let (messages, trailers) = answer(failing).await;
     assert!(messages.is_empty());
     assert_eq!(status(&trailers), ("5", "no topic 100%25 %C3%A9"));
@@ -149,11 +149,18 @@ async fn statuses_before_and_after_answers() {
     let big = vec![9u8; 70_000];
     assert!(t.send(receive, [&b"1"[..], b""]));
     assert!(t.send(receive, [&big[..]]));
-    assert!(t.finish(receive, 0, ""));
+    assert!(t.finish(receive, 0, "", true));
+    assert!(!t.send(receive, [&b"after the status"[..]]));
     let (messages, trailers) = answer(streaming).await;
     let lens: Vec<usize> = messages.iter().map(Bytes::len).collect();
     assert_eq!(lens, [1, 0, 70_000]);
     assert_eq!(status(&trailers), ("0", ""));
+    // Asked for, the caller hears that the status went out.
+    let got = events(&t, 1).await;
+    assert!(
+        matches!(got[..], [Event::Done { call }] if call == receive),
+        "{got:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,7 +191,7 @@ async fn a_client_stream_arrives_message_by_message() {
     let got = events(&t, 2).await;
     assert!(matches!(&got[0], Event::Message { message, .. } if &message[..] == b"three"));
     assert!(matches!(got[1], Event::HalfClose { call: c } if c == call));
-    assert!(t.finish(call, 0, ""));
+    assert!(t.finish(call, 0, "", false));
     let (messages, trailers) = answer(response).await;
     assert_eq!(messages, [Bytes::from_static(b"ack")]);
     assert_eq!(status(&trailers), ("0", ""));
@@ -248,14 +255,18 @@ async fn bad_calls_get_a_status_and_never_reach_the_caller() {
     let (response, _) = client.send_request(unknown, true).unwrap();
     assert_eq!(status(&answer(response).await.1).0, "12");
 
-    // Refused from its headers alone, before any of its body is read.
-    let (response, _) = client
-        .send_request(request("Send", &[("grpc-encoding", "gzip")]), true)
+    // A client that could compress but sends plain messages is served; a compressed message
+    // is refused.
+    let (response, mut body) = client
+        .send_request(request("Send", &[("grpc-encoding", "gzip")]), false)
         .unwrap();
+    let mut compressed = frame::encode(b"z").to_vec();
+    compressed[0] = 1;
+    body.send_data(Bytes::from(compressed), true).unwrap();
     let (_, trailers) = answer(response).await;
     assert_eq!(
         status(&trailers),
-        ("12", "grpc-encoding gzip is not supported")
+        ("12", "compressed messages are not supported")
     );
 
     let (response, mut body) = client.send_request(request("Send", &[]), false).unwrap();
@@ -303,4 +314,64 @@ async fn closing_ends_open_calls_within_the_grace() {
     })
     .await;
     assert_eq!(ended, Ok(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_deadline_is_cancelled() {
+    let t = transport(1 << 20);
+    let mut client = connect(&t).await;
+    let (_response, mut body) = client
+        .send_request(request("Chat", &[("grpc-timeout", "300m")]), false)
+        .unwrap();
+    body.send_data(frame::encode(b"x"), false).unwrap();
+    let got = events(&t, 2).await;
+    let Event::Start { call, .. } = got[0] else {
+        panic!("{got:?}")
+    };
+    let started = Instant::now();
+    let got = events(&t, 1).await;
+    assert!(
+        matches!(got[..], [Event::Cancel { call: c }] if c == call),
+        "{got:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(!t.send(call, [&b"late"[..]]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_stream_is_read_only_as_fast_as_its_messages_are_taken() {
+    let t = transport(1 << 20);
+    let mut client = connect(&t).await;
+    let (_response, mut body) = client.send_request(request("Chat", &[]), false).unwrap();
+    let [Event::Start { call, .. }] = &events(&t, 1).await[..] else {
+        panic!("not one start")
+    };
+    let call = *call;
+    // Far more than the stream's window: the client can send only what the server reads.
+    let sender = tokio::spawn(async move {
+        let mut sent = 0usize;
+        while sent < 1_000_000 {
+            body.reserve_capacity(1 << 16);
+            match std::future::poll_fn(|cx| body.poll_capacity(cx)).await {
+                Some(Ok(n)) if n > 0 => {
+                    let many: Vec<u8> = (0..n / 5).flat_map(|_| frame::encode(b"")).collect();
+                    sent += many.len() / 5;
+                    body.send_data(Bytes::from(many), false).unwrap();
+                }
+                _ => break,
+            }
+        }
+        sent
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let handed = t.take_events().len();
+    assert_eq!(handed, 64, "messages handed over before any was taken");
+    assert!(!sender.is_finished());
+    // Each message taken lets one more through.
+    for _ in 0..10 {
+        t.consumed(call);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(t.take_events().len(), 10);
+    sender.abort();
 }

@@ -13,6 +13,7 @@ const START: u8 = 0;
 const MESSAGE: u8 = 1;
 const HALF_CLOSE: u8 = 2;
 const CANCEL: u8 = 3;
+const DONE: u8 = 4;
 
 #[pyclass(name = "GrpcTransport", module = "pyrmq._core", frozen)]
 pub struct PyGrpcTransport {
@@ -70,8 +71,13 @@ impl PyGrpcTransport {
         self.inner.reply(call, message)
     }
 
-    fn finish(&self, call: u64, code: u32, message: &str) -> bool {
-        self.inner.finish(call, code, message)
+    #[pyo3(signature = (call, code, message, *, notify=false))]
+    fn finish(&self, call: u64, code: u32, message: &str, notify: bool) -> bool {
+        self.inner.finish(call, code, message, notify)
+    }
+
+    fn consumed(&self, call: u64) {
+        self.inner.consumed(call);
     }
 
     fn close(&self, py: Python<'_>) {
@@ -109,5 +115,6 @@ fn event_tuple(py: Python<'_>, event: Event) -> PyResult<Bound<'_, PyTuple>> {
         }
         Event::HalfClose { call } => (HALF_CLOSE, call).into_pyobject(py),
         Event::Cancel { call } => (CANCEL, call).into_pyobject(py),
+        Event::Done { call } => (DONE, call).into_pyobject(py),
     }
 }
