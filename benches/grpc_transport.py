@@ -38,6 +38,19 @@ TRANSPORTS = ("grpcio", "native")
 METADATA = (("x-mq-client-id", f"bench-grpc@{os.getpid()}"),)
 
 
+def send_request(topic: str, i: int) -> pb.SendMessageRequest:
+    """SendMessage of the ``i``-th 128 B message of a run, its id unique to this process."""
+    message = pb.Message(
+        topic=pb.Resource(name=topic),
+        body=_body(i),
+        system_properties=pb.SystemProperties(
+            message_id=f"01{os.getpid():08X}{time.time_ns():016X}{i:08X}",
+            message_type=pb.NORMAL,
+        ),
+    )
+    return pb.SendMessageRequest(messages=[message])
+
+
 def _cpu_s(pid: int) -> float:
     """User and system time of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -54,14 +67,7 @@ async def _sends(endpoint: str, first: int, count: int, in_flight: int) -> None:
 
         async def sender(k: int) -> None:
             for i in range(first + k, first + count, in_flight):
-                message = pb.Message(
-                    topic=pb.Resource(name=TOPIC),
-                    body=_body(i),
-                    system_properties=pb.SystemProperties(
-                        message_id=f"01{os.getpid():08X}{i:016X}", message_type=pb.NORMAL
-                    ),
-                )
-                answer = await call(pb.SendMessageRequest(messages=[message]), metadata=METADATA)
+                answer = await call(send_request(TOPIC, i), metadata=METADATA)
                 if answer.status.code != pb.OK:
                     raise RuntimeError(f"send {i}: {answer.status.message}")
 

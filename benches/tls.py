@@ -30,7 +30,9 @@ import grpc
 from tests.compat.servers import ServerProcess
 from tests.pki import Pki
 
-from benches.broker import SEND_QUEUES, _body, _check_sent, send_request, start_serve
+from benches.broker import SEND_QUEUES, _body, _check_sent, start_serve
+from benches.broker import send_request as remoting_send_request
+from benches.grpc_transport import send_request
 from pyrmq.client.admin import Admin
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.proxy.server import SERVICE_NAME
@@ -59,7 +61,7 @@ async def _remoting(broker: str, tls: ssl.SSLContext | None, count: int, in_flig
     client = RemotingClient(tls=tls)
 
     async def send(i: int) -> None:
-        request = send_request(TOPIC, i % SEND_QUEUES, _body(i), f"T{time.time_ns()}-{i}")
+        request = remoting_send_request(TOPIC, i % SEND_QUEUES, _body(i), f"T{time.time_ns()}-{i}")
         _check_sent(await client.invoke(broker, request, timeout_s=10.0), f"send {i}")
 
     try:
@@ -81,14 +83,7 @@ async def _grpc(endpoint: str, ca: bytes | None, count: int, in_flight: int) -> 
     metadata = [("x-mq-client-id", f"bench-tls@{time.time_ns()}")]
 
     async def send(i: int) -> None:
-        message = pb.Message(
-            topic=pb.Resource(name=TOPIC),
-            body=_body(i),
-            system_properties=pb.SystemProperties(
-                message_id=f"01{time.time_ns():X}{i:08X}", message_type=pb.NORMAL
-            ),
-        )
-        response = await call(pb.SendMessageRequest(messages=[message]), metadata=metadata)
+        response = await call(send_request(TOPIC, i), metadata=metadata)
         if response.status.code != pb.OK:
             raise RuntimeError(f"send {i}: {response.status.message}")
 
