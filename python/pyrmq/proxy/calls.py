@@ -196,7 +196,12 @@ class NativeGrpcServer:
             self._transport.finish(call_id, _UNIMPLEMENTED, f"Method not found: {name}")
             return
         assert self._loop is not None
-        context = CallContext(metadata, peer, timeout_s, self._loop)
+        try:
+            context = CallContext(metadata, peer, timeout_s, self._loop)
+        except ValueError as e:
+            # The client's fault, answered as grpcio answers it.
+            self._transport.finish(call_id, _INTERNAL, str(e))
+            return
         inbox: asyncio.Queue[bytes | None] | None = None
         run: Awaitable[None]
         if method.kind is CallKind.UNARY:
