@@ -28,7 +28,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from tests.compat.servers import ServerProcess, create_topic
 
-from benches.broker import SEND_QUEUES, _body, start_serve
+from benches.broker import SEND_QUEUES, _body, process_cpu_s, start_serve
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.proxy.server import SERVICE_NAME
 
@@ -49,12 +49,6 @@ def send_request(topic: str, i: int) -> pb.SendMessageRequest:
         ),
     )
     return pb.SendMessageRequest(messages=[message])
-
-
-def _cpu_s(pid: int) -> float:
-    """User and system time of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _sends(endpoint: str, first: int, count: int, in_flight: int) -> None:
@@ -100,11 +94,15 @@ async def _receives(endpoint: str, count: int) -> None:
 
 def _row(server: ServerProcess, count: int, run: object) -> tuple[float, float]:
     """(msgs/s, broker CPU µs per message) of ``count`` messages handled by ``run``."""
-    cpu = _cpu_s(server.proc.pid)
+    pid = server.proc.pid
+    cpu = process_cpu_s(pid)
     started = time.perf_counter()
     asyncio.run(run)  # type: ignore[arg-type]
     elapsed = time.perf_counter() - started
-    return count / elapsed, (_cpu_s(server.proc.pid) - cpu) / count * 1e6
+    after = process_cpu_s(pid)
+    if cpu is None or after is None:
+        raise RuntimeError(f"the broker's CPU time cannot be read (pid {pid})")
+    return count / elapsed, (after - cpu) / count * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,8 +21,8 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -82,6 +82,8 @@ _SYSTEM_TOPICS = frozenset(
         "CHECKPOINT_TOPIC",
     }
 )
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 # Collecting waits this long for the loop; a scrape of a broker too busy to answer fails.
 COLLECT_TIMEOUT_S = 10.0
 # A collection gives the loop back after this many queues or series.
@@ -219,51 +221,52 @@ class BrokerMetrics(Collector):
             )
         return False
 
+    def _entry(self, table: dict[_K, _V], key: _K, name: str, new: Callable[[], _V]) -> _V | None:
+        """``table``'s entry for ``key``, made with ``new`` while the series of ``name``
+        stay within the limit; None past it."""
+        entry = table.get(key)
+        if entry is None and self._room(table, key, name):
+            entry = table[key] = new()
+        return entry
+
     def received(self, topic: str, kind: str, messages: int, nbytes: int) -> None:
         """A send stored ``messages`` in ``topic`` (``kind``: :func:`message_type`)."""
         if _retry_or_dead(topic):
             return
-        key = (topic, kind)
-        entry = self._received.get(key)
+        entry = self._entry(self._received, (topic, kind), "rocketmq_messages_in", _Received)
         if entry is None:
-            if not self._room(self._received, key, "rocketmq_messages_in"):
-                return
-            entry = self._received[key] = _Received()
+            return
         entry.messages += messages
         entry.nbytes += nbytes
         # As RocketMQ, a send counts once, at its messages' average size.
         size = nbytes // max(messages, 1)
-        bucket = 0
-        while bucket < len(MESSAGE_SIZE_BUCKETS) and size > MESSAGE_SIZE_BUCKETS[bucket]:
-            bucket += 1
-        entry.buckets[bucket] += 1
+        entry.buckets[bisect.bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
         entry.size_sum += size
 
     def delivered(self, topic: str, group: str, messages: int, nbytes: int) -> None:
         """A pull or a receive handed ``group`` ``messages`` of ``topic``."""
         if _retry_or_dead(topic):
             return
-        key = (topic, group)
-        entry = self._delivered.get(key)
-        if entry is None:
-            if not self._room(self._delivered, key, "rocketmq_messages_out"):
-                return
-            entry = self._delivered[key] = [0, 0]
-        entry[0] += messages
-        entry[1] += nbytes
+        entry = self._entry(
+            self._delivered, (topic, group), "rocketmq_messages_out", lambda: [0, 0]
+        )
+        if entry is not None:
+            entry[0] += messages
+            entry[1] += nbytes
 
     def rpc(self, request_code: int, response_code: int, elapsed_ns: int, held: bool) -> None:
         """A remoting request was answered ``elapsed_ns`` after it arrived."""
-        key = (request_code, response_code, held)
-        entry = self._rpcs.get(key)
+        entry = self._entry(
+            self._rpcs,
+            (request_code, response_code, held),
+            "rocketmq_rpc_latency",
+            lambda: [0.0] * (len(RPC_LATENCY_BUCKETS_MS) + 2),
+        )
         if entry is None:
-            if not self._room(self._rpcs, key, "rocketmq_rpc_latency"):
-                return
-            entry = self._rpcs[key] = [0.0] * (len(RPC_LATENCY_BUCKETS_MS) + 2)
+            return
         # As RocketMQ, whole milliseconds.
         ms = elapsed_ns // 1_000_000
-        bucket = bisect.bisect_left(RPC_LATENCY_BUCKETS_MS, ms)
-        entry[bucket] += 1
+        entry[bisect.bisect_left(RPC_LATENCY_BUCKETS_MS, ms)] += 1
         entry[-1] += ms
 
     def pulled(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
@@ -271,13 +274,11 @@ class BrokerMetrics(Collector):
         ``next_offset``."""
         if _retry_or_dead(topic):
             return
-        key = (group, topic)
-        queues = self._pulled.get(key)
-        if queues is None:
-            if not self._room(self._pulled, key, "rocketmq_consumer_inflight_messages"):
-                return
-            queues = self._pulled[key] = {}
-        queues[queue_id] = next_offset
+        queues = self._entry(
+            self._pulled, (group, topic), "rocketmq_consumer_inflight_messages", dict
+        )
+        if queues is not None:
+            queues[queue_id] = next_offset
 
     def dead_lettered(self, topic: str, group: str) -> None:
         """``group`` gave up on a message of ``topic``: it went to the group's DLQ."""

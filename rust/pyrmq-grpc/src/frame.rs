@@ -19,11 +19,7 @@ pub mod code {
 
 /// One message framed for the wire (the only copy of `payload` made on the way out).
 pub fn encode(payload: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(PREFIX_LEN + payload.len());
-    out.put_u8(0);
-    out.put_u32(payload.len() as u32);
-    out.extend_from_slice(payload);
-    out.freeze()
+    encode_all([payload])
 }
 
 /// Messages framed one after another in one buffer, to be written together.
