@@ -11,6 +11,7 @@ a second each against a real ``pyrmq serve`` (about 10 s; at most ``CLIENT_SMOKE
 ``acl-smoke``: ``acl.py --quick``, sends to servers with and without the plain ACL,
 ``tls-smoke``: ``tls.py --quick``, sends over TLS and plain TCP, remoting and gRPC,
 ``grpc-smoke``: ``grpc_transport.py --quick``, gRPC sends and receives with each transport,
+``pop-smoke``: ``pop.py --quick``, a gRPC group's pop state at 1,000 and 10,000 in flight,
 ``spark-sink-smoke``: ``spark_sink.py --quick``, one round of Spark sink writes, and
 ``spark-source-smoke``: ``spark_source.py --quick``, one round of Spark source reads.
 pyrmq parameters are skipped while ``pyrmq._core`` is not built. Exits non-zero if any step fails;
@@ -72,6 +73,7 @@ def steps() -> list[tuple[str, list[str], float]]:
         ("acl-smoke", [py, "benches/acl.py", "--quick"], BROKER_SMOKE_TIMEOUT_S),
         ("tls-smoke", [py, "benches/tls.py", "--quick"], BROKER_SMOKE_TIMEOUT_S),
         ("grpc-smoke", [py, "benches/grpc_transport.py", "--quick"], BROKER_SMOKE_TIMEOUT_S),
+        ("pop-smoke", [py, "benches/pop.py", "--quick"], BROKER_SMOKE_TIMEOUT_S),
         ("spark-sink-smoke", [py, "benches/spark_sink.py", "--quick"], SPARK_SMOKE_TIMEOUT_S),
         ("spark-source-smoke", [py, "benches/spark_source.py", "--quick"], SPARK_SMOKE_TIMEOUT_S),
     ]

@@ -35,7 +35,7 @@ def test_a_handle_is_current_only_for_its_generation_and_until_it_runs_out() -> 
     assert queue.current(Receipt(3, 0, 101), now=29.0) is None
     assert queue.current(Receipt(3, 0, 100), now=30.0) is None
     [due] = queue.due(30.0, alive=set())
-    PopQueue.redelivered(due, 200, 60.0, "c", auto_renew=False)
+    queue.redelivered(due, 200, 60.0, "c", auto_renew=False)
     assert due.attempt == 2
     assert queue.current(Receipt(3, 0, 100), now=31.0) is None
     assert queue.current(Receipt(3, 0, 200), now=31.0) is not None
@@ -48,7 +48,8 @@ def test_auto_renewed_messages_are_due_once_their_client_is_gone_or_held_them_to
     queue.delivered(1, 2, 10.0, "simple", auto_renew=False)
     assert [e.offset for e in queue.due(1000.0, alive={"push", "simple"})] == [1]
     assert [e.offset for e in queue.due(1000.0, alive={"simple"})] == [0, 1]
-    assert [e.offset for e in queue.due(10_800.0, alive={"push", "simple"})] == [0, 1]
+    # By when they came due.
+    assert [e.offset for e in queue.due(10_800.0, alive={"push", "simple"})] == [1, 0]
     assert queue.next_visible_at(after=0.0) == 10.0
     # A simple consumer's message keeps the invisibility it asked for: another client may
     # still ack it with its handle.
@@ -94,9 +95,38 @@ def test_a_message_given_back_by_a_client_that_shut_down_costs_no_attempt() -> N
     assert queue.release("crashed", visible_at=5.0) == 1
     given_back, crashed = queue.due(5.0, alive=set())
     for entry, generation in ((given_back, 10), (crashed, 11)):
-        PopQueue.redelivered(entry, generation, 50.0, "next", auto_renew=True)
+        queue.redelivered(entry, generation, 50.0, "next", auto_renew=True)
     assert (given_back.attempt, crashed.attempt) == (1, 2)
     # Only that one delivery was free: the next one counts.
     queue.release("next", visible_at=60.0)
-    PopQueue.redelivered(given_back, 12, 90.0, "other", auto_renew=False)
+    queue.redelivered(given_back, 12, 90.0, "other", auto_renew=False)
     assert given_back.attempt == 2
+
+
+def test_a_due_message_comes_once_even_when_delivered_again_visible_at_once() -> None:
+    queue = PopQueue(0)
+    _deliver(queue, range(200))
+    seen = []
+    for entry in queue.due(30.0, alive=set()):
+        seen.append(entry.offset)
+        # Held for no time at all: visible again at the scan's own time.
+        queue.redelivered(entry, entry.generation + 1000, 30.0, "c", auto_renew=False)
+    assert sorted(seen) == list(range(200))
+
+
+def test_finished_or_redelivered_messages_leave_a_due_scan_under_way() -> None:
+    queue = PopQueue(0)
+    for offset in range(300):
+        queue.delivered(offset, offset, float(offset % 7), "c", auto_renew=False)
+    taken = []
+    for entry in queue.due(10.0, alive=set()):
+        taken.append(entry.offset)
+        # Each one taken finishes the next offset, or sends it past the scan.
+        if entry.offset + 1 in queue.inflight:
+            if entry.offset % 2:
+                queue.finish(entry.offset + 1)
+            else:
+                nxt = queue.inflight[entry.offset + 1]
+                queue.redelivered(nxt, 5000, 99.0, "c", auto_renew=False)
+    assert len(taken) == len(set(taken))
+    assert all(queue.inflight.get(o) is not None or o % 2 == 0 for o in taken)

@@ -14,14 +14,21 @@ from an earlier delivery or an earlier nack names a generation that is no longer
 is refused.
 """
 
+import collections
 import dataclasses
 import itertools
+import math
 import time
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
+
+from sortedcontainers import SortedList
 
 __all__ = ["InFlight", "PopQueue", "Receipt", "new_generations"]
 
 HANDLE_PREFIX = "p1"
+# Keys a due scan takes from the time index at once.
+_SLICE = 64
 
 
 def new_generations(after: int = 0) -> Iterator[int]:
@@ -80,23 +87,40 @@ class PopQueue:
     """One queue of one topic as one group consumes it.
 
     Every offset in ``[committed, cursor)`` that is not in flight is done: acked, forwarded to
-    the DLQ, or read past because it did not match the filter.
+    the DLQ, or read past because it did not match the filter. A receive, an ack and a nack
+    cost O(log n) in the messages in flight, not O(n): a group may hold a million.
     """
 
-    __slots__ = ("cursor", "inflight")
+    __slots__ = ("_by_time", "_order", "_renewing", "cursor", "inflight")
 
     def __init__(self, start: int) -> None:
         self.cursor = start
-        # Offsets are added in increasing order (the cursor only moves forward) and a
-        # redelivery updates its entry in place, so the first key is the smallest.
+        # Read it; change it through the methods, which keep the indexes below.
         self.inflight: dict[int, InFlight] = {}
+        # The offsets in flight in increasing order, with finished ones dropped lazily from
+        # the front: a dict's first key is no good, as reaching it skips every slot deleted
+        # before it.
+        self._order: collections.deque[int] = collections.deque()
+        # (visible_at, offset) of every message in flight.
+        self._by_time: SortedList = SortedList()
+        # Client id -> offsets it keeps invisible while connected (auto-renewed).
+        self._renewing: dict[str, set[int]] = {}
 
     @property
     def committed(self) -> int:
         """The group's consumer offset: every message below it is done."""
-        for offset in self.inflight:
-            return offset
-        return self.cursor
+        order, inflight = self._order, self.inflight
+        while order and order[0] not in inflight:
+            order.popleft()
+        return order[0] if order else self.cursor
+
+    def add(self, entry: InFlight) -> None:
+        """Takes up ``entry``; offsets come in increasing order."""
+        self.inflight[entry.offset] = entry
+        self._order.append(entry.offset)
+        self._by_time.add((entry.visible_at, entry.offset))
+        if entry.auto_renew:
+            self._renewing.setdefault(entry.client_id, set()).add(entry.offset)
 
     def delivered(
         self,
@@ -112,49 +136,90 @@ class PopQueue:
         entry = InFlight(
             offset, 1, generation, visible_at, client_id, auto_renew, phy_offset=phy_offset
         )
-        self.inflight[offset] = entry
+        self.add(entry)
         return entry
 
     def moved_cursor(self, offset: int) -> None:
         """The next read starts at ``offset``; what was read past without a delivery is done."""
         self.cursor = max(self.cursor, offset)
 
-    def due(self, now: float, alive: set[str]) -> list[InFlight]:
-        """In-flight messages that may be delivered again, oldest first. An auto-renewed message
-        is due once its client is gone (not in ``alive``) or has held it too long."""
-        return [
-            entry
-            for entry in self.inflight.values()
-            if entry.visible_at <= now or (entry.auto_renew and entry.client_id not in alive)
-        ]
+    def reset(self, cursor: int) -> None:
+        """Forgets what is in flight and reads from ``cursor``: the topic was made again."""
+        self.inflight.clear()
+        self._order.clear()
+        self._by_time.clear()
+        self._renewing.clear()
+        self.cursor = cursor
+
+    def due(self, now: float, alive: AbstractSet[str]) -> Iterator[InFlight]:
+        """In-flight messages that may be delivered again: auto-renewed ones whose client is
+        gone (not in ``alive``) first, then the others by when they came due (an auto-renewed
+        one when its client has held it too long). Each comes once; the caller may deliver it
+        again or finish it before taking the next."""
+        inflight = self.inflight
+        seen: set[int] = set()
+        for client_id in [c for c in self._renewing if c not in alive]:
+            for offset in list(self._renewing.get(client_id, ())):
+                entry = inflight.get(offset)
+                if entry is not None and entry.auto_renew and entry.client_id == client_id:
+                    seen.add(offset)
+                    yield entry
+        # In slices, as each one taken may move in the list.
+        after: tuple[float, int] | None = None
+        while True:
+            keys = list(
+                itertools.islice(
+                    self._by_time.irange(after, (now, math.inf), inclusive=(False, True)), _SLICE
+                )
+            )
+            if not keys:
+                return
+            for visible_at, offset in keys:
+                entry = inflight.get(offset)
+                if entry is not None and entry.visible_at == visible_at and offset not in seen:
+                    seen.add(offset)
+                    yield entry
+            after = keys[-1]
 
     def next_visible_at(self, after: float) -> float | None:
         """When the earliest in-flight message still invisible at ``after`` becomes visible."""
-        times = [e.visible_at for e in self.inflight.values() if e.visible_at > after]
-        return min(times) if times else None
+        at = self._by_time.bisect_right((after, math.inf))
+        return self._by_time[at][0] if at < len(self._by_time) else None
 
     def batch_visible_at(self) -> float | None:
         """When every in-flight message has become visible: an orderly group's batch comes
         back whole."""
-        times = [e.visible_at for e in self.inflight.values()]
-        return max(times) if times else None
+        return self._by_time[-1][0] if self._by_time else None
 
-    @staticmethod
     def redelivered(
+        self,
         entry: InFlight,
         generation: int,
         visible_at: float,
         client_id: str,
         *,
         auto_renew: bool,
+        count: bool = True,
     ) -> None:
-        if not entry.returned:
-            entry.attempt += 1
-        entry.returned = False
+        """``entry`` delivered again, to ``client_id``. ``count=False``: the same delivery
+        sent again, which is no new attempt."""
+        if count:
+            if not entry.returned:
+                entry.attempt += 1
+            entry.returned = False
         entry.generation = generation
-        entry.visible_at = visible_at
-        entry.client_id = client_id
-        entry.auto_renew = auto_renew
+        self._move(entry, visible_at, client_id, auto_renew)
+
+    def hidden(self, entry: InFlight, generation: int, visible_at: float) -> None:
+        """``entry`` nacked: it comes back at ``visible_at``, under a new handle."""
+        entry.generation = generation
+        self._move(entry, visible_at, entry.client_id, False)
+
+    def given_back(self, entry: InFlight, now: float) -> None:
+        """``entry`` never reached its client: visible again now, and its next delivery is
+        no new attempt."""
+        entry.returned = True
+        self._move(entry, now, entry.client_id, False)
 
     def current(self, receipt: Receipt, now: float) -> InFlight | None:
         """The in-flight message ``receipt`` names, if the handle is still its latest and has
@@ -166,7 +231,12 @@ class PopQueue:
 
     def finish(self, offset: int) -> None:
         """Acked or forwarded to the DLQ: the message is done."""
-        self.inflight.pop(offset, None)
+        entry = self.inflight.pop(offset, None)
+        if entry is None:
+            return
+        self._by_time.remove((entry.visible_at, offset))
+        if entry.auto_renew:
+            self._unrenew(entry)
 
     def release(self, client_id: str, visible_at: float, *, returned: bool = False) -> int:
         """Makes the auto-renewed messages of a departed client visible again by
@@ -174,11 +244,29 @@ class PopQueue:
         for: any client may still ack them with their handles. ``returned``: the client
         shut down and gave them back, so their next delivery is no new attempt (a client
         that crashed may have crashed on one of them: that delivery counts)."""
-        count = 0
-        for entry in self.inflight.values():
-            if entry.auto_renew and entry.client_id == client_id:
-                entry.auto_renew = False
-                entry.visible_at = min(entry.visible_at, visible_at)
-                entry.returned = entry.returned or returned
-                count += 1
-        return count
+        offsets = self._renewing.pop(client_id, set())
+        for offset in offsets:
+            entry = self.inflight[offset]
+            entry.returned = entry.returned or returned
+            entry.auto_renew = False
+            self._move(entry, min(entry.visible_at, visible_at), client_id, False)
+        return len(offsets)
+
+    def _move(self, entry: InFlight, visible_at: float, client_id: str, auto_renew: bool) -> None:
+        if entry.auto_renew:
+            self._unrenew(entry)
+        if visible_at != entry.visible_at:
+            self._by_time.remove((entry.visible_at, entry.offset))
+            self._by_time.add((visible_at, entry.offset))
+            entry.visible_at = visible_at
+        entry.client_id = client_id
+        entry.auto_renew = auto_renew
+        if auto_renew:
+            self._renewing.setdefault(client_id, set()).add(entry.offset)
+
+    def _unrenew(self, entry: InFlight) -> None:
+        held = self._renewing.get(entry.client_id)
+        if held is not None:
+            held.discard(entry.offset)
+            if not held:
+                del self._renewing[entry.client_id]

@@ -93,15 +93,17 @@ def decode(value: object, *, renew_grace_s: float) -> dict[PopKey, PopQueue]:
             visible_at = now + (int(visible_ms) - now_ms) / 1000
             if auto_renew:
                 visible_at = min(visible_at, now + renew_grace_s)
-            queue.inflight[int(offset)] = InFlight(
-                int(offset),
-                int(attempt),
-                int(generation),
-                visible_at,
-                str(client_id),
-                False,
-                bool(returned),
-                int(phy_offset),
+            queue.add(
+                InFlight(
+                    int(offset),
+                    int(attempt),
+                    int(generation),
+                    visible_at,
+                    str(client_id),
+                    False,
+                    bool(returned),
+                    int(phy_offset),
+                )
             )
         queues[(str(item["group"]), str(item["topic"]), int(item["queue"]))] = queue
     return queues

@@ -803,7 +803,7 @@ class MessagingService:
         forwarded, and a batch whose invisibility ran out comes back whole and first. So each
         message group is consumed in order, whatever groups a batch mixes."""
         if queue.inflight:
-            due = queue.due(now, present)
+            due = sorted(queue.due(now, present), key=lambda e: e.offset)
             if len(due) < len(queue.inflight):
                 return []
             return self._redeliver(r, queue_id, queue, due, room, now)
@@ -814,7 +814,7 @@ class MessagingService:
         r: "_Receive",
         queue_id: int,
         queue: PopQueue,
-        entries: list[InFlight],
+        entries: Iterable[InFlight],
         room: int,
         now: float,
         *,
@@ -847,12 +847,14 @@ class MessagingService:
                 continue
             generation = next(self._generations)
             visible_at = now + r.hold_s
-            if count:
-                queue.redelivered(
-                    entry, generation, visible_at, r.client.client_id, auto_renew=r.auto_renew
-                )
-            else:
-                entry.generation, entry.visible_at = generation, visible_at
+            queue.redelivered(
+                entry,
+                generation,
+                visible_at,
+                r.client.client_id,
+                auto_renew=r.auto_renew if count else entry.auto_renew,
+                count=count,
+            )
             if _spent(entry, stored, r.max_attempts):
                 self._watch((r.group, topic, queue_id), entry)
             out.append((stored, self._delivery(queue_id, entry, r.invisible_s, body)))
@@ -896,8 +898,7 @@ class MessagingService:
             queue.cursor
         ):
             # The queue is behind the group: the topic was deleted and made again.
-            queue.inflight.clear()
-            queue.cursor = result.next_begin_offset
+            queue.reset(result.next_begin_offset)
         else:
             # Past messages the filter does not take, or gone to retention. What is in flight
             # below stays so: it is still to be acked.
@@ -1082,9 +1083,7 @@ class MessagingService:
             entry = queue.current(receipt, now)
             if entry is not None:
                 # Never delivered: the next delivery is no new attempt.
-                entry.auto_renew = False
-                entry.visible_at = now
-                entry.returned = True
+                queue.given_back(entry, now)
         self._wake(group, topic)
 
     def _check_receive(
@@ -1208,7 +1207,7 @@ class MessagingService:
             if committed is not None:
                 # Acked after the state was written: the offsets were written later.
                 for offset in [o for o in queue.inflight if o < committed]:
-                    del queue.inflight[offset]
+                    queue.finish(offset)
                 queue.cursor = max(queue.cursor, committed)
             self._queues[key] = queue
             for entry in queue.inflight.values():
@@ -1303,11 +1302,9 @@ class MessagingService:
         found = self._in_flight(group, topic, request.receipt_handle)
         if isinstance(found, pb.Status):
             return pb.ChangeInvisibleDurationResponse(status=found)
-        _, entry, receipt = found
+        queue, entry, receipt = found
         self._dirty = True
-        entry.generation = next(self._generations)
-        entry.visible_at = time.monotonic() + seconds
-        entry.auto_renew = False
+        queue.hidden(entry, next(self._generations), time.monotonic() + seconds)
         handle = Receipt(receipt.queue_id, entry.offset, entry.generation).encode()
         # As in RocketMQ, a message out of deliveries goes to the DLQ when it comes due, not
         # now: the client may be extending the one it is still working on, and acks it later.
