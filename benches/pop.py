@@ -11,7 +11,9 @@ Each row times :class:`pyrmq.proxy.pop.PopQueue` as the service drives it, on on
 - ``receive, 32 due``: the same when 32 have come due, delivered again;
 - ``ack in order`` and ``ack at random``: an ack and the committed offset after it, over half
   of what is in flight;
-- ``nack``: ChangeInvisibleDuration of a random message.
+- ``nack``: ChangeInvisibleDuration of a random message;
+- ``save after 32 acks``: the state's file encoded again after 32 acks in order and 32 at random
+  (:class:`pyrmq.proxy.pop_state.Encoder`, which encodes only the chunks that changed).
 
 The last column is the cost at that size over the cost at the smallest: flat is the aim.
 """
@@ -30,6 +32,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyrmq.proxy.pop import PopQueue
+from pyrmq.proxy.pop_state import Encoder
 
 BATCH = 32
 HOLD_S = 30.0
@@ -90,6 +93,22 @@ def nack(n: int, calls: int) -> float:
     return time.perf_counter() - start
 
 
+def save(n: int, calls: int) -> float:
+    queue, rng = filled(n), random.Random(5)
+    encoder, queues = Encoder(), {("group", "topic", 0): queue}
+    encoder.encode(queues)
+    first = 0
+    start = time.perf_counter()
+    for _ in range(calls):
+        for offset in range(first, first + BATCH):
+            queue.finish(offset)
+        first += BATCH
+        for _ in range(BATCH):
+            queue.finish(rng.randrange(n))
+        encoder.encode(queues)
+    return time.perf_counter() - start
+
+
 def per_call(run: Callable[[int, int], float]) -> Callable[[int, int], float]:
     return lambda n, calls: run(n, calls) / calls
 
@@ -101,6 +120,7 @@ ROWS: list[tuple[str, Callable[[int, int], float]]] = [
     ("ack in order", lambda n, calls: ack(n, calls, shuffled=False)),
     ("ack at random", lambda n, calls: ack(n, calls, shuffled=True)),
     ("nack", per_call(nack)),
+    (f"save after {BATCH} acks", per_call(save)),
 ]
 
 
@@ -116,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         first = None
         for n in sizes:
             # Calls that never run out of messages (an ack takes one, a due receive BATCH).
-            count = min(calls, n // BATCH)
+            count = min(calls, n // BATCH // 2)
             us = run(n, count) * 1e6
             first = first or us
             print(f"| {name} | {n:,} | {us:.2f} | {us / first:.2f}x |", flush=True)

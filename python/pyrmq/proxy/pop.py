@@ -29,6 +29,8 @@ __all__ = ["InFlight", "PopQueue", "Receipt", "new_generations"]
 HANDLE_PREFIX = "p1"
 # Keys a due scan takes from the time index at once.
 _SLICE = 64
+# Offsets are grouped in chunks of 2**CHUNK_BITS for saving: only changed chunks are encoded.
+CHUNK_BITS = 10
 
 
 def new_generations(after: int = 0) -> Iterator[int]:
@@ -91,7 +93,7 @@ class PopQueue:
     cost O(log n) in the messages in flight, not O(n): a group may hold a million.
     """
 
-    __slots__ = ("_by_time", "_order", "_renewing", "cursor", "inflight")
+    __slots__ = ("_by_time", "_changed", "_order", "_renewing", "cursor", "inflight")
 
     def __init__(self, start: int) -> None:
         self.cursor = start
@@ -105,6 +107,8 @@ class PopQueue:
         self._by_time: SortedList = SortedList()
         # Client id -> offsets it keeps invisible while connected (auto-renewed).
         self._renewing: dict[str, set[int]] = {}
+        # Chunks (offset >> CHUNK_BITS) changed since take_changed.
+        self._changed: set[int] = set()
 
     @property
     def committed(self) -> int:
@@ -117,6 +121,7 @@ class PopQueue:
     def add(self, entry: InFlight) -> None:
         """Takes up ``entry``; offsets come in increasing order."""
         self.inflight[entry.offset] = entry
+        self._changed.add(entry.offset >> CHUNK_BITS)
         self._order.append(entry.offset)
         self._by_time.add((entry.visible_at, entry.offset))
         if entry.auto_renew:
@@ -145,6 +150,7 @@ class PopQueue:
 
     def reset(self, cursor: int) -> None:
         """Forgets what is in flight and reads from ``cursor``: the topic was made again."""
+        self._changed.update(offset >> CHUNK_BITS for offset in self.inflight)
         self.inflight.clear()
         self._order.clear()
         self._by_time.clear()
@@ -234,6 +240,7 @@ class PopQueue:
         entry = self.inflight.pop(offset, None)
         if entry is None:
             return
+        self._changed.add(offset >> CHUNK_BITS)
         self._by_time.remove((entry.visible_at, offset))
         if entry.auto_renew:
             self._unrenew(entry)
@@ -252,7 +259,20 @@ class PopQueue:
             self._move(entry, min(entry.visible_at, visible_at), client_id, False)
         return len(offsets)
 
+    def take_changed(self) -> set[int]:
+        """The chunks whose entries changed since the last call."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def in_chunk(self, chunk: int) -> list[InFlight]:
+        """The entries of a chunk, by offset."""
+        first = chunk << CHUNK_BITS
+        get = self.inflight.get
+        entries = (get(offset) for offset in range(first, first + (1 << CHUNK_BITS)))
+        return [e for e in entries if e is not None]
+
     def _move(self, entry: InFlight, visible_at: float, client_id: str, auto_renew: bool) -> None:
+        self._changed.add(entry.offset >> CHUNK_BITS)
         if entry.auto_renew:
             self._unrenew(entry)
         if visible_at != entry.visible_at:

@@ -12,16 +12,17 @@ is delivered once more.
 Times are written as wall-clock milliseconds and read back onto the monotonic clock.
 """
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from pathlib import Path
 
 from pyrmq.broker.state.json_file import load_json, write_atomic
-from pyrmq.proxy.pop import InFlight, PopQueue
+from pyrmq.proxy.pop import CHUNK_BITS, InFlight, PopQueue
 
-__all__ = ["PopKey", "decode", "encode", "load", "write"]
+__all__ = ["Encoder", "PopKey", "decode", "encode", "load", "write"]
 
 log = logging.getLogger(__name__)
 
@@ -32,34 +33,96 @@ PopKey = tuple[str, str, int]
 
 def encode(queues: Mapping[PopKey, PopQueue]) -> bytes:
     """The queues with messages in flight, as the file holds them."""
-    now, now_ms = time.monotonic(), time.time_ns() // 1_000_000
-    out = []
-    for (group, topic, queue_id), queue in queues.items():
-        if not queue.inflight:
-            continue
-        entries = [
-            [
-                e.offset,
-                e.attempt,
-                e.generation,
-                now_ms + round((e.visible_at - now) * 1000),
-                e.client_id,
-                e.auto_renew,
-                e.returned,
-                e.phy_offset,
-            ]
-            for e in queue.inflight.values()
-        ]
-        out.append(
-            {
-                "group": group,
-                "topic": topic,
-                "queue": queue_id,
-                "cursor": queue.cursor,
-                "inflight": entries,
-            }
-        )
-    return json.dumps({"version": VERSION, "queues": out}, separators=(",", ":")).encode()
+    return Encoder().encode(queues)
+
+
+class Encoder:
+    """Encodes the state again and again, each time only the chunks of offsets that changed
+    since the last time (:meth:`PopQueue.take_changed`): a group may hold a million messages
+    in flight, and this runs on the broker's loop."""
+
+    def __init__(self) -> None:
+        # Per queue: the queue object encoded, and its chunks' encoded entries.
+        self._queues: dict[PopKey, tuple[PopQueue, dict[int, str]]] = {}
+
+    def encode(self, queues: Mapping[PopKey, PopQueue]) -> bytes:
+        """The state now."""
+        steps = self._steps(queues)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                state: bytes = done.value
+                return state
+
+    async def encode_in_slices(
+        self, queues: Mapping[PopKey, PopQueue], entries_per_slice: int = 4096
+    ) -> bytes:
+        """The state, letting the loop run between slices of about ``entries_per_slice``
+        entries encoded. Queues may change meanwhile: each chunk is as it was when encoded,
+        and each queue's cursor as it was before its chunks were, so a message delivered
+        meanwhile is read again after a restart rather than skipped."""
+        steps = self._steps(queues)
+        done = 0
+        while True:
+            try:
+                done += next(steps)
+            except StopIteration as stop:
+                state: bytes = stop.value
+                return state
+            if done >= entries_per_slice:
+                done = 0
+                await asyncio.sleep(0)
+
+    def _steps(self, queues: Mapping[PopKey, PopQueue]) -> Generator[int, None, bytes]:
+        """Yields the number of entries each chunk encoded took; returns the state."""
+        # A chunk encoded before keeps the wall-clock times it was given then.
+        now, now_ms = time.monotonic(), time.time_ns() // 1_000_000
+        cached = self._queues
+        for key in cached.keys() - queues.keys():
+            del cached[key]
+        items = []
+        for key, queue in list(queues.items()):
+            known = cached.get(key)
+            cursor = queue.cursor
+            changed = queue.take_changed()
+            if known is None or known[0] is not queue:
+                chunks: dict[int, str] = {}
+                cached[key] = (queue, chunks)
+                changed = {offset >> CHUNK_BITS for offset in queue.inflight}
+            else:
+                chunks = known[1]
+            for chunk in changed:
+                entries = queue.in_chunk(chunk)
+                if entries:
+                    chunks[chunk] = _dumps([_entry(e, now, now_ms) for e in entries])[1:-1]
+                else:
+                    chunks.pop(chunk, None)
+                yield len(entries)
+            if not chunks:
+                continue
+            group, topic, queue_id = key
+            head = {"group": group, "topic": topic, "queue": queue_id, "cursor": cursor}
+            inflight = ",".join(chunks[c] for c in sorted(chunks))
+            items.append(f'{_dumps(head)[:-1]},"inflight":[{inflight}]}}')
+        return f'{{"version":{VERSION},"queues":[{",".join(items)}]}}'.encode()
+
+
+def _entry(e: InFlight, now: float, now_ms: int) -> list[object]:
+    return [
+        e.offset,
+        e.attempt,
+        e.generation,
+        now_ms + round((e.visible_at - now) * 1000),
+        e.client_id,
+        e.auto_renew,
+        e.returned,
+        e.phy_offset,
+    ]
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def write(path: Path, data: bytes) -> None:
@@ -90,6 +153,9 @@ def decode(value: object, *, renew_grace_s: float) -> dict[PopKey, PopQueue]:
             returned,
             phy_offset,
         ) in sorted(item["inflight"]):
+            if int(offset) >= queue.cursor:
+                # Delivered while the state was being encoded: read again from the cursor.
+                continue
             visible_at = now + (int(visible_ms) - now_ms) / 1000
             if auto_renew:
                 visible_at = min(visible_at, now + renew_grace_s)

@@ -168,6 +168,7 @@ class MessagingService:
         # since it was last written.
         self._state_path: Path | None = None
         self._dirty = False
+        self._encoder = pop_state.Encoder()
 
     def _peer(self, context: Any) -> str:
         """The caller's gRPC peer string, as the client it stands for."""
@@ -1220,8 +1221,8 @@ class MessagingService:
             log.info("gRPC groups have %d messages in flight from before the restart", restored)
 
     async def persist_loop(self, period_s: float) -> None:
-        """Writes the in-flight state every ``period_s`` while it changes (encoded here, written
-        on a thread)."""
+        """Writes the in-flight state every ``period_s`` while it changes (encoded here in
+        slices, written on a thread)."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period_s)
@@ -1229,7 +1230,7 @@ class MessagingService:
             if path is None or not self._dirty:
                 continue
             self._dirty = False
-            data = pop_state.encode(self._queues)
+            data = await self._encoder.encode_in_slices(self._queues)
             try:
                 await loop.run_in_executor(None, pop_state.write, path, data)
             except OSError as e:
@@ -1239,7 +1240,7 @@ class MessagingService:
     def save(self) -> None:
         """Writes the in-flight state now (at a clean stop)."""
         if self._state_path is not None:
-            pop_state.write(self._state_path, pop_state.encode(self._queues))
+            pop_state.write(self._state_path, self._encoder.encode(self._queues))
             self._dirty = False
 
     def _in_flight(
