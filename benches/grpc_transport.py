@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for transport in TRANSPORTS:
                 conf = scratch / f"{transport}.conf"
-                conf.write_text(f"grpcTransport={transport}\n")
+                # Plain TCP only: a permissive grpcio port is a splicing front.
+                conf.write_text(f"grpcTransport={transport}\ntls.server.mode=disabled\n")
                 server = start_serve(scratch, transport, "async", 30.0, "-c", str(conf))
                 servers[transport] = server
                 create_topic(server.addresses()[1], TOPIC, SEND_QUEUES)

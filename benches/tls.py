@@ -5,10 +5,11 @@ TCP on the same ports, against a ``pyrmq serve`` without TLS, in the same run.
     python benches/tls.py --quick    # one round of 300, for CI
 
 Remoting rows send SEND_MESSAGE requests (128 B bodies, 4 queues) with pyrmq's
-``RemotingClient``; gRPC rows send SendMessage calls with a grpc.aio channel. A permissive
-broker's gRPC port is the splicing front (each connection joined to a loopback port of the gRPC
-server), so its plain row shows what the join costs and its TLS row what TLS adds. Each row gives
-msgs/s with one request in flight and with 16, and the rate over the server without TLS.
+``RemotingClient``; gRPC rows send SendMessage calls with a grpc.aio channel, to pyrmq's own
+transport, which tells TLS from plain by a connection's first byte as the remoting port does.
+Each row gives msgs/s with one request in flight and with 16, and the rate over the server
+without TLS (``tls.server.mode=disabled``: by default a server without a certificate serves TLS
+with a self-signed one).
 """
 
 from __future__ import annotations
@@ -110,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = pki.properties(scratch / "tls.properties")
         servers: dict[str, ServerProcess] = {}
         try:
-            servers["plain"] = start_serve(scratch, "plain", "async", 30.0)
+            disabled = scratch / "plain.conf"
+            disabled.write_text("tls.server.mode=disabled\n")
+            servers["plain"] = start_serve(scratch, "plain", "async", 30.0, "-c", str(disabled))
             servers["tls"] = start_serve(
                 scratch, "tls", "async", 30.0, "--tls-config", str(settings)
             )

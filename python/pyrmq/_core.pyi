@@ -35,6 +35,7 @@ __all__ = [
     "message_ids",
     "received_extent",
     "received_times",
+    "self_signed_certificate",
     "validate_topic",
 ]
 
@@ -123,7 +124,12 @@ class GrpcTransport:
     """A gRPC listener on ``host:port`` (0: any free port), serving from construction on a
     thread of its own; the caller takes its calls as events and answers them.
 
+    With ``tls_cert`` and ``tls_key`` (PEM; the key unencrypted) it serves TLS, and plain
+    clients too with ``tls_plain_too``, told apart by their first byte. ``tls_client_auth``
+    (none, optional or require) asks for client certificates, checked against ``tls_trust``.
+
     Raises:
+        ConfigError: A certificate, key or trust file that cannot be used.
         OSError: The address cannot be bound.
     """
 
@@ -135,6 +141,11 @@ class GrpcTransport:
         service: str,
         client_streaming: set[str] | frozenset[str],
         max_message_bytes: int,
+        tls_cert: bytes | None = None,
+        tls_key: bytes | None = None,
+        tls_client_auth: str = "none",
+        tls_trust: bytes | None = None,
+        tls_plain_too: bool = False,
     ) -> Self: ...
     @property
     def port(self) -> int: ...
@@ -498,6 +509,10 @@ class MessageStore:
         """Whether :meth:`close` was called."""
     def close(self) -> None:
         """Flushes everything and marks the shutdown clean. Idempotent."""
+
+def self_signed_certificate(names: list[str]) -> tuple[str, str]:
+    """A self-signed certificate for ``names`` (host names and IP addresses) and its key, in
+    PEM: RocketMQ's TLS test mode."""
 
 def decode_messages(buffer: Buffer) -> list[StoredMessage]:
     """Decodes records laid end to end (a PULL body, or ``GetResult.buffer``)."""

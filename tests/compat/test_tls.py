@@ -271,3 +271,72 @@ def test_servers_that_require_client_certificates(
         helpers.run(scenario, 120)
     finally:
         assert broker.stop() == 0, (tmp_path / "broker.log").read_text()[-3000:]
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, port = address.rsplit(":", 1)
+    return host, int(port)
+
+
+def test_a_server_given_no_certificate_serves_tls_with_one_it_signed_itself(
+    tmp_path: Path, rmq5: Any
+) -> None:
+    from cryptography import x509
+
+    with serving(tmp_path) as server:
+        namesrv, broker = server.addresses()[:2]
+        endpoint = server.grpc_address()
+        # Every port hands out the process's one certificate, signed by itself, naming the
+        # loopback address the clients here connect to.
+        pems = {ssl.get_server_certificate(_split(a)) for a in (namesrv, broker, endpoint)}
+        assert len(pems) == 1
+        [pem] = pems
+        cert = x509.load_pem_x509_certificate(pem.encode())
+        assert cert.issuer == cert.subject
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert "127.0.0.1" in {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+
+        async def scenario() -> None:
+            # As RocketMQ's clients do by default: TLS, checking no certificate.
+            trusting = client_context(verify=False)
+            async with Admin(namesrv, tls=trusting) as admin:
+                await admin.create_topic(TOPIC, queue_nums=2)
+            await _send_and_consume(namesrv, trusting, "CG_TLS_TEST_MODE", 3)
+            # A client that checks certificates refuses this one.
+            with pytest.raises(PyrmqError, match="CERTIFICATE_VERIFY_FAILED"):
+                async with Admin(namesrv, tls=client_context()) as admin:
+                    await admin.clusters()
+
+        helpers.run(scenario, 120)
+
+        # The official 5.x client over TLS, trusting the certificate it was shown.
+        roots = tmp_path / "served.pem"
+        roots.write_text(pem)
+        env = {"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(roots)}
+        spec = {"endpoint": endpoint, "tls": True, "topic": TOPIC}
+        ids = rmq5("produce", {**spec, "messages": [{"body": "Z3JwYy10bHM="}]}, env=env)
+        assert all(isinstance(i, str) for i in ids), ids
+        got = rmq5(
+            "simple",
+            {**spec, "group": "CG_TLS_TEST_MODE_GRPC", "count": 4, "timeout_s": 40},
+            env=env,
+        )
+        bodies = {_text(m["body"]) for m in got["messages"]}
+        assert bodies == {"grpc-tls", "tls-0", "tls-1", "tls-2"}
+
+
+def test_without_the_test_mode_a_server_given_no_certificate_serves_plain_tcp_only(
+    tmp_path: Path,
+) -> None:
+    settings = tmp_path / "tls.properties"
+    settings.write_text("tls.test.mode.enable=false\n")
+    with serving(tmp_path, "--tls-config", str(settings)) as server:
+        for address in (*server.addresses()[:2], server.grpc_address()):
+            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+                ssl.get_server_certificate(_split(address), timeout=10)
+
+        async def scenario() -> None:
+            async with Admin(server.addresses()[0]) as admin:
+                assert await admin.clusters()
+
+        helpers.run(scenario, 60)

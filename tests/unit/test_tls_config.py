@@ -27,12 +27,32 @@ def pem(tmp_path: Path) -> dict[str, Path]:
     return files
 
 
-def test_defaults_are_rocketmqs_and_serve_plain_tcp_without_a_certificate(tmp_path: Path) -> None:
+def test_defaults_are_rocketmqs_and_a_server_without_a_certificate_signs_its_own(
+    tmp_path: Path,
+) -> None:
     tls = TlsConfig(config_file=str(tmp_path / "absent.properties"))
     assert tls.server_mode is TlsMode.PERMISSIVE
+    assert tls.test_mode_enable
     assert tls.with_file() is tls
-    assert tls.server_context() is None
+    assert tls.server_context() is not None
+    cert, key = tls.server_pem() or (b"", b"")
+    assert cert.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert b"PRIVATE KEY" in key
+    # One certificate per process: the remoting and gRPC ports serve the same.
+    assert TlsConfig().server_pem() == (cert, key)
     assert tls.client_context() is None
+    # Without the test mode, such a server serves plain TCP only.
+    plain = TlsConfig(test_mode_enable=False)
+    assert plain.server_context() is None
+    assert plain.server_pem() is None
+
+
+def test_the_test_mode_leaves_clients_checking_servers_when_asked_to(pem: dict[str, Path]) -> None:
+    client = TlsConfig(
+        enable=True, client_auth_server=True, client_trust_cert_path=str(pem["ca"])
+    ).client_context()
+    assert client is not None
+    assert client.verify_mode == ssl.CERT_REQUIRED
 
 
 def test_keys_modes_and_their_errors() -> None:
@@ -46,8 +66,14 @@ def test_keys_modes_and_their_errors() -> None:
     with pytest.raises(ConfigError, match=r"tls\.server\.keypath is not a TLS setting") as bad:
         TlsConfig.from_mapping({"tls.server.keypath": "x", "tls.enable": "yes"})
     assert len(bad.value.problems) == 2  # both reported at once
+    assert tls.server_context() is not None  # self-signed, in the test mode
+    strict = TlsConfig.from_mapping(
+        {"tls.server.mode": "enforcing", "tls.test.mode.enable": "false"}
+    )
     with pytest.raises(ConfigError, match=r"enforcing needs tls\.server\.certPath"):
-        tls.server_context()
+        strict.server_context()
+    with pytest.raises(ConfigError, match=r"enforcing needs tls\.server\.certPath"):
+        strict.server_pem()
 
 
 def test_the_file_wins_over_the_servers_settings(tmp_path: Path, pem: dict[str, Path]) -> None:

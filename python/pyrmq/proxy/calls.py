@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 
 from pyrmq._core import GrpcTransport
 
-__all__ = ["CallContext", "CallKind", "Method", "NativeGrpcServer"]
+__all__ = ["CallContext", "CallKind", "Method", "NativeGrpcServer", "ServerTls"]
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +108,27 @@ class _Call:
     inbox: "asyncio.Queue[bytes | None] | None"
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS for :class:`NativeGrpcServer`, in PEM. ``client_auth``: none, optional or require
+    (those two need ``trust``); ``plain_too``: plain clients are served on the port as well."""
+
+    cert_chain: bytes
+    key: bytes
+    client_auth: str = "none"
+    trust: bytes | None = None
+    plain_too: bool = False
+
+
 class NativeGrpcServer:
-    """Listens on ``host:port`` from construction (0: any free port) and runs the calls of
-    ``service``'s ``methods`` on the running loop once :meth:`serve` is called."""
+    """Listens on ``host:port`` from construction (0: any free port), over ``tls`` if given,
+    and runs the calls of ``service``'s ``methods`` on the running loop once :meth:`serve` is
+    called.
+
+    Raises:
+        ConfigError: ``tls`` cannot be used.
+        OSError: The address cannot be bound.
+    """
 
     def __init__(
         self,
@@ -119,6 +137,7 @@ class NativeGrpcServer:
         service: str,
         methods: Mapping[str, Method],
         max_message_bytes: int,
+        tls: ServerTls | None = None,
     ) -> None:
         self._methods = dict(methods)
         self._transport = GrpcTransport(
@@ -127,6 +146,11 @@ class NativeGrpcServer:
             service=service,
             client_streaming={n for n, m in methods.items() if m.kind is CallKind.BIDI_STREAM},
             max_message_bytes=max_message_bytes,
+            tls_cert=None if tls is None else tls.cert_chain,
+            tls_key=None if tls is None else tls.key,
+            tls_client_auth="none" if tls is None else tls.client_auth,
+            tls_trust=None if tls is None else tls.trust,
+            tls_plain_too=False if tls is None else tls.plain_too,
         )
         self.port = self._transport.port
         self._calls: dict[int, _Call] = {}

@@ -5,12 +5,14 @@ so the official clients' generated code is never needed here. The RPCs the offic
 never call (PullMessage, the offset RPCs, SyncLiteSubscription) are not registered and get
 gRPC's UNIMPLEMENTED, as from RocketMQ's own proxy.
 
-Plain connections are served by pyrmq's own HTTP/2 transport (:mod:`pyrmq.proxy.calls`), which
-costs the broker a fraction of grpcio's CPU per call; ``grpcTransport=grpcio`` serves them with
-grpcio instead. TLS connections are grpcio's. With a certificate, the port follows the broker's
-TLS mode (``tls.server.mode``): TLS only when it is enforced; TLS and plain both when
-permissive, through a :class:`~pyrmq.proxy.front.SplicingFront` joining each connection to one
-listener or the other on the loopback address.
+Calls are served by pyrmq's own HTTP/2 transport (:mod:`pyrmq.proxy.calls`), which costs the
+broker a fraction of grpcio's CPU per call; ``grpcTransport=grpcio`` serves them with grpcio
+instead. With a certificate (or the self-signed one of RocketMQ's TLS test mode, see
+:mod:`pyrmq.remoting.tls`) the port follows the broker's TLS mode (``tls.server.mode``): TLS
+only when it is enforced; TLS and plain both when permissive, told apart by the client's first
+byte. grpcio cannot do that on one port, so with it a
+:class:`~pyrmq.proxy.front.SplicingFront` joins each connection to one of two grpcio listeners
+on the loopback address.
 """
 
 import logging
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from pyrmq.errors import ConfigError
-from pyrmq.proxy.calls import CallKind, Method, NativeGrpcServer
+from pyrmq.proxy.calls import CallKind, Method, NativeGrpcServer, ServerTls
 from pyrmq.proxy.front import LOOPBACK, SplicingFront
 from pyrmq.proxy.namespaces import call_namespace, fold, unfold
 from pyrmq.proxy.proto import messaging_pb2 as pb
@@ -175,41 +177,46 @@ class GrpcServer:
             ConfigError: TLS is enforced with a key or trust file gRPC cannot use.
             OSError: The port cannot be bound.
         """
-        # Without a certificate the broker's remoting port refused to start in enforcing mode.
-        mode = TlsMode.DISABLED if tls is None or not tls.server_cert_path else tls.server_mode
-        credentials = None if mode is TlsMode.DISABLED or tls is None else server_credentials(tls)
+        pem = None if tls is None else tls.server_pem()
+        mode = TlsMode.DISABLED if tls is None or pem is None else tls.server_mode
         native = self.broker.config.grpc_transport == "native"
         service = MessagingService(self.broker, self.port)
         table = methods(service)
         address = f"{self.host}:{self.port}"
-        server: grpc.aio.Server | None = None
-        if credentials is not None or not native:
-            server = grpc.aio.server(
-                options=[
-                    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
-                    ("grpc.max_send_message_length", -1),
-                    ("grpc.so_reuseport", 0),
-                ]
+        if native:
+            over = None if tls is None or pem is None else native_tls(tls, pem)
+            native_server = NativeGrpcServer(
+                self.host, self.port, SERVICE_NAME, table, MAX_RECEIVE_MESSAGE_BYTES, over
             )
-            server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(SERVICE_NAME, _grpcio_handlers(table)),)
+            self._native = native_server
+            self.port = service.port = int(native_server.port)
+            self.service = service
+            if serve:
+                await self.serve()
+            log.info(
+                "gRPC listening on %s (pyrmq)%s",
+                self.address,
+                "" if over is None else f" tls={mode}",
             )
-            self._server = server
+            return
+        credentials = None if tls is None or pem is None else server_credentials(tls, pem)
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, _grpcio_handlers(table)),)
+        )
+        self._server = server
         if credentials is None:
-            if native:
-                bound = self._native_on(self.host, self.port, table)
-            else:
-                assert server is not None
-                bound = server.add_insecure_port(address)
+            bound = server.add_insecure_port(address)
         elif mode is TlsMode.ENFORCING:
-            assert server is not None
             bound = server.add_secure_port(address, credentials)
         else:
-            assert server is not None
-            if native:
-                plain = self._native_on(LOOPBACK, 0, table)
-            else:
-                plain = server.add_insecure_port(f"{LOOPBACK}:0")
+            plain = server.add_insecure_port(f"{LOOPBACK}:0")
             secure = server.add_secure_port(f"{LOOPBACK}:0", credentials)
             if not (plain and secure):
                 raise OSError("cannot listen for gRPC on the loopback address")
@@ -224,18 +231,11 @@ class GrpcServer:
         self.service = service
         if serve:
             await self.serve()
-        transport = "pyrmq" if native else "grpcio"
         log.info(
-            "gRPC listening on %s (%s)%s",
+            "gRPC listening on %s (grpcio)%s",
             self.address,
-            transport,
             "" if credentials is None else f" tls={mode}",
         )
-
-    def _native_on(self, host: str, port: int, table: dict[str, Method]) -> int:
-        native = NativeGrpcServer(host, port, SERVICE_NAME, table, MAX_RECEIVE_MESSAGE_BYTES)
-        self._native = native
-        return int(native.port)
 
     async def stop(self) -> None:
         if self._front is not None:
@@ -249,24 +249,44 @@ class GrpcServer:
             self._server = None
 
 
-def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
-    """The gRPC port's TLS credentials, from the server certificate ``tls`` names."""
-    if tls.server_key_password:
-        raise ConfigError("the gRPC port needs an unencrypted key (tls.server.keyPassword is set)")
+def native_tls(tls: TlsConfig, pem: tuple[bytes, bytes]) -> ServerTls:
+    """pyrmq's transport's TLS, from ``tls`` and the certificate and key it gave (``pem``)."""
+    auth = tls.server_need_client_auth
+    if auth == "optional" and not tls.server_trust_cert_path:
+        # Any certificate offered must verify, and there is nothing to verify it against.
+        auth = "none"
+    return ServerTls(
+        *_unencrypted(tls, pem),
+        client_auth=auth,
+        trust=_trust(tls) if auth != "none" else None,
+        plain_too=tls.server_mode is TlsMode.PERMISSIVE,
+    )
+
+
+def server_credentials(tls: TlsConfig, pem: tuple[bytes, bytes]) -> grpc.ServerCredentials:
+    """grpcio's TLS credentials, from ``tls`` and the certificate and key it gave (``pem``)."""
+    cert, key = _unencrypted(tls, pem)
     # gRPC's listener requires a client certificate or asks for none: "optional" asks none.
     ask = tls.server_need_client_auth == "require"
-    if ask and not tls.server_trust_cert_path:
+    return grpc.ssl_server_credentials(
+        [(key, cert)],
+        root_certificates=_trust(tls) if ask else None,
+        require_client_auth=ask,
+    )
+
+
+def _unencrypted(tls: TlsConfig, pem: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
+    if tls.server_cert_path and tls.server_key_password:
+        raise ConfigError("the gRPC port needs an unencrypted key (tls.server.keyPassword is set)")
+    return pem
+
+
+def _trust(tls: TlsConfig) -> bytes:
+    if not tls.server_trust_cert_path:
         raise ConfigError(
             "the gRPC port requires client certificates only with tls.server.trustCertPath"
         )
     try:
-        cert = Path(tls.server_cert_path).read_bytes()
-        key = Path(tls.server_key_path or tls.server_cert_path).read_bytes()
-        roots = Path(tls.server_trust_cert_path).read_bytes() if ask else None
+        return Path(tls.server_trust_cert_path).read_bytes()
     except OSError as e:
         raise ConfigError(f"cannot read a TLS file for the gRPC port: {e}") from e
-    return grpc.ssl_server_credentials(
-        [(key, cert)],
-        root_certificates=roots,
-        require_client_auth=ask,
-    )

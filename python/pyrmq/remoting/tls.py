@@ -3,9 +3,11 @@
 A server runs in one of RocketMQ's modes (``tls.server.mode``): ``disabled`` serves plain TCP,
 ``enforcing`` TLS only, and ``permissive`` (the default) both on one port, telling them apart by
 the first byte a client sends (22 opens a TLS handshake; a remoting frame starts with its
-length's high byte). TLS needs a certificate (``tls.server.certPath`` and ``tls.server.keyPath``):
-RocketMQ's test mode, where a server makes itself a self-signed one, is not offered, so a
-permissive server without one serves plain TCP only.
+length's high byte). TLS needs a certificate (``tls.server.certPath`` and ``tls.server.keyPath``).
+A server given none makes itself a self-signed one at start in RocketMQ's test mode
+(``tls.test.mode.enable``, on by default as in RocketMQ), so that clients that check no
+certificate, as RocketMQ's do by default (the 5.x Java client speaks TLS by default), connect;
+with the test mode off, a permissive server without a certificate serves plain TCP only.
 
 A client speaks TLS with ``tls.enable=true``. As in RocketMQ, it then verifies the server's
 certificate chain only with ``tls.client.authServer=true``, against ``tls.client.trustCertPath``
@@ -21,9 +23,12 @@ properties.
 
 import dataclasses
 import enum
+import functools
 import logging
 import os
+import socket
 import ssl
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
@@ -99,8 +104,9 @@ class TlsConfig:
     client_key_password: str = ""
     client_auth_server: bool = False
     client_trust_cert_path: str = ""
-    # RocketMQ's test mode trusts any server; no self-signed certificate is made here.
-    test_mode_enable: bool = False
+    # A server without a certificate makes itself a self-signed one. RocketMQ's test mode also
+    # makes its clients trust any server; here tls.client.authServer alone says that.
+    test_mode_enable: bool = True
     config_file: str = DEFAULT_CONFIG_FILE
 
     def __post_init__(self) -> None:
@@ -173,6 +179,30 @@ class TlsConfig:
             out[key] = str(value).lower() if isinstance(value, bool) else str(value)
         return out
 
+    def server_pem(self) -> tuple[bytes, bytes] | None:
+        """The server's certificate chain and key in PEM, as files or the test mode give them;
+        None when it serves plain TCP only.
+
+        Raises:
+            ConfigError: ``enforcing`` without a certificate; a file that cannot be read.
+        """
+        if self.server_mode is TlsMode.DISABLED:
+            return None
+        if not self.server_cert_path:
+            if self.test_mode_enable:
+                return self_signed_pem()
+            if self.server_mode is TlsMode.ENFORCING:
+                raise ConfigError(
+                    "tls.server.mode=enforcing needs tls.server.certPath and tls.server.keyPath "
+                    "(or tls.test.mode.enable=true)"
+                )
+            return None
+        key_path = self.server_key_path or self.server_cert_path
+        try:
+            return Path(self.server_cert_path).read_bytes(), Path(key_path).read_bytes()
+        except OSError as e:
+            raise ConfigError(f"cannot read the TLS certificate or key: {e}") from e
+
     def server_context(self) -> ssl.SSLContext | None:
         """The context a server accepts TLS with; None when it serves plain TCP only.
 
@@ -182,14 +212,26 @@ class TlsConfig:
         """
         if self.server_mode is TlsMode.DISABLED:
             return None
-        if not self.server_cert_path:
-            if self.server_mode is TlsMode.ENFORCING:
-                raise ConfigError(
-                    "tls.server.mode=enforcing needs tls.server.certPath and tls.server.keyPath"
-                )
-            return None
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        _load_chain(context, self.server_cert_path, self.server_key_path, self.server_key_password)
+        if self.server_cert_path:
+            _load_chain(
+                context, self.server_cert_path, self.server_key_path, self.server_key_password
+            )
+        elif self.test_mode_enable:
+            # ssl loads certificates from files only.
+            cert, key = self_signed_pem()
+            with tempfile.TemporaryDirectory(prefix="pyrmq-tls-") as private:
+                cert_path, key_path = Path(private, "cert.pem"), Path(private, "key.pem")
+                cert_path.write_bytes(cert)
+                key_path.write_bytes(key)
+                _load_chain(context, str(cert_path), str(key_path), "")
+        elif self.server_mode is TlsMode.ENFORCING:
+            raise ConfigError(
+                "tls.server.mode=enforcing needs tls.server.certPath and tls.server.keyPath "
+                "(or tls.test.mode.enable=true)"
+            )
+        else:
+            return None
         mode = _CLIENT_AUTH[self.server_need_client_auth]
         if mode != ssl.CERT_NONE:
             context.verify_mode = mode
@@ -206,7 +248,7 @@ class TlsConfig:
             return None
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False
-        if self.client_auth_server and not self.test_mode_enable:
+        if self.client_auth_server:
             _load_trust(context, self.client_trust_cert_path, ssl.Purpose.SERVER_AUTH)
         else:
             context.verify_mode = ssl.CERT_NONE
@@ -266,6 +308,16 @@ class ClientTls:
 def looks_like_tls(data: bytes) -> bool:
     """Whether ``data`` starts like a TLS handshake (a ClientHello) rather than a frame."""
     return len(data) >= 2 and data[0] == HANDSHAKE_RECORD and data[1] == 3
+
+
+@functools.cache
+def self_signed_pem() -> tuple[bytes, bytes]:
+    """This process's certificate for the test mode, self-signed, and its key, in PEM."""
+    from pyrmq import _core
+
+    names = sorted({"localhost", "127.0.0.1", socket.gethostname()})
+    cert, key = _core.self_signed_certificate(names)
+    return cert.encode(), key.encode()
 
 
 def _load_chain(context: ssl.SSLContext, cert: str, key: str, password: str) -> None:

@@ -5,6 +5,8 @@
 mod events;
 pub mod frame;
 mod server;
+mod tls;
 
 pub use events::Event;
 pub use server::{Config, Transport};
+pub use tls::{self_signed, ClientAuth, Tls, TlsError};

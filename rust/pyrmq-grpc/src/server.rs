@@ -23,12 +23,16 @@ use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::{timeout_at, Instant};
+use tokio_rustls::TlsAcceptor;
 
 use crate::events::{Event, Events};
 use crate::frame::{self, code, Decoder};
+use crate::tls::{Tls, HANDSHAKE_RECORD};
 
 /// How long open connections get to finish their calls once the transport closes.
 const GRACE: Duration = Duration::from_secs(1);
@@ -37,7 +41,7 @@ const STREAM_WINDOW: u32 = 1 << 20;
 const CONNECTION_WINDOW: u32 = 16 << 20;
 const MAX_CONCURRENT_STREAMS: u32 = 1000;
 const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
-/// A connection that has not finished its HTTP/2 handshake by then is closed.
+/// A connection that has not finished its TLS and HTTP/2 handshakes by then is closed.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Messages of a client stream handed over and not yet taken, before reading pauses.
 const UNCONSUMED_MESSAGES: usize = 64;
@@ -53,6 +57,8 @@ pub struct Config {
     pub client_streaming: HashSet<String>,
     /// Longest request message accepted.
     pub max_message_bytes: usize,
+    /// TLS, when the port serves it.
+    pub tls: Option<Tls>,
 }
 
 enum Out {
@@ -227,7 +233,7 @@ async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let _ = socket.set_nodelay(true);
-                    connections.spawn(connection(socket, peer, Arc::clone(&shared), closing.clone()));
+                    connections.spawn(accept(socket, peer, Arc::clone(&shared), closing.clone()));
                 }
                 Err(e) => {
                     // Out of descriptors, most likely: wait rather than spin.
@@ -249,12 +255,41 @@ async fn serve(
     .await;
 }
 
-async fn connection(
+/// Serves a new connection, over TLS or not as the port and the client's first byte say.
+async fn accept(
     socket: TcpStream,
     peer: SocketAddr,
     shared: Arc<Shared>,
-    mut closing: watch::Receiver<bool>,
+    closing: watch::Receiver<bool>,
 ) {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let Some(tls) = shared.config.tls.clone() else {
+        return connection(socket, peer, shared, closing, deadline).await;
+    };
+    if tls.plain_too {
+        let mut first = [0u8; 1];
+        match timeout_at(deadline, socket.peek(&mut first)).await {
+            Ok(Ok(1)) if first[0] == HANDSHAKE_RECORD => {}
+            Ok(Ok(1)) => return connection(socket, peer, shared, closing, deadline).await,
+            _ => return,
+        }
+    }
+    let handshake = TlsAcceptor::from(tls.config).accept(socket);
+    let Ok(Ok(stream)) = timeout_at(deadline, handshake).await else {
+        return;
+    };
+    connection(stream, peer, shared, closing, deadline).await;
+}
+
+async fn connection<S>(
+    socket: S,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    mut closing: watch::Receiver<bool>,
+    deadline: Instant,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     // As gRPC names peers.
     let peer = match peer {
         SocketAddr::V4(a) => format!("ipv4:{a}"),
@@ -266,7 +301,7 @@ async fn connection(
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .max_header_list_size(MAX_HEADER_LIST_BYTES)
         .handshake::<_, Bytes>(socket);
-    let Ok(Ok(mut conn)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await else {
+    let Ok(Ok(mut conn)) = timeout_at(deadline, handshake).await else {
         return;
     };
     // Calls run as tasks of this connection: they end with it.

@@ -17,6 +17,7 @@ fn transport(max_message_bytes: usize) -> Transport {
         service: SERVICE.to_owned(),
         client_streaming: HashSet::from(["Chat".to_owned()]),
         max_message_bytes,
+        tls: None,
     };
     Transport::bind("127.0.0.1", 0, config).unwrap()
 }

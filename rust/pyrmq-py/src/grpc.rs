@@ -6,7 +6,9 @@ use std::collections::HashSet;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use pyo3::IntoPyObjectExt;
-use pyrmq_grpc::{Config, Event, Transport};
+use pyrmq_grpc::{ClientAuth, Config, Event, Tls, TlsError, Transport};
+
+use crate::errors::ConfigError;
 
 /// What [`PyGrpcTransport::take_events`] returns, by the first item of each tuple.
 const START: u8 = 0;
@@ -23,7 +25,11 @@ pub struct PyGrpcTransport {
 #[pymethods]
 impl PyGrpcTransport {
     #[new]
-    #[pyo3(signature = (host, port, *, service, client_streaming, max_message_bytes))]
+    #[pyo3(signature = (
+        host, port, *, service, client_streaming, max_message_bytes, tls_cert=None, tls_key=None,
+        tls_client_auth="none", tls_trust=None, tls_plain_too=false,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         host: &str,
@@ -31,11 +37,34 @@ impl PyGrpcTransport {
         service: String,
         client_streaming: HashSet<String>,
         max_message_bytes: usize,
+        tls_cert: Option<&[u8]>,
+        tls_key: Option<&[u8]>,
+        tls_client_auth: &str,
+        tls_trust: Option<&[u8]>,
+        tls_plain_too: bool,
     ) -> PyResult<Self> {
+        let tls = match (tls_cert, tls_key) {
+            (Some(cert), Some(key)) => {
+                let auth = match tls_client_auth {
+                    "none" => ClientAuth::None,
+                    "optional" => ClientAuth::Optional,
+                    "require" => ClientAuth::Require,
+                    other => {
+                        return Err(ConfigError::new_err(format!(
+                            "client auth {other:?} is not none, optional or require"
+                        )))
+                    }
+                };
+                Some(Tls::new(cert, key, auth, tls_trust, tls_plain_too).map_err(config_error)?)
+            }
+            (None, None) => None,
+            _ => return Err(ConfigError::new_err("TLS needs a certificate and its key")),
+        };
         let config = Config {
             service,
             client_streaming,
             max_message_bytes,
+            tls,
         };
         let host = host.to_owned();
         let inner = py.detach(move || Transport::bind(&host, port, config))?;
@@ -83,6 +112,19 @@ impl PyGrpcTransport {
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.inner.close());
     }
+}
+
+/// A self-signed certificate for ``names`` and its key, in PEM (RocketMQ's TLS test mode).
+#[pyfunction]
+pub fn self_signed_certificate(py: Python<'_>, names: Vec<String>) -> PyResult<(String, String)> {
+    py.detach(|| pyrmq_grpc::self_signed(names))
+        .map_err(config_error)
+}
+
+// PyO3's map_err takes the error by value.
+#[allow(clippy::needless_pass_by_value)]
+fn config_error(e: TlsError) -> PyErr {
+    ConfigError::new_err(format!("TLS: {e}"))
 }
 
 fn event_tuple(py: Python<'_>, event: Event) -> PyResult<Bound<'_, PyTuple>> {

@@ -43,6 +43,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<message::PyStoredMessage>()?;
     m.add_class::<received::PyMessageExt>()?;
     m.add_class::<grpc::PyGrpcTransport>()?;
+    m.add_function(wrap_pyfunction!(grpc::self_signed_certificate, m)?)?;
     m.add_function(wrap_pyfunction!(message::decode_messages, m)?)?;
     m.add_function(wrap_pyfunction!(received::decode_received, m)?)?;
     m.add_function(wrap_pyfunction!(received::received_extent, m)?)?;
