@@ -33,6 +33,7 @@ What matches the official client, beyond names and signatures:
 import concurrent.futures
 import enum
 import logging
+import ssl
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
@@ -314,6 +315,7 @@ class _Client:
         self._namesrv_domain: str | None = None
         self._instance_name: str | None = None
         self._credentials: Credentials | None = None
+        self._tls: ssl.SSLContext | None = None
 
     @property
     def group(self) -> str:
@@ -343,6 +345,12 @@ class _Client:
         """Signs every request with an ACL account's keys (brokers with ``aclEnable``); the
         channel, which names Aliyun's service, is not used."""
         self._credentials = Credentials(_text(access_key), _text(access_secret))
+
+    def set_tls(self, context: ssl.SSLContext | None) -> None:
+        """Connects to name servers and brokers over TLS with ``context``
+        (:func:`pyrmq.remoting.tls.client_context` makes one); None: plain TCP. pyrmq's own:
+        the official package has no TLS."""
+        self._tls = context
 
     def set_instance_name(self, name: str | bytes) -> None:
         """Distinguishes client instances of one process (default: the process id)."""
@@ -384,6 +392,7 @@ class _Client:
             namesrv_addr=addr or DEFAULT_NAMESRV,
             instance_name=self._instance_name,
             credentials=self._credentials,
+            tls=self._tls,
         )
 
 
