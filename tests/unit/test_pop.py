@@ -130,3 +130,15 @@ def test_finished_or_redelivered_messages_leave_a_due_scan_under_way() -> None:
                 queue.redelivered(nxt, 5000, 99.0, "c", auto_renew=False)
     assert len(taken) == len(set(taken))
     assert all(queue.inflight.get(o) is not None or o % 2 == 0 for o in taken)
+
+
+def test_an_offset_taken_up_twice_keeps_the_last_and_its_time_only() -> None:
+    queue = PopQueue(0)
+    queue.delivered(0, 1, 10.0, "c", auto_renew=True)
+    queue.delivered(0, 2, 50.0, "d", auto_renew=False)
+    assert queue.inflight[0].generation == 2
+    assert queue.next_visible_at(after=0.0) == 50.0
+    assert queue.release("c", visible_at=0.0) == 0
+    queue.finish(0)
+    assert queue.batch_visible_at() is None
+    assert queue.committed == 0

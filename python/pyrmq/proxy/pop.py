@@ -120,6 +120,9 @@ class PopQueue:
 
     def add(self, entry: InFlight) -> None:
         """Takes up ``entry``; offsets come in increasing order."""
+        if entry.offset in self.inflight:
+            # Only from a damaged state file: the last one stands.
+            self.finish(entry.offset)
         self.inflight[entry.offset] = entry
         self._changed.add(entry.offset >> CHUNK_BITS)
         self._order.append(entry.offset)
