@@ -313,7 +313,9 @@ class RocketMQBatchReader(DataSourceReader):
 class RocketMQPushdownReader(RocketMQBatchReader):
     """A batch reader that Spark hands the query's filters (``pushDownPredicate``). Only a
     reader of this class has ``pushFilters``: Spark refuses to plan one that has it unless
-    ``spark.sql.python.filterPushdown.enabled`` is set."""
+    ``spark.sql.python.filterPushdown.enabled`` is set. Spark 4.3 keeps the read planned here
+    with the loaded DataFrame, for later queries of it without filters to push too: one
+    DataFrame per query."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         # Runs before partitions() in the planning worker, and this reader is then pickled
