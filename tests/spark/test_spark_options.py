@@ -118,6 +118,7 @@ def test_trigger_limits_and_times_are_read() -> None:
         ({"assign": '{"bad topic": {"b": [0]}}'}, "option assign: "),
         ({"subscribe": "T", "endingOffsets": "latest"}, "endingOffsets is for batch reads"),
         ({"subscribe": "T", "endingTimestamp": "5"}, "endingTimestamp is for batch reads"),
+        ({"subscribe": "T", "pushDownPredicate": "true"}, "pushDownPredicate is for batch reads"),
         ({"subscribe": "T", "maxTriggerDelay": "1m"}, "maxTriggerDelay needs minOffsetsPerTrigger"),
         (
             {"subscribe": "T", "minOffsetsPerTrigger": "1", "maxTriggerDelay": "soon"},

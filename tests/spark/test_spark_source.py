@@ -283,7 +283,14 @@ def test_a_stream_from_latest_reads_what_came_after_it_started_and_replays_it_th
 
 
 @pytest.mark.parametrize(
-    "module", ["pyrmq.spark", "pyrmq.spark.batching", "pyrmq.spark.offsets", "pyrmq.spark.source"]
+    "module",
+    [
+        "pyrmq.spark",
+        "pyrmq.spark.batching",
+        "pyrmq.spark.offsets",
+        "pyrmq.spark.pushdown",
+        "pyrmq.spark.source",
+    ],
 )
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)

@@ -24,9 +24,10 @@ with -2 for earliest and -1 for latest), ``startingTimestamp`` and
 ``endingOffsetsByTimestamp`` (batch reads), ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``
 and ``maxTriggerDelay`` (streams), ``consumerGroup`` or ``consumerGroupPrefix`` (the group
 whose offsets show a stream's progress), ``failOnDataLoss`` (true), ``minPartitions``,
-``maxRecordsPerPartition``, ``pullBatchSize`` (32), ``pullTimeoutMs`` and
-``includeProperties``. A batch read starts at the earliest offsets, a new stream at the
-latest.
+``maxRecordsPerPartition``, ``pullBatchSize`` (32), ``pullTimeoutMs``,
+``includeProperties`` and ``pushDownPredicate`` (batch reads: the query's filters narrow what
+is pulled, see :mod:`pyrmq.spark.pushdown`; needs ``spark.sql.python.filterPushdown.enabled``).
+A batch read starts at the earliest offsets, a new stream at the latest.
 
 Reads and writes take ``rocketmq.accessKey`` and ``rocketmq.secretKey`` for brokers with an
 ACL: every request is signed as that account. Pulls name ``consumerGroup`` (else

@@ -63,6 +63,7 @@ READ_KEYS = (
     "maxRecordsPerPartition",
     "consumerGroup",
     "consumerGroupPrefix",
+    "pushDownPredicate",
     *CLIENT_KEYS,
 )
 WRITE_KEYS = (
@@ -288,6 +289,9 @@ class ReadOptions:
     """The ACL account requests are signed with (brokers with ``aclEnable``)."""
     tls: ClientTls | None = None
     """Connections are TLS (brokers with ``tls.server.mode``)."""
+    push_down_predicate: bool = False
+    """Batch reads: a query's filters narrow what is pulled (see :mod:`pyrmq.spark.pushdown`);
+    Spark then needs ``spark.sql.python.filterPushdown.enabled``."""
 
     def selects(self, topic: str) -> bool:
         """Whether the read takes messages of ``topic``."""
@@ -344,6 +348,9 @@ class ReadOptions:
             given = [k for k in endings if k.lower() in options]
             if given:
                 raise ConfigError(f"option {given[0]} is for batch reads: a stream has no end")
+            if "pushdownpredicate" in options:
+                # Spark pushes no filters into a Python stream.
+                raise ConfigError("option pushDownPredicate is for batch reads")
         timeout_ms = _int(options, "pullTimeoutMs", 120_000, 1)
         assert timeout_ms is not None
         pull_batch = _int(options, "pullBatchSize", 32, 1)
@@ -375,6 +382,7 @@ class ReadOptions:
             max_trigger_delay_s=_duration_s(options, "maxTriggerDelay", MAX_TRIGGER_DELAY),
             consumer_group=groups["consumerGroup"],
             consumer_group_prefix=groups["consumerGroupPrefix"] or GROUP_PREFIX,
+            push_down_predicate=_bool(options, "pushDownPredicate", False),
         )
 
 

@@ -22,6 +22,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
+    Filter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -50,6 +51,7 @@ from pyrmq.spark import offsets
 from pyrmq.spark.broker import Brokers
 from pyrmq.spark.options import ReadOptions, WriteOptions
 from pyrmq.spark.pulls import RangePuller
+from pyrmq.spark.pushdown import Pushdown, push
 from pyrmq.spark.rows import SCHEMA, record_batch
 from pyrmq.spark.sink import RocketMQBatchWriter, RocketMQStreamWriter
 
@@ -187,12 +189,16 @@ def _named(named: Iterable[MessageQueue], queues: Sequence[MessageQueue], what: 
 
 
 def _resolve(
-    brokers: Brokers, queues: Sequence[MessageQueue], position: Any, missing: str
+    brokers: Brokers,
+    queues: Sequence[MessageQueue],
+    position: Any,
+    missing: str,
+    every: Sequence[MessageQueue] | None = None,
 ) -> dict[MessageQueue, int]:
     """Offsets of ``queues`` for ``earliest``/``latest``/offsets JSON (a queue the JSON does not
-    name takes ``missing``)."""
+    name takes ``missing``); the JSON may name only queues of ``every`` (default ``queues``)."""
     named: Mapping[MessageQueue, int] = position if isinstance(position, dict) else {}
-    _named(named, queues, "offsets")
+    _named(named, queues if every is None else every, "offsets")
     out = {}
     for mq in queues:
         wanted = named.get(mq, position if isinstance(position, str) else missing)
@@ -206,22 +212,31 @@ def _resolve(
 
 
 def _times(
-    queues: Sequence[MessageQueue], every: int | None, named: Mapping[MessageQueue, int] | None
+    queues: Sequence[MessageQueue],
+    every: int | None,
+    named: Mapping[MessageQueue, int] | None,
+    known: Sequence[MessageQueue] | None = None,
 ) -> Mapping[MessageQueue, int]:
-    """Times (epoch ms) by queue: ``every`` for all of them, else those ``named``."""
+    """Times (epoch ms) by queue: ``every`` for all of them, else those ``named`` (which must
+    be of ``known``, default ``queues``)."""
     if every is not None:
         return dict.fromkeys(queues, every)
-    _named(named or {}, queues, "timestamps")
-    return named or {}
+    _named(named or {}, queues if known is None else known, "timestamps")
+    return {mq: ms for mq, ms in (named or {}).items() if mq in queues}
 
 
 def _starts(
-    brokers: Brokers, queues: Sequence[MessageQueue], options: ReadOptions, missing: str
+    brokers: Brokers,
+    queues: Sequence[MessageQueue],
+    options: ReadOptions,
+    missing: str,
+    every: Sequence[MessageQueue] | None = None,
 ) -> dict[MessageQueue, int]:
     """Where a read begins: a queue given a start time begins at its first message stored at
-    or after it; the others as ``startingOffsets`` says."""
-    out = _resolve(brokers, queues, options.starting, missing)
-    times = _times(queues, options.starting_timestamp_ms, options.starting_by_timestamp)
+    or after it; the others as ``startingOffsets`` says. The options may name any queue of
+    ``every`` (default ``queues``)."""
+    out = _resolve(brokers, queues, options.starting, missing, every)
+    times = _times(queues, options.starting_timestamp_ms, options.starting_by_timestamp, every)
     for mq, ms in times.items():
         found, end = brokers.offset_for_time(mq, ms), brokers.max_offset(mq)
         if found >= end and options.timestamp_strategy == "error":
@@ -234,39 +249,84 @@ def _starts(
 
 
 def _ends(
-    brokers: Brokers, queues: Sequence[MessageQueue], options: ReadOptions
+    brokers: Brokers,
+    queues: Sequence[MessageQueue],
+    options: ReadOptions,
+    every: Sequence[MessageQueue] | None = None,
 ) -> dict[MessageQueue, int]:
     """Where a batch read stops (exclusive): before a queue's first message stored at or after
     its end time (its end when there is none), else as ``endingOffsets`` says."""
-    out = _resolve(brokers, queues, options.ending, "latest")
-    times = _times(queues, options.ending_timestamp_ms, options.ending_by_timestamp)
+    out = _resolve(brokers, queues, options.ending, "latest", every)
+    times = _times(queues, options.ending_timestamp_ms, options.ending_by_timestamp, every)
     for mq, ms in times.items():
         out[mq] = brokers.offset_for_time(mq, ms)
     return out
 
 
+def _narrow(
+    brokers: Brokers, mq: MessageQueue, pushed: Pushdown, start: int, end: int
+) -> tuple[int, int]:
+    """``[start, end)`` of ``mq`` cut to the pushed offsets and store times."""
+    low, high = pushed.offsets
+    start, end = max(start, low), end if high is None else min(end, high)
+    first_ms, after_ms = pushed.store_ms()
+    # Looked up only while something is left: each lookup is a request to the broker.
+    if start < end and first_ms is not None:
+        start = max(start, brokers.offset_for_time(mq, first_ms))
+    if start < end and after_ms is not None:
+        end = min(end, brokers.offset_for_time(mq, after_ms))
+    return start, end
+
+
 class RocketMQBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        self.pushed = Pushdown()
 
     def partitions(self) -> Sequence[InputPartition]:
-        o = self.options
+        o, pushed = self.options, self.pushed
         with _brokers(o) as brokers:
-            queues = _queues(brokers, o)
-            starts = _starts(brokers, queues, o, "earliest")
-            ends = _ends(brokers, queues, o)
-        backwards = [
-            f"{mq} from {starts[mq]} to {ends[mq]}" for mq in queues if ends[mq] < starts[mq]
-        ]
-        if backwards:
-            # As Spark's Kafka source: an end before its start is an ending time before the
-            # starting one, or a start past the queue's end (its messages gone or never there).
-            _lost(o, f"ranges end before they start: {', '.join(backwards)}")
-        ranges = [QueueRange(mq, starts[mq], ends[mq]) for mq in queues if starts[mq] < ends[mq]]
+            every = _queues(brokers, o)
+            # Filters that no row passes (offset > 9 AND offset < 5) read nothing.
+            queues = [] if pushed.empty else [mq for mq in every if pushed.admits(mq)]
+            starts = _starts(brokers, queues, o, "earliest", every)
+            ends = _ends(brokers, queues, o, every)
+            backwards = [
+                f"{mq} from {starts[mq]} to {ends[mq]}" for mq in queues if ends[mq] < starts[mq]
+            ]
+            if backwards:
+                # As Spark's Kafka source: an end before its start is an ending time before the
+                # starting one, or a start past the queue's end (its messages gone or never
+                # there).
+                _lost(o, f"ranges end before they start: {', '.join(backwards)}")
+            ranges = []
+            for mq in queues:
+                start, end = _narrow(brokers, mq, pushed, starts[mq], ends[mq])
+                if start < end:
+                    ranges.append(QueueRange(mq, start, end))
         return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
+
+
+class RocketMQPushdownReader(RocketMQBatchReader):
+    """A batch reader that Spark hands the query's filters (``pushDownPredicate``). Only a
+    reader of this class has ``pushFilters``: Spark refuses to plan one that has it unless
+    ``spark.sql.python.filterPushdown.enabled`` is set. Spark 4.3 keeps the read planned here
+    with the loaded DataFrame, for later queries of it without filters to push too: one
+    DataFrame per query."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        # Runs before partitions() in the planning worker, and this reader is then pickled
+        # for read(): what is set here is what both see.
+        given = Subscription.parse("T", self.options.subscription).tags
+        self.pushed, left = push(filters, given)
+        if self.pushed.tags:
+            # Exact as well: read_range drops messages whose tag only shares a hash.
+            subscription = " || ".join(self.pushed.tags)
+            self.options = dataclasses.replace(self.options, subscription=subscription)
+        return left
 
 
 def _read(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -478,7 +538,10 @@ class RocketMQDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         self._check(schema)
-        return RocketMQBatchReader(ReadOptions.parse(self.options, "batch"))
+        options = ReadOptions.parse(self.options, "batch")
+        if options.push_down_predicate:
+            return RocketMQPushdownReader(options)
+        return RocketMQBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         self._check(schema)
