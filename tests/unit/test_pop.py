@@ -142,3 +142,15 @@ def test_an_offset_taken_up_twice_keeps_the_last_and_its_time_only() -> None:
     queue.finish(0)
     assert queue.batch_visible_at() is None
     assert queue.committed == 0
+
+
+def test_a_message_passed_between_departed_clients_during_a_scan_comes_once() -> None:
+    queue = PopQueue(0)
+    queue.delivered(0, 1, 100.0, "a", auto_renew=True)
+    queue.delivered(1, 2, 100.0, "x", auto_renew=True)
+    taken = []
+    for entry in queue.due(0.0, alive=set()):
+        taken.append(entry.offset)
+        # Received by "x", itself counted as gone (its stream closed).
+        queue.redelivered(entry, 10 + len(taken), 100.0, "x", auto_renew=True)
+    assert sorted(taken) == [0, 1]

@@ -1,6 +1,7 @@
 """The pop state's file, encoded in slices while the loop goes on changing the queues."""
 
 import asyncio
+import contextlib
 import json
 import random
 
@@ -69,3 +70,44 @@ def test_an_encoder_gives_the_whole_state_when_nothing_changed_since() -> None:
     assert [e[0] for e in again["queues"][0]["inflight"]] == [o for o in range(5_000) if o != 4_321]
     # A queue gone from the groups is gone from the file.
     assert json.loads(encoder.encode({}))["queues"] == []
+
+
+def test_a_save_after_an_encode_cut_short_is_whole() -> None:
+    """The broker's stop cancels its periodic write mid-way, then saves: the changes the
+    cancelled write took from the queues must not be lost to the save."""
+    queue = PopQueue(0)
+    queues = {KEY: queue}
+    encoder = pop_state.Encoder()
+    for offset in range(1_000):
+        queue.delivered(offset, offset, 30.0, "c", auto_renew=False)
+    queue.moved_cursor(1_000)
+    encoder.encode(queues)
+    for offset in range(1_000, 21_000):
+        queue.delivered(offset, offset, 30.0, "c", auto_renew=False)
+    queue.moved_cursor(21_000)
+
+    async def cut_short() -> None:
+        task = asyncio.create_task(encoder.encode_in_slices(queues, entries_per_slice=1024))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not task.done()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cut_short())
+    restored = pop_state.decode(json.loads(encoder.encode(queues)), renew_grace_s=30.0)[KEY]
+    assert set(restored.inflight) == set(queue.inflight)
+
+
+def test_the_plain_encode_leaves_the_queues_changes_to_the_broker_s_encoder() -> None:
+    queue = PopQueue(0)
+    encoder = pop_state.Encoder()
+    queue.delivered(0, 0, 30.0, "c", auto_renew=False)
+    encoder.encode({KEY: queue})
+    queue.finish(0)
+    queue.delivered(1, 1, 30.0, "c", auto_renew=False)
+    queue.moved_cursor(2)
+    pop_state.encode({KEY: queue})
+    kept = json.loads(encoder.encode({KEY: queue}))
+    assert [e[0] for e in kept["queues"][0]["inflight"]] == [1]

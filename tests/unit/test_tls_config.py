@@ -155,3 +155,43 @@ def test_spark_tls_options(pem: dict[str, Path]) -> None:
         ReadOptions.parse({**base, "rocketmq.tls.caFile": str(pem["ca"])}, "batch")
     with pytest.raises(ConfigError, match="cannot set up TLS"):
         ReadOptions.parse({**base, "rocketmq.tls": "true", "rocketmq.tls.caFile": "/no"}, "batch")
+
+
+def test_an_encrypted_key_without_its_password_is_a_config_error_not_a_prompt(
+    tmp_path: Path,
+) -> None:
+    cert = CA.issue_cert("127.0.0.1")
+    key = tmp_path / "enc.key"
+    from cryptography.hazmat.primitives import serialization
+
+    private = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+    key.write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    chain = tmp_path / "s.pem"
+    cert.cert_chain_pems[0].write_to_path(str(chain))
+    tls = TlsConfig(server_cert_path=str(chain), server_key_path=str(key))
+    with pytest.raises(ConfigError, match="the key is encrypted"):
+        tls.server_context()
+    with_password = TlsConfig(
+        server_cert_path=str(chain), server_key_path=str(key), server_key_password="secret"
+    )
+    assert with_password.server_context() is not None
+
+
+def test_the_self_signed_certificate_leaves_out_a_host_name_dns_cannot_spell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyrmq.remoting import tls as tls_module
+
+    tls_module.self_signed_pem.cache_clear()
+    monkeypatch.setattr(tls_module.socket, "gethostname", lambda: "hôte-ü")
+    try:
+        cert, _ = tls_module.self_signed_pem()
+        assert cert.startswith(b"-----BEGIN CERTIFICATE-----")
+    finally:
+        tls_module.self_signed_pem.cache_clear()

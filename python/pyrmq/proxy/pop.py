@@ -170,6 +170,9 @@ class PopQueue:
         for client_id in [c for c in self._renewing if c not in alive]:
             for offset in list(self._renewing.get(client_id, ())):
                 entry = inflight.get(offset)
+                # Delivered again to another departed client ahead in this pass: taken.
+                if offset in seen:
+                    continue
                 if entry is not None and entry.auto_renew and entry.client_id == client_id:
                     seen.add(offset)
                     yield entry

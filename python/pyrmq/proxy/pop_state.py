@@ -32,8 +32,9 @@ PopKey = tuple[str, str, int]
 
 
 def encode(queues: Mapping[PopKey, PopQueue]) -> bytes:
-    """The queues with messages in flight, as the file holds them."""
-    return Encoder().encode(queues)
+    """The queues with messages in flight, as the file holds them (the queues' changes stay
+    for the broker's :class:`Encoder` to take)."""
+    return Encoder(take_changes=False).encode(queues)
 
 
 class Encoder:
@@ -41,9 +42,11 @@ class Encoder:
     since the last time (:meth:`PopQueue.take_changed`): a group may hold a million messages
     in flight, and this runs on the broker's loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, take_changes: bool = True) -> None:
         # Per queue: the queue object encoded, and its chunks' encoded entries.
         self._queues: dict[PopKey, tuple[PopQueue, dict[int, str]]] = {}
+        # False: each encode is whole, and leaves the queues' changes alone.
+        self._take = take_changes
 
     def encode(self, queues: Mapping[PopKey, PopQueue]) -> bytes:
         """The state now."""
@@ -64,18 +67,36 @@ class Encoder:
         meanwhile is read again after a restart rather than skipped."""
         steps = self._steps(queues)
         done = 0
-        while True:
-            try:
-                done += next(steps)
-            except StopIteration as stop:
-                state: bytes = stop.value
-                return state
-            if done >= entries_per_slice:
-                done = 0
-                await asyncio.sleep(0)
+        try:
+            while True:
+                try:
+                    done += next(steps)
+                except StopIteration as stop:
+                    state: bytes = stop.value
+                    return state
+                if done >= entries_per_slice:
+                    done = 0
+                    await asyncio.sleep(0)
+        finally:
+            # Cancelled (the broker stopping): forgets what it took, before the last save.
+            steps.close()
 
     def _steps(self, queues: Mapping[PopKey, PopQueue]) -> Generator[int, None, bytes]:
-        """Yields the number of entries each chunk encoded took; returns the state."""
+        """Yields the number of entries each chunk encoded took; returns the state. Stopped
+        before the end, it forgets every chunk it kept: the changes it took from the queues
+        and did not encode are lost to it, so the next encode is whole."""
+        finished = False
+        try:
+            state = yield from self._encode(queues)
+            finished = True
+            return state
+        finally:
+            if not finished:
+                self._queues.clear()
+
+    def _encode(self, queues: Mapping[PopKey, PopQueue]) -> Generator[int, None, bytes]:
+        if not self._take:
+            self._queues.clear()
         # A chunk encoded before keeps the wall-clock times it was given then.
         now, now_ms = time.monotonic(), time.time_ns() // 1_000_000
         cached = self._queues
@@ -85,7 +106,7 @@ class Encoder:
         for key, queue in list(queues.items()):
             known = cached.get(key)
             cursor = queue.cursor
-            changed = queue.take_changed()
+            changed = queue.take_changed() if self._take else set()
             if known is None or known[0] is not queue:
                 chunks: dict[int, str] = {}
                 cached[key] = (queue, chunks)

@@ -26,6 +26,7 @@ import enum
 import functools
 import logging
 import os
+import re
 import socket
 import ssl
 import tempfile
@@ -315,14 +316,26 @@ def self_signed_pem() -> tuple[bytes, bytes]:
     """This process's certificate for the test mode, self-signed, and its key, in PEM."""
     from pyrmq import _core
 
-    names = sorted({"localhost", "127.0.0.1", socket.gethostname()})
-    cert, key = _core.self_signed_certificate(names)
+    names = {"localhost", "127.0.0.1"}
+    host = socket.gethostname()
+    # A certificate names only what DNS can spell.
+    if _HOST_NAME.fullmatch(host):
+        names.add(host)
+    cert, key = _core.self_signed_certificate(sorted(names))
     return cert.encode(), key.encode()
+
+
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*")
+
+
+def _no_password() -> str:
+    # Without it, OpenSSL asks for the pass phrase on the terminal, and start waits there.
+    raise ConfigError("the key is encrypted: tls.server.keyPassword (or its client one) is not set")
 
 
 def _load_chain(context: ssl.SSLContext, cert: str, key: str, password: str) -> None:
     try:
-        context.load_cert_chain(cert, key or None, password or None)
+        context.load_cert_chain(cert, key or None, password or _no_password)
     except (OSError, ssl.SSLError) as e:
         raise ConfigError(f"cannot load the TLS certificate {cert} (key {key or cert}): {e}") from e
 

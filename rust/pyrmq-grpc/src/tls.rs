@@ -104,9 +104,12 @@ impl Tls {
                 builder.with_client_cert_verifier(verifier)
             }
         };
-        let mut config = builder
-            .with_single_cert(chain, key)
-            .map_err(|e| TlsError(format!("the certificate and key do not go together: {e}")))?;
+        let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+            TlsError(format!(
+                "the key is not one rustls takes (RSA, ECDSA P-256 or P-384, Ed25519; \
+                 grpcTransport=grpcio takes others) or does not go with the certificate: {e}"
+            ))
+        })?;
         // gRPC clients insist on HTTP/2 being agreed in the handshake.
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Tls {

@@ -291,7 +291,7 @@ fn certificates_that_cannot_be_used_are_refused_with_a_reason() {
             other_key.as_bytes(),
             ClientAuth::None,
             None,
-            "do not go together",
+            "does not go with the certificate",
         ),
         (cert, key, ClientAuth::Require, None, "trust file"),
         (
