@@ -58,6 +58,7 @@ _ALIASES = {
     "haHousekeepingInterval": "ha_housekeeping_interval_ms",
     "haTransferBatchSize": "ha_transfer_batch_size",
     "haSlaveFallbehindMax": "ha_slave_fallbehind_max",
+    "slaveReadEnable": "slave_read_enable",
     "aclEnable": "acl_enable",
     "plainAclFile": "plain_acl_file",
     "innerClientAuthenticationCredentials": "inner_client_authentication_credentials",
@@ -144,6 +145,11 @@ class BrokerConfig:
     # A SYNC_MASTER answers SLAVE_NOT_AVAILABLE at once when no slave is within this many
     # bytes of its CommitLog's end.
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    # Pull answers send consumers reading data the page cache has likely dropped (further
+    # behind the CommitLog's end than the store's accessMessageInMemoryMaxRatio) to their
+    # group's whichBrokerWhenConsumeSlowly, and the others to its brokerId; off, always to
+    # the master. A running broker changes it.
+    slave_read_enable: bool = False
     # Requests are checked against the accounts of plain_acl.yml (RocketMQ's plain ACL): by
     # default $ROCKETMQ_HOME/conf/plain_acl.yml, read again when it changes.
     acl_enable: bool = False

@@ -31,6 +31,7 @@ LIVE_SETTINGS = frozenset(
     {
         *(rocketmq_key(field) for field in RETENTION_FIELDS),
         "recallMessageEnable",
+        "slaveReadEnable",
         "storeReplyMessageEnable",
     }
 )

@@ -3,11 +3,13 @@
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from typing import TYPE_CHECKING
 
 from pyrmq.broker.clients import TAG, ConsumerInfo, Subscription
 from pyrmq.broker.services.hold import HeldPull
+from pyrmq.broker.state.groups import GroupConfig
 from pyrmq.broker.state.queue_access import Access, AccessKey, QueueAccessTable
 from pyrmq.broker.state.topics import PERM_READ
 from pyrmq.remoting.command import RemotingCommand
@@ -15,12 +17,12 @@ from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag, RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.sql_filter import SqlFilter, SqlFilterError, parse_cached
-from pyrmq.store import GetMessageStatus
+from pyrmq.store import GetMessageStatus, GetResult
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
 
-__all__ = ["PullProcessor"]
+__all__ = ["PullProcessor", "reads_cold"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,22 @@ PUSH = "CONSUME_PASSIVELY"
 ACCESS_RECHECK_S = 0.5
 REFUSED_REMARK = "mq is locked by other client."
 MOVED_REMARK = "lock a queue success, update pull offset."
+# RocketMQ's MixAll.MASTER_ID, as an answer's field.
+MASTER_ID = "0"
+# A group without settings of its own has RocketMQ's: brokerId 0, whichBrokerWhenConsumeSlowly 1.
+_DEFAULT_GROUP = GroupConfig("")
+# The machine's memory, as the store reads it for its own on-disk batch limits.
+PHYSICAL_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def reads_cold(
+    max_phy_offset: int, last_phy_offset: int, ratio: int, memory: int = PHYSICAL_MEMORY
+) -> bool:
+    """Whether a pull that read up to CommitLog offset ``last_phy_offset`` read further behind
+    the CommitLog's end ``max_phy_offset`` than ``ratio`` percent of ``memory``, where the page
+    cache has likely dropped the data (RocketMQ's isSuggestPullingFromSlave). Rounded as the
+    store rounds it, so that the pulls called cold here are those it gave on-disk limits."""
+    return max_phy_offset - last_phy_offset > memory // 100 * ratio
 
 
 class PullProcessor:
@@ -295,7 +313,7 @@ class PullProcessor:
             code,
             remark=remark,
             ext_fields={
-                "suggestWhichBrokerId": "0",
+                "suggestWhichBrokerId": self._suggested_broker(header.consumer_group, got),
                 "nextBeginOffset": str(next_begin),
                 "minOffset": str(got.min_offset),
                 "maxOffset": str(got.max_offset),
@@ -379,6 +397,31 @@ class PullProcessor:
         if _locked_out(info):
             return info.client_id
         return None
+
+    def _suggested_broker(self, group: str, got: GetResult | None) -> str:
+        """The broker id a pull's answer tells the consumer to pull from next, by this broker's
+        slaveReadEnable (a slave's too). On, a consumer reading data the page cache has likely
+        dropped goes to its group's whichBrokerWhenConsumeSlowly, leaving the master's cache
+        to consumers that keep up, and any other to the group's brokerId; off, to the master.
+        A client without that broker in its route pulls from the master."""
+        config = self.broker.config
+        if not config.slave_read_enable:
+            return MASTER_ID
+        settings = self.broker.groups.get(group) or _DEFAULT_GROUP
+        # The last record read stands in for the last unit the store scanned, which it does
+        # not report (a tag filter may have skipped more past it). A get without records read
+        # nothing from the CommitLog, so nothing cold.
+        if (
+            got is not None
+            and got.message_count
+            and reads_cold(
+                self.broker.store.max_phy_offset,
+                got.phy_offsets[-1],
+                config.store.access_message_in_memory_max_ratio,
+            )
+        ):
+            return str(settings.which_broker_when_consume_slowly)
+        return str(settings.broker_id)
 
     def _committed(self, key: AccessKey) -> int | None:
         return self.broker.offsets.query(*key)
@@ -558,7 +601,7 @@ class PullProcessor:
             ResponseCode.PULL_NOT_FOUND,
             remark=remark,
             ext_fields={
-                "suggestWhichBrokerId": "0",
+                "suggestWhichBrokerId": self._suggested_broker(header.consumer_group, None),
                 "nextBeginOffset": str(next_offset),
                 "minOffset": str(store.min_offset(header.topic, header.queue_id)),
                 "maxOffset": str(store.max_offset(header.topic, header.queue_id)),

@@ -2,11 +2,12 @@
 ``subscriptionGroup.json``.
 
 An operator sets them with ``mqadmin updateSubGroup`` or ``pyrmq admin update-group``. pyrmq
-acts on two of them: ``retryMaxTimes`` (the deliveries a message gets before the group's DLQ,
-over both protocols) and ``consumeMessageOrderly`` (whether 5.x clients of the group consume
-FIFO messages in order). The other fields are kept as given, so the file round-trips with
-RocketMQ's tools. A group without settings behaves as RocketMQ's auto-created ones do, with the
-broker's ``maxReconsumeTimes``.
+acts on ``retryMaxTimes`` (the deliveries a message gets before the group's DLQ, over both
+protocols), ``consumeMessageOrderly`` (whether 5.x clients of the group consume FIFO messages
+in order), and, on a broker with ``slaveReadEnable``, ``brokerId`` and
+``whichBrokerWhenConsumeSlowly`` (where its pull answers send the group's consumers). The other
+fields are kept as given, so the file round-trips with RocketMQ's tools. A group without
+settings behaves as RocketMQ's auto-created ones do, with the broker's ``maxReconsumeTimes``.
 """
 
 import dataclasses
