@@ -476,7 +476,9 @@ class Admin:
         """Changes settings of the broker at ``addr`` while it runs (``mqadmin
         updateBrokerConfig``): all of them, or none and a BrokerError that says why. A pyrmq
         broker changes its retention settings (``fileReservedTime``, ``deleteWhen``, the disk
-        ratios) this way and refuses the others, which take effect only at a start."""
+        ratios) and its per-request switches (``recallMessageEnable``, ``slaveReadEnable``,
+        ``storeReplyMessageEnable``) this way and refuses the others, which take effect only at
+        a start."""
         body = "".join(f"{key}={_setting(value)}\n" for key, value in settings.items())
         response = await self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body.encode())
         self._check(addr, response)

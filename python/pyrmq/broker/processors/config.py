@@ -2,9 +2,11 @@
 getBrokerConfig`` shows them, and the ones it changes while it runs (``updateBrokerConfig``);
 DELETE_EXPIRED_COMMITLOG: retention at once, whatever the hour (``deleteExpiredCommitLog``).
 
-The store's retention settings change at once and are written to the broker's configuration
-file, so that a restart keeps them. Any other setting takes effect only when the broker starts,
-and a request to change one is refused whole, rather than accepted and silently not applied.
+The store's retention settings and the switches read on each request (``LIVE_SETTINGS``:
+``recallMessageEnable``, ``slaveReadEnable``, ``storeReplyMessageEnable``) change at once and
+are written to the broker's configuration file, so that a restart keeps them. Any other setting
+takes effect only when the broker starts, and a request to change one is refused whole, rather
+than accepted and silently not applied.
 """
 
 import asyncio
