@@ -45,6 +45,20 @@ fn pki() -> Pki {
     }
 }
 
+/// TLS with the PKI's server certificate, no client certificates; plain clients too with
+/// `plain_too`.
+fn server_tls(p: &Pki, plain_too: bool) -> Tls {
+    let (cert, key) = &p.server;
+    Tls::new(
+        cert.as_bytes(),
+        key.as_bytes(),
+        ClientAuth::None,
+        None,
+        plain_too,
+    )
+    .unwrap()
+}
+
 fn transport(tls: Tls) -> Transport {
     let config = Config {
         service: SERVICE.to_owned(),
@@ -136,15 +150,7 @@ async fn plain_socket(t: &Transport) -> TcpStream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_over_tls_agree_on_http2_and_are_answered() {
     let p = pki();
-    let tls = Tls::new(
-        p.server.0.as_bytes(),
-        p.server.1.as_bytes(),
-        ClientAuth::None,
-        None,
-        false,
-    )
-    .unwrap();
-    let t = transport(tls);
+    let t = transport(server_tls(&p, false));
     let socket = TcpStream::connect(("127.0.0.1", t.port())).await.unwrap();
     let name = ServerName::try_from("127.0.0.1").unwrap();
     let stream = TlsConnector::from(client_config(&p.ca, None))
@@ -158,15 +164,7 @@ async fn calls_over_tls_agree_on_http2_and_are_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_only_closes_plain_connections() {
     let p = pki();
-    let tls = Tls::new(
-        p.server.0.as_bytes(),
-        p.server.1.as_bytes(),
-        ClientAuth::None,
-        None,
-        false,
-    )
-    .unwrap();
-    let t = transport(tls);
+    let t = transport(server_tls(&p, false));
     let mut plain = plain_socket(&t).await;
     plain
         .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
@@ -192,15 +190,7 @@ async fn tls_only_closes_plain_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permissive_port_serves_tls_and_plain_clients_side_by_side() {
     let p = pki();
-    let tls = Tls::new(
-        p.server.0.as_bytes(),
-        p.server.1.as_bytes(),
-        ClientAuth::None,
-        None,
-        true,
-    )
-    .unwrap();
-    let t = transport(tls);
+    let t = transport(server_tls(&p, true));
     let name = ServerName::try_from("127.0.0.1").unwrap();
     let socket = TcpStream::connect(("127.0.0.1", t.port())).await.unwrap();
     let secure = TlsConnector::from(client_config(&p.ca, None))
