@@ -251,6 +251,11 @@ class GetResult:
     def corrupt_offsets(self) -> list[int]:
         """Queue offsets whose records failed their checks and were skipped."""
     @property
+    def in_disk(self) -> bool:
+        """Whether the last unit examined lies further behind the CommitLog's end than
+        ``accessMessageInMemoryMaxRatio`` percent of memory (RocketMQ's
+        suggestPullingFromSlave)."""
+    @property
     def message_count(self) -> int:
         """Number of records in the buffer."""
     def messages(self) -> list[StoredMessage]:

@@ -444,6 +444,8 @@ def test_a_batch_far_behind_the_log_end_gets_the_on_disk_limits(open_store, tmp_
     cold.put_batch("TopicCold", [b"y" * 1000] * 20)
     got = cold.get("TopicCold", 0, 0, max_count=32)
     assert (got.queue_offsets, got.next_begin_offset) == ([0, 1, 2, 3, 4], 5)
+    # What a broker with slaveReadEnable reads to send such a reader to a slave.
+    assert got.in_disk
     big = cold.get("TopicCold", 0, 20, max_count=32)
     assert big.queue_offsets == [20, 21]  # 3,000 bytes hold two records of over 1,000
     assert big.next_begin_offset == 22
@@ -453,7 +455,11 @@ def test_a_batch_far_behind_the_log_end_gets_the_on_disk_limits(open_store, tmp_
     # With the default ratio (40% of memory) the same batches count as in memory.
     warm = open_store(tmp_path / "warm", max_transfer_count_on_message_in_disk=5)
     warm.put_batch("TopicCold", [b"x" * 100] * 40)
-    assert warm.get("TopicCold", 0, 0, max_count=32).message_count == 32
+    in_memory = warm.get("TopicCold", 0, 0, max_count=32)
+    assert in_memory.message_count == 32
+    assert not in_memory.in_disk
+    # Nothing examined, nothing in disk.
+    assert not cold.get("TopicCold", 0, 40).in_disk
 
 
 def test_get_statuses(open_store, tmp_path):

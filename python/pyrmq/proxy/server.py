@@ -178,27 +178,38 @@ class GrpcServer:
             OSError: The port cannot be bound.
         """
         pem = None if tls is None else tls.server_pem()
-        mode = TlsMode.DISABLED if tls is None or pem is None else tls.server_mode
+        mode = tls.server_mode if tls is not None and pem is not None else None
         native = self.broker.config.grpc_transport == "native"
         service = MessagingService(self.broker, self.port)
         table = methods(service)
-        address = f"{self.host}:{self.port}"
         if native:
-            over = None if tls is None or pem is None else native_tls(tls, pem)
-            native_server = NativeGrpcServer(
+            over = native_tls(tls, pem) if tls is not None and pem is not None else None
+            self._native = NativeGrpcServer(
                 self.host, self.port, SERVICE_NAME, table, MAX_RECEIVE_MESSAGE_BYTES, over
             )
-            self._native = native_server
-            self.port = service.port = int(native_server.port)
-            self.service = service
-            if serve:
-                await self.serve()
-            log.info(
-                "gRPC listening on %s (pyrmq)%s",
-                self.address,
-                "" if over is None else f" tls={mode}",
-            )
-            return
+            bound = int(self._native.port)
+        else:
+            bound = await self._grpcio_on(service, table, tls, pem)
+        self.port = service.port = bound
+        self.service = service
+        if serve:
+            await self.serve()
+        log.info(
+            "gRPC listening on %s (%s)%s",
+            self.address,
+            "pyrmq" if native else "grpcio",
+            "" if mode is None else f" tls={mode}",
+        )
+
+    async def _grpcio_on(
+        self,
+        service: MessagingService,
+        table: dict[str, Method],
+        tls: TlsConfig | None,
+        pem: tuple[bytes, bytes] | None,
+    ) -> int:
+        """Binds grpcio's server (behind a splicing front when permissive); the port."""
+        address = f"{self.host}:{self.port}"
         credentials = None if tls is None or pem is None else server_credentials(tls, pem)
         server = grpc.aio.server(
             options=[
@@ -211,9 +222,9 @@ class GrpcServer:
             (grpc.method_handlers_generic_handler(SERVICE_NAME, _grpcio_handlers(table)),)
         )
         self._server = server
-        if credentials is None:
+        if tls is None or credentials is None:
             bound = server.add_insecure_port(address)
-        elif mode is TlsMode.ENFORCING:
+        elif tls.server_mode is TlsMode.ENFORCING:
             bound = server.add_secure_port(address, credentials)
         else:
             plain = server.add_insecure_port(f"{LOOPBACK}:0")
@@ -227,15 +238,7 @@ class GrpcServer:
             bound = front.port
         if bound == 0:
             raise OSError(f"cannot listen for gRPC on {address}")
-        self.port = service.port = bound
-        self.service = service
-        if serve:
-            await self.serve()
-        log.info(
-            "gRPC listening on %s (grpcio)%s",
-            self.address,
-            "" if credentials is None else f" tls={mode}",
-        )
+        return int(bound)
 
     async def stop(self) -> None:
         if self._front is not None:

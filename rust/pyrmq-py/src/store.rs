@@ -416,6 +416,8 @@ pub struct PyGetResult {
     sizes: Vec<u32>,
     #[pyo3(get)]
     corrupt_offsets: Vec<u64>,
+    #[pyo3(get)]
+    in_disk: bool,
 }
 
 #[pymethods]
@@ -826,6 +828,7 @@ impl PyMessageStore {
             phy_offsets: out.records.iter().map(|r| r.phy_offset).collect(),
             sizes: out.records.iter().map(|r| r.size).collect(),
             corrupt_offsets: out.corrupt_offsets,
+            in_disk: out.in_disk,
         })
     }
 

@@ -131,6 +131,9 @@ pub struct GetOutcome {
     /// Queue offsets whose records failed their checks; skipped, never returned.
     pub corrupt_offsets: Vec<u64>,
     pub total_bytes: usize,
+    /// The last unit examined lies where the page cache has likely dropped its record
+    /// (RocketMQ's suggestPullingFromSlave): a broker with slaveReadEnable sends the reader on.
+    pub in_disk: bool,
 }
 
 /// A read request against one queue.
@@ -979,13 +982,13 @@ impl Inner {
         self.fork_generation != fork::generation()
     }
 
-    /// CommitLog offset past the last record any ConsumeQueue holds a unit for; 0 with none.
     /// Whether the record at `phy` lies further behind `log_end` than the share of memory the
     /// page cache likely keeps (`accessMessageInMemoryMaxRatio`).
     fn in_disk(&self, log_end: u64, phy: u64) -> bool {
         log_end.saturating_sub(phy) > self.in_memory_bytes
     }
 
+    /// CommitLog offset past the last record any ConsumeQueue holds a unit for; 0 with none.
     fn queues_end(&self) -> u64 {
         self.queues
             .read()
@@ -1845,6 +1848,7 @@ impl Inner {
             records: Vec::new(),
             corrupt_offsets: Vec::new(),
             total_bytes: 0,
+            in_disk: false,
         };
         let Some(q) = self.queue(req.topic, req.queue_id) else {
             return out;
@@ -1907,8 +1911,9 @@ impl Inner {
         out.status = GetMessageStatus::NoMatchedMessage;
         out.next_begin_offset = scanned_to;
         for u in units {
+            out.in_disk = self.in_disk(log_end, u.phy_offset);
             let (cap_bytes, cap_count) = match disk_limits {
-                Some(limits) if self.in_disk(log_end, u.phy_offset) => limits,
+                Some(limits) if out.in_disk => limits,
                 _ => (max_bytes, max_count),
             };
             if !out.records.is_empty()

@@ -3,7 +3,6 @@
 import asyncio
 import dataclasses
 import logging
-import os
 import time
 from typing import TYPE_CHECKING
 
@@ -22,7 +21,7 @@ from pyrmq.store import GetMessageStatus, GetResult
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
 
-__all__ = ["PullProcessor", "reads_cold"]
+__all__ = ["PullProcessor"]
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +52,6 @@ MOVED_REMARK = "lock a queue success, update pull offset."
 MASTER_ID = "0"
 # A group without settings of its own has RocketMQ's: brokerId 0, whichBrokerWhenConsumeSlowly 1.
 _DEFAULT_GROUP = GroupConfig("")
-# The machine's memory, as the store reads it for its own on-disk batch limits.
-PHYSICAL_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def reads_cold(
-    max_phy_offset: int, last_phy_offset: int, ratio: int, memory: int = PHYSICAL_MEMORY
-) -> bool:
-    """Whether a pull that read up to CommitLog offset ``last_phy_offset`` read further behind
-    the CommitLog's end ``max_phy_offset`` than ``ratio`` percent of ``memory``, where the page
-    cache has likely dropped the data (RocketMQ's isSuggestPullingFromSlave). Rounded as the
-    store rounds it, so that the pulls called cold here are those it gave on-disk limits."""
-    return max_phy_offset - last_phy_offset > memory // 100 * ratio
 
 
 class PullProcessor:
@@ -408,18 +395,7 @@ class PullProcessor:
         if not config.slave_read_enable:
             return MASTER_ID
         settings = self.broker.groups.get(group) or _DEFAULT_GROUP
-        # The last record read stands in for the last unit the store scanned, which it does
-        # not report (a tag filter may have skipped more past it). A get without records read
-        # nothing from the CommitLog, so nothing cold.
-        if (
-            got is not None
-            and got.message_count
-            and reads_cold(
-                self.broker.store.max_phy_offset,
-                got.phy_offsets[-1],
-                config.store.access_message_in_memory_max_ratio,
-            )
-        ):
+        if got is not None and got.in_disk:
             return str(settings.which_broker_when_consume_slowly)
         return str(settings.broker_id)
 
