@@ -289,6 +289,7 @@ def test_a_stream_from_latest_reads_what_came_after_it_started_and_replays_it_th
         "pyrmq.spark.batching",
         "pyrmq.spark.offsets",
         "pyrmq.spark.pushdown",
+        "pyrmq.spark.sink",
         "pyrmq.spark.source",
     ],
 )

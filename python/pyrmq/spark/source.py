@@ -33,14 +33,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
     StructType,
-    TimestampType,
 )
 
 from pyrmq.client.api import PullResult
@@ -53,7 +46,7 @@ from pyrmq.spark.options import ReadOptions, WriteOptions
 from pyrmq.spark.pulls import RangePuller
 from pyrmq.spark.pushdown import Pushdown, push
 from pyrmq.spark.rows import SCHEMA, record_batch
-from pyrmq.spark.sink import RocketMQBatchWriter, RocketMQStreamWriter
+from pyrmq.spark.sink import COLUMN_TYPES, RocketMQBatchWriter, RocketMQStreamWriter
 
 __all__ = [
     "SCHEMA",
@@ -556,23 +549,7 @@ class RocketMQDataSource(DataSource):
             raise ConfigError("rows written to pyrmq need a body column")
         if options.topic is None and "topic" not in types:
             raise ConfigError("set the topic option or give the rows a topic column")
-        text, texts = StringType(), ArrayType(StringType())
-        wanted: dict[str, tuple[Any, ...]] = {
-            "body": (BinaryType(), text),
-            "topic": (text,),
-            "tags": (text,),
-            "keys": (text, texts, ArrayType(StringType(), False)),
-            "properties": (
-                MapType(StringType(), StringType()),
-                MapType(StringType(), StringType(), False),
-            ),
-            "queue_id": (IntegerType(), LongType()),
-            "broker_name": (text,),
-            "sharding_key": (text,),
-            "delay_ms": (IntegerType(), LongType()),
-            "deliver_time": (TimestampType(),),
-        }
-        for name, allowed in wanted.items():
+        for name, allowed in COLUMN_TYPES.items():
             if name in types and types[name] not in allowed:
                 raise ConfigError(
                     f"column {name} is {types[name].simpleString()}; pyrmq takes "
