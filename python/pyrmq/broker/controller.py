@@ -17,6 +17,7 @@ from pyrmq.broker.metrics import BrokerMetrics, MetricsEndpoint
 from pyrmq.broker.processors.admin import AdminProcessor
 from pyrmq.broker.processors.client_manage import ClientManageProcessor
 from pyrmq.broker.processors.config import ConfigProcessor
+from pyrmq.broker.processors.connections import ConnectionsProcessor
 from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processors.groups import GroupProcessor
 from pyrmq.broker.processors.pull import PullProcessor
@@ -113,6 +114,7 @@ class BrokerController:
             ReplyProcessor(self, sends),
             self.pulls,
             ClientManageProcessor(self),
+            ConnectionsProcessor(self),
             ConsumerManageProcessor(self),
             GroupProcessor(self),
             AdminProcessor(self),

@@ -41,19 +41,25 @@ from pyrmq.remoting.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumeStatsRequestHeader,
+    GetMaxOffsetRequestHeader,
     GetTopicStatsInfoRequestHeader,
     QueryConsumeQueueRequestHeader,
     QueryMessageRequestHeader,
+    ResetOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 __all__ = [
     "Admin",
+    "ClientConnection",
     "ClusterBroker",
     "ConsumeQueueUnit",
     "ConsumeQueueView",
     "ConsumeStats",
+    "ConsumerConnection",
     "ConsumerProgress",
     "TopicOffset",
 ]
@@ -131,6 +137,40 @@ class ClusterBroker:
     cluster: str
     broker_name: str
     addrs: dict[int, str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClientConnection:
+    """A client connected to a broker, as its heartbeats name it."""
+
+    client_id: str
+    client_addr: str
+    """The address the broker sees the client's connection come from."""
+    language: str
+    version: int
+    """RocketMQ's version ordinal the client sends (``MQVersion``)."""
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> "ClientConnection":
+        return cls(
+            str(raw.get("clientId", "")),
+            str(raw.get("clientAddr", "")),
+            str(raw.get("language", "")),
+            int(raw.get("version") or 0),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerConnection:
+    """A consumer group's online clients and how the group consumes (``mqadmin
+    consumerConnection``)."""
+
+    connections: list[ClientConnection]
+    subscriptions: dict[str, tuple[str, str]]
+    """Topic to (expression type, expression): ``("TAG", "A || B")``, ``("SQL92", "a > 1")``."""
+    consume_type: str
+    message_model: str
+    consume_from_where: str
 
 
 class Admin:
@@ -525,6 +565,140 @@ class Admin:
             units,
             str(sub["subString"]) if sub else None,
         )
+
+    async def _topic_masters(self, topic: str) -> list[str]:
+        route = await self._route(topic)
+        return [a for a in (b.master for b in route.brokers.values()) if a is not None]
+
+    async def consumer_connection(self, group: str) -> ConsumerConnection:
+        """The group's online consumers, from every master broker (``mqadmin
+        consumerConnection``); BrokerError CONSUMER_NOT_ONLINE when none is online."""
+        connections: dict[str, ClientConnection] = {}
+        first: dict[str, Any] | None = None
+        refusal: BrokerError | None = None
+        for addr in await self._masters():
+            answer = await self._call(
+                addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}
+            )
+            if answer.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                refusal = BrokerError(answer.code, answer.remark, addr)
+                continue
+            body = loads_loose_json(self._check(addr, answer).body)
+            first = first or body
+            for raw in body.get("connectionSet") or []:
+                conn = ClientConnection.parse(raw)
+                connections.setdefault(conn.client_id, conn)
+        if first is None:
+            raise refusal or NoRouteError("no master broker is registered")
+        subscriptions = {
+            str(topic): (str(sub.get("expressionType") or "TAG"), str(sub.get("subString", "")))
+            for topic, sub in (first.get("subscriptionTable") or {}).items()
+        }
+        return ConsumerConnection(
+            sorted(connections.values(), key=lambda c: c.client_id),
+            dict(sorted(subscriptions.items())),
+            str(first.get("consumeType", "")),
+            str(first.get("messageModel", "")),
+            str(first.get("consumeFromWhere", "")),
+        )
+
+    async def producer_connection(self, group: str, topic: str) -> list[ClientConnection]:
+        """The producers of ``group`` connected to the brokers of ``topic`` (``mqadmin
+        producerConnection``); BrokerError when none knows the group."""
+        connections: dict[str, ClientConnection] = {}
+        refusal: BrokerError | None = None
+        for addr in await self._topic_masters(topic):
+            answer = await self._call(
+                addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group}
+            )
+            if answer.code != ResponseCode.SUCCESS:
+                refusal = BrokerError(answer.code, answer.remark, addr)
+                continue
+            for raw in loads_loose_json(answer.body).get("connectionSet") or []:
+                conn = ClientConnection.parse(raw)
+                connections.setdefault(conn.client_id, conn)
+        if not connections and refusal is not None:
+            raise refusal
+        return sorted(connections.values(), key=lambda c: c.client_id)
+
+    async def topic_consumed_by(self, topic: str) -> list[str]:
+        """The groups that consume ``topic``: those with consumers of it online or offsets
+        committed on it, on any of its brokers."""
+        groups: set[str] = set()
+        for addr in await self._topic_masters(topic):
+            answer = self._check(
+                addr,
+                await self._call(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}),
+            )
+            groups.update(str(g) for g in loads_loose_json(answer.body).get("groupList") or [])
+        return sorted(groups)
+
+    async def reset_offset_by_time(
+        self, topic: str, group: str, timestamp_ms: int, *, force: bool = True
+    ) -> dict[MessageQueue, int]:
+        """Moves ``group``'s offsets on ``topic`` to the first message stored at or after
+        ``timestamp_ms`` (-1: the end of each queue), on every broker of the topic, and
+        returns the new offsets (``mqadmin resetOffsetByTime``). Without ``force`` an offset
+        only moves back. Where the group has consumers online the broker moves them too; where
+        it has none, the offsets are committed one queue at a time, as ``mqadmin`` does."""
+        header = ResetOffsetRequestHeader(
+            topic=topic, group=group, timestamp=timestamp_ms, is_force=force
+        ).to_ext()
+        out: dict[MessageQueue, int] = {}
+        for data in (await self._route(topic)).brokers.values():
+            addr = data.master
+            if addr is None:
+                continue
+            answer = await self._call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
+            if answer.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                out.update(await self._reset_offline(addr, topic, group, timestamp_ms, force))
+                continue
+            table = loads_queue_table(self._check(addr, answer).body)
+            out.update((mq, int(offset)) for mq, offset in table.items())
+        return dict(sorted(out.items()))
+
+    async def _reset_offline(
+        self, addr: str, topic: str, group: str, timestamp_ms: int, force: bool
+    ) -> dict[MessageQueue, int]:
+        """:meth:`reset_offset_by_time` on a broker where ``group`` has no consumer online:
+        each queue the group committed an offset for, or else every queue from its start."""
+        stats = GetConsumeStatsRequestHeader(consumer_group=group, topic=topic).to_ext()
+        answer = self._check(addr, await self._call(addr, RequestCode.GET_CONSUME_STATS, stats))
+        committed = {
+            mq: int(v.get("consumerOffset", 0))
+            for mq, v in queue_table(loads_fastjson(answer.body).get("offsetTable")).items()
+            if mq.topic == topic
+        }
+        if not committed:
+            info = GetTopicStatsInfoRequestHeader(topic=topic).to_ext()
+            answer = self._check(
+                addr, await self._call(addr, RequestCode.GET_TOPIC_STATS_INFO, info)
+            )
+            committed = {
+                mq: int(v.get("minOffset", 0)) for mq, v in loads_queue_table(answer.body).items()
+            }
+        out: dict[MessageQueue, int] = {}
+        for mq, offset in sorted(committed.items()):
+            if timestamp_ms == -1:
+                code = RequestCode.GET_MAX_OFFSET
+                ext = GetMaxOffsetRequestHeader(topic=topic, queue_id=mq.queue_id).to_ext()
+            else:
+                code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+                ext = SearchOffsetRequestHeader(
+                    topic=topic, queue_id=mq.queue_id, timestamp=timestamp_ms
+                ).to_ext()
+            found = self._check(addr, await self._call(addr, code, ext))
+            target = int(found.ext_fields.get("offset", "0"))
+            if force or target <= offset:
+                update = UpdateConsumerOffsetRequestHeader(
+                    consumer_group=group, topic=topic, queue_id=mq.queue_id, commit_offset=target
+                ).to_ext()
+                self._check(
+                    addr, await self._call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, update)
+                )
+                offset = target
+            out[mq] = offset
+        return out
 
 
 def _setting(value: object) -> str:

@@ -85,6 +85,7 @@ from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, 
 from pyrmq.client.producer import Producer, select_by_hash
 from pyrmq.client.push_consumer import PushConsumer
 from pyrmq.client.request import ReplyMessage, create_reply_message, get_reply_to_client
+from pyrmq.client.subscription import MessageSelector
 from pyrmq.client.transaction import (
     HalfMessage,
     TransactionProducer,
@@ -104,6 +105,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PushConsumer",
     "ReplyMessage",

@@ -378,6 +378,15 @@ class ClientAPI:
         )
         self._check(addr, await self._call(addr, RequestCode.UNREGISTER_CLIENT, header.to_ext()))
 
+    async def check_client(
+        self, addr: str, group: str, client_id: str, subscription: dict[str, Any]
+    ) -> None:
+        """CHECK_CLIENT_CONFIG: raises BrokerError unless the broker at ``addr`` serves pulls
+        with ``subscription`` (RocketMQ's SubscriptionData)."""
+        body = {"clientId": client_id, "group": group, "subscriptionData": subscription}
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        self._check(addr, await self._call(addr, RequestCode.CHECK_CLIENT_CONFIG, body=payload))
+
     async def consumer_ids(self, addr: str, group: str) -> list[str]:
         """Client ids of the group's live consumers as the broker knows them."""
         header = GetConsumerListByGroupRequestHeader(consumer_group=group)

@@ -36,7 +36,7 @@ from pyrmq.client.offset_store import (
 )
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.client.route import TopicRoute
-from pyrmq.client.subscription import Subscription, consumer_data
+from pyrmq.client.subscription import MessageSelector, Subscription, consumer_data
 from pyrmq.errors import ClientError, ClientStateError, ConfigError, NoRouteError, PyrmqError
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
@@ -299,15 +299,15 @@ class LitePullConsumer(ClientLifecycle):
         elif self._mode != mode:
             raise ClientStateError("subscribe and assign are mutually exclusive")
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Consumes ``topic``'s messages whose tag matches ``expression`` (``*`` or tags
-        joined by ``||``), sharing the topic's queues with the group's other consumers
-        (clustering) or reading them all (broadcasting)."""
+        joined by ``||``) or a :class:`MessageSelector` selects, sharing the topic's queues
+        with the group's other consumers (clustering) or reading them all (broadcasting)."""
         if not topic:
             raise ClientError("the topic must not be empty")
         topic = name_in(self.namespace, topic)
         self._set_mode("subscribe")
-        self._subscriptions[topic] = Subscription.parse(topic, expression)
+        self._subscriptions[topic] = Subscription.of(topic, expression)
         inst = self._instance
         if inst is not None:
             self._spawn(self._after_subscription_change(inst))
@@ -553,7 +553,7 @@ class LitePullConsumer(ClientLifecycle):
             suspend_timeout_millis=int(self.broker_suspend_max_time_s * 1000),
             sub_version=0,
             subscription=sub.expression,
-            expression_type="TAG",
+            expression_type=sub.expression_type,
         )
         return await inst.api.pull(
             addr, mq.broker_name, header, self.consumer_timeout_when_suspend_s, self.namespace

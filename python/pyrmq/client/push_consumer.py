@@ -49,7 +49,7 @@ from pyrmq.client.offset_store import (
 )
 from pyrmq.client.process_queue import OrderlyProcessQueue, ProcessQueue
 from pyrmq.client.route import TopicRoute
-from pyrmq.client.subscription import Subscription, consumer_data
+from pyrmq.client.subscription import MessageSelector, Subscription, consumer_data
 from pyrmq.errors import BrokerError, ClientStateError, PyrmqError
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
@@ -216,9 +216,13 @@ class PushConsumer(ClientLifecycle):
     # --- configuration -------------------------------------------------------------------
 
     def subscribe(
-        self, topic: str, expression: str = "*", listener: Listener | None = None
+        self,
+        topic: str,
+        expression: str | MessageSelector = "*",
+        listener: Listener | None = None,
     ) -> None:
-        """Subscribes to ``topic`` with a tag expression.
+        """Subscribes to ``topic`` with a tag expression, or a :class:`MessageSelector` (a
+        SQL92 one makes :meth:`start` ask the brokers whether they filter by it).
 
         ``listener`` gets this topic's messages (``listener(msgs, context)``, a function run
         on the consume thread pool or a coroutine function run in the event loop). Without
@@ -227,7 +231,7 @@ class PushConsumer(ClientLifecycle):
         """
         topic = name_in(self.namespace, topic)
         _core.validate_topic(topic)
-        self.subscriptions[topic] = Subscription.parse(topic, expression)
+        self.subscriptions[topic] = Subscription.of(topic, expression)
         if listener is not None:
             self._listeners[topic] = listener
         if self._instance is not None:
@@ -302,9 +306,23 @@ class PushConsumer(ClientLifecycle):
                 await inst.update_route(topic)
             except PyrmqError as e:
                 log.warning("no route for %s yet: %s", topic, e)
+        try:
+            await self._check_selectors(inst)
+        except BaseException:
+            await self.shutdown()
+            raise
         await inst.heartbeat_all()
         await self.rebalance()
         inst.rebalance_soon()
+
+    async def _check_selectors(self, inst: ClientInstance) -> None:
+        """Asks a broker of each topic subscribed with a SQL92 selector whether it filters by
+        it, as Java consumers do at start: a broker without ``enablePropertyFilter``, or one
+        that cannot parse the expression, would refuse every pull."""
+        for sub in self.subscriptions.values():
+            addr = None if sub.by_tag else inst.any_broker_of(sub.topic)
+            if addr is not None:
+                await inst.api.check_client(addr, self.group, inst.client_id, sub.to_json())
 
     async def shutdown(self) -> None:
         """Stops pulling, lets running listeners finish, commits offsets and unregisters."""
@@ -965,7 +983,7 @@ class PushConsumer(ClientLifecycle):
                 suspend_timeout_millis=int(self.suspend_timeout_s * 1000),
                 sub_version=sub.version,
                 subscription=sub.expression,
-                expression_type="TAG",
+                expression_type=sub.expression_type,
             )
             cached = self._pull_headers[mq] = (sub, header.to_ext())
         return cached[1]

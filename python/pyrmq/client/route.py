@@ -97,6 +97,7 @@ class QueueData:
     read_queue_nums: int
     write_queue_nums: int
     perm: int
+    topic_sys_flag: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,6 +131,7 @@ class TopicRoute:
                         int(q.get("readQueueNums", 0)),
                         int(q.get("writeQueueNums", 0)),
                         int(q.get("perm", 0)),
+                        int(q.get("topicSysFlag", 0)),
                     )
                     for q in raw.get("queueDatas") or []
                 ),
@@ -137,6 +139,37 @@ class TopicRoute:
             )
         )
         return cls(topic, brokers, queues, raw.get("orderTopicConf") or None)
+
+    def to_json(self) -> dict[str, Any]:
+        """RocketMQ's TopicRouteData, as ``mqadmin topicRoute`` prints it.
+
+        >>> TopicRoute.parse("T", b'{"brokerDatas":[{"brokerAddrs":{"0":"h:1"},"brokerName":"b",'
+        ...     b'"cluster":"C"}],"queueDatas":[]}').to_json()["brokerDatas"]
+        [{'brokerAddrs': {'0': 'h:1'}, 'brokerName': 'b', 'cluster': 'C'}]
+        """
+        out: dict[str, Any] = {
+            "brokerDatas": [
+                {
+                    "brokerAddrs": {str(i): a for i, a in sorted(b.addrs.items())},
+                    "brokerName": b.broker_name,
+                    "cluster": b.cluster,
+                }
+                for b in sorted(self.brokers.values(), key=lambda b: b.broker_name)
+            ],
+            "queueDatas": [
+                {
+                    "brokerName": q.broker_name,
+                    "perm": q.perm,
+                    "readQueueNums": q.read_queue_nums,
+                    "topicSysFlag": q.topic_sys_flag,
+                    "writeQueueNums": q.write_queue_nums,
+                }
+                for q in self.queues
+            ],
+        }
+        if self.order_topic_conf:
+            out["orderTopicConf"] = self.order_topic_conf
+        return out
 
     def publish_queues(self) -> list[MessageQueue]:
         """Writable queues on brokers with a master, in broker-name order."""

@@ -1,4 +1,6 @@
-"""A consumer's subscription to one topic: its tag expression, as heartbeats and pulls carry it.
+"""A consumer's subscription to one topic: its tag expression, or a SQL92 expression over
+message properties that brokers with ``enablePropertyFilter`` evaluate, as heartbeats and pulls
+carry it.
 
 >>> sub = Subscription.parse("T", " TagA || TagB || TagA ")
 >>> (sub.expression, sub.tags)
@@ -16,7 +18,35 @@ from typing import Any, Protocol
 
 from pyrmq import _core
 
-__all__ = ["Subscription", "consumer_data"]
+__all__ = ["MessageSelector", "Subscription", "consumer_data"]
+
+TAG = "TAG"
+SQL92 = "SQL92"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MessageSelector:
+    """Which messages of a topic a consumer takes, as RocketMQ's ``MessageSelector``: a tag
+    expression, or a SQL92 expression over message properties (``a > 5 AND region = 'eu'``),
+    which only brokers with ``enablePropertyFilter=true`` evaluate; a consumer with one
+    starts only where its brokers take it.
+
+    >>> MessageSelector.by_sql("a > 5")
+    MessageSelector(expression='a > 5', expression_type='SQL92')
+    """
+
+    expression: str
+    expression_type: str = TAG
+
+    @classmethod
+    def by_tag(cls, expression: str = "*") -> "MessageSelector":
+        return cls(expression, TAG)
+
+    @classmethod
+    def by_sql(cls, expression: str) -> "MessageSelector":
+        if not expression.strip():
+            raise ValueError("a SQL92 selector needs an expression")
+        return cls(expression.strip(), SQL92)
 
 
 class _Tagged(Protocol):
@@ -34,6 +64,22 @@ class Subscription:
     """The tags, in the order given without repeats; empty for ``*``."""
     version: int
     """When the subscription was made (ms), RocketMQ's ``subVersion``."""
+    expression_type: str = TAG
+    """``TAG``, or ``SQL92``: the broker filters by it, the client takes what comes."""
+
+    @classmethod
+    def of(cls, topic: str, selector: "str | MessageSelector | None") -> "Subscription":
+        """A subscription to ``topic`` with a tag expression or a selector."""
+        if isinstance(selector, MessageSelector):
+            if selector.expression_type == TAG:
+                return cls.parse(topic, selector.expression)
+            version = time.time_ns() // 1_000_000
+            return cls(topic, selector.expression, (), version, selector.expression_type)
+        return cls.parse(topic, selector)
+
+    @property
+    def by_tag(self) -> bool:
+        return self.expression_type == TAG
 
     @classmethod
     def parse(cls, topic: str, expression: str | None) -> "Subscription":
@@ -61,7 +107,7 @@ class Subscription:
             "tagsSet": list(self.tags),
             "codeSet": [_core.java_string_hash(t) for t in self.tags],
             "subVersion": self.version,
-            "expressionType": "TAG",
+            "expressionType": self.expression_type,
         }
 
 

@@ -1,11 +1,13 @@
-"""HEART_BEAT, UNREGISTER_CLIENT and the group membership notifications they cause."""
+"""HEART_BEAT, UNREGISTER_CLIENT and the group membership notifications they cause;
+CHECK_CLIENT_CONFIG, which a consumer asks before it starts filtering by SQL92."""
 
 import json
 import logging
 import time
 from typing import TYPE_CHECKING
 
-from pyrmq.broker.clients import parse_heartbeat
+from pyrmq.broker.clients import Subscription, parse_heartbeat
+from pyrmq.broker.processors.pull import FilterRefused, compile_filter
 from pyrmq.broker.state.topics import PERM_READ, PERM_WRITE, RETRY_PREFIX
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import UnregisterClientRequestHeader
@@ -27,6 +29,7 @@ class ClientManageProcessor:
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.HEART_BEAT, self.heartbeat)
         server.register(RequestCode.UNREGISTER_CLIENT, self.unregister)
+        server.register(RequestCode.CHECK_CLIENT_CONFIG, self.check_client_config)
 
     async def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         try:
@@ -77,6 +80,43 @@ class ClientManageProcessor:
         ):
             self.broker.notify_consumer_ids_changed(group)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def check_client_config(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """Whether pulls with a subscription would be served: Java consumers ask at start for
+        each subscription that is not a tag expression, and fail to start unless it is."""
+        try:
+            body = json.loads(request.body or b"{}")
+        except ValueError as e:
+            return _bad_body(request, str(e))
+        data = body.get("subscriptionData") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or not isinstance(data, dict | None):
+            return _bad_body(request, "subscriptionData is not an object")
+        if data:
+            subscription = Subscription.parse(
+                str(data.get("topic", "")),
+                str(data.get("subString") or ""),
+                str(data.get("expressionType") or ""),
+            )
+            try:
+                compile_filter(subscription, self.broker.config.enable_property_filter)
+            except FilterRefused as e:
+                log.warning(
+                    "client %s of %s cannot filter by %s: %s",
+                    body.get("clientId"),
+                    body.get("group"),
+                    subscription.expression,
+                    e.remark,
+                )
+                return RemotingCommand.response_to(request, e.code, remark=e.remark)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+def _bad_body(request: RemotingCommand, reason: str) -> RemotingCommand:
+    return RemotingCommand.response_to(
+        request, ResponseCode.SYSTEM_ERROR, remark=f"bad CheckClientRequestBody: {reason}"
+    )
 
 
 def consumer_list_body(ids: list[str]) -> bytes:

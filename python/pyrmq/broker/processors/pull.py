@@ -32,7 +32,39 @@ FLAG_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
 # Parsed subscriptions by (topic, expression): a consumer sends its expression with every pull.
 _SUBSCRIPTIONS_CACHED = 4096
 
+
 # GetMessageStatus -> the pull answer's code, as RocketMQ's PullMessageProcessor maps it.
+class FilterRefused(Exception):
+    """A subscription's expression this broker cannot filter by, with RocketMQ's answer."""
+
+    def __init__(self, code: ResponseCode, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def compile_filter(subscription: Subscription, property_filter: bool) -> SqlFilter | None:
+    """The SQL92 filter of ``subscription``, None for a tag expression. Raises
+    :class:`FilterRefused` for another type, for SQL92 without ``enablePropertyFilter``
+    (read as tags, it would match nothing and the consumer would skip every message), and
+    for an expression that does not parse."""
+    kind = subscription.expression_type
+    if kind == TAG:
+        return None
+    if kind != SQL92 or not property_filter:
+        raise FilterRefused(
+            ResponseCode.SYSTEM_ERROR,
+            f"The broker does not support consumer to filter message by {kind}",
+        )
+    try:
+        return parse_cached(subscription.expression)
+    except SqlFilterError as e:
+        raise FilterRefused(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+            f"parse the consumer's subscription[{subscription.expression}] failed: {e}",
+        ) from e
+
+
 _NOT_FOUND = {
     GetMessageStatus.OFFSET_FOUND_NULL,
     GetMessageStatus.OFFSET_OVERFLOW_ONE,
@@ -143,26 +175,10 @@ class PullProcessor:
                     remark=f"the consumer's subscription not exist, group: {header.consumer_group}",
                 )
             subscription = found
-        sql: SqlFilter | None = None
-        if subscription.expression_type != TAG:
-            if subscription.expression_type != SQL92 or not broker.config.enable_property_filter:
-                # As RocketMQ with enablePropertyFilter off: read as tags, a SQL92 expression
-                # would match nothing, and the consumer would skip every message.
-                return RemotingCommand.response_to(
-                    request,
-                    ResponseCode.SYSTEM_ERROR,
-                    remark="The broker does not support consumer to filter message by "
-                    f"{subscription.expression_type}",
-                )
-            try:
-                sql = parse_cached(subscription.expression)
-            except SqlFilterError as e:
-                return RemotingCommand.response_to(
-                    request,
-                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                    remark=f"parse the consumer's subscription[{subscription.expression}] "
-                    f"failed: {e}",
-                )
+        try:
+            sql = compile_filter(subscription, broker.config.enable_property_filter)
+        except FilterRefused as e:
+            return RemotingCommand.response_to(request, e.code, remark=e.remark)
 
         client_id = self._controlled(conn, header.consumer_group)
         if client_id is not None:

@@ -57,6 +57,12 @@ class OffsetTable:
         with self._lock:
             return sorted(k[: -len(suffix)] for k in self._table if k.endswith(suffix))
 
+    def groups(self, topic: str) -> list[str]:
+        """The groups with committed offsets on ``topic`` (RocketMQ's whichGroupByTopic)."""
+        prefix = f"{topic}@"
+        with self._lock:
+            return sorted(k[len(prefix) :] for k in self._table if k.startswith(prefix))
+
     def merge_from_master(self, table: dict[str, dict[str, int]]) -> None:
         """A slave takes its master's offsets (GET_ALL_CONSUMER_OFFSET): each ``topic@group``
         the master has replaces the slave's; the others stay (commits made here while the

@@ -3,10 +3,12 @@ figures, as RocketMQ's ``mqadmin clusterList``, ``topicStatus``, ``consumerProgr
 ``brokerStatus`` print them; topics created and deleted as ``updateTopic`` and ``deleteTopic``
 do; messages found as ``queryMsgByKey``, ``queryMsgById`` and ``queryMsgByUniqueKey`` find
 them; a broker's settings shown and changed as ``getBrokerConfig`` and ``updateBrokerConfig``
-do."""
+do; a topic's route, a group's connected clients and its offsets moved to a time as
+``topicRoute``, ``consumerConnection``, ``producerConnection`` and ``resetOffsetByTime`` do."""
 
 import asyncio
 import datetime
+import json
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,8 +19,9 @@ import click
 from pyrmq import _core
 from pyrmq._core import MessageExt
 from pyrmq.acl.signing import Credentials
-from pyrmq.client.admin import Admin
+from pyrmq.client.admin import Admin, ClientConnection
 from pyrmq.errors import PyrmqError
+from pyrmq.remoting.protocol import MQVersion
 from pyrmq.remoting.tls import client_context
 
 T = TypeVar("T")
@@ -443,4 +446,110 @@ def query_cq(
     for u in view.units:
         row: tuple[object, ...] = (u.queue_offset, u.phy_offset, u.size, u.tags_code)
         rows.append(row + ((str(u.taken).lower(),) if group is not None else ()))
+    _table(rows)
+
+
+@admin.command("topic-route")
+@_NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def topic_route(namesrv_addr: str, topic: str) -> None:
+    """The topic's route as the name servers give it: its brokers and their queues."""
+    route = _ask(namesrv_addr, lambda a: a.route(topic))
+    if route is None:
+        raise click.ClickException(f"no broker holds topic {topic}")
+    click.echo(json.dumps(route.to_json(), indent=2))
+
+
+def _connections(connections: list[ClientConnection]) -> None:
+    rows: list[tuple[object, ...]] = [("#", "#ClientId", "#ClientAddr", "#Language", "#Version")]
+    for i, c in enumerate(connections, 1):
+        rows.append((f"{i:03d}", c.client_id, c.client_addr, c.language, _version(c.version)))
+    _table(rows)
+
+
+def _version(ordinal: int) -> str:
+    try:
+        return MQVersion(ordinal).name
+    except ValueError:
+        return str(ordinal)
+
+
+@admin.command("consumer-connection")
+@_NAMESRV
+@click.option("-g", "--group", required=True, help="Consumer group.")
+def consumer_connection(namesrv_addr: str, group: str) -> None:
+    """The group's online consumers, what they subscribe to and how they consume."""
+    found = _ask(namesrv_addr, lambda a: a.consumer_connection(group))
+    _connections(found.connections)
+    click.echo()
+    click.echo("Below is subscription:")
+    rows: list[tuple[object, ...]] = [("#", "#Topic", "#Type", "#SubExpression")]
+    for i, (topic, (kind, expression)) in enumerate(found.subscriptions.items(), 1):
+        rows.append((f"{i:03d}", topic, kind, expression))
+    _table(rows)
+    click.echo()
+    click.echo(f"ConsumeType: {found.consume_type}")
+    click.echo(f"MessageModel: {found.message_model}")
+    click.echo(f"ConsumeFromWhere: {found.consume_from_where}")
+
+
+@admin.command("producer-connection")
+@_NAMESRV
+@click.option("-g", "--group", required=True, help="Producer group.")
+@click.option("-t", "--topic", required=True, help="A topic the group sends to.")
+def producer_connection(namesrv_addr: str, group: str, topic: str) -> None:
+    """The group's producers connected to the topic's brokers."""
+    _connections(_ask(namesrv_addr, lambda a: a.producer_connection(group, topic)))
+
+
+def _timestamp(text: str) -> int:
+    """mqadmin's forms: ``now`` (-1, each queue's end), ms since the epoch, or local time as
+    ``yyyy-MM-dd#HH:mm:ss:SSS``."""
+    if text == "now":
+        return -1
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is neither now, ms since the epoch nor yyyy-MM-dd#HH:mm:ss:SSS",
+            param_hint="--timestamp",
+        ) from None
+    return int(when.timestamp() * 1000)
+
+
+@admin.command("reset-offset-by-time")
+@_NAMESRV
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option(
+    "-s",
+    "--timestamp",
+    required=True,
+    help="now, ms since the epoch, or local time as yyyy-MM-dd#HH:mm:ss:SSS.",
+)
+@click.option(
+    "-f",
+    "--force",
+    default=True,
+    show_default=True,
+    type=bool,
+    help="false: only move offsets back.",
+)
+def reset_offset_by_time(
+    namesrv_addr: str, group: str, topic: str, timestamp: str, force: bool
+) -> None:
+    """Move the group's offsets on the topic to the first message stored at or after a
+    time; consumers online move with them."""
+    ms = _timestamp(timestamp)
+    offsets = _ask(namesrv_addr, lambda a: a.reset_offset_by_time(topic, group, ms, force=force))
+    click.echo(
+        f"reset offsets of group [{group}] on topic [{topic}], force [{str(force).lower()}], "
+        f"timestamp [{timestamp}] ({ms})"
+    )
+    rows: list[tuple[object, ...]] = [("#Broker Name", "#QID", "#Offset")]
+    rows += [(mq.broker_name, mq.queue_id, offset) for mq, offset in offsets.items()]
     _table(rows)
