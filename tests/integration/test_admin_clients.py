@@ -376,3 +376,51 @@ def test_check_client_config_answers_a_java_consumers_question(filtering: Server
         assert (await ask(b"")).code == ResponseCode.SUCCESS
 
     run(scenario)
+
+
+def test_traffic_counters_show_a_topics_messages_in_and_each_groups_out(
+    server: ServerProcess,
+) -> None:
+    """VIEW_BROKER_STATS_DATA, sampled every 10 s as in RocketMQ: after one sample the
+    minute's window holds what was sent and pulled; ``stats-all`` prints it per group."""
+    namesrv, broker = server.addresses()
+    topic, group = "TopicTraffic", "CG_TRAFFIC"
+    create_topic(broker, topic, 2)
+
+    async def scenario() -> None:
+        got: list[bytes] = []
+        consumer = PushConsumer(
+            group,
+            client_config=fast_config(namesrv),
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        )
+        consumer.subscribe(topic, "*", lambda msgs, ctx: got.extend(m.body for m in msgs))
+        async with Producer("PG_TRAFFIC", client_config=fast_config(namesrv)) as producer:
+            for _ in range(5):
+                await producer.send(Message(topic, b"x" * 10))
+            await producer.send_batch([Message(topic, b"y" * 10) for _ in range(5)])
+        async with consumer, Admin(namesrv) as admin:
+            await until(lambda: asyncio.sleep(0, len(got) >= 10), "nothing was consumed")
+
+            async def sampled() -> bool:
+                puts = await admin.broker_stats(broker, "TOPIC_PUT_NUMS", topic)
+                gets = await admin.broker_stats(broker, "GROUP_GET_NUMS", f"{topic}@{group}")
+                return puts["statsMinute"].sum == 10 and gets["statsMinute"].sum == 10
+
+            await until(sampled, "the broker never sampled its counters", timeout_s=25)
+            puts = await admin.broker_stats(broker, "TOPIC_PUT_NUMS", topic)
+            # Six puts: five of one message and a batch of five.
+            assert puts["statsMinute"].avgpt == pytest.approx(10 / 6)
+            assert puts["statsMinute"].tps > 0
+            size = await admin.broker_stats(broker, "TOPIC_PUT_SIZE", topic)
+            assert size["statsMinute"].sum > 100
+            with pytest.raises(BrokerError, match="The stats <TOPIC_PUT_NUMS> <TopicNone>"):
+                await admin.broker_stats(broker, "TOPIC_PUT_NUMS", "TopicNone")
+            traffic = await admin.topic_traffic(topic)
+            assert traffic.in_24h == 10
+            assert traffic.in_tps > 0
+            out_tps, out_24h, lag = traffic.groups[group]
+            assert (out_24h, lag) == (10, 0)
+            assert out_tps > 0
+
+    run(scenario, 60)

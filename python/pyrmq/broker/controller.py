@@ -30,6 +30,7 @@ from pyrmq.broker.services.ha_master import HAService
 from pyrmq.broker.services.ha_slave import HAClient, SlaveSync
 from pyrmq.broker.services.hold import PullHoldService
 from pyrmq.broker.services.stats import BrokerStats
+from pyrmq.broker.services.stats_items import Period, StatsItems
 from pyrmq.broker.services.transactions import TransactionService
 from pyrmq.broker.state.groups import GroupConfig, GroupTable
 from pyrmq.broker.state.offsets import OffsetTable
@@ -80,6 +81,7 @@ class BrokerController:
         self.groups = GroupTable(self._root / "config" / "subscriptionGroup.json")
         self.transactions = TransactionService(self, self._root / "config" / "transactions.json")
         self.stats = BrokerStats()
+        self.stats_items = StatsItems()
         self._store: MessageStore | None = None
         self._hold: PullHoldService | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -529,7 +531,13 @@ class BrokerController:
                 await asyncio.shield(self.transactions.save_checkpoint())
 
     async def _stats_loop(self) -> None:
+        due = {p: time.monotonic() + p.every_ms / 1000 for p in Period}
         while True:
             await asyncio.sleep(1.0)
             self.stats.delivered(*self.store.delayed_deliveries())
             self.stats.sample()
+            now = time.monotonic()
+            for period, at in due.items():
+                if now >= at:
+                    self.stats_items.sample(period, now_ms=time.time_ns() // 1_000_000)
+                    due[period] = max(at + period.every_ms / 1000, now)

@@ -61,7 +61,9 @@ __all__ = [
     "ConsumeStats",
     "ConsumerConnection",
     "ConsumerProgress",
+    "StatsWindow",
     "TopicOffset",
+    "TopicTraffic",
 ]
 
 MASTER_ID = 0
@@ -171,6 +173,41 @@ class ConsumerConnection:
     consume_type: str
     message_model: str
     consume_from_where: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StatsWindow:
+    """What a broker counted for one item over a window (RocketMQ's BrokerStatsItem)."""
+
+    sum: int
+    tps: float
+    avgpt: float
+    """The sum per call that added to it (messages per put, for TOPIC_PUT_NUMS)."""
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> "StatsWindow":
+        raw = raw or {}
+        return cls(int(raw.get("sum", 0)), float(raw.get("tps", 0)), float(raw.get("avgpt", 0)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicTraffic:
+    """A topic's messages in and each consuming group's messages out, from every master of
+    the topic (``mqadmin statsAll``): rates over the last minute, counts over the last 24 h
+    (or the hour, or the minute, while the broker has not sampled longer)."""
+
+    in_tps: float
+    in_24h: int
+    groups: dict[str, tuple[float, int, int]]
+    """Group to (out TPS, messages out in 24 h, lag)."""
+
+
+def _recent_sum(windows: Mapping[str, StatsWindow]) -> int:
+    """mqadmin's 24-hour count: the day's sum, else the hour's, else the minute's."""
+    for field in ("statsDay", "statsHour", "statsMinute"):
+        if windows[field].sum:
+            return windows[field].sum
+    return 0
 
 
 class Admin:
@@ -699,6 +736,43 @@ class Admin:
                 offset = target
             out[mq] = offset
         return out
+
+    async def broker_stats(self, addr: str, name: str, key: str) -> dict[str, StatsWindow]:
+        """One of the broker's traffic counters (``name`` TOPIC_PUT_NUMS with a topic,
+        GROUP_GET_NUMS with ``topic@group``, ...) over its last minute, hour and day, keyed
+        ``statsMinute``, ``statsHour`` and ``statsDay``; BrokerError when it counted none."""
+        answer = self._check(
+            addr,
+            await self._call(
+                addr, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key}
+            ),
+        )
+        body = loads_loose_json(answer.body)
+        return {f: StatsWindow.parse(body.get(f)) for f in ("statsMinute", "statsHour", "statsDay")}
+
+    async def topic_traffic(self, topic: str) -> TopicTraffic:
+        """``topic``'s traffic in and out (``mqadmin statsAll``); a counter a broker has not
+        started (nothing sent or consumed there) counts as 0."""
+        masters = await self._topic_masters(topic)
+
+        async def counted(name: str, key: str) -> tuple[float, int]:
+            tps, total = 0.0, 0
+            for addr in masters:
+                try:
+                    windows = await self.broker_stats(addr, name, key)
+                except BrokerError:
+                    continue
+                tps += windows["statsMinute"].tps
+                total += _recent_sum(windows)
+            return tps, total
+
+        in_tps, in_24h = await counted("TOPIC_PUT_NUMS", topic)
+        groups: dict[str, tuple[float, int, int]] = {}
+        for group in await self.topic_consumed_by(topic):
+            out_tps, out_24h = await counted("GROUP_GET_NUMS", f"{topic}@{group}")
+            lag = (await self.consume_stats(group, topic)).lag
+            groups[group] = (out_tps, out_24h, lag)
+        return TopicTraffic(in_tps, in_24h, groups)
 
 
 def _setting(value: object) -> str:

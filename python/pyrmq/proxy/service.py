@@ -618,6 +618,9 @@ class MessagingService:
                 message_id=message_id,
                 offset=result.queue_offset,
             )
+        broker.stats_items.stored(
+            config.topic_name, result.count, result.wrote_bytes, broker.config.broker_cluster_name
+        )
         if (metrics := broker.metrics) is not None:
             kind = _MESSAGE_TYPES.get(message.system_properties.message_type, "normal")
             metrics.received(config.topic_name, kind, result.count, result.wrote_bytes)
@@ -1059,8 +1062,15 @@ class MessagingService:
             if not popped:
                 yield pb.ReceiveMessageResponse(status=NOT_FOUND)
             else:
+                nbytes = sum(stored.store_size for stored, _ in popped)
+                self.broker.stats_items.delivered(
+                    r.config.topic_name,
+                    r.group,
+                    len(popped),
+                    nbytes,
+                    self.broker.config.broker_cluster_name,
+                )
                 if (metrics := self.broker.metrics) is not None:
-                    nbytes = sum(stored.store_size for stored, _ in popped)
                     metrics.delivered(r.config.topic_name, r.group, len(popped), nbytes)
                 yield pb.ReceiveMessageResponse(status=OK)
                 for stored, delivery in popped:

@@ -137,6 +137,7 @@ class AdminProcessor:
         broker.topics.delete(topic)
         broker.offsets.clean_topic(topic)
         broker.pulls.access.forget_topic(topic)
+        broker.stats_items.forget(lambda _, key: key == topic or key.startswith(f"{topic}@"))
         if broker.metrics is not None:
             broker.metrics.forget_topic(topic)
         if broker.grpc is not None and broker.grpc.service is not None:

@@ -290,6 +290,14 @@ class PullProcessor:
                 # Gone here (the slave started later than it): no arrival brings it back, so
                 # not held; answered once the pull's suspend time is over.
                 answer_at = park_until
+        if code == ResponseCode.SUCCESS:
+            broker.stats_items.delivered(
+                header.topic,
+                header.consumer_group,
+                matched,
+                len(body),
+                broker.config.broker_cluster_name,
+            )
         if (metrics := broker.metrics) is not None:
             if code == ResponseCode.SUCCESS:
                 metrics.delivered(header.topic, header.consumer_group, matched, len(body))

@@ -165,6 +165,9 @@ class ReplyProcessor:
                 conn.peer[0], f"store of a reply topic={header.topic} queue_id={queue_id}", str(e)
             )
             return None
+        broker.stats_items.stored(
+            header.topic, result.count, result.wrote_bytes, broker.config.broker_cluster_name
+        )
         if (metrics := broker.metrics) is not None:
             metrics.received(header.topic, "normal", result.count, result.wrote_bytes)
         return result

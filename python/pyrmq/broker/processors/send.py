@@ -221,6 +221,9 @@ class SendProcessor:
             result = put() if half else broker.put_now(put)
         except (MessageIllegalError, StoreError) as e:
             return self._put_failed(request, e, topic, queue_id)
+        broker.stats_items.stored(
+            topic, result.count, result.wrote_bytes, broker.config.broker_cluster_name
+        )
         if (metrics := broker.metrics) is not None:
             props = parse_properties(properties)
             if topic != header.topic:
@@ -426,6 +429,7 @@ class SendProcessor:
             return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, str(e))
+        broker.stats_items.sent_back(topic, group)
         if topic != retry_topic and (metrics := broker.metrics) is not None:
             metrics.dead_lettered(props["RETRY_TOPIC"], group)
         if not durable:

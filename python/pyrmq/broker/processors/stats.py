@@ -1,6 +1,7 @@
 """Statistics as ``mqadmin`` reads them: GET_TOPIC_STATS_INFO (a topic's queues),
-GET_CONSUME_STATS (a group's lag), GET_BROKER_RUNTIME_INFO (store and traffic figures) and
-GET_ALL_DELAY_OFFSET (delayed-message progress)."""
+GET_CONSUME_STATS (a group's lag), GET_BROKER_RUNTIME_INFO (store and traffic figures),
+GET_ALL_DELAY_OFFSET (delayed-message progress) and VIEW_BROKER_STATS_DATA (a topic's or a
+group's traffic over the last minute, hour and day)."""
 
 import json
 import time
@@ -31,6 +32,22 @@ class StatsProcessor:
         server.register(RequestCode.GET_CONSUME_STATS, self.consume_stats)
         server.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info)
         server.register(RequestCode.GET_ALL_DELAY_OFFSET, self.delay_offsets)
+        server.register(RequestCode.VIEW_BROKER_STATS_DATA, self.stats_data)
+
+    async def stats_data(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """RocketMQ's BrokerStatsData of one item: ``statsName`` (TOPIC_PUT_NUMS,
+        GROUP_GET_NUMS, ...) and ``statsKey`` (a topic, ``topic@group``, the cluster)."""
+        name = request.ext_fields.get("statsName", "")
+        key = request.ext_fields.get("statsKey", "")
+        windows = self.broker.stats_items.windows(name, key)
+        if windows is None:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"The stats <{name}> <{key}> not exist"
+            )
+        body = {field: window.to_json() for field, window in windows.items()}
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, body=json.dumps(body, separators=(",", ":")).encode()
+        )
 
     async def delay_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Each delay level's progress in SCHEDULE_TOPIC_XXXX, as RocketMQ's delayOffset.json."""
