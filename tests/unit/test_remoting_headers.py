@@ -217,6 +217,15 @@ SAMPLES: list[Any] = [
     ),
 ]  # fmt: skip
 
+# Admin operations: consume time span, group offset clone, broker-wide consume stats.
+SAMPLES += [
+    h.QueryConsumeTimeSpanRequestHeader(topic="T", group="G"),
+    h.CloneGroupOffsetRequestHeader(src_group="G", dest_group="H", topic="T", offline=True),
+    h.CloneGroupOffsetRequestHeader(src_group="G", dest_group="H"),
+    h.GetConsumeStatsInBrokerHeader(is_order=True),
+    h.GetConsumeStatsInBrokerHeader(),
+]
+
 
 @pytest.mark.parametrize("header", SAMPLES, ids=lambda x: type(x).__name__)
 def test_headers_round_trip_through_ext_fields(header: Any) -> None:

@@ -3,7 +3,9 @@ cluster (``clusterList``), each queue's offsets (``topicStatus``), a consumer gr
 (``consumerProgress``), a broker's runtime figures (``brokerStatus``), topics created or
 deleted on every broker of a cluster (``updateTopic``, ``deleteTopic``), and messages found
 by key, by the producer's message id or by offset message id (``queryMsgByKey``,
-``queryMsgByUniqueKey``, ``queryMsgById``).
+``queryMsgByUniqueKey``, ``queryMsgById``), the topic list, offsets cloned from one group to
+another (``cloneGroupOffset``), every group's lag on a broker (``brokerConsumeStats``), the name
+servers' settings and KV config, and brokers' write permission (``wipeWritePerm``).
 
 Example (against a running ``pyrmq serve``)::
 
@@ -33,17 +35,22 @@ from pyrmq.client.route import (
     queue_table,
 )
 from pyrmq.config import parse_properties
-from pyrmq.errors import BrokerError, ConfigError, NoRouteError, PyrmqError
+from pyrmq.errors import BrokerError, ClientError, ConfigError, NoRouteError, PyrmqError
 from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
+    BrokerWritePermRequestHeader,
+    CloneGroupOffsetRequestHeader,
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetMaxOffsetRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    KvConfigRequestHeader,
     QueryConsumeQueueRequestHeader,
+    QueryConsumeTimeSpanRequestHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
@@ -54,6 +61,7 @@ from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 __all__ = [
     "Admin",
+    "BrokerConsumeStats",
     "ClientConnection",
     "ClusterBroker",
     "ConsumeQueueUnit",
@@ -61,6 +69,8 @@ __all__ = [
     "ConsumeStats",
     "ConsumerConnection",
     "ConsumerProgress",
+    "GroupConsumeStats",
+    "QueueTimeSpan",
     "StatsWindow",
     "TopicOffset",
     "TopicTraffic",
@@ -208,6 +218,47 @@ def _recent_sum(windows: Mapping[str, StatsWindow]) -> int:
         if windows[field].sum:
             return windows[field].sum
     return 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueTimeSpan:
+    """How far behind in time a consumer group is on one queue (RocketMQ's QueueTimeSpan);
+    each time is ms since the epoch, -1 when the queue holds no message."""
+
+    message_queue: MessageQueue
+    min_timestamp: int
+    """Store time of the queue's first message."""
+    max_timestamp: int
+    """Store time of its last message."""
+    consume_timestamp: int
+    """Store time of the last message the group consumed (of the first, when none)."""
+    delay_ms: int
+    """How long ago the next message the group has to consume was stored; 0 when none is
+    left."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupConsumeStats:
+    """One consumer group on one topic of a broker: each queue's progress and its rate."""
+
+    group: str
+    queues: dict[MessageQueue, ConsumerProgress]
+    consume_tps: float
+
+    @property
+    def lag(self) -> int:
+        return sum(p.lag for p in self.queues.values())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerConsumeStats:
+    """Every consumer group's progress on one broker (RocketMQ's ConsumeStatsList)."""
+
+    broker_addr: str
+    groups: list[GroupConsumeStats]
+    """One entry per group and topic, in the broker's order."""
+    total_diff: int
+    """The broker's max offsets less the groups' offsets, summed over every queue."""
 
 
 class Admin:
@@ -773,6 +824,191 @@ class Admin:
             lag = (await self.consume_stats(group, topic)).lag
             groups[group] = (out_tps, out_24h, lag)
         return TopicTraffic(in_tps, in_24h, groups)
+
+    # --- consume time span, topic lists, offset clone, name-server settings, KV config,
+    # --- write permission, broker-wide consume stats
+
+    async def query_consume_time_span(self, topic: str, group: str) -> list[QueueTimeSpan]:
+        """For each queue of ``topic`` on every broker that holds it: the store times of its
+        first and last messages, of the last one ``group`` consumed, and how long ago the
+        next one it has to consume was stored (RocketMQ's ``queryConsumeTimeSpan``).
+        NoRouteError if no broker holds the topic."""
+        route = await self._route(topic)
+        header = QueryConsumeTimeSpanRequestHeader(topic=topic, group=group).to_ext()
+        spans: list[QueueTimeSpan] = []
+        for data in route.brokers.values():
+            addr = data.any_addr()
+            if addr is None:
+                continue
+            answer = self._check(
+                addr, await self._call(addr, RequestCode.QUERY_CONSUME_TIME_SPAN, header)
+            )
+            for span in json.loads(answer.body).get("consumeTimeSpanSet") or []:
+                mq = span["messageQueue"]
+                spans.append(
+                    QueueTimeSpan(
+                        MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])),
+                        int(span.get("minTimeStamp", -1)),
+                        int(span.get("maxTimeStamp", -1)),
+                        int(span.get("consumeTimeStamp", -1)),
+                        int(span.get("delayTime", 0)),
+                    )
+                )
+        return sorted(spans, key=lambda s: s.message_queue)
+
+    async def topic_list(self) -> list[str]:
+        """Every topic in the name servers' routes (``mqadmin topicList``), retry and DLQ
+        topics included."""
+        addr, response = await self._ask_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        self._check(addr, response)
+        return sorted(str(t) for t in json.loads(response.body).get("topicList") or [])
+
+    async def system_topics(self) -> list[str]:
+        """The names no topic may take: RocketMQ's system topics, from a broker, with the
+        cluster and broker names, from the name servers (``getSystemTopicList``)."""
+        addr, response = await self._ask_namesrv(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
+        body = json.loads(self._check(addr, response).body or b"{}")
+        names = {str(t) for t in body.get("topicList") or []}
+        broker = body.get("brokerAddr")
+        if names and broker:
+            answer = self._check(
+                broker, await self._call(broker, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
+            )
+            names |= {str(t) for t in json.loads(answer.body).get("topicList") or []}
+        return sorted(names)
+
+    async def clone_group_offset(
+        self, src_group: str, dest_group: str, topic: str, *, offline: bool = False
+    ) -> dict[MessageQueue, int]:
+        """Gives ``dest_group`` ``src_group``'s committed offsets on ``topic`` on every master
+        that holds it (CLONE_GROUP_OFFSET); returns the offsets ``dest_group`` now has.
+        NoRouteError if no broker holds the topic; ClientError if the source group has no
+        offsets on it, or if a broker passed it over because the source group has live
+        consumers, none subscribing to ``topic`` (``offline`` clones anyway). The brokers
+        answer success in both cases, as RocketMQ's do: the outcome is read back."""
+        route = await self._route(topic)
+        header = CloneGroupOffsetRequestHeader(
+            src_group=src_group, dest_group=dest_group, topic=topic, offline=offline
+        ).to_ext()
+        cloned: dict[MessageQueue, int] = {}
+        for name, data in sorted(route.brokers.items()):
+            addr = data.master
+            if addr is None:
+                continue
+            self._check(addr, await self._call(addr, RequestCode.CLONE_GROUP_OFFSET, header))
+            answer = self._check(addr, await self._call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET))
+            table = loads_loose_json(answer.body).get("offsetTable") or {}
+            src = table.get(f"{topic}@{src_group}")
+            if src is None:
+                continue
+            dest = table.get(f"{topic}@{dest_group}")
+            if dest != src:
+                raise ClientError(
+                    f"{addr} did not clone the offsets of {src_group} on {topic}: the group has "
+                    f"live consumers and none subscribes to the topic (clone offline to do it "
+                    f"anyway)"
+                )
+            for queue_id, offset in src.items():
+                cloned[MessageQueue(topic, name, int(queue_id))] = int(offset)
+        if not cloned:
+            raise ClientError(f"group {src_group} has no committed offsets on topic {topic}")
+        return dict(sorted(cloned.items()))
+
+    async def namesrv_config(self, addrs: list[str] | None = None) -> dict[str, dict[str, str]]:
+        """Every setting of each name server (default: each this admin knows), by address,
+        under RocketMQ's keys (``mqadmin getNamesrvConfig``)."""
+        out: dict[str, dict[str, str]] = {}
+        for addr in addrs or self.namesrv_addrs:
+            answer = self._check(addr, await self._call(addr, RequestCode.GET_NAMESRV_CONFIG))
+            out[addr] = parse_properties(answer.body.decode("utf-8", "replace"), source=addr)
+        return out
+
+    async def update_namesrv_config(
+        self, settings: Mapping[str, object], addrs: list[str] | None = None
+    ) -> list[str]:
+        """Changes settings of each name server (default: each this admin knows) while it
+        runs (``mqadmin updateNamesrvConfig``): all of them, or none and a BrokerError that
+        says why. A pyrmq name server changes ``orderMessageEnable``,
+        ``scanNotActiveBrokerInterval`` and ``brokerChannelExpiredTime`` (until it restarts)
+        and refuses the others; returns the name servers' addresses."""
+        body = "".join(f"{key}={_setting(value)}\n" for key, value in settings.items()).encode()
+        targets = addrs or self.namesrv_addrs
+        for addr in targets:
+            self._check(addr, await self._call(addr, RequestCode.UPDATE_NAMESRV_CONFIG, body=body))
+        return list(targets)
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """Sets a KV config value on every name server (``mqadmin updateKvConfig``)."""
+        ext = KvConfigRequestHeader(namespace=namespace, key=key, value=value).to_ext()
+        for addr in self.namesrv_addrs:
+            self._check(addr, await self._call(addr, RequestCode.PUT_KV_CONFIG, ext))
+
+    async def kv_config(self, namespace: str, key: str) -> str | None:
+        """A KV config value, from the first name server that answers; None when unset."""
+        ext = KvConfigRequestHeader(namespace=namespace, key=key).to_ext()
+        addr, response = await self._ask_namesrv(RequestCode.GET_KV_CONFIG, ext)
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        return self._check(addr, response).ext_fields.get("value")
+
+    async def delete_kv_config(self, namespace: str, key: str) -> None:
+        """Removes a KV config value from every name server (``mqadmin deleteKvConfig``); a
+        value never set is no error, as in RocketMQ."""
+        ext = KvConfigRequestHeader(namespace=namespace, key=key).to_ext()
+        for addr in self.namesrv_addrs:
+            self._check(addr, await self._call(addr, RequestCode.DELETE_KV_CONFIG, ext))
+
+    async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        """Takes the write permission of every topic on ``broker_name`` out of each name
+        server's routes (``mqadmin wipeWritePerm``), so that producers send elsewhere while
+        the broker drains; returns how many topics changed, by name server. The broker's next
+        registration with changed topics gives it back, as in RocketMQ."""
+        return await self._write_perm(
+            broker_name, RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount"
+        )
+
+    async def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        """Gives back the write permission :meth:`wipe_write_perm` took (``mqadmin
+        addWritePerm``); returns how many topics changed, by name server."""
+        return await self._write_perm(
+            broker_name, RequestCode.ADD_WRITE_PERM_OF_BROKER, "addTopicCount"
+        )
+
+    async def _write_perm(self, broker_name: str, code: int, field: str) -> dict[str, int]:
+        ext = BrokerWritePermRequestHeader(broker_name=broker_name).to_ext()
+        out = {}
+        for addr in self.namesrv_addrs:
+            answer = self._check(addr, await self._call(addr, code, ext))
+            out[addr] = int(answer.ext_fields.get(field, "0"))
+        return out
+
+    async def broker_consume_stats(
+        self, addr: str, *, order_only: bool = False, timeout_s: float | None = None
+    ) -> BrokerConsumeStats:
+        """Every consumer group's progress on the broker at ``addr`` (``mqadmin
+        brokerConsumeStats``); ``order_only``: on its ordered topics only."""
+        header = GetConsumeStatsInBrokerHeader(is_order=order_only).to_ext()
+        request = RemotingCommand.request(RequestCode.GET_BROKER_CONSUME_STATS, header)
+        request.language = LANGUAGE
+        response = await self._remoting.invoke(addr, request, timeout_s or self.timeout_s)
+        parsed = loads_fastjson(self._check(addr, response).body)
+        groups: list[GroupConsumeStats] = []
+        for entry in parsed.get("consumeStatsList") or []:
+            for group, per_topic in entry.items():
+                for stats in per_topic or []:
+                    queues = {
+                        mq: ConsumerProgress(
+                            int(v.get("brokerOffset", 0)),
+                            int(v.get("consumerOffset", 0)),
+                            int(v.get("lastTimestamp", 0)),
+                        )
+                        for mq, v in queue_table(stats.get("offsetTable")).items()
+                    }
+                    tps = float(stats.get("consumeTps") or 0.0)
+                    groups.append(GroupConsumeStats(str(group), dict(sorted(queues.items())), tps))
+        return BrokerConsumeStats(
+            str(parsed.get("brokerAddr") or addr), groups, int(parsed.get("totalDiff") or 0)
+        )
 
 
 def _setting(value: object) -> str:

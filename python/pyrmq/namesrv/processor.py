@@ -3,7 +3,10 @@
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
 
+from pyrmq.config import parse_properties
+from pyrmq.errors import ConfigError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
     BrokerWritePermRequestHeader,
@@ -19,6 +22,9 @@ from pyrmq.remoting.server import Connection, RemotingServer
 
 from .kv_config import ORDER_TOPIC_CONFIG, KvConfig
 from .route_info import RouteInfo, encode_json_with_int_keys
+
+if TYPE_CHECKING:
+    from .server import NamesrvConfig
 
 __all__ = ["NamesrvProcessor"]
 
@@ -40,10 +46,11 @@ def _kv_table(values: dict[str, str]) -> bytes:
 class NamesrvProcessor:
     """Routes, registrations and cluster listings, over one :class:`RouteInfo`."""
 
-    def __init__(self, routes: RouteInfo, kv: KvConfig, *, order_message_enable: bool) -> None:
+    def __init__(self, routes: RouteInfo, kv: KvConfig, config: "NamesrvConfig") -> None:
         self.routes = routes
         self.kv = kv
-        self.order_message_enable = order_message_enable
+        # Replaced whole by UPDATE_NAMESRV_CONFIG; handlers read it on each request.
+        self.config = config
 
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.REGISTER_BROKER, self.register_broker)
@@ -60,6 +67,9 @@ class NamesrvProcessor:
         server.register(RequestCode.GET_KV_CONFIG, self.get_kv)
         server.register(RequestCode.DELETE_KV_CONFIG, self.delete_kv)
         server.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.kv_namespace)
+        server.register(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, self.system_topics)
+        server.register(RequestCode.GET_NAMESRV_CONFIG, self.get_config)
+        server.register(RequestCode.UPDATE_NAMESRV_CONFIG, self.update_config)
         server.on_disconnect.append(self.routes.connection_closed)
 
     async def register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -117,7 +127,7 @@ class NamesrvProcessor:
                 ResponseCode.TOPIC_NOT_EXIST,
                 remark=f"No topic route info in name server for the topic: {header.topic}",
             )
-        if self.order_message_enable:
+        if self.config.order_message_enable:
             order = self.kv.get(ORDER_TOPIC_CONFIG, header.topic)
             if order is not None:
                 route["orderTopicConf"] = order
@@ -224,3 +234,46 @@ class NamesrvProcessor:
                 remark=f"No config item, Namespace: {namespace}",
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=_kv_table(values))
+
+    # --- system topics, name-server settings -----------------------------------------------
+
+    async def system_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """A TopicList of the names no topic may take that the name server knows: every
+        cluster's name and every broker name, with one broker's address, which clients ask
+        for the broker's own system topics (GET_SYSTEM_TOPIC_LIST_FROM_BROKER)."""
+        names, broker_addr = self.routes.system_topics()
+        body: dict[str, object] = {"topicList": names}
+        if broker_addr is not None:
+            body["brokerAddr"] = broker_addr
+        encoded = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=encoded)
+
+    async def get_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Every setting as ``key=value`` lines (``mqadmin getNamesrvConfig``)."""
+        settings = sorted(self.config.to_properties().items())
+        body = "".join(f"{key}={value}\n" for key, value in settings).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def update_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Applies ``key=value`` lines: all of them, or none with the reason in the remark. As
+        in RocketMQ, a path setting is refused with NO_PERMISSION; unlike RocketMQ, which
+        passes over unknown keys, they are refused, and so are settings read only at start."""
+        values = parse_properties(request.body.decode("utf-8", "replace"), source="request")
+        if "kvConfigPath" in values or "configStorePath" in values:
+            return RemotingCommand.response_to(
+                request, ResponseCode.NO_PERMISSION, remark="Can not update config path"
+            )
+        try:
+            new = self.config.updated(values)
+        except ConfigError as e:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
+        if new != self.config:
+            old = self.config.to_properties()
+            changed = {k: v for k, v in new.to_properties().items() if v != old[k]}
+            self.config = new
+            log.info(
+                "name server settings changed peer=%s %s",
+                conn.peer_address,
+                ", ".join(f"{k}={v}" for k, v in sorted(changed.items())),
+            )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)

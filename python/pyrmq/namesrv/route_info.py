@@ -252,6 +252,20 @@ class RouteInfo:
         with self._lock:
             return sorted(self.topic_queues)
 
+    def system_topics(self) -> tuple[list[str], str | None]:
+        """Every cluster name and broker name (RocketMQ's getSystemTopicList), and the address
+        of one broker (the first by name, its lowest id), or None when none is registered."""
+        with self._lock:
+            names = set(self.clusters)
+            for brokers in self.clusters.values():
+                names |= brokers
+            addr = next(
+                (d.broker_addrs[min(d.broker_addrs)] for _, d in sorted(self.brokers.items())
+                 if d.broker_addrs),
+                None,
+            )  # fmt: skip
+            return sorted(names), addr
+
     def topics_of_cluster(self, cluster: str) -> list[str]:
         """Topics some broker of ``cluster`` serves (``mqadmin topicList -c``)."""
         with self._lock:

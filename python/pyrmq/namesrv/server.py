@@ -5,7 +5,9 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Final
 
 from pyrmq.errors import ConfigError
 from pyrmq.remoting.server import RemotingServer
@@ -15,7 +17,7 @@ from .kv_config import KvConfig
 from .processor import NamesrvProcessor
 from .route_info import RouteInfo
 
-__all__ = ["NameServer", "NamesrvConfig"]
+__all__ = ["NAMESRV_LIVE_SETTINGS", "NAMESRV_SETTINGS", "NameServer", "NamesrvConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +44,92 @@ class NamesrvConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listen_port {self.listen_port} is not a port (0..65535)")
+        for name in ("scan_not_active_broker_interval_ms", "broker_channel_expired_time_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} {getattr(self, name)} is not positive")
+
+    def to_properties(self) -> dict[str, str]:
+        """The settings under their RocketMQ keys, as GET_NAMESRV_CONFIG answers them."""
+        out = {}
+        for key, name in NAMESRV_SETTINGS.items():
+            value = getattr(self, name)
+            if value is None:
+                out[key] = ""
+            elif isinstance(value, bool):
+                out[key] = "true" if value else "false"
+            else:
+                out[key] = str(value)
+        return out
+
+    def updated(self, values: Mapping[str, str]) -> "NamesrvConfig":
+        """A copy with ``values`` (RocketMQ keys) applied; ConfigError if one is unknown, is
+        not a setting a running name server changes (:data:`NAMESRV_LIVE_SETTINGS`) or is
+        malformed. Settings equal to the current ones are no change."""
+        unknown = sorted(key for key in values if key not in NAMESRV_SETTINGS)
+        if unknown:
+            raise ConfigError(
+                f"no such name server settings: {', '.join(unknown)} (known: "
+                f"{', '.join(sorted(NAMESRV_SETTINGS))})"
+            )
+        current = self.to_properties()
+        fixed = sorted(
+            k for k in values if k not in NAMESRV_LIVE_SETTINGS and values[k] != current[k]
+        )
+        if fixed:
+            raise ConfigError(
+                f"{', '.join(fixed)} take effect only when the name server starts; a running "
+                f"one changes {', '.join(sorted(NAMESRV_LIVE_SETTINGS))}"
+            )
+        changes: dict[str, Any] = {}
+        for key, text in values.items():
+            name = NAMESRV_SETTINGS[key]
+            if key not in NAMESRV_LIVE_SETTINGS:
+                continue
+            if isinstance(getattr(self, name), bool):
+                if text.strip().lower() not in ("true", "false"):
+                    raise ConfigError(f"{key} {text!r} is not true or false")
+                changes[name] = text.strip().lower() == "true"
+            else:
+                try:
+                    changes[name] = int(text.strip())
+                except ValueError:
+                    raise ConfigError(f"{key} {text!r} is not an integer") from None
+        return dataclasses.replace(self, **changes)
+
+
+NAMESRV_SETTINGS: Final[Mapping[str, str]] = {
+    "listenPort": "listen_port",
+    "kvConfigPath": "kv_config_path",
+    "orderMessageEnable": "order_message_enable",
+    "scanNotActiveBrokerInterval": "scan_not_active_broker_interval_ms",
+    "brokerChannelExpiredTime": "broker_channel_expired_time_ms",
+}
+"""The name server's settings by RocketMQ key (``mqadmin getNamesrvConfig``)."""
+
+NAMESRV_LIVE_SETTINGS: Final = frozenset(
+    {"orderMessageEnable", "scanNotActiveBrokerInterval", "brokerChannelExpiredTime"}
+)
+"""The settings a running name server changes (``mqadmin updateNamesrvConfig``), in memory
+only: a restart goes back to the ones it is started with."""
 
 
 class NameServer:
     """A RocketMQ name server on asyncio."""
 
     def __init__(self, config: NamesrvConfig | None = None) -> None:
-        self.config = config or NamesrvConfig()
+        config = config or NamesrvConfig()
         self.routes = RouteInfo()
-        path = self.config.kv_config_path
+        path = config.kv_config_path
         self.kv = KvConfig(Path(path).expanduser() if path else None)
-        self.server = RemotingServer(self.config.listen_host, self.config.listen_port)
-        NamesrvProcessor(
-            self.routes, self.kv, order_message_enable=self.config.order_message_enable
-        ).install(self.server)
+        self.server = RemotingServer(config.listen_host, config.listen_port)
+        self.processor = NamesrvProcessor(self.routes, self.kv, config)
+        self.processor.install(self.server)
         self._scanner: asyncio.Task[None] | None = None
+
+    @property
+    def config(self) -> NamesrvConfig:
+        """The settings now: UPDATE_NAMESRV_CONFIG changes some while it runs."""
+        return self.processor.config
 
     @property
     def address(self) -> str:
@@ -67,13 +140,15 @@ class NameServer:
         self.server.tls = tls.server_context()
         self.server.tls_only = tls.server_mode is TlsMode.ENFORCING
         await self.server.start()
+        # The port bound, for GET_NAMESRV_CONFIG (0 asks for any free one).
+        self.processor.config = dataclasses.replace(self.config, listen_port=self.server.port)
         self._scanner = asyncio.get_running_loop().create_task(self._scan())
         log.info("name server started address=%s", self.address)
 
     async def _scan(self) -> None:
-        interval = self.config.scan_not_active_broker_interval_ms / 1000
         while True:
-            await asyncio.sleep(interval)
+            # Read each time: UPDATE_NAMESRV_CONFIG may have changed it.
+            await asyncio.sleep(self.config.scan_not_active_broker_interval_ms / 1000)
             try:
                 self.routes.expire(
                     int(time.time() * 1000), self.config.broker_channel_expired_time_ms

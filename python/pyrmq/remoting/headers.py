@@ -34,10 +34,12 @@ from pyrmq.remoting.protocol import PullSysFlag
 __all__ = [
     "BrokerWritePermRequestHeader",
     "CheckTransactionStateRequestHeader",
+    "CloneGroupOffsetRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "DeleteTopicRequestHeader",
     "EndTransactionRequestHeader",
+    "GetConsumeStatsInBrokerHeader",
     "GetConsumeStatsRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetConsumerRunningInfoRequestHeader",
@@ -51,6 +53,7 @@ __all__ = [
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueryConsumeQueueRequestHeader",
+    "QueryConsumeTimeSpanRequestHeader",
     "QueryConsumerOffsetRequestHeader",
     "QueryMessageRequestHeader",
     "RegisterBrokerRequestHeader",
@@ -1314,3 +1317,70 @@ class DeleteTopicRequestHeader:
 
     def to_ext(self) -> dict[str, str]:
         return _ext([("topic", self.topic), ("clusterName", self.cluster_name)])
+
+
+# --- admin operations: consume time span, group offset clone, broker-wide consume stats ------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueryConsumeTimeSpanRequestHeader:
+    """QUERY_CONSUME_TIME_SPAN (303): per queue of a topic, the store times of its first and
+    last messages and of the message a group consumed last."""
+
+    topic: str
+    group: str
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(topic=f.text("topic"), group=f.text("group"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("topic", self.topic), ("group", self.group)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CloneGroupOffsetRequestHeader:
+    """CLONE_GROUP_OFFSET (314): ``dest_group`` takes ``src_group``'s offsets on ``topic`` (on
+    every topic ``src_group`` has offsets for when blank). Unless ``offline``, a topic that the
+    live source group does not subscribe to is passed over."""
+
+    src_group: str
+    dest_group: str
+    topic: str | None = None
+    offline: bool = False
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            src_group=f.text("srcGroup"),
+            dest_group=f.text("destGroup"),
+            topic=f.opt_text("topic") or None,
+            offline=f.flag("offline"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("srcGroup", self.src_group),
+                ("destGroup", self.dest_group),
+                ("topic", self.topic),
+                ("offline", self.offline),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetConsumeStatsInBrokerHeader:
+    """GET_BROKER_CONSUME_STATS (317): every group's progress on one broker; with ``is_order``
+    on its ordered topics only. Java names the field ``isOrder`` on the wire too."""
+
+    is_order: bool = False
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        return cls(is_order=_Fields(cls.__name__, ext).flag("isOrder"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("isOrder", self.is_order)])

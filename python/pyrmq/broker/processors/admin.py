@@ -1,6 +1,6 @@
 """Topic administration, message lookup and offset reset: UPDATE_AND_CREATE_TOPIC,
 DELETE_TOPIC_IN_BROKER, GET_ALL_TOPIC_CONFIG, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID,
-INVOKE_BROKER_TO_RESET_OFFSET."""
+INVOKE_BROKER_TO_RESET_OFFSET, GET_SYSTEM_TOPIC_LIST_FROM_BROKER, CLONE_GROUP_OFFSET."""
 
 import asyncio
 import json
@@ -13,6 +13,7 @@ from pyrmq.broker.state.topics import TopicConfig
 from pyrmq.errors import MessageIllegalError, PyrmqError, StoreError, SystemTopicError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
+    CloneGroupOffsetRequestHeader,
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
     QueryConsumeQueueRequestHeader,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
 
 __all__ = [
+    "SYSTEM_TOPICS",
     "AdminProcessor",
     "message_queue_table",
     "reset_offset_body",
@@ -47,6 +49,22 @@ UNIQUE_KEY_QUERY_MAX_NUM = 32
 QUERY_CONSUME_QUEUE_MAX_UNITS = 10_000
 """Most ConsumeQueue units one QUERY_CONSUME_QUEUE returns."""
 
+SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+"""The topics GET_SYSTEM_TOPIC_LIST_FROM_BROKER names: RocketMQ 4.9's system topic set
+(``TopicValidator``), whether this broker has created them or not."""
+
 
 class AdminProcessor:
     def __init__(self, broker: "BrokerController") -> None:
@@ -60,6 +78,8 @@ class AdminProcessor:
         server.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message)
         server.register(RequestCode.QUERY_CONSUME_QUEUE, self.query_consume_queue)
         server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
+        server.register(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, self.system_topics)
+        server.register(RequestCode.CLONE_GROUP_OFFSET, self.clone_group_offset)
 
     async def all_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Every topic's config with the table's data version (a slave copies them)."""
@@ -377,6 +397,43 @@ class AdminProcessor:
             [m.client_id for m, _ in members],
         )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    # --- system topics, group offset clone ------------------------------------------------
+
+    async def system_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """A TopicList of RocketMQ's system topics (the name servers add the cluster and broker
+        names, which a topic may not take either)."""
+        body = json.dumps({"topicList": sorted(SYSTEM_TOPICS)}, separators=(",", ":")).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def clone_group_offset(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """``destGroup`` takes ``srcGroup``'s committed offsets on ``topic`` (blank: on every
+        topic ``srcGroup`` has offsets for), replacing its own. As in RocketMQ, a topic this
+        broker does not hold is passed over, and so, unless ``offline``, is one that the source
+        group has live consumers for none of which subscribes to it; a source with no offsets
+        changes nothing; the answer is SUCCESS either way. (Java 4.9 copies only the named
+        topic's offsets, so a blank topic clones nothing there.)"""
+        header = CloneGroupOffsetRequestHeader.from_ext(request.ext_fields)
+        broker, src, dest = self.broker, header.src_group, header.dest_group
+        topics = [header.topic] if header.topic else broker.offsets.topics(src)
+        cloned = []
+        for topic in topics:
+            if broker.topics.get(topic) is None:
+                log.warning("clone group offset: no such topic topic=%s", topic)
+                continue
+            if (
+                not header.offline
+                and broker.clients.members(src)
+                and broker.clients.subscription(src, topic) is None
+            ):
+                log.warning("clone group offset: %s does not subscribe to topic=%s", src, topic)
+                continue
+            if broker.offsets.clone(src, dest, topic):
+                cloned.append(topic)
+        log.info("offsets cloned src=%s dest=%s topics=%s", src, dest, cloned)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
 
 def message_queue_table(topic: str, broker_name: str, values: Mapping[int, object]) -> bytes:

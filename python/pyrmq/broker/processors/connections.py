@@ -89,7 +89,7 @@ class ConnectionsProcessor:
         """The groups whose online consumers subscribe to the topic, and those with offsets
         committed on it."""
         topic = request.ext_fields.get("topic", "")
-        groups = set(self.broker.offsets.groups(topic))
+        groups = set(self.broker.offsets.groups_on(topic))
         for group, members in self.broker.clients.consumers.items():
             if any(topic in m.subscriptions for m in members.values()):
                 groups.add(group)

@@ -57,11 +57,27 @@ class OffsetTable:
         with self._lock:
             return sorted(k[: -len(suffix)] for k in self._table if k.endswith(suffix))
 
-    def groups(self, topic: str) -> list[str]:
+    def groups_on(self, topic: str) -> list[str]:
         """The groups with committed offsets on ``topic`` (RocketMQ's whichGroupByTopic)."""
         prefix = f"{topic}@"
         with self._lock:
             return sorted(k[len(prefix) :] for k in self._table if k.startswith(prefix))
+
+    def groups(self) -> list[str]:
+        """The groups that have committed offsets on some topic."""
+        with self._lock:
+            return sorted({k.rpartition("@")[2] for k in self._table})
+
+    def clone(self, src_group: str, dest_group: str, topic: str) -> bool:
+        """``dest_group`` takes a copy of ``src_group``'s offsets on ``topic``, in place of its
+        own (RocketMQ's cloneOffset); False, and nothing changed, when the source has none."""
+        with self._lock:
+            offsets = self._table.get(self._key(src_group, topic))
+            if offsets is None:
+                return False
+            self._table[self._key(dest_group, topic)] = dict(offsets)
+            self._dirty = True
+            return True
 
     def merge_from_master(self, table: dict[str, dict[str, int]]) -> None:
         """A slave takes its master's offsets (GET_ALL_CONSUMER_OFFSET): each ``topic@group``

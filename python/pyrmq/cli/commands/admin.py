@@ -4,7 +4,10 @@ figures, as RocketMQ's ``mqadmin clusterList``, ``topicStatus``, ``consumerProgr
 do; messages found as ``queryMsgByKey``, ``queryMsgById`` and ``queryMsgByUniqueKey`` find
 them; a broker's settings shown and changed as ``getBrokerConfig`` and ``updateBrokerConfig``
 do; a topic's route, a group's connected clients and its offsets moved to a time as
-``topicRoute``, ``consumerConnection``, ``producerConnection`` and ``resetOffsetByTime`` do."""
+``topicRoute``, ``consumerConnection``, ``producerConnection`` and ``resetOffsetByTime`` do;
+and ``topicList``, ``cloneGroupOffset``, ``brokerConsumeStats``, ``getNamesrvConfig``,
+``updateNamesrvConfig``, ``updateKvConfig``, ``deleteKvConfig``, ``wipeWritePerm`` and
+``addWritePerm`` under kebab-case names."""
 
 import asyncio
 import datetime
@@ -553,3 +556,185 @@ def reset_offset_by_time(
     rows: list[tuple[object, ...]] = [("#Broker Name", "#QID", "#Offset")]
     rows += [(mq.broker_name, mq.queue_id, offset) for mq, offset in offsets.items()]
     _table(rows)
+
+
+# --- topic lists, offset clone, name-server settings, KV config, write permission,
+# --- broker-wide consume stats
+
+
+@admin.command("topic-list")
+@_NAMESRV
+@click.option(
+    "-c",
+    "--cluster-model",
+    is_flag=True,
+    help="Also show each topic's cluster; retry and DLQ topics are left out.",
+)
+def topic_list(namesrv_addr: str, cluster_model: bool) -> None:
+    """Every topic the name servers route, one per line."""
+    if not cluster_model:
+        for topic in _ask(namesrv_addr, lambda a: a.topic_list()):
+            click.echo(topic)
+        return
+
+    async def question(a: Admin) -> list[tuple[object, ...]]:
+        rows: list[tuple[object, ...]] = [("#Cluster Name", "#Topic")]
+        for topic in await a.topic_list():
+            if topic.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            route = await a.route(topic)
+            clusters = sorted({b.cluster for b in route.brokers.values()}) if route else []
+            rows.append((",".join(clusters) or "-", topic))
+        return rows
+
+    _table(_ask(namesrv_addr, question))
+
+
+@admin.command("clone-group-offset")
+@_NAMESRV
+@click.option("-s", "--src-group", required=True, help="Consumer group whose offsets to copy.")
+@click.option("-d", "--dest-group", required=True, help="Consumer group that takes them.")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option(
+    "-o",
+    "--offline",
+    is_flag=True,
+    help="Copy even when the source group is online and does not subscribe to the topic.",
+)
+def clone_group_offset(
+    namesrv_addr: str, src_group: str, dest_group: str, topic: str, offline: bool
+) -> None:
+    """Give a consumer group another group's committed offsets on a topic."""
+    cloned = _ask(
+        namesrv_addr,
+        lambda a: a.clone_group_offset(src_group, dest_group, topic, offline=offline),
+    )
+    rows: list[tuple[object, ...]] = [("#Broker Name", "#QID", "#Offset")]
+    rows += [(mq.broker_name, mq.queue_id, offset) for mq, offset in cloned.items()]
+    _table(rows)
+    click.echo(
+        f"clone group offset success. srcGroup[{src_group}], destGroup=[{dest_group}], "
+        f"topic[{topic}]"
+    )
+
+
+@admin.command("get-namesrv-config")
+@_NAMESRV
+def get_namesrv_config(namesrv_addr: str) -> None:
+    """Every setting of each name server, ``key = value``, under a line with its address."""
+    configs = _ask(namesrv_addr, lambda a: a.namesrv_config())
+    for addr, settings in configs.items():
+        click.echo(f"============{addr}============")
+        _pairs(settings, "=")
+
+
+@admin.command("update-namesrv-config")
+@_NAMESRV
+@click.option("-k", "--key", required=True, help="Setting, e.g. orderMessageEnable.")
+@click.option("-v", "--value", required=True, help="Its new value.")
+def update_namesrv_config(namesrv_addr: str, key: str, value: str) -> None:
+    """Change a setting of each running name server until it restarts: orderMessageEnable,
+    scanNotActiveBrokerInterval or brokerChannelExpiredTime (ms)."""
+    addrs = _ask(namesrv_addr, lambda a: a.update_namesrv_config({key.strip(): value.strip()}))
+    click.echo(f"update name server config success! {', '.join(addrs)}: {key} = {value}")
+
+
+@admin.command("update-kv-config")
+@_NAMESRV
+@click.option("-s", "--namespace", required=True, help="Namespace, e.g. ORDER_TOPIC_CONFIG.")
+@click.option("-k", "--key", required=True, help="Key.")
+@click.option("-v", "--value", required=True, help="Value.")
+def update_kv_config(namesrv_addr: str, namespace: str, key: str, value: str) -> None:
+    """Set a KV config value on every name server."""
+    _ask(namesrv_addr, lambda a: a.put_kv_config(namespace.strip(), key.strip(), value.strip()))
+    click.echo("create or update kv config to namespace success.")
+
+
+@admin.command("delete-kv-config")
+@_NAMESRV
+@click.option("-s", "--namespace", required=True, help="Namespace.")
+@click.option("-k", "--key", required=True, help="Key.")
+def delete_kv_config(namesrv_addr: str, namespace: str, key: str) -> None:
+    """Remove a KV config value from every name server."""
+    _ask(namesrv_addr, lambda a: a.delete_kv_config(namespace.strip(), key.strip()))
+    click.echo("delete kv config from namespace success.")
+
+
+@admin.command("wipe-write-perm")
+@_NAMESRV
+@click.option("-b", "--broker-name", required=True, help="Broker name (not address).")
+def wipe_write_perm(namesrv_addr: str, broker_name: str) -> None:
+    """Take a broker's write permission out of every name server's routes, so that producers
+    send to the other brokers while it drains."""
+    counts = _ask(namesrv_addr, lambda a: a.wipe_write_perm(broker_name.strip()))
+    for addr, count in counts.items():
+        click.echo(f"wipe write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
+
+
+@admin.command("add-write-perm")
+@_NAMESRV
+@click.option("-b", "--broker-name", required=True, help="Broker name (not address).")
+def add_write_perm(namesrv_addr: str, broker_name: str) -> None:
+    """Give back the write permission wipe-write-perm took."""
+    counts = _ask(namesrv_addr, lambda a: a.add_write_perm(broker_name.strip()))
+    for addr, count in counts.items():
+        click.echo(f"add write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
+
+
+@admin.command("broker-consume-stats")
+@_NAMESRV
+@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option("-o", "--order", is_flag=True, help="Only ordered topics.")
+@click.option(
+    "-l", "--level", default=0, show_default=True, help="Only queues with at least this lag."
+)
+@click.option(
+    "-t",
+    "--timeout-millis",
+    default=50_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="How long to wait for the broker.",
+)
+def broker_consume_stats(
+    namesrv_addr: str, broker_addr: str, order: bool, level: int, timeout_millis: int
+) -> None:
+    """Every consumer group's offsets and lag on one broker."""
+    stats = _ask(
+        namesrv_addr,
+        lambda a: a.broker_consume_stats(
+            broker_addr, order_only=order, timeout_s=timeout_millis / 1000
+        ),
+    )
+    rows: list[tuple[object, ...]] = [
+        (
+            "#Topic",
+            "#Group",
+            "#Broker Name",
+            "#QID",
+            "#Broker Offset",
+            "#Consumer Offset",
+            "#Diff",
+            "#LastTime",
+        )
+    ]
+    for entry in stats.groups:
+        for mq, p in entry.queues.items():
+            diff = p.broker_offset - p.consumer_offset
+            if diff < level:
+                continue
+            rows.append(
+                (
+                    mq.topic,
+                    entry.group,
+                    mq.broker_name,
+                    mq.queue_id,
+                    p.broker_offset,
+                    p.consumer_offset,
+                    diff,
+                    _time(p.last_timestamp),
+                )
+            )
+    _table(rows)
+    click.echo()
+    click.echo(f"Diff Total: {stats.total_diff}")
