@@ -422,5 +422,15 @@ def test_traffic_counters_show_a_topics_messages_in_and_each_groups_out(
             out_tps, out_24h, lag = traffic.groups[group]
             assert (out_24h, lag) == (10, 0)
             assert out_tps > 0
+        shown = await asyncio.to_thread(pyrmq_admin, "stats-all", "-n", namesrv, "-t", topic)
+        assert shown.returncode == 0, shown.stderr
+        (row,) = [line.split() for line in shown.stdout.splitlines()[1:]]
+        assert row[:3] == [topic, group, "0"]
+        assert row[5:] == ["10", "10"]
+        active = await asyncio.to_thread(pyrmq_admin, "stats-all", "-n", namesrv, "-a")
+        assert active.returncode == 0, active.stderr
+        listed = {tuple(line.split()[:2]) for line in active.stdout.splitlines()[1:]}
+        assert (topic, group) in listed
+        assert not any(t == "TBW102" for t, _ in listed)  # no traffic
 
     run(scenario, 60)

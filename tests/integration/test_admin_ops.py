@@ -173,6 +173,7 @@ def test_topic_list_prints_every_routed_topic_and_its_cluster(addrs: tuple[str, 
     create_topic(broker, topic, 1)
 
     async def scenario() -> list[str]:
+        await commit(broker, "CG_OPS_LIST", MessageQueue(topic, "broker-a", 0), 0)
         async with Admin(namesrv) as admin:
             await routed(admin, topic)
             return await admin.topic_list()
@@ -188,8 +189,9 @@ def test_topic_list_prints_every_routed_topic_and_its_cluster(addrs: tuple[str, 
     with_clusters = pyrmq_admin("topic-list", "-n", namesrv, "-c")
     assert with_clusters.returncode == 0, with_clusters.stderr
     rows = [line.split() for line in with_clusters.stdout.splitlines()]
-    assert rows[0] == ["#Cluster", "Name", "#Topic"]
-    assert ["DefaultCluster", topic] in rows[1:]
+    assert rows[0] == ["#Cluster", "Name", "#Topic", "#Consumer", "Group"]
+    assert ["DefaultCluster", topic, "CG_OPS_LIST"] in rows[1:]
+    assert ["DefaultCluster", "TBW102"] in rows[1:]  # consumed by no group
     assert not any(row[1].startswith(("%RETRY%", "%DLQ%")) for row in rows[1:])
 
     unreachable = pyrmq_admin("topic-list", "-n", "127.0.0.1:1")

@@ -568,7 +568,8 @@ def reset_offset_by_time(
     "-c",
     "--cluster-model",
     is_flag=True,
-    help="Also show each topic's cluster; retry and DLQ topics are left out.",
+    help="Also show each topic's cluster and the groups that consume it; retry and DLQ "
+    "topics are left out.",
 )
 def topic_list(namesrv_addr: str, cluster_model: bool) -> None:
     """Every topic the name servers route, one per line."""
@@ -578,13 +579,16 @@ def topic_list(namesrv_addr: str, cluster_model: bool) -> None:
         return
 
     async def question(a: Admin) -> list[tuple[object, ...]]:
-        rows: list[tuple[object, ...]] = [("#Cluster Name", "#Topic")]
+        rows: list[tuple[object, ...]] = [("#Cluster Name", "#Topic", "#Consumer Group")]
         for topic in await a.topic_list():
             if topic.startswith(("%RETRY%", "%DLQ%")):
                 continue
             route = await a.route(topic)
-            clusters = sorted({b.cluster for b in route.brokers.values()}) if route else []
-            rows.append((",".join(clusters) or "-", topic))
+            if route is None:
+                continue
+            cluster = ",".join(sorted({b.cluster for b in route.brokers.values()})) or "-"
+            groups = await a.topic_consumed_by(topic)
+            rows += [(cluster, topic, group) for group in groups or [""]]
         return rows
 
     _table(_ask(namesrv_addr, question))
@@ -738,3 +742,55 @@ def broker_consume_stats(
     _table(rows)
     click.echo()
     click.echo(f"Diff Total: {stats.total_diff}")
+
+
+@admin.command("stats-all")
+@_NAMESRV
+@click.option("-a", "--active", is_flag=True, help="Only topics with traffic in the last 24 h.")
+@click.option("-t", "--topic", help="Only this topic.")
+def stats_all(namesrv_addr: str, active: bool, topic: str | None) -> None:
+    """Each topic's messages in and each consuming group's messages out: rates over the last
+    minute and counts over the last 24 hours, with the group's lag."""
+
+    async def question(a: Admin) -> list[tuple[object, ...]]:
+        rows: list[tuple[object, ...]] = [
+            (
+                "#Topic",
+                "#Consumer Group",
+                "#Accumulation",
+                "#InTPS",
+                "#OutTPS",
+                "#InMsg24Hour",
+                "#OutMsg24Hour",
+            )
+        ]
+        for name in [topic] if topic else await a.topic_list():
+            if name.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            try:
+                traffic = await a.topic_traffic(name)
+            except PyrmqError as e:
+                click.echo(f"{name}: {e}", err=True)
+                continue
+            if not traffic.groups:
+                if not active or traffic.in_24h:
+                    rows.append(
+                        (name, "", 0, f"{traffic.in_tps:.2f}", "", traffic.in_24h, "NO_CONSUMER")
+                    )
+                continue
+            for group, (out_tps, out_24h, lag) in traffic.groups.items():
+                if not active or traffic.in_24h or out_24h:
+                    rows.append(
+                        (
+                            name,
+                            group,
+                            lag,
+                            f"{traffic.in_tps:.2f}",
+                            f"{out_tps:.2f}",
+                            traffic.in_24h,
+                            out_24h,
+                        )
+                    )
+        return rows
+
+    _table(_ask(namesrv_addr, question))
