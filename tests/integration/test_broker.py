@@ -1128,3 +1128,47 @@ def test_the_name_server_keeps_kv_config_and_routes_order_topics(tmp_path: Path)
             await namesrv.stop()
 
     run(scenario)
+
+
+def test_a_heartbeat_is_checked_and_a_consumer_joins_though_its_retry_topic_cannot_be_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups whose retry topic could not be named, and sets that are not lists of objects, get
+    a clear refusal and register nothing; a topic table the disk cannot take (ENOSPC) leaves
+    the consumer registered, reading, with its retry topic made at a later heartbeat."""
+
+    async def heartbeat(c: Cluster, body: bytes) -> RemotingCommand:
+        return await c.client.invoke(
+            c.broker.address, RemotingCommand.request(RequestCode.HEART_BEAT, {}, body)
+        )
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            topics_before = {t.topic_name for t in c.broker.topics.all()}
+            bad_group = "g/../../x y" + "z" * 300
+            for body, reason in (
+                (consumer_heartbeat("c1", bad_group, "T"), "invalid topic"),
+                (json.dumps({"consumerDataSet": "abc"}).encode(), "not a list of objects"),
+                (json.dumps({"producerDataSet": ["abc"]}).encode(), "not a list of objects"),
+            ):
+                refused = await heartbeat(c, body)
+                assert refused.code == ResponseCode.SYSTEM_ERROR
+                assert (refused.remark or "").startswith("bad heartbeat: ")
+                assert reason in (refused.remark or "")
+            assert {t.topic_name for t in c.broker.topics.all()} == topics_before
+            assert c.broker.clients.members(bad_group) == []
+
+            def full(*args: object, **kwargs: object) -> None:
+                raise OSError(28, "No space left on device")
+
+            with monkeypatch.context() as patched:
+                patched.setattr(c.broker.topics, "_persist", full)
+                joined = await heartbeat(c, consumer_heartbeat("c1", "CG_FULL", "T"))
+                assert joined.code == ResponseCode.SUCCESS
+                assert [m.client_id for m in c.broker.clients.members("CG_FULL")] == ["c1"]
+                assert c.broker.topic("%RETRY%CG_FULL") is None
+            again = await heartbeat(c, consumer_heartbeat("c1", "CG_FULL", "T"))
+            assert again.code == ResponseCode.SUCCESS
+            assert c.broker.topic("%RETRY%CG_FULL") is not None
+
+    run(scenario)

@@ -26,6 +26,7 @@ _ALIASES = {
     "brokerId": "broker_id",
     "brokerIP1": "broker_ip1",
     "listenPort": "listen_port",
+    "serverChannelMaxIdleTimeSeconds": "server_channel_max_idle_s",
     "namesrvAddr": "namesrv_addr",
     "autoCreateTopicEnable": "auto_create_topic_enable",
     "defaultTopicQueueNums": "default_topic_queue_nums",
@@ -81,6 +82,8 @@ class BrokerConfig:
     # Address clients reach this broker on; written into every stored message.
     broker_ip1: str = "127.0.0.1"
     listen_port: int = 10911
+    # Connections idle this long are closed (0: never).
+    server_channel_max_idle_s: int = 120
     # RocketMQ 5's gRPC protocol on this port (RocketMQ's proxy uses 8081); -1: not served.
     grpc_server_port: int = -1
     # What serves the gRPC port's plain connections: pyrmq's own HTTP/2 transport ("native")

@@ -65,7 +65,9 @@ class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         # Listen on the advertised address: the one clients reach and stored messages name.
-        self.server = RemotingServer(config.broker_ip1, config.listen_port)
+        self.server = RemotingServer(
+            config.broker_ip1, config.listen_port, max_idle_s=config.server_channel_max_idle_s
+        )
         self.clients = ClientTable()
         # Name servers and peer brokers (whose ACLs may want this broker's own account).
         self.namesrv = RemotingClient(credentials=config.inner_credentials)

@@ -38,6 +38,8 @@ class NamesrvConfig:
     kv_config_path: str | None = "~/.pyrmq/namesrv/kvConfig.json"
     # Routes carry a topic's ORDER_TOPIC_CONFIG value as orderTopicConf.
     order_message_enable: bool = False
+    # Connections idle this long are closed (serverChannelMaxIdleTimeSeconds; 0: never).
+    server_channel_max_idle_s: int = 120
     # TLS on the listen port (pyrmq.remoting.tls); tls.config.file is read at start.
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
@@ -103,6 +105,7 @@ NAMESRV_SETTINGS: Final[Mapping[str, str]] = {
     "orderMessageEnable": "order_message_enable",
     "scanNotActiveBrokerInterval": "scan_not_active_broker_interval_ms",
     "brokerChannelExpiredTime": "broker_channel_expired_time_ms",
+    "serverChannelMaxIdleTimeSeconds": "server_channel_max_idle_s",
 }
 """The name server's settings by RocketMQ key (``mqadmin getNamesrvConfig``)."""
 
@@ -121,7 +124,9 @@ class NameServer:
         self.routes = RouteInfo()
         path = config.kv_config_path
         self.kv = KvConfig(Path(path).expanduser() if path else None)
-        self.server = RemotingServer(config.listen_host, config.listen_port)
+        self.server = RemotingServer(
+            config.listen_host, config.listen_port, max_idle_s=config.server_channel_max_idle_s
+        )
         self.processor = NamesrvProcessor(self.routes, self.kv, config)
         self.processor.install(self.server)
         self._scanner: asyncio.Task[None] | None = None

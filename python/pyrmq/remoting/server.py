@@ -11,7 +11,10 @@ answers by opaque.
 Failures stay with their connection: a malformed frame closes that connection only, an unknown
 code gets REQUEST_CODE_NOT_SUPPORTED, a handler that raises gets SYSTEM_ERROR. Nothing else is
 disturbed. A client that does not read its answers stops being read: once a connection's unsent
-answers pass ``WRITE_HIGH_WATER_BYTES``, its requests wait until they drain.
+answers pass ``WRITE_HIGH_WATER_BYTES``, its requests wait until they drain. A connection that
+neither sends nor is sent anything for ``max_idle_s`` (RocketMQ's
+``serverChannelMaxIdleTimeSeconds``, 120 s), with no request of its own being served, is closed:
+so is one that stopped halfway through a frame, and the memory its partial frame holds goes back.
 
 With a TLS context the server accepts connections itself and looks at each one's first byte
 before the transport is made (:mod:`pyrmq.remoting.first_byte`): a TLS handshake gets a TLS
@@ -46,6 +49,9 @@ WRITE_HIGH_WATER_BYTES = 4 << 20
 """Unsent answer bytes above which a connection's requests are no longer read."""
 
 HANDSHAKE_TIMEOUT_S = 10.0
+
+MAX_IDLE_S = 120.0
+"""RocketMQ's ``serverChannelMaxIdleTimeSeconds``."""
 
 
 class Handler(Protocol):
@@ -93,6 +99,10 @@ class Connection(asyncio.Protocol):
         # With an RPC observer: [arrival ns, request code, held for long polling] by opaque,
         # until the answer goes out.
         self._timing: dict[int, list[Any]] | None = None if server.rpc_observer is None else {}
+        # Bumped by every read and write; the idle sweep compares it with what it last saw.
+        self._activity = 0
+        self._seen_activity = -1
+        self._idle_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport).
@@ -111,6 +121,7 @@ class Connection(asyncio.Protocol):
         log.debug("connection opened peer=%s", self.peer_address)
 
     def data_received(self, data: bytes) -> None:
+        self._activity += 1
         try:
             commands = self._decoder.feed(data)
         except FrameDecodeError as e:
@@ -265,6 +276,7 @@ class Connection(asyncio.Protocol):
             self._observe(cmd)
         if self._transport is None or self._transport.is_closing():
             return
+        self._activity += 1
         try:
             frame = encode(cmd)
         except ValueError as e:
@@ -305,6 +317,14 @@ class Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def idle_for(self, now: float) -> float:
+        """How long (s) the connection has neither read nor written, as of the sweeps that
+        asked; 0 while one of its requests is being served (a held pull among them)."""
+        if self._activity != self._seen_activity or self._tasks:
+            self._seen_activity = self._activity
+            self._idle_since = now
+        return now - self._idle_since
+
 
 class RemotingServer:
     """Listens on one address and routes requests to handlers by request code."""
@@ -317,9 +337,10 @@ class RemotingServer:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         tls: ssl.SSLContext | None = None,
         tls_only: bool = False,
+        max_idle_s: float = MAX_IDLE_S,
     ) -> None:
         """``tls``: accept TLS connections with this context, and plain ones too unless
-        ``tls_only``."""
+        ``tls_only``; ``max_idle_s``: close connections idle this long (0: never)."""
         self.host = host
         self.port = port
         self.max_frame_bytes = max_frame_bytes
@@ -333,8 +354,10 @@ class RemotingServer:
         """Runs before every request is served; a refusal it returns is the answer."""
         self.rpc_observer: RpcObserver | None = None
         """Told of every answered request; set before the server starts."""
+        self.max_idle_s = max_idle_s
         self._server: asyncio.Server | None = None
         self._listener: FirstByteListener | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     def register(self, code: int, handler: Handler) -> None:
         self.inline_handlers.pop(int(code), None)
@@ -364,6 +387,19 @@ class RemotingServer:
             self.port = listener.port
         tls = "" if self.tls is None else " tls=" + ("enforcing" if self.tls_only else "permissive")
         log.info("remoting server listening address=%s:%s%s", self.host, self.port, tls)
+        if self.max_idle_s > 0:
+            self._sweeper = loop.create_task(self._close_idle())
+
+    async def _close_idle(self) -> None:
+        period = min(10.0, self.max_idle_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                idle = conn.idle_for(now)
+                if idle >= self.max_idle_s:
+                    log.info("closing connection peer=%s: idle for %.0f s", conn.peer_address, idle)
+                    conn.close()
 
     async def _open(self, sock: socket.socket, is_tls: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -392,6 +428,9 @@ class RemotingServer:
         return f"{self.host}:{self.port}"
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
             for conn in list(self.connections):

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 from pyrmq.broker.clients import Subscription, parse_heartbeat
 from pyrmq.broker.processors.pull import FilterRefused, compile_filter
+from pyrmq.broker.state.groups import check_group_name
 from pyrmq.broker.state.topics import PERM_READ, PERM_WRITE, RETRY_PREFIX
+from pyrmq.errors import MessageIllegalError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import UnregisterClientRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -38,16 +40,27 @@ class ClientManageProcessor:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"bad heartbeat: {e}"
             )
+        consumers, producers = data.get("consumerDataSet") or [], data.get("producerDataSet") or []
+        if refusal := _unfit_heartbeat(consumers, producers):
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"bad heartbeat: {refusal}"
+            )
         client_id = str(data.get("clientID", ""))
         now_ms = int(time.time() * 1000)
         broker = self.broker
-        for consumer in data.get("consumerDataSet") or []:
+        for consumer in consumers:
             group = str(consumer.get("groupName", ""))
             if not group:
                 continue
-            _, created = broker.topics.create_system(
-                RETRY_PREFIX + group, 1, PERM_READ | PERM_WRITE
-            )
+            try:
+                _, created = broker.topics.create_system(
+                    RETRY_PREFIX + group, 1, PERM_READ | PERM_WRITE
+                )
+            except OSError as e:
+                # The topic table could not be saved (a full disk): the consumer still joins
+                # and reads; its retry topic comes with a later heartbeat.
+                log.warning("retry topic of %s not created: %s", group, e)
+                created = False
             if created:
                 broker.request_registration()
             if broker.clients.register_consumer(
@@ -60,7 +73,7 @@ class ClientManageProcessor:
                 version=request.version,
             ):
                 broker.notify_consumer_ids_changed(group)
-        for producer in data.get("producerDataSet") or []:
+        for producer in producers:
             group = str(producer.get("groupName", ""))
             if group:
                 broker.clients.register_producer(
@@ -111,6 +124,23 @@ class ClientManageProcessor:
                 )
                 return RemotingCommand.response_to(request, e.code, remark=e.remark)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+def _unfit_heartbeat(consumers: object, producers: object) -> str | None:
+    """Why a heartbeat's groups cannot be taken (None: they can): each set a list of objects,
+    each consumer group a name its retry and dead-letter topics can take."""
+    for name, entries in (("consumerDataSet", consumers), ("producerDataSet", producers)):
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return f"{name} is not a list of objects"
+    assert isinstance(consumers, list)
+    for consumer in consumers:
+        group = consumer.get("groupName")
+        if group:
+            try:
+                check_group_name(str(group))
+            except MessageIllegalError as e:
+                return str(e)
+    return None
 
 
 def _bad_body(request: RemotingCommand, reason: str) -> RemotingCommand:

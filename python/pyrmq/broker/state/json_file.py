@@ -23,10 +23,15 @@ def write_atomic(path: Path, data: bytes, *, backup: bool = True) -> None:
     for it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        # A full disk: no half-written file is left beside the table.
+        tmp.unlink(missing_ok=True)
+        raise
     if backup and path.exists():
         os.replace(path, path.with_name(path.name + ".bak"))
     os.replace(tmp, path)
