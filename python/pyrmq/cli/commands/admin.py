@@ -3,7 +3,8 @@ figures, as RocketMQ's ``mqadmin clusterList``, ``topicStatus``, ``consumerProgr
 ``brokerStatus`` print them; topics created and deleted as ``updateTopic`` and ``deleteTopic``
 do; messages found as ``queryMsgByKey``, ``queryMsgById`` and ``queryMsgByUniqueKey`` find
 them; a broker's settings shown and changed as ``getBrokerConfig`` and ``updateBrokerConfig``
-do."""
+do; a message pushed to one consumer as ``queryMsgById -g -d`` does; consumers' own offsets as
+``getConsumerStatus`` shows them."""
 
 import asyncio
 import datetime
@@ -357,12 +358,25 @@ def query_msg_by_key(
 @admin.command("query-msg-by-id")
 @_NAMESRV
 @click.option("-i", "--msg-id", required=True, help="Offset message id (a send's offsetMsgId).")
-def query_msg_by_id(namesrv_addr: str, msg_id: str) -> None:
-    """The message an offset message id names, every field."""
+@click.option("-g", "--group", help="With -d: have this group's consumer consume the message.")
+@click.option(
+    "-d", "--client-id", help="With -g: the consumer (its client id) that consumes the message."
+)
+def query_msg_by_id(
+    namesrv_addr: str, msg_id: str, group: str | None, client_id: str | None
+) -> None:
+    """The message an offset message id names, every field; or, with -g and -d, have one
+    online consumer run its listener on it (nothing is committed) and print what it did."""
+    if (group is None) != (client_id is None):
+        raise click.UsageError("-g/--group and -d/--client-id go together")
     try:
         _core.decode_offset_msg_id(msg_id)
     except ValueError as e:
         raise click.ClickException(str(e)) from e
+    if group is not None and client_id is not None:
+        result = _ask(namesrv_addr, lambda a: a.consume_message_directly(group, client_id, msg_id))
+        click.echo(str(result))
+        return
     _print_message(_ask(namesrv_addr, lambda a: a.view_message(msg_id)))
 
 
@@ -443,4 +457,23 @@ def query_cq(
     for u in view.units:
         row: tuple[object, ...] = (u.queue_offset, u.phy_offset, u.size, u.tags_code)
         rows.append(row + ((str(u.taken).lower(),) if group is not None else ()))
+    _table(rows)
+
+
+@admin.command("get-consumer-status")
+@_NAMESRV
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-i", "--client-id", help="Only this consumer (its client id) [default: all].")
+def get_consumer_status(namesrv_addr: str, group: str, topic: str, client_id: str | None) -> None:
+    """Each online consumer's offset on each queue of the topic, as the consumer holds it
+    (it may be ahead of what it has committed)."""
+    table = _ask(namesrv_addr, lambda a: a.consumer_status(group, topic, client_id))
+    click.echo(
+        f"get consumer status from client. group={group}, topic={topic}, "
+        f"originClientId={client_id or ''}"
+    )
+    rows: list[tuple[object, ...]] = [("#clientId", "#brokerName", "#queueId", "#offset")]
+    for cid, offsets in table.items():
+        rows += [(cid, mq.broker_name, mq.queue_id, offset) for mq, offset in offsets.items()]
     _table(rows)
