@@ -166,6 +166,13 @@ SAMPLES: list[Any] = [
     h.SearchOffsetRequestHeader(topic="T", queue_id=2, timestamp=7, boundary_type="UPPER"),
     h.GetConsumerListByGroupRequestHeader(consumer_group="G"),
     h.GetConsumerRunningInfoRequestHeader(consumer_group="G", client_id="1-127.0.0.1@DEFAULT"),
+    h.ConsumeMessageDirectlyResultRequestHeader(
+        consumer_group="G", client_id="1-127.0.0.1@DEFAULT",
+        msg_id="7F00000100002A9F0000000000000000", broker_name="broker-a",
+    ),
+    h.ConsumeMessageDirectlyResultRequestHeader(consumer_group="G"),
+    h.GetConsumerStatusRequestHeader(topic="T", group="G", client_addr="1-127.0.0.1@DEFAULT"),
+    h.GetConsumerStatusRequestHeader(topic="T", group="G"),
     h.ResetOffsetRequestHeader(topic="T", group="G", timestamp=-1, is_force=True),
     h.ResetOffsetRequestHeader(
         topic="T", group="G", timestamp=1_700_000_000_000, is_force=False, queue_id=3, offset=9

@@ -18,6 +18,7 @@ from pyrmq.broker.processors.admin import AdminProcessor
 from pyrmq.broker.processors.client_manage import ClientManageProcessor
 from pyrmq.broker.processors.config import ConfigProcessor
 from pyrmq.broker.processors.connections import ConnectionsProcessor
+from pyrmq.broker.processors.consumer_calls import ConsumerCallsProcessor
 from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processors.groups import GroupProcessor
 from pyrmq.broker.processors.pull import PullProcessor
@@ -120,6 +121,7 @@ class BrokerController:
             ClientManageProcessor(self),
             ConnectionsProcessor(self),
             ConsumerManageProcessor(self),
+            ConsumerCallsProcessor(self),
             GroupProcessor(self),
             AdminProcessor(self),
             StatsProcessor(self),

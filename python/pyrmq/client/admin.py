@@ -26,6 +26,7 @@ from pyrmq import _core
 from pyrmq._core import MessageExt
 from pyrmq.acl.signing import Credentials
 from pyrmq.client.api import LANGUAGE
+from pyrmq.client.consume_directly import ConsumeMessageDirectlyResult
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import (
     TopicRoute,
@@ -42,8 +43,10 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
     BrokerWritePermRequestHeader,
     CloneGroupOffsetRequestHeader,
+    ConsumeMessageDirectlyResultRequestHeader,
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
+    GetConsumerStatusRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetMaxOffsetRequestHeader,
@@ -1009,6 +1012,69 @@ class Admin:
         return BrokerConsumeStats(
             str(parsed.get("brokerAddr") or addr), groups, int(parsed.get("totalDiff") or 0)
         )
+
+    # --- requests the broker forwards to consumers -----------------------------------------
+
+    async def consume_message_directly(
+        self, group: str, client_id: str, offset_msg_id: str
+    ) -> ConsumeMessageDirectlyResult:
+        """Has the online consumer ``client_id`` of ``group`` run its listener on the message
+        ``offset_msg_id`` names, outside its normal flow: nothing is committed or sent back
+        (``mqadmin queryMsgById -g GROUP -d CLIENT_ID``). Returns what the listener did.
+
+        ValueError if ``offset_msg_id`` is no offset message id; BrokerError if the consumer
+        is not online (SYSTEM_ERROR), did not answer within the broker's 5 s
+        (CONSUME_MSG_TIMEOUT), refused (its code and remark), or the broker holds no message
+        there."""
+        addr, _ = _core.decode_offset_msg_id(offset_msg_id)
+        header = ConsumeMessageDirectlyResultRequestHeader(
+            consumer_group=group, client_id=client_id, msg_id=offset_msg_id
+        ).to_ext()
+        request = RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, header)
+        request.language = LANGUAGE
+        # As mqadmin: three times the usual wait, the listener's time included.
+        response = await self._remoting.invoke(addr, request, self.timeout_s * 3)
+        self._check(addr, response)
+        try:
+            data = json.loads(response.body)
+        except ValueError as e:
+            raise BrokerError(
+                ResponseCode.SYSTEM_ERROR, f"unreadable answer of consumer {client_id}: {e}", addr
+            ) from None
+        if not isinstance(data, dict):
+            raise BrokerError(
+                ResponseCode.SYSTEM_ERROR, f"unreadable answer of consumer {client_id}", addr
+            )
+        return ConsumeMessageDirectlyResult.from_json(data)
+
+    async def consumer_status(
+        self, group: str, topic: str, client_id: str | None = None
+    ) -> dict[str, dict[MessageQueue, int]]:
+        """Each online consumer of ``group``'s offsets on ``topic``'s queues, by client id, as
+        the consumers hold them (``mqadmin getConsumerStatus``); only ``client_id``'s when it
+        is given. A broker of the topic asks the consumers, leaving out any that does not
+        answer within 5 s. NoRouteError if no broker holds the topic; BrokerError if the
+        group (or ``client_id``) has no consumer online."""
+        route = await self._route(topic)
+        addrs = [a for d in route.brokers.values() if (a := d.any_addr()) is not None]
+        if not addrs:
+            raise NoRouteError(f"no broker of topic {topic} has an address")
+        addr = addrs[0]
+        header = GetConsumerStatusRequestHeader(
+            topic=topic, group=group, client_addr=client_id or None
+        ).to_ext()
+        request = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, header)
+        request.language = LANGUAGE
+        # The broker waits up to 5 s for the consumers (all at once).
+        response = await self._remoting.invoke(addr, request, self.timeout_s * 3)
+        self._check(addr, response)
+        table = loads_fastjson(response.body).get("consumerTable") or {}
+        out: dict[str, dict[MessageQueue, int]] = {}
+        for cid, offsets in sorted(table.items()):
+            out[str(cid)] = {
+                mq: int(v) for mq, v in sorted(queue_table(offsets).items()) if type(v) is int
+            }
+        return out
 
 
 def _setting(value: object) -> str:

@@ -881,6 +881,10 @@ class _PullMember:
     async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
         pass
 
+    def offset_table(self, topic: str) -> dict[MessageQueue, int]:
+        # Its offsets live in the PullConsumer (offset_table), not in the client instance.
+        return {}
+
 
 def _tag_filter(expression: str) -> frozenset[str] | None:
     tags = frozenset(t.strip() for t in expression.split("||") if t.strip())

@@ -27,12 +27,16 @@ from pyrmq.client.api import ClientAPI
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.request import ReplyMessage, RequestTable
 from pyrmq.client.route import TopicRoute, loads_queue_table
-from pyrmq.errors import ClientStateError, ConfigError, NoRouteError, PyrmqError
+from pyrmq.errors import ClientStateError, ConfigError, HeaderError, NoRouteError, PyrmqError
 from pyrmq.properties import PRODUCER_GROUP
 from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.client import RemotingClient, ServerRequestHandler
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.headers import CheckTransactionStateRequestHeader
+from pyrmq.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    ConsumeMessageDirectlyResultRequestHeader,
+    GetConsumerStatusRequestHeader,
+)
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 __all__ = ["ClientConfig", "ClientInstance", "ClientLifecycle", "ConsumerMember", "ProducerMember"]
@@ -118,6 +122,7 @@ class ConsumerMember(Protocol):
     async def persist_offsets(self) -> None: ...
     def running_info(self) -> dict[str, Any]: ...
     async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None: ...
+    def offset_table(self, topic: str) -> dict[MessageQueue, int]: ...
 
 
 _INSTANCES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, ClientInstance]]" = (
@@ -157,6 +162,8 @@ class ClientInstance:
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
             RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
             RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: self._on_reply,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly,
+            RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT: self._on_consumer_status,
         }
         self.remoting.server_request_handlers.update(handlers)
 
@@ -476,6 +483,55 @@ class ClientInstance:
             await consumer.reset_offsets(topic, offsets)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
+    async def _on_consume_directly(self, request: RemotingCommand, addr: str) -> RemotingCommand:
+        """An admin tool, through a broker, has this client's push consumer of the group run
+        its listener on one stored message, the request's body; answers what it returned, a
+        ConsumeMessageDirectlyResult."""
+        try:
+            header = ConsumeMessageDirectlyResultRequestHeader.from_ext(request.ext_fields)
+        except HeaderError as e:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
+        group = header.consumer_group
+        consumer = self.consumers.get(group)
+        consume = getattr(consumer, "consume_message_directly", None)
+        if consume is None:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The Consumer Group <{group}> not exist in this consumer",
+            )
+        try:
+            namespace = getattr(consumer, "namespace", "") or None
+            msgs = _core.decode_received(request.body, header.broker_name or "", namespace)
+        except (PyrmqError, ValueError) as e:
+            msgs, error = [], str(e)
+        else:
+            error = f"{len(msgs)} messages in the body"
+        if len(msgs) != 1:
+            log.warning("unreadable message to consume directly from %s: %s", addr, error)
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"cannot decode the message: {error}"
+            )
+        try:
+            result = await consume(msgs[0])
+        except LookupError as e:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
+        body = json.dumps(result.to_json(), separators=(",", ":")).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def _on_consumer_status(self, request: RemotingCommand, _addr: str) -> RemotingCommand:
+        """A broker gathers the group's offsets on a topic (``mqadmin getConsumerStatus``):
+        answers this client's, a GetConsumerStatusBody; an empty table for a group it does not
+        consume for, as RocketMQ's client does."""
+        try:
+            header = GetConsumerStatusRequestHeader.from_ext(request.ext_fields)
+        except HeaderError as e:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
+        consumer = self.consumers.get(header.group)
+        offsets = {} if consumer is None else consumer.offset_table(header.topic)
+        body = b'{"consumerTable":{},"messageQueueTable":' + dumps_queue_table(offsets) + b"}"
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
     async def _on_reply(self, request: RemotingCommand, addr: str) -> RemotingCommand:
         """A broker pushes the reply to one of this client's requests; the request waiting on
         its correlation id gets it. As RocketMQ's client, a reply no request waits for any
@@ -572,3 +628,17 @@ def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:
     except ValueError:
         return {}
     return {mq: offset for mq, offset in table.items() if type(offset) is int}
+
+
+def dumps_queue_table(values: dict[MessageQueue, int]) -> bytes:
+    """A ``Map<MessageQueue, Long>`` as fastjson writes it, keys as JSON objects (not valid
+    JSON; :func:`pyrmq.client.route.loads_queue_table` reads it back).
+
+    >>> dumps_queue_table({MessageQueue("T", "b", 1): 7})
+    b'{{"brokerName":"b","queueId":1,"topic":"T"}:7}'
+    """
+    entries = ",".join(
+        f"{json.dumps(mq.to_json(), sort_keys=True, separators=(',', ':'))}:{offset}"
+        for mq, offset in sorted(values.items())
+    )
+    return f"{{{entries}}}".encode()

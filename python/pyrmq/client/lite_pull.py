@@ -838,6 +838,10 @@ class LitePullConsumer(ClientLifecycle):
                 self._reposition(state, offset)
         await store.persist(moved)
 
+    def offset_table(self, topic: str) -> dict[MessageQueue, int]:
+        """GET_CONSUMER_STATUS_FROM_CLIENT: the offsets on ``topic`` (every topic when blank)."""
+        return self._offset_store().offsets_of(topic)
+
     def running_info(self) -> dict[str, Any]:
         return {
             "properties": {

@@ -26,6 +26,7 @@ class OffsetStore(Protocol):
     async def read_from_store(self, mq: MessageQueue) -> int | None: ...
     async def persist(self, mqs: list[MessageQueue]) -> None: ...
     def remove(self, mq: MessageQueue) -> None: ...
+    def offsets_of(self, topic: str) -> dict[MessageQueue, int]: ...
 
 
 class _MemoryTable:
@@ -47,6 +48,11 @@ class _MemoryTable:
     def remove(self, mq: MessageQueue) -> None:
         with self._lock:
             self.table.pop(mq, None)
+
+    def offsets_of(self, topic: str) -> dict[MessageQueue, int]:
+        """A copy of the offsets of ``topic``'s queues (of every queue when it is blank)."""
+        with self._lock:
+            return {mq: o for mq, o in self.table.items() if not topic or mq.topic == topic}
 
 
 class RemoteBrokerOffsetStore(_MemoryTable):

@@ -27,6 +27,7 @@ from typing import Any, Final, Literal, Self
 from pyrmq import _core
 from pyrmq.client.allocate import AllocateStrategy, allocate_averagely
 from pyrmq.client.api import PullStatus
+from pyrmq.client.consume_directly import ConsumeMessageDirectlyResult, consume_directly
 from pyrmq.client.consume_orderly import (
     ConsumeOrderlyContext,
     ConsumeOrderlyStatus,
@@ -459,6 +460,16 @@ class PushConsumer(ClientLifecycle):
                 for mq, pq in sorted(self._pqs.items())
             ],
         }
+
+    def offset_table(self, topic: str) -> dict[MessageQueue, int]:
+        """GET_CONSUMER_STATUS_FROM_CLIENT: this consumer's offsets on ``topic``'s queues
+        (every topic's when it is blank), as the broker names them."""
+        return self.offset_store.offsets_of(topic)
+
+    async def consume_message_directly(self, msg: MessageExt) -> ConsumeMessageDirectlyResult:
+        """CONSUME_MESSAGE_DIRECTLY: the listener runs on ``msg`` outside the normal flow
+        (see :mod:`pyrmq.client.consume_directly`)."""
+        return await consume_directly(self, msg)
 
     async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET: restart the named queues from the given offsets."""

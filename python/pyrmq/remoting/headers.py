@@ -35,6 +35,7 @@ __all__ = [
     "BrokerWritePermRequestHeader",
     "CheckTransactionStateRequestHeader",
     "CloneGroupOffsetRequestHeader",
+    "ConsumeMessageDirectlyResultRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "DeleteTopicRequestHeader",
@@ -43,6 +44,7 @@ __all__ = [
     "GetConsumeStatsRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetConsumerRunningInfoRequestHeader",
+    "GetConsumerStatusRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetMaxOffsetRequestHeader",
     "GetMinOffsetRequestHeader",
@@ -1384,3 +1386,67 @@ class GetConsumeStatsInBrokerHeader:
 
     def to_ext(self) -> dict[str, str]:
         return _ext([("isOrder", self.is_order)])
+
+
+# --- requests the broker forwards to one consumer ----------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumeMessageDirectlyResultRequestHeader:
+    """CONSUME_MESSAGE_DIRECTLY (309): from an admin tool to the broker, which adds its own
+    ``brokerName`` and forwards it, with the stored message as the body, to the client.
+
+    >>> h = ConsumeMessageDirectlyResultRequestHeader.from_ext({"consumerGroup": "G",
+    ...     "clientId": "10.0.0.1@7", "msgId": "0A00000100002A9F0000000000000000"})
+    >>> (h.consumer_group, h.client_id, h.broker_name)
+    ('G', '10.0.0.1@7', None)
+    """
+
+    consumer_group: str
+    client_id: str | None = None
+    msg_id: str | None = None
+    """The offset message id: the broker that stored the message and its CommitLog offset."""
+    broker_name: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            consumer_group=f.text("consumerGroup"),
+            client_id=f.opt_text("clientId"),
+            msg_id=f.opt_text("msgId"),
+            broker_name=f.opt_text("brokerName"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("consumerGroup", self.consumer_group),
+                ("clientId", self.client_id),
+                ("msgId", self.msg_id),
+                ("brokerName", self.broker_name),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetConsumerStatusRequestHeader:
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223), from an admin tool to the broker, and
+    GET_CONSUMER_STATUS_FROM_CLIENT (221), from the broker to each consumer of the group.
+    ``clientAddr`` (Java's name) holds a client id: only that consumer is asked."""
+
+    topic: str
+    group: str
+    client_addr: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            topic=f.text("topic"), group=f.text("group"), client_addr=f.opt_text("clientAddr")
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [("topic", self.topic), ("group", self.group), ("clientAddr", self.client_addr)]
+        )

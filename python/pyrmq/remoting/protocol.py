@@ -70,6 +70,8 @@ class MQVersion(enum.IntEnum):
 
     V3_0_7_SNAPSHOT = 28
     """From here on, clients take RESET_CONSUMER_CLIENT_OFFSET from the broker."""
+    V3_1_8_SNAPSHOT = 62
+    """From here on, clients take CONSUME_MESSAGE_DIRECTLY from the broker."""
     V3_1_8 = 63
     """What the C++ client 1.2.3 (the ``rocketmq`` 0.4.4 wheel) sends."""
     V3_4_9 = 121

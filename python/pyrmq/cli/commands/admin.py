@@ -7,7 +7,8 @@ do; a topic's route, a group's connected clients and its offsets moved to a time
 ``topicRoute``, ``consumerConnection``, ``producerConnection`` and ``resetOffsetByTime`` do;
 and ``topicList``, ``cloneGroupOffset``, ``brokerConsumeStats``, ``getNamesrvConfig``,
 ``updateNamesrvConfig``, ``updateKvConfig``, ``deleteKvConfig``, ``wipeWritePerm`` and
-``addWritePerm`` under kebab-case names."""
+``addWritePerm`` under kebab-case names; a message pushed to one consumer as ``queryMsgById -g
+-d`` does; consumers' own offsets as ``getConsumerStatus`` shows them."""
 
 import asyncio
 import datetime
@@ -363,12 +364,25 @@ def query_msg_by_key(
 @admin.command("query-msg-by-id")
 @_NAMESRV
 @click.option("-i", "--msg-id", required=True, help="Offset message id (a send's offsetMsgId).")
-def query_msg_by_id(namesrv_addr: str, msg_id: str) -> None:
-    """The message an offset message id names, every field."""
+@click.option("-g", "--group", help="With -d: have this group's consumer consume the message.")
+@click.option(
+    "-d", "--client-id", help="With -g: the consumer (its client id) that consumes the message."
+)
+def query_msg_by_id(
+    namesrv_addr: str, msg_id: str, group: str | None, client_id: str | None
+) -> None:
+    """The message an offset message id names, every field; or, with -g and -d, have one
+    online consumer run its listener on it (nothing is committed) and print what it did."""
+    if (group is None) != (client_id is None):
+        raise click.UsageError("-g/--group and -d/--client-id go together")
     try:
         _core.decode_offset_msg_id(msg_id)
     except ValueError as e:
         raise click.ClickException(str(e)) from e
+    if group is not None and client_id is not None:
+        result = _ask(namesrv_addr, lambda a: a.consume_message_directly(group, client_id, msg_id))
+        click.echo(str(result))
+        return
     _print_message(_ask(namesrv_addr, lambda a: a.view_message(msg_id)))
 
 
@@ -794,3 +808,22 @@ def stats_all(namesrv_addr: str, active: bool, topic: str | None) -> None:
         return rows
 
     _table(_ask(namesrv_addr, question))
+
+
+@admin.command("get-consumer-status")
+@_NAMESRV
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-i", "--client-id", help="Only this consumer (its client id) [default: all].")
+def get_consumer_status(namesrv_addr: str, group: str, topic: str, client_id: str | None) -> None:
+    """Each online consumer's offset on each queue of the topic, as the consumer holds it
+    (it may be ahead of what it has committed)."""
+    table = _ask(namesrv_addr, lambda a: a.consumer_status(group, topic, client_id))
+    click.echo(
+        f"get consumer status from client. group={group}, topic={topic}, "
+        f"originClientId={client_id or ''}"
+    )
+    rows: list[tuple[object, ...]] = [("#clientId", "#brokerName", "#queueId", "#offset")]
+    for cid, offsets in table.items():
+        rows += [(cid, mq.broker_name, mq.queue_id, offset) for mq, offset in offsets.items()]
+    _table(rows)
