@@ -1,8 +1,8 @@
-"""The examples in the docstrings of the store, the config and the client run and pass.
+"""The examples in the docstrings of pyrmq's modules run and pass.
 
-Every module of ``pyrmq.client`` is run; examples that need a server are marked
-``# doctest: +SKIP``. The modules listed in ``MUST_HAVE_EXAMPLES`` must also have at least one
-example that runs.
+Every module is run but the Spark source's (``tests/spark`` runs those, with pyspark) and the
+generated protocol code; examples that need a server are marked ``# doctest: +SKIP``. The
+modules listed in ``MUST_HAVE_EXAMPLES`` must also have at least one example that runs.
 """
 
 import doctest
@@ -11,7 +11,7 @@ import pkgutil
 
 import pytest
 
-import pyrmq.client
+import pyrmq
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +26,12 @@ MUST_HAVE_EXAMPLES = {
     "pyrmq.client.exceptions",
     "pyrmq.client.runtime",
 }
-CLIENT_MODULES = sorted(
-    m.name for m in pkgutil.iter_modules(pyrmq.client.__path__, "pyrmq.client.")
-)
-MODULES = sorted(MUST_HAVE_EXAMPLES | set(CLIENT_MODULES))
+ALL_MODULES = {
+    m.name
+    for m in pkgutil.walk_packages(pyrmq.__path__, "pyrmq.")
+    if not m.name.startswith(("pyrmq.spark", "pyrmq.proxy.proto")) and m.name != "pyrmq.__main__"
+}
+MODULES = sorted(MUST_HAVE_EXAMPLES | ALL_MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)

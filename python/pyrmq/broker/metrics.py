@@ -39,6 +39,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from pyrmq.broker.state.topics import SYSTEM_TOPICS
 from pyrmq.errors import ConfigError
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.remoting.protocol import RequestCode, ResponseCode, version_desc
@@ -68,20 +69,7 @@ RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
 
 # RocketMQ's system topics, which series mark with is_system="true", as groups whose name
 # starts with CID_RMQ_SYS_ (in any case).
-_SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "CHECKPOINT_TOPIC",
-    }
-)
+_SYSTEM_TOPICS = SYSTEM_TOPICS | {"CHECKPOINT_TOPIC"}
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 # Collecting waits this long for the loop; a scrape of a broker too busy to answer fails.

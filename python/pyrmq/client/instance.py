@@ -32,6 +32,7 @@ from pyrmq.properties import PRODUCER_GROUP
 from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.client import RemotingClient, ServerRequestHandler
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.fastjson import dumps_queue_map
 from pyrmq.remoting.headers import (
     CheckTransactionStateRequestHeader,
     ConsumeMessageDirectlyResultRequestHeader,
@@ -637,8 +638,4 @@ def dumps_queue_table(values: dict[MessageQueue, int]) -> bytes:
     >>> dumps_queue_table({MessageQueue("T", "b", 1): 7})
     b'{{"brokerName":"b","queueId":1,"topic":"T"}:7}'
     """
-    entries = ",".join(
-        f"{json.dumps(mq.to_json(), sort_keys=True, separators=(',', ':'))}:{offset}"
-        for mq, offset in sorted(values.items())
-    )
-    return f"{{{entries}}}".encode()
+    return dumps_queue_map({(mq.topic, mq.broker_name, mq.queue_id): v for mq, v in values.items()})

@@ -1,11 +1,10 @@
 """Topic routes from the name server, and the queues they give producers and consumers."""
 
 import dataclasses
-import json
-import re
 from typing import Any
 
 from pyrmq.client.message import MessageQueue
+from pyrmq.remoting.fastjson import loads_fastjson, loads_loose_json, queue_entries
 
 __all__ = [
     "BrokerData",
@@ -20,46 +19,10 @@ PERM_READ = 4
 PERM_WRITE = 2
 MASTER_ID = 0
 
-# A bare integer used as an object key: `{0:"a"}` or `,12:"b"` (fastjson's map keys).
-_BARE_INT_KEY = re.compile(r'([{,])\s*(-?\d+)\s*:(?=\s*["{\[0-9tfn-])')
-# A flat JSON object used as a map key: fastjson writes Map<MessageQueue, V> this way.
-_OBJECT_KEY = re.compile(r"(\{[^{}]*\})(?=\s*:)")
-
-
-def loads_loose_json(data: bytes | str) -> Any:
-    """Parses JSON that may use bare integer object keys, as Java name servers send to old
-    clients.
-
-    >>> loads_loose_json('{"brokerAddrs":{0:"127.0.0.1:10911",1:"127.0.0.1:10921"}}')
-    {'brokerAddrs': {'0': '127.0.0.1:10911', '1': '127.0.0.1:10921'}}
-    """
-    text = data.decode() if isinstance(data, bytes) else data
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return json.loads(_BARE_INT_KEY.sub(r'\1"\2":', text))
-
-
-def loads_fastjson(body: bytes | str) -> Any:
-    """Parses JSON as fastjson writes ``Map<MessageQueue, V>``, with objects as map keys
-    (not valid JSON): such a key comes back as its JSON text, for :func:`queue_table`."""
-    raw = body.decode() if isinstance(body, bytes) else body
-    return json.loads(_OBJECT_KEY.sub(lambda m: json.dumps(m.group(1)), raw))
-
 
 def queue_table(table: Any) -> dict[MessageQueue, Any]:
     """A map parsed by :func:`loads_fastjson`, keyed by MessageQueue; other keys are left out."""
-    out: dict[MessageQueue, Any] = {}
-    if not isinstance(table, dict):
-        return out
-    for key, value in table.items():
-        try:
-            mq = json.loads(key)
-            queue = MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"]))
-        except (ValueError, KeyError, TypeError):
-            continue  # not a MessageQueue: left out
-        out[queue] = value
-    return out
+    return {MessageQueue(*key): value for key, value in queue_entries(table).items()}
 
 
 def loads_queue_table(body: bytes | str, field: str = "offsetTable") -> dict[MessageQueue, Any]:

@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
-from pyrmq.broker.state.topics import TopicConfig
+from pyrmq.broker.state.topics import SYSTEM_TOPICS, TopicConfig
 from pyrmq.errors import MessageIllegalError, PyrmqError, StoreError, SystemTopicError
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.fastjson import dumps_queue_map
 from pyrmq.remoting.headers import (
     CloneGroupOffsetRequestHeader,
     CreateTopicRequestHeader,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
 
 __all__ = [
-    "SYSTEM_TOPICS",
     "AdminProcessor",
     "message_queue_table",
     "reset_offset_body",
@@ -48,22 +48,6 @@ UNIQUE_KEY_QUERY_MAX_NUM = 32
 (RocketMQ's ``defaultQueryMaxNum``)."""
 QUERY_CONSUME_QUEUE_MAX_UNITS = 10_000
 """Most ConsumeQueue units one QUERY_CONSUME_QUEUE returns."""
-
-SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
-"""The topics GET_SYSTEM_TOPIC_LIST_FROM_BROKER names: RocketMQ 4.9's system topic set
-(``TopicValidator``), whether this broker has created them or not."""
 
 
 class AdminProcessor:
@@ -437,18 +421,12 @@ class AdminProcessor:
 
 
 def message_queue_table(topic: str, broker_name: str, values: Mapping[int, object]) -> bytes:
-    """A map from MessageQueue to JSON values as Java (fastjson) writes it: the keys are JSON
-    *objects*, which is not valid JSON. Java clients and admin tools parse it.
+    """One topic's queues on this broker as a fastjson ``Map<MessageQueue, V>``.
 
     >>> message_queue_table("T", "broker-a", {0: {"maxOffset": 5}})
     b'{{"brokerName":"broker-a","queueId":0,"topic":"T"}:{"maxOffset":5}}'
     """
-    entries = ",".join(
-        f'{{"brokerName":{json.dumps(broker_name)},"queueId":{queue_id},'
-        f'"topic":{json.dumps(topic)}}}:{json.dumps(value, separators=(",", ":"))}'
-        for queue_id, value in sorted(values.items())
-    )
-    return f"{{{entries}}}".encode()
+    return dumps_queue_map({(topic, broker_name, q): value for q, value in values.items()})
 
 
 def reset_offset_body(topic: str, broker_name: str, offsets: Mapping[int, int]) -> bytes:

@@ -11,7 +11,6 @@ consumer out, as RocketMQ's ``Broker2Client`` does with one that fails.
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -19,6 +18,7 @@ from pyrmq import _core
 from pyrmq.broker.clients import ConsumerInfo
 from pyrmq.errors import RemotingError, StoreError
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.fastjson import QueueKey, dumps_queue_map, loads_fastjson, queue_entries
 from pyrmq.remoting.headers import (
     ConsumeMessageDirectlyResultRequestHeader,
     GetConsumerStatusRequestHeader,
@@ -31,15 +31,9 @@ from .consumer_manage import CLIENT_ANSWER_TIMEOUT_S
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
 
-__all__ = ["ConsumerCallsProcessor", "QueueKey", "consumer_status_body", "parse_queue_map"]
+__all__ = ["ConsumerCallsProcessor", "consumer_status_body", "parse_queue_map"]
 
 log = logging.getLogger(__name__)
-
-QueueKey = tuple[str, str, int]
-"""A MessageQueue as (topic, broker name, queue id)."""
-
-# A flat JSON object used as a map key, as fastjson writes Map<MessageQueue, V>.
-_OBJECT_KEY = re.compile(r"(\{[^{}]*\})(?=\s*:)")
 
 
 class ConsumerCallsProcessor:
@@ -213,38 +207,18 @@ class ConsumerCallsProcessor:
 
 
 def parse_queue_map(body: bytes, field: str) -> dict[QueueKey, int]:
-    """Field ``field`` of a JSON object, a ``Map<MessageQueue, Long>`` as fastjson writes
-    it; entries that are not a queue and an integer are left out. ValueError (not JSON) or
-    TypeError (no such field) if the body is no such object.
+    """Field ``field`` of a JSON object, a fastjson ``Map<MessageQueue, Long>``; entries that
+    are not a queue and an integer are left out. ValueError (not JSON) or TypeError (no such
+    field) if the body is no such object.
 
     >>> parse_queue_map(b'{"t":{{"brokerName":"b","queueId":1,"topic":"T"}:7,"x":1}}', "t")
     {('T', 'b', 1): 7}
     """
-    parsed = json.loads(_OBJECT_KEY.sub(lambda m: json.dumps(m.group(1)), body.decode()))
+    parsed = loads_fastjson(body)
     table = parsed.get(field) if isinstance(parsed, dict) else None
     if not isinstance(table, dict):
         raise TypeError(f"no {field} object")
-    out: dict[QueueKey, int] = {}
-    for key, value in table.items():
-        try:
-            mq = json.loads(key)
-            queue = (str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-        if type(value) is int:
-            out[queue] = value
-    return out
-
-
-def _queue_map(values: Mapping[QueueKey, int]) -> str:
-    """A ``Map<MessageQueue, Long>`` as fastjson writes it: keys are JSON objects (not valid
-    JSON), each with its fields in name order."""
-    entries = ",".join(
-        f'{{"brokerName":{json.dumps(broker_name)},"queueId":{queue_id},'
-        f'"topic":{json.dumps(topic)}}}:{value}'
-        for (topic, broker_name, queue_id), value in sorted(values.items())
-    )
-    return f"{{{entries}}}"
+    return {queue: value for queue, value in queue_entries(table).items() if type(value) is int}
 
 
 def consumer_status_body(
@@ -258,9 +232,9 @@ def consumer_status_body(
     >>> consumer_status_body({"c1": {("T", "b", 0): 3}})
     b'{"consumerTable":{"c1":{{"brokerName":"b","queueId":0,"topic":"T"}:3}},"messageQueueTable":{}}'
     """
-    clients = ",".join(
-        f"{json.dumps(client_id)}:{_queue_map(table)}"
+    clients = b",".join(
+        json.dumps(client_id).encode() + b":" + dumps_queue_map(table)
         for client_id, table in sorted(consumers.items())
     )
-    body = f'{{"consumerTable":{{{clients}}},"messageQueueTable":{_queue_map(queues or {})}}}'
-    return body.encode()
+    own = dumps_queue_map(queues or {})
+    return b'{"consumerTable":{' + clients + b'},"messageQueueTable":' + own + b"}"

@@ -30,6 +30,21 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_QUEUE_NUMS = 18
+SYSTEM_TOPICS = frozenset(
+    {
+        AUTO_CREATE_TOPIC,
+        SCHEDULE_TOPIC,
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+"""RocketMQ 4.9's system topics (``TopicValidator``), whether this broker has created them or
+not: GET_SYSTEM_TOPIC_LIST_FROM_BROKER names them."""
 
 
 @dataclasses.dataclass(slots=True)

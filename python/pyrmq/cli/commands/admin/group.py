@@ -1,0 +1,103 @@
+"""The ``pyrmq admin`` command group and what its commands share: the name-server option,
+an :class:`~pyrmq.client.admin.Admin` for the question asked, and plain-text tables."""
+
+import asyncio
+import datetime
+import ssl
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+
+from pyrmq.acl.signing import Credentials
+from pyrmq.client.admin import Admin
+from pyrmq.errors import PyrmqError
+from pyrmq.remoting.tls import client_context
+
+__all__ = ["NAMESRV", "admin", "ask", "pairs", "shown_time", "table"]
+
+T = TypeVar("T")
+
+_TLS = "pyrmq.tls"
+
+NAMESRV = click.option(
+    "-n",
+    "--namesrv-addr",
+    default="127.0.0.1:9876",
+    show_default=True,
+    help="Name servers, host:port;host:port.",
+)
+
+
+def ask(namesrv_addr: str, question: Callable[[Admin], Awaitable[T]]) -> T:
+    ctx = click.get_current_context()
+    credentials = ctx.find_object(Credentials)
+    tls = ctx.meta.get(_TLS)
+
+    async def run() -> T:
+        async with Admin(namesrv_addr, credentials=credentials, tls=tls) as admin:
+            return await question(admin)
+
+    try:
+        return asyncio.run(run())
+    except PyrmqError as e:
+        raise click.ClickException(str(e)) from e
+
+
+def shown_time(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+
+
+def table(rows: list[tuple[object, ...]]) -> None:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def pairs(values: dict[str, str], sep: str) -> None:
+    width = max(map(len, values), default=0)
+    for key in sorted(values):
+        click.echo(f"{key.ljust(width)} {sep} {values[key]}")
+
+
+@click.group("admin")
+@click.option(
+    "--access-key",
+    envvar="PYRMQ_ACCESS_KEY",
+    help="Sign requests as this ACL account (brokers with aclEnable) [env PYRMQ_ACCESS_KEY].",
+)
+@click.option("--secret-key", envvar="PYRMQ_SECRET_KEY", help="Its secret [env PYRMQ_SECRET_KEY].")
+@click.option("--tls", is_flag=True, help="Connect over TLS (servers with tls.server.mode).")
+@click.option(
+    "--tls-ca",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Trust servers whose certificates chain to these CAs [default: the system's].",
+)
+@click.option(
+    "--tls-insecure", is_flag=True, help="Trust any server certificate, as RocketMQ's clients do."
+)
+@click.pass_context
+def admin(
+    ctx: click.Context,
+    access_key: str | None,
+    secret_key: str | None,
+    tls: bool,
+    tls_ca: Path | None,
+    tls_insecure: bool,
+) -> None:
+    """Ask a running cluster for its brokers, offsets and lag."""
+    if (access_key is None) != (secret_key is None):
+        raise click.UsageError("--access-key and --secret-key go together")
+    if (tls_ca is not None or tls_insecure) and not tls:
+        raise click.UsageError("--tls-ca and --tls-insecure go with --tls")
+    if access_key is not None and secret_key is not None:
+        ctx.obj = Credentials(access_key, secret_key)
+    if tls:
+        # meta is shared with the subcommand's context.
+        try:
+            ctx.meta[_TLS] = client_context(ca_file=tls_ca, verify=not tls_insecure)
+        except (OSError, ssl.SSLError) as e:
+            raise click.BadParameter(f"{tls_ca}: {e}", param_hint="--tls-ca") from e

@@ -1,0 +1,171 @@
+"""``pyrmq admin`` for topics: ``topicList``, ``topicRoute``, ``topicStatus``, ``updateTopic``,
+``deleteTopic`` and ``statsAll``."""
+
+import json
+
+import click
+
+from pyrmq.client.admin import Admin
+from pyrmq.errors import PyrmqError
+
+from .group import NAMESRV, admin, ask, shown_time, table
+
+
+@admin.command("topic-list")
+@NAMESRV
+@click.option(
+    "-c",
+    "--cluster-model",
+    is_flag=True,
+    help="Also show each topic's cluster and the groups that consume it; retry and DLQ "
+    "topics are left out.",
+)
+def topic_list(namesrv_addr: str, cluster_model: bool) -> None:
+    """Every topic the name servers route, one per line."""
+    if not cluster_model:
+        for topic in ask(namesrv_addr, lambda a: a.topic_list()):
+            click.echo(topic)
+        return
+
+    async def question(a: Admin) -> list[tuple[object, ...]]:
+        rows: list[tuple[object, ...]] = [("#Cluster Name", "#Topic", "#Consumer Group")]
+        for topic in await a.topic_list():
+            if topic.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            route = await a.route(topic)
+            if route is None:
+                continue
+            cluster = ",".join(sorted({b.cluster for b in route.brokers.values()})) or "-"
+            groups = await a.topic_consumed_by(topic)
+            rows += [(cluster, topic, group) for group in groups or [""]]
+        return rows
+
+    table(ask(namesrv_addr, question))
+
+
+@admin.command("topic-route")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def topic_route(namesrv_addr: str, topic: str) -> None:
+    """The topic's route as the name servers give it: its brokers and their queues."""
+    route = ask(namesrv_addr, lambda a: a.route(topic))
+    if route is None:
+        raise click.ClickException(f"no broker holds topic {topic}")
+    click.echo(json.dumps(route.to_json(), indent=2))
+
+
+@admin.command("topic-status")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def topic_status(namesrv_addr: str, topic: str) -> None:
+    """Each queue's min and max offsets and last store time."""
+    status = ask(namesrv_addr, lambda a: a.topic_status(topic))
+    rows: list[tuple[object, ...]] = [
+        ("#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated")
+    ]
+    for mq, offset in status.items():
+        rows.append(
+            (
+                mq.broker_name,
+                mq.queue_id,
+                offset.min_offset,
+                offset.max_offset,
+                shown_time(offset.last_update_timestamp),
+            )
+        )
+    table(rows)
+
+
+@admin.command("update-topic")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-c", "--cluster", help="On every master of this cluster [default: of all].")
+@click.option("-b", "--broker-addr", help="On this broker only, host:port.")
+@click.option("-r", "--queue-nums", default=8, show_default=True, help="Read and write queues.")
+@click.option("-p", "--perm", default=6, show_default=True, help="2 write, 4 read, 6 both.")
+@click.option("-o", "--order", is_flag=True, help="An ordered topic.")
+def update_topic(
+    namesrv_addr: str,
+    topic: str,
+    cluster: str | None,
+    broker_addr: str | None,
+    queue_nums: int,
+    perm: int,
+    order: bool,
+) -> None:
+    """Create a topic, or change its queues and permission."""
+    addrs = ask(
+        namesrv_addr,
+        lambda a: a.create_topic(
+            topic,
+            queue_nums=queue_nums,
+            perm=perm,
+            order=order,
+            cluster=cluster,
+            broker_addr=broker_addr,
+        ),
+    )
+    for addr in addrs:
+        click.echo(f"create topic to {addr} success.")
+
+
+@admin.command("delete-topic")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-c", "--cluster", help="From every master of this cluster [default: of all].")
+def delete_topic(namesrv_addr: str, topic: str, cluster: str | None) -> None:
+    """Delete a topic, its messages and the groups' offsets on it."""
+    addrs = ask(namesrv_addr, lambda a: a.delete_topic(topic, cluster=cluster))
+    click.echo(f"delete topic [{topic}] from {', '.join(addrs) or 'no broker'} success.")
+
+
+@admin.command("stats-all")
+@NAMESRV
+@click.option("-a", "--active", is_flag=True, help="Only topics with traffic in the last 24 h.")
+@click.option("-t", "--topic", help="Only this topic.")
+def stats_all(namesrv_addr: str, active: bool, topic: str | None) -> None:
+    """Each topic's messages in and each consuming group's messages out: rates over the last
+    minute and counts over the last 24 hours, with the group's lag."""
+
+    async def question(a: Admin) -> list[tuple[object, ...]]:
+        rows: list[tuple[object, ...]] = [
+            (
+                "#Topic",
+                "#Consumer Group",
+                "#Accumulation",
+                "#InTPS",
+                "#OutTPS",
+                "#InMsg24Hour",
+                "#OutMsg24Hour",
+            )
+        ]
+        for name in [topic] if topic else await a.topic_list():
+            if name.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            try:
+                traffic = await a.topic_traffic(name)
+            except PyrmqError as e:
+                click.echo(f"{name}: {e}", err=True)
+                continue
+            if not traffic.groups:
+                if not active or traffic.in_24h:
+                    rows.append(
+                        (name, "", 0, f"{traffic.in_tps:.2f}", "", traffic.in_24h, "NO_CONSUMER")
+                    )
+                continue
+            for group, (out_tps, out_24h, lag) in traffic.groups.items():
+                if not active or traffic.in_24h or out_24h:
+                    rows.append(
+                        (
+                            name,
+                            group,
+                            lag,
+                            f"{traffic.in_tps:.2f}",
+                            f"{out_tps:.2f}",
+                            traffic.in_24h,
+                            out_24h,
+                        )
+                    )
+        return rows
+
+    table(ask(namesrv_addr, question))
