@@ -241,16 +241,10 @@ class QueueTimeSpan:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class GroupConsumeStats:
+class GroupConsumeStats(ConsumeStats):
     """One consumer group on one topic of a broker: each queue's progress and its rate."""
 
     group: str
-    queues: dict[MessageQueue, ConsumerProgress]
-    consume_tps: float
-
-    @property
-    def lag(self) -> int:
-        return sum(p.lag for p in self.queues.values())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -495,12 +489,7 @@ class Admin:
             )
             parsed = loads_fastjson(answer.body)
             tps += float(parsed.get("consumeTps") or 0.0)
-            for mq, v in queue_table(parsed.get("offsetTable")).items():
-                out[mq] = ConsumerProgress(
-                    int(v.get("brokerOffset", 0)),
-                    int(v.get("consumerOffset", 0)),
-                    int(v.get("lastTimestamp", 0)),
-                )
+            out.update(_progress(parsed.get("offsetTable")))
         return ConsumeStats(dict(sorted(out.items())), tps)
 
     async def delay_offsets(self, addr: str) -> dict[int, int]:
@@ -999,16 +988,9 @@ class Admin:
         for entry in parsed.get("consumeStatsList") or []:
             for group, per_topic in entry.items():
                 for stats in per_topic or []:
-                    queues = {
-                        mq: ConsumerProgress(
-                            int(v.get("brokerOffset", 0)),
-                            int(v.get("consumerOffset", 0)),
-                            int(v.get("lastTimestamp", 0)),
-                        )
-                        for mq, v in queue_table(stats.get("offsetTable")).items()
-                    }
+                    queues = dict(sorted(_progress(stats.get("offsetTable")).items()))
                     tps = float(stats.get("consumeTps") or 0.0)
-                    groups.append(GroupConsumeStats(str(group), dict(sorted(queues.items())), tps))
+                    groups.append(GroupConsumeStats(queues=queues, consume_tps=tps, group=group))
         return BrokerConsumeStats(
             str(parsed.get("brokerAddr") or addr), groups, int(parsed.get("totalDiff") or 0)
         )
@@ -1075,6 +1057,18 @@ class Admin:
                 mq: int(v) for mq, v in sorted(queue_table(offsets).items()) if type(v) is int
             }
         return out
+
+
+def _progress(table: object) -> dict[MessageQueue, ConsumerProgress]:
+    """A ConsumeStats' ``offsetTable``, parsed by :func:`loads_fastjson`."""
+    return {
+        mq: ConsumerProgress(
+            int(v.get("brokerOffset", 0)),
+            int(v.get("consumerOffset", 0)),
+            int(v.get("lastTimestamp", 0)),
+        )
+        for mq, v in queue_table(table).items()
+    }
 
 
 def _setting(value: object) -> str:
