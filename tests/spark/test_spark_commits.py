@@ -14,7 +14,6 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyrmq.spark needs pyspark")
 
-from pyspark.sql import Row
 from tests.compat.servers import create_topic, serving
 from tests.helpers import pull_head
 from tests.spark.test_spark_sink import transactions
@@ -78,7 +77,7 @@ def test_a_commit_cut_short_is_finished_by_the_next_commit(
                 "commitTopic": "CommitsCut",
             }
         )
-        rows = [Row(body=f"m{i}".encode()) for i in range(30)]
+        rows = [{"body": f"m{i}".encode()} for i in range(30)]
 
         async def write(attempt: str) -> Written:
             halves = await sink._send_halves(iter(rows), options, "query-q", 0, attempt)
@@ -134,7 +133,7 @@ def test_the_record_is_found_with_a_broker_of_the_commit_topic_away(tmp_path: Pa
                 "commitTopic": "CommitsTwo",
             }
         )
-        rows = [Row(body=f"m{i}".encode()) for i in range(10)]
+        rows = [{"body": f"m{i}".encode()} for i in range(10)]
         config = ClientConfig(namesrv_addr=cluster.namesrv)
 
         async def commit(attempt: str) -> int:
@@ -184,7 +183,7 @@ def test_a_commit_refuses_what_it_cannot_commit_safely(tmp_path: Path) -> None:
             }
         )
         other = dataclasses.replace(options, producer_group="another-group")
-        rows = [Row(body=f"m{i}".encode()) for i in range(5)]
+        rows = [{"body": f"m{i}".encode()} for i in range(5)]
         config = ClientConfig(namesrv_addr=namesrv)
 
         async def write(attempt: str, o: WriteOptions, age_ms: int = 0) -> Written:
