@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import os
 import random
 import threading
 import time
@@ -631,6 +632,44 @@ def test_a_queue_handed_over_leaves_its_buffered_backlog_to_the_next_owner(
 
 
 # --- 4. broadcasting ----------------------------------------------------------------------
+
+
+def test_a_broadcasting_consumer_restarted_in_another_process_finds_its_offsets(
+    addrs: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an instance name the client id names the process; the offsets file must not,
+    or a restarted consumer would start at the end of each queue and skip what came meanwhile
+    (Java keeps ``<ip>@DEFAULT`` for broadcasting consumers)."""
+    namesrv, broker = addrs
+    topic, group = "TopicBroadcastRestart", "CG_BROADCAST_RESTART"
+    create_topic(broker, topic, 1)
+    paths = []
+
+    async def start_and_stop() -> None:
+        c = consumer(
+            namesrv,
+            group,
+            topic,
+            Recorder(),
+            message_model="BROADCASTING",
+            offsets_dir=tmp_path,
+        )
+        await c.start()
+        try:
+            store = c.offset_store
+            assert isinstance(store, LocalFileOffsetStore)
+            paths.append((c.instance.client_id, store.path))
+        finally:
+            await c.shutdown()
+
+    for pid in (1001, 1002):
+        monkeypatch.setattr(os, "getpid", lambda pid=pid: pid)
+        asyncio.run(asyncio.wait_for(start_and_stop(), 30))
+    (first_id, first_path), (second_id, second_path) = paths
+    assert first_id.endswith("@1001")
+    assert second_id.endswith("@1002")
+    assert first_path == second_path
+    assert "DEFAULT" in str(first_path)
 
 
 def test_broadcasting_consumers_each_get_everything_and_resume_from_local_offsets(

@@ -96,6 +96,13 @@ class ClientConfig:
         ip = self.client_ip or _local_ip()
         return f"{ip}@{self.instance_name or os.getpid()}"
 
+    def offsets_id(self) -> str:
+        """Where a broadcasting consumer keeps its offsets: the client id without the
+        process id, which Java's client gives clustering consumers only, so that a restarted
+        process finds them (``<ip>@DEFAULT`` unless an instance name is set)."""
+        ip = self.client_ip or _local_ip()
+        return f"{ip}@{self.instance_name or 'DEFAULT'}"
+
 
 def _local_ip() -> str:
     try:

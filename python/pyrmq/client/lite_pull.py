@@ -224,7 +224,7 @@ class LitePullConsumer(ClientLifecycle):
         )
         if self.message_model == "BROADCASTING":
             directory = self.offsets_dir or default_offsets_dir()
-            self._store = LocalFileOffsetStore(directory, inst.client_id, self.group)
+            self._store = LocalFileOffsetStore(directory, self.config.offsets_id(), self.group)
         else:
             self._store = RemoteBrokerOffsetStore(inst, self.group)
         await self._refresh_routes_and_heartbeat(inst)

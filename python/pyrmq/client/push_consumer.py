@@ -286,7 +286,9 @@ class PushConsumer(ClientLifecycle):
             self.offset_store = RemoteBrokerOffsetStore(inst, self.group)
         else:
             directory = self.offsets_dir or default_offsets_dir()
-            self.offset_store = LocalFileOffsetStore(directory, inst.client_id, self.group)
+            self.offset_store = LocalFileOffsetStore(
+                directory, self.config.offsets_id(), self.group
+            )
         if self._default_listener is None and set(self._listeners) < {
             t for t in self.subscriptions if not t.startswith(RETRY_PREFIX)
         }:
