@@ -24,6 +24,19 @@ settings.register_profile(
 settings.load_profile(os.environ.get("PYRMQ_HYPOTHESIS_PROFILE", "small"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _broadcast_offsets_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Broadcasting consumers keep offsets in files that outlive a run: tests that do not pick
+    a directory get one of this run's, not ``~/.rocketmq_offsets`` from runs before."""
+    saved = os.environ.get("PYRMQ_OFFSETS_DIR")
+    os.environ["PYRMQ_OFFSETS_DIR"] = str(tmp_path_factory.mktemp("offsets"))
+    yield
+    if saved is None:
+        del os.environ["PYRMQ_OFFSETS_DIR"]
+    else:
+        os.environ["PYRMQ_OFFSETS_DIR"] = saved
+
+
 # --- store fixtures -------------------------------------------------------------------------
 # Imports of the store stay inside the fixtures, so tests of pure-Python modules run without the
 # compiled extension.

@@ -672,6 +672,44 @@ def test_a_broadcasting_consumer_restarted_in_another_process_finds_its_offsets(
     assert "DEFAULT" in str(first_path)
 
 
+def test_two_broadcasting_consumers_of_a_group_in_one_process_keep_separate_offsets(
+    addrs: tuple[str, str], tmp_path: Path
+) -> None:
+    """The second consumer of a group in a process gets a client id of its own (``#1``); its
+    offsets file must be its own too, or each would resume from the other's progress."""
+    namesrv, broker = addrs
+    topic, group = "TopicBroadcastTwins", "CG_BROADCAST_TWINS"
+    create_topic(broker, topic, 1)
+
+    async def scenario() -> None:
+        cs = [
+            consumer(
+                namesrv,
+                group,
+                topic,
+                Recorder(),
+                message_model="BROADCASTING",
+                offsets_dir=tmp_path,
+            )
+            for _ in range(2)
+        ]
+        for c in cs:
+            await c.start()
+        try:
+            ids = [c.instance.client_id for c in cs]
+            paths = [
+                c.offset_store.path for c in cs if isinstance(c.offset_store, LocalFileOffsetStore)
+            ]
+        finally:
+            for c in cs:
+                await c.shutdown()
+        assert ids[1] == ids[0] + "#1"
+        assert len(set(paths)) == 2
+        assert paths[1].parent.parent.name.endswith("DEFAULT#1")
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
 def test_broadcasting_consumers_each_get_everything_and_resume_from_local_offsets(
     addrs: tuple[str, str], tmp_path: Path
 ) -> None:

@@ -3,6 +3,10 @@
 import pytest
 
 from pyrmq import namespace
+from pyrmq.client.instance import ClientConfig
+from pyrmq.client.lite_pull import LitePullConsumer
+from pyrmq.client.producer import Producer
+from pyrmq.client.push_consumer import PushConsumer
 from pyrmq.proxy.namespaces import fold, unfold
 from pyrmq.proxy.proto import messaging_pb2 as pb
 
@@ -48,3 +52,17 @@ def test_a_request_is_folded_and_an_answer_unfolded_wherever_they_name_resources
     plain = pb.QueryRouteResponse(message_queues=[pb.MessageQueue(topic=pb.Resource(name="T"))])
     unfold(plain)
     assert plain.message_queues[0].topic == pb.Resource(name="T")
+
+
+@pytest.mark.parametrize("kind", [Producer, PushConsumer, LitePullConsumer])
+def test_name_servers_given_beside_a_client_config_are_used_not_dropped(kind: type) -> None:
+    """``Producer("PG", NS, client_config=ClientConfig(namespace=...))`` talks to NS."""
+    client = kind(
+        "G", "10.0.0.1:9876", client_config=ClientConfig(namespace="ns"), instance_name="i1"
+    )
+    assert client.config.namesrv_addr == "10.0.0.1:9876"
+    assert client.config.instance_name == "i1"
+    assert client.config.namespace == "ns"
+    assert kind("G").config.namesrv_addr == "127.0.0.1:9876"
+    only = ClientConfig(namesrv_addr="10.0.0.2:9876")
+    assert kind("G", client_config=only).config is only

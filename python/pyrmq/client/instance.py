@@ -88,6 +88,26 @@ class ClientConfig:
             if "%" in self.namespace:
                 raise ConfigError(f"namespace {self.namespace!r} must not contain '%'")
 
+    @classmethod
+    def of(
+        cls, config: "ClientConfig | None", namesrv_addr: str | None, instance_name: str | None
+    ) -> "ClientConfig":
+        """A client's settings: ``config`` (or the defaults) with the name servers and
+        instance name its constructor was given beside it.
+
+        >>> c = ClientConfig.of(ClientConfig(namespace="ns"), "10.0.0.1:9876", None)
+        >>> c.namesrv_addr, c.namespace, c.instance_name
+        ('10.0.0.1:9876', 'ns', None)
+        """
+        base = config or cls()
+        if namesrv_addr is None and instance_name is None:
+            return base
+        return dataclasses.replace(
+            base,
+            namesrv_addr=base.namesrv_addr if namesrv_addr is None else namesrv_addr,
+            instance_name=base.instance_name if instance_name is None else instance_name,
+        )
+
     @property
     def namesrv_list(self) -> list[str]:
         return split_addresses(self.namesrv_addr)
@@ -195,6 +215,13 @@ class ClientInstance:
             if group not in taken:
                 return inst
         raise AssertionError("unreachable")
+
+    def offsets_id(self) -> str:
+        """Where a broadcasting consumer of this instance keeps its offsets: the config's
+        :meth:`ClientConfig.offsets_id`, with this instance's ``#n`` when it is a process's
+        second (third, ...) consumer of one group, so that each has a file of its own."""
+        base = self.config.client_id()
+        return self.config.offsets_id() + self.client_id[len(base) :]
 
     async def release(self) -> None:
         """Stops the instance once no producer or consumer uses it."""

@@ -107,7 +107,8 @@ class LitePullConsumer(ClientLifecycle):
 
     Args:
         group: The consumer group.
-        namesrv_addr: Name servers, ``host:port`` separated by ``;``.
+        namesrv_addr: Name servers, ``host:port`` separated by ``;`` (default
+            ``127.0.0.1:9876``).
         message_model: ``CLUSTERING`` (the group shares the queues and its offsets live on
             the brokers) or ``BROADCASTING`` (every consumer reads every queue and keeps its
             offsets in a local file).
@@ -123,8 +124,8 @@ class LitePullConsumer(ClientLifecycle):
         pull_threshold_for_queue: A queue stops pulling while it buffers more messages.
         poll_timeout_s: How long :meth:`poll` waits when not told.
         instance_name: Distinguishes client instances of one process (default: the pid).
-        client_config: Settings of the shared client instance; overrides ``namesrv_addr``
-            and ``instance_name``.
+        client_config: Settings of the shared client instance; ``namesrv_addr`` and
+            ``instance_name``, when given as well, replace its own.
         offsets_dir: Broadcasting offsets directory (default ``$PYRMQ_OFFSETS_DIR`` or
             ``~/.rocketmq_offsets``).
     """
@@ -141,7 +142,7 @@ class LitePullConsumer(ClientLifecycle):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         message_model: str = "CLUSTERING",
         consume_from_where: str = "CONSUME_FROM_LAST_OFFSET",
@@ -175,9 +176,7 @@ class LitePullConsumer(ClientLifecycle):
             problems.append(f"poll_timeout_s {poll_timeout_s} is negative")
         if problems:
             raise ConfigError("; ".join(problems), problems=problems)
-        self.config = client_config or ClientConfig(
-            namesrv_addr=namesrv_addr, instance_name=instance_name
-        )
+        self.config = ClientConfig.of(client_config, namesrv_addr, instance_name)
         self.namespace = self.config.namespace
         self.group = name_in(self.namespace, group)
         self.message_model = message_model
@@ -224,7 +223,7 @@ class LitePullConsumer(ClientLifecycle):
         )
         if self.message_model == "BROADCASTING":
             directory = self.offsets_dir or default_offsets_dir()
-            self._store = LocalFileOffsetStore(directory, self.config.offsets_id(), self.group)
+            self._store = LocalFileOffsetStore(directory, inst.offsets_id(), self.group)
         else:
             self._store = RemoteBrokerOffsetStore(inst, self.group)
         await self._refresh_routes_and_heartbeat(inst)

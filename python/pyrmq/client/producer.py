@@ -125,7 +125,8 @@ class Producer(ClientLifecycle):
 
     Args:
         group: The producer group.
-        namesrv_addr: Name servers, ``host:port`` separated by ``;``.
+        namesrv_addr: Name servers, ``host:port`` separated by ``;`` (default
+            ``127.0.0.1:9876``).
         send_timeout_s: Time for one send, retries included.
         retry_times_when_send_failed: Further attempts, each on another broker when there is
             one, after a send that got no answer or a retryable error code.
@@ -137,8 +138,8 @@ class Producer(ClientLifecycle):
         send_latency_fault_enable: Steer around brokers that failed or answered slowly.
         fault_isolation_s: How long a broker that failed a send is avoided.
         instance_name: Distinguishes client instances in one process.
-        client_config: Settings of the shared client instance (overrides ``namesrv_addr`` and
-            ``instance_name``).
+        client_config: Settings of the shared client instance; ``namesrv_addr`` and
+            ``instance_name``, when given as well, replace its own.
 
     >>> async def main(namesrv: str) -> None:  # doctest: +SKIP
     ...     async with Producer("PG", namesrv) as producer:
@@ -151,7 +152,7 @@ class Producer(ClientLifecycle):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         send_timeout_s: float = 3.0,
         retry_times_when_send_failed: int = 2,
@@ -164,9 +165,7 @@ class Producer(ClientLifecycle):
         instance_name: str | None = None,
         client_config: ClientConfig | None = None,
     ) -> None:
-        self.config = client_config or ClientConfig(
-            namesrv_addr=namesrv_addr, instance_name=instance_name
-        )
+        self.config = ClientConfig.of(client_config, namesrv_addr, instance_name)
         self.namespace = self.config.namespace
         self.group = name_in(self.namespace, group)
         self.send_timeout_s = send_timeout_s

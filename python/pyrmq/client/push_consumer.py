@@ -139,7 +139,7 @@ class PushConsumer(ClientLifecycle):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         message_model: MessageModel = "CLUSTERING",
         consume_from_where: ConsumeFromWhere = "CONSUME_FROM_LAST_OFFSET",
@@ -162,9 +162,7 @@ class PushConsumer(ClientLifecycle):
     ) -> None:
         if message_model not in ("CLUSTERING", "BROADCASTING"):
             raise ValueError(f"unknown message model {message_model!r}")
-        self.config = client_config or ClientConfig(
-            namesrv_addr=namesrv_addr, instance_name=instance_name
-        )
+        self.config = ClientConfig.of(client_config, namesrv_addr, instance_name)
         self.namespace = self.config.namespace
         self.group = name_in(self.namespace, group)
         self.message_model: MessageModel = message_model
@@ -286,9 +284,7 @@ class PushConsumer(ClientLifecycle):
             self.offset_store = RemoteBrokerOffsetStore(inst, self.group)
         else:
             directory = self.offsets_dir or default_offsets_dir()
-            self.offset_store = LocalFileOffsetStore(
-                directory, self.config.offsets_id(), self.group
-            )
+            self.offset_store = LocalFileOffsetStore(directory, inst.offsets_id(), self.group)
         if self._default_listener is None and set(self._listeners) < {
             t for t in self.subscriptions if not t.startswith(RETRY_PREFIX)
         }:
