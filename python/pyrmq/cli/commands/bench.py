@@ -196,29 +196,43 @@ class SendStats:
         return snap
 
 
-def e2e_bucket(body: bytes, now_ns: int) -> tuple[bool, int | None]:
-    """Whether ``body`` carries a send stamp, and the histogram key of its end-to-end latency
-    (None without a stamp or for a warm-up message).
+def e2e_bucket(body: bytes, now_ns: int, since_ns: int = 0) -> tuple[bool, int | None]:
+    """Whether ``body`` carries a send stamp of this run (taken at ``since_ns`` or later), and
+    the histogram key of its end-to-end latency (None without one or for a warm-up message).
+
+    A new group may start at offset 0 of a queue (RocketMQ's rule while the queue's head is in
+    memory), so an earlier run's stamped messages on the same topic are not counted.
 
     >>> e2e_bucket(_STAMP.pack(STAMP_MAGIC, 1_000_000, 0), 3_500_000)
     (True, 2500)
     >>> e2e_bucket(_STAMP.pack(STAMP_MAGIC, 1_000_000, 1), 3_500_000), e2e_bucket(b"x", 0)
     ((True, None), (False, None))
+    >>> e2e_bucket(_STAMP.pack(STAMP_MAGIC, 1_000_000, 0), 3_500_000, since_ns=2_000_000)
+    (False, None)
     """
     if body[:8] != STAMP_MAGIC:
         return False, None
     _, sent_ns, warmup = _STAMP.unpack_from(body)
+    if sent_ns < since_ns:
+        return False, None
     return True, None if warmup else bucket_us((now_ns - sent_ns) // 1000)
 
 
 class ConsumeStats:
     """What the listeners of one process saw since the last snapshot; thread-safe."""
 
-    def __init__(self, *, e2e: bool) -> None:
+    def __init__(self, *, e2e: bool, limit: int | None = None, since_ns: int = 0) -> None:
         self._lock = threading.Lock()
         self._e2e = e2e
+        self._since_ns = since_ns
+        """Stamps taken before this are an earlier run's."""
+        self.limit = limit
+        """Messages past this many are not counted (``-q``)."""
+        self._claimed = 0
         self.total_msgs = 0
         """Messages since the start (not reset by snapshots)."""
+        self.reached = threading.Event()
+        """Set once ``limit`` messages are counted."""
         self._reset()
 
     def _reset(self) -> None:
@@ -238,8 +252,12 @@ class ConsumeStats:
         distinct value is turned into a µs bucket once, with its count; for a batch as the
         consumer delivers it, one call into the extension gathers them.
         """
+        if self.limit is not None:
+            msgs = self._claim(msgs, self.limit)
         if len(msgs) == 1:
             self._record_one(msgs[0])
+            return
+        if not msgs:
             return
         now_ns = time.time_ns()
         now_us = now_ns // 1000
@@ -257,7 +275,7 @@ class ConsumeStats:
         stamped = 0
         if self._e2e:
             for m in msgs:
-                is_stamped, key = e2e_bucket(m.body, now_ns)
+                is_stamped, key = e2e_bucket(m.body, now_ns, self._since_ns)
                 stamped += is_stamped
                 if key is not None:
                     e2e.append(key)
@@ -275,6 +293,15 @@ class ConsumeStats:
                     hist[k] = hist.get(k, 0) + 1
             self._count(len(msgs), size, stamped, mono)
 
+    def _claim(self, msgs: Sequence[MessageExt], limit: int) -> Sequence[MessageExt]:
+        """The part of ``msgs`` still under ``limit``; listeners on many threads race here."""
+        with self._lock:
+            take = min(len(msgs), max(0, limit - self._claimed))
+            self._claimed += take
+            if take and self._claimed == limit:
+                self.reached.set()
+        return msgs if take == len(msgs) else msgs[:take]
+
     def _record_one(self, m: MessageExt) -> None:
         """:meth:`record` of one message (RocketMQ's default batch), without the lists and sets
         that pay off only for many."""
@@ -284,7 +311,7 @@ class ConsumeStats:
         body = m.body
         b2c_key = bucket_us(now_us - m.born_timestamp * 1000)
         s2c_key = bucket_us(now_us - m.store_timestamp * 1000)
-        stamped, e2e_key = e2e_bucket(body, now_ns) if self._e2e else (False, None)
+        stamped, e2e_key = e2e_bucket(body, now_ns, self._since_ns) if self._e2e else (False, None)
         with self._lock:
             b2c, s2c = self.b2c, self.s2c
             b2c[b2c_key] = b2c.get(b2c_key, 0) + 1
@@ -626,7 +653,12 @@ def pace(
         wait_ns = start + i * interval_ns - time.monotonic_ns()
         if wait_ns > 0:
             time.sleep(wait_ns / 1e9)
-        loop.call_soon_threadsafe(tick)
+        if stopped.is_set():
+            return
+        try:
+            loop.call_soon_threadsafe(tick)
+        except RuntimeError:  # the loop closed while this thread slept
+            return
 
 
 def _classify(exc: BaseException) -> str:
@@ -914,7 +946,7 @@ async def run_consumer(plan: ConsumerPlan, worker: int, emit: Emit, stop: StopFl
     """Consumes until the duration, the count or ``stop``; emits a snapshot every interval."""
     from pyrmq.client.aio import ConsumeContext, ConsumeStatus, PushConsumer
 
-    stats = ConsumeStats(e2e=plan.e2e)
+    stats = ConsumeStats(e2e=plan.e2e, limit=plan.count, since_ns=time.time_ns())
     consumer = PushConsumer(
         plan.group,
         plan.namesrv,
@@ -965,7 +997,7 @@ async def run_consumer(plan: ConsumerPlan, worker: int, emit: Emit, stop: StopFl
         ticker.restart()
         while True:
             await asyncio.sleep(POLL_S)
-            if ticker.expired() or (plan.count is not None and stats.total_msgs >= plan.count):
+            if ticker.expired() or stats.reached.is_set():
                 break
             if ticker.due():
                 ticker.send(stats.snapshot(), final=False)
@@ -1389,7 +1421,12 @@ def producer_cmd(
     show_default=True,
     help="Where the group starts on a queue it has no offset for.",
 )
-@click.option("-q", "--count", type=click.IntRange(min=1), help="Stop after this many messages.")
+@click.option(
+    "-q",
+    "--count",
+    type=click.IntRange(min=1),
+    help="Stop after this many messages (with -p > 1, once the processes have that many).",
+)
 @_profile_option
 def consumer_cmd(
     namesrv: str,
