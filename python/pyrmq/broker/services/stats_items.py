@@ -109,29 +109,46 @@ class StatsItems:
 
     def __init__(self) -> None:
         self._items: dict[tuple[str, str], _Item] = {}
+        # A send's and a pull's three items, found with one lookup: these run per request.
+        self._puts: dict[tuple[str, str], tuple[_Item, _Item, _Item]] = {}
+        self._gets: dict[tuple[str, str, str], tuple[_Item, _Item, _Item]] = {}
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def add(self, name: str, key: str, value: int, times: int = 1) -> None:
+    def _item(self, name: str, key: str) -> _Item:
         item = self._items.get((name, key))
         if item is None:
             item = self._items[name, key] = _Item()
+        return item
+
+    def add(self, name: str, key: str, value: int, times: int = 1) -> None:
+        item = self._item(name, key)
         item.value += value
         item.times += times
 
     def stored(self, topic: str, messages: int, nbytes: int, cluster: str) -> None:
         """One put of ``messages`` (a batch's are one call)."""
-        self.add(TOPIC_PUT_NUMS, topic, messages)
-        self.add(TOPIC_PUT_SIZE, topic, nbytes)
-        self.add(BROKER_PUT_NUMS, cluster, messages)
+        items = self._puts.get((topic, cluster))
+        if items is None:
+            items = self._puts[topic, cluster] = (
+                self._item(TOPIC_PUT_NUMS, topic),
+                self._item(TOPIC_PUT_SIZE, topic),
+                self._item(BROKER_PUT_NUMS, cluster),
+            )
+        _bump(items, messages, nbytes)
 
     def delivered(self, topic: str, group: str, messages: int, nbytes: int, cluster: str) -> None:
         """One pull or receive that returned ``messages``."""
-        key = group_key(topic, group)
-        self.add(GROUP_GET_NUMS, key, messages)
-        self.add(GROUP_GET_SIZE, key, nbytes)
-        self.add(BROKER_GET_NUMS, cluster, messages)
+        items = self._gets.get((topic, group, cluster))
+        if items is None:
+            key = group_key(topic, group)
+            items = self._gets[topic, group, cluster] = (
+                self._item(GROUP_GET_NUMS, key),
+                self._item(GROUP_GET_SIZE, key),
+                self._item(BROKER_GET_NUMS, cluster),
+            )
+        _bump(items, messages, nbytes)
 
     def sent_back(self, topic: str, group: str) -> None:
         """A consumer's message stored again in ``topic`` (its retry topic or DLQ)."""
@@ -153,3 +170,16 @@ class StatsItems:
         """Drops the items ``unwanted(name, key)`` picks (those of a deleted topic)."""
         for name_key in [k for k in self._items if unwanted(*k)]:
             del self._items[name_key]
+        self._puts.clear()
+        self._gets.clear()
+
+
+def _bump(items: tuple[_Item, _Item, _Item], messages: int, nbytes: int) -> None:
+    """Counts one call: its messages, its bytes, and the broker's messages."""
+    nums, size, broker = items
+    nums.value += messages
+    nums.times += 1
+    size.value += nbytes
+    size.times += 1
+    broker.value += messages
+    broker.times += 1
