@@ -188,16 +188,16 @@ class RemotingClient:
         self._connecting[address] = fut
         try:
             host, _, port = address.rpartition(":")
-            _, opened = await asyncio.wait_for(
-                loop.create_connection(
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for drops a connection that
+            # completes as its timeout or a cancel arrives, leaving the socket open.
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, opened = await loop.create_connection(
                     lambda: _Channel(self, address),
                     host,
                     int(port),
                     ssl=self.tls,
                     server_hostname=host if self.tls is not None else None,
-                ),
-                self.connect_timeout_s,
-            )
+                )
         except (OSError, TimeoutError, ValueError) as e:
             # ValueError: an address that is not host:port (no port, a port not a number).
             err = RemotingError(f"cannot connect to {address}: {e}")
