@@ -435,6 +435,21 @@ def test_consumer_status_gives_each_consumers_own_offsets(addrs: tuple[str, str]
                 assert {**status[ids[0]], **status[ids[1]]} == ends
                 # One consumer only, and a topic the group does not consume.
                 assert await admin.consumer_status(group, topic, ids[1]) == {ids[1]: status[ids[1]]}
+                # Several, as a list or comma-separated.
+                assert await admin.consumer_status(group, topic, ids) == status
+                both = await asyncio.to_thread(
+                    pyrmq_admin,
+                    *("get-consumer-status", "-n", namesrv, "-g", group, "-t", topic),
+                    *("-i", f"{ids[1]}, {ids[0]}"),
+                )
+                assert both.returncode == 0, both.stderr
+                rows = [line.split() for line in both.stdout.splitlines()[2:]]
+                assert sorted((r[0], int(r[2]), int(r[3])) for r in rows) == sorted(
+                    (cid, mq.queue_id, offset)
+                    for cid, offsets in status.items()
+                    for mq, offset in offsets.items()
+                )
+                assert {r[0] for r in rows} == set(ids)
                 await send(namesrv, "TopicConsumerStatusOther", ["o"])
                 other = await admin.consumer_status(group, "TopicConsumerStatusOther")
                 assert other == {ids[0]: {}, ids[1]: {}}

@@ -231,6 +231,10 @@ SAMPLES += [
     h.CloneGroupOffsetRequestHeader(src_group="G", dest_group="H"),
     h.GetConsumeStatsInBrokerHeader(is_order=True),
     h.GetConsumeStatsInBrokerHeader(),
+    h.QueryCorrectionOffsetHeader(topic="T", compare_group="G", filter_groups="A,B"),
+    h.QueryCorrectionOffsetHeader(topic="T", compare_group="G"),
+    h.ResumeCheckHalfMessageRequestHeader(msg_id="0A00000100002A9F0000000000000000"),
+    h.ResumeCheckHalfMessageRequestHeader(),
 ]
 
 

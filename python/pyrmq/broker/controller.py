@@ -15,6 +15,7 @@ from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.metrics import BrokerMetrics, MetricsEndpoint
 from pyrmq.broker.processors.admin import AdminProcessor
+from pyrmq.broker.processors.cleanup import CleanupProcessor
 from pyrmq.broker.processors.client_manage import ClientManageProcessor
 from pyrmq.broker.processors.config import ConfigProcessor
 from pyrmq.broker.processors.connections import ConnectionsProcessor
@@ -124,6 +125,7 @@ class BrokerController:
             ConsumerCallsProcessor(self),
             GroupProcessor(self),
             AdminProcessor(self),
+            CleanupProcessor(self),
             StatsProcessor(self),
             ConfigProcessor(self),
             EndTransactionProcessor(self),

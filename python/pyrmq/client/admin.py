@@ -14,11 +14,12 @@ Example (against a running ``pyrmq serve``)::
             print(mq, progress.lag)
 """
 
+import contextlib
 import dataclasses
 import json
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -54,8 +55,10 @@ from pyrmq.remoting.headers import (
     KvConfigRequestHeader,
     QueryConsumeQueueRequestHeader,
     QueryConsumeTimeSpanRequestHeader,
+    QueryCorrectionOffsetHeader,
     QueryMessageRequestHeader,
     ResetOffsetRequestHeader,
+    ResumeCheckHalfMessageRequestHeader,
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
@@ -610,6 +613,83 @@ class Admin:
         response = await self._call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG)
         return self._check(addr, response).remark or ""
 
+    async def _brokers(self, broker_addr: str | None, cluster: str | None) -> list[str]:
+        """``broker_addr`` alone, or every broker (masters and slaves) of ``cluster`` (default:
+        of every cluster), as mqadmin's ``-b`` and ``-c``."""
+        if broker_addr:
+            return [broker_addr]
+        brokers = [b for b in await self.clusters() if cluster is None or b.cluster == cluster]
+        if cluster is not None and not brokers:
+            raise NoRouteError(f"no broker in cluster {cluster}")
+        return [addr for b in brokers for _, addr in sorted(b.addrs.items())]
+
+    async def clean_expired_consume_queue(
+        self, broker_addr: str | None = None, *, cluster: str | None = None
+    ) -> list[str]:
+        """Has the broker at ``broker_addr``, or each of ``cluster`` (default: of every
+        cluster), delete the ConsumeQueues whose every message retention has removed from its
+        CommitLog (``mqadmin cleanExpiredCQ``); returns the brokers' addresses. A pyrmq broker
+        deletes a topic's queues only together: an expired queue of a topic with a live one
+        stays."""
+        addrs = await self._brokers(broker_addr, cluster)
+        for addr in addrs:
+            self._check(addr, await self._call(addr, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE))
+        return addrs
+
+    async def clean_unused_topic(
+        self, broker_addr: str | None = None, *, cluster: str | None = None
+    ) -> list[str]:
+        """Has the broker at ``broker_addr``, or each of ``cluster`` (default: of every
+        cluster), delete the ConsumeQueues of topics no longer in its topic table (``mqadmin
+        cleanUnusedTopic``); returns the brokers' addresses."""
+        addrs = await self._brokers(broker_addr, cluster)
+        for addr in addrs:
+            self._check(addr, await self._call(addr, RequestCode.CLEAN_UNUSED_TOPIC))
+        return addrs
+
+    async def resume_check_half_message(self, topic: str, msg_id: str) -> str:
+        """Has the broker check the transaction of a half message it gave up again, as if it
+        had never been checked (RocketMQ's resumeCheckHalfMessage): its producer's checker
+        then commits or rolls it back. ``msg_id`` is an offset message id, or the producer's
+        message id of a message of ``topic`` (``TRANS_CHECK_MAX_TIME_TOPIC``, where a half
+        given up is kept). Returns the broker's address. ClientError if no such message is
+        found; BrokerError if the broker refuses, e.g. for a transaction that has ended."""
+        addr: str | None = None
+        offset_msg_id = msg_id
+        with contextlib.suppress(ValueError):
+            addr, _ = _core.decode_offset_msg_id(msg_id)
+        # A producer's message id decodes too, to an address no broker has.
+        known = {a for b in await self.clusters() for a in b.addrs.values()}
+        if addr not in known:
+            try:
+                found = await self.query_message_by_unique_key(topic, msg_id)
+            except NoRouteError as e:
+                raise ClientError(f"no message {msg_id} in topic {topic}: {e}") from e
+            if not found:
+                raise ClientError(f"no message {msg_id} in topic {topic}")
+            offset_msg_id = found[-1].offset_msg_id
+            addr = found[-1].store_host
+        header = ResumeCheckHalfMessageRequestHeader(msg_id=offset_msg_id).to_ext()
+        self._check(addr, await self._call(addr, RequestCode.RESUME_CHECK_HALF_MESSAGE, header))
+        return addr
+
+    async def query_correction_offset(
+        self, broker_addr: str, topic: str, group: str, filter_groups: Sequence[str] = ()
+    ) -> dict[int, int]:
+        """Per queue of ``topic`` on the broker at ``broker_addr``, the lowest offset committed
+        by any group but ``filter_groups`` (offsets below the queue's first message left
+        out), or 2**63-1 where ``group``'s own offset is lower than that (RocketMQ's
+        queryCorrectionOffset)."""
+        header = QueryCorrectionOffsetHeader(
+            topic=topic, compare_group=group, filter_groups=",".join(filter_groups) or None
+        ).to_ext()
+        answer = self._check(
+            broker_addr,
+            await self._call(broker_addr, RequestCode.QUERY_CORRECTION_OFFSET, header),
+        )
+        table = loads_loose_json(answer.body or b"{}").get("correctionOffsets") or {}
+        return {int(q): int(o) for q, o in sorted(table.items(), key=lambda e: int(e[0]))}
+
     async def query_consume_queue(
         self,
         addr: str,
@@ -1030,20 +1110,32 @@ class Admin:
         return ConsumeMessageDirectlyResult.from_json(data)
 
     async def consumer_status(
-        self, group: str, topic: str, client_id: str | None = None
+        self, group: str, topic: str, client_id: str | Sequence[str] | None = None
     ) -> dict[str, dict[MessageQueue, int]]:
         """Each online consumer of ``group``'s offsets on ``topic``'s queues, by client id, as
-        the consumers hold them (``mqadmin getConsumerStatus``); only ``client_id``'s when it
-        is given. A broker of the topic asks the consumers, leaving out any that does not
-        answer within 5 s. NoRouteError if no broker holds the topic; BrokerError if the
-        group (or ``client_id``) has no consumer online."""
+        the consumers hold them (``mqadmin getConsumerStatus``); only those of ``client_id``
+        when it is given: one client id, several as a list, or a comma-separated string. A
+        broker of the topic asks the consumers, leaving out any that does not answer within
+        5 s. NoRouteError if no broker holds the topic; BrokerError if the group (or one of
+        the client ids) has no consumer online."""
         route = await self._route(topic)
         addrs = [a for d in route.brokers.values() if (a := d.any_addr()) is not None]
         if not addrs:
             raise NoRouteError(f"no broker of topic {topic} has an address")
         addr = addrs[0]
+        ids = client_id.split(",") if isinstance(client_id, str) else list(client_id or [])
+        # The request names one client or every one: several are asked one by one.
+        only: list[str | None] = [*dict.fromkeys(i.strip() for i in ids if i.strip())]
+        out: dict[str, dict[MessageQueue, int]] = {}
+        for cid in only or [None]:
+            out.update(await self._consumer_status(addr, group, topic, cid))
+        return dict(sorted(out.items()))
+
+    async def _consumer_status(
+        self, addr: str, group: str, topic: str, client_id: str | None
+    ) -> dict[str, dict[MessageQueue, int]]:
         header = GetConsumerStatusRequestHeader(
-            topic=topic, group=group, client_addr=client_id or None
+            topic=topic, group=group, client_addr=client_id
         ).to_ext()
         request = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, header)
         request.language = LANGUAGE
@@ -1052,7 +1144,7 @@ class Admin:
         self._check(addr, response)
         table = loads_fastjson(response.body).get("consumerTable") or {}
         out: dict[str, dict[MessageQueue, int]] = {}
-        for cid, offsets in sorted(table.items()):
+        for cid, offsets in table.items():
             out[str(cid)] = {
                 mq: int(v) for mq, v in sorted(queue_table(offsets).items()) if type(v) is int
             }

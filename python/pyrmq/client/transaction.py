@@ -127,7 +127,7 @@ class TransactionProducer(Producer):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         checker: TransactionChecker,
         **kwargs: Any,

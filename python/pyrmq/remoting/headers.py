@@ -57,10 +57,12 @@ __all__ = [
     "QueryConsumeQueueRequestHeader",
     "QueryConsumeTimeSpanRequestHeader",
     "QueryConsumerOffsetRequestHeader",
+    "QueryCorrectionOffsetHeader",
     "QueryMessageRequestHeader",
     "RegisterBrokerRequestHeader",
     "ReplyMessageRequestHeader",
     "ResetOffsetRequestHeader",
+    "ResumeCheckHalfMessageRequestHeader",
     "SearchOffsetRequestHeader",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
@@ -1386,6 +1388,50 @@ class GetConsumeStatsInBrokerHeader:
 
     def to_ext(self) -> dict[str, str]:
         return _ext([("isOrder", self.is_order)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueryCorrectionOffsetHeader:
+    """QUERY_CORRECTION_OFFSET (308): per queue of ``topic``, the lowest offset committed by
+    any group but those of ``filter_groups`` (a comma list), checked against
+    ``compare_group``'s own."""
+
+    topic: str
+    compare_group: str
+    filter_groups: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            topic=f.text("topic"),
+            compare_group=f.text("compareGroup"),
+            filter_groups=f.opt_text("filterGroups"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("filterGroups", self.filter_groups),
+                ("compareGroup", self.compare_group),
+                ("topic", self.topic),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeCheckHalfMessageRequestHeader:
+    """RESUME_CHECK_HALF_MESSAGE (323): the half message ``msg_id`` (an offset message id)
+    is checked with its producer again, from a count of none."""
+
+    msg_id: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        return cls(msg_id=_Fields(cls.__name__, ext).opt_text("msgId"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("msgId", self.msg_id)])
 
 
 # --- requests the broker forwards to one consumer ----------------------------------------

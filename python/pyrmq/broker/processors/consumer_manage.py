@@ -1,5 +1,5 @@
 """Consumer groups and offsets: GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET,
-GET_ALL_CONSUMER_OFFSET,
+GET_ALL_CONSUMER_OFFSET, QUERY_CORRECTION_OFFSET,
 GET_MAX/MIN_OFFSET, GET_EARLIEST_MSG_STORETIME, SEARCH_OFFSET_BY_TIMESTAMP, LOCK/UNLOCK_BATCH_MQ."""
 
 import asyncio
@@ -15,6 +15,7 @@ from pyrmq.remoting.headers import (
     GetConsumerRunningInfoRequestHeader,
     GetMaxOffsetRequestHeader,
     QueryConsumerOffsetRequestHeader,
+    QueryCorrectionOffsetHeader,
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # How long the broker waits for a client it forwards a request to.
 CLIENT_ANSWER_TIMEOUT_S = 5.0
+# Java's Long.MAX_VALUE: a correction offset that says the compared group is behind it.
+BEHIND = (1 << 63) - 1
 
 
 class ConsumerManageProcessor:
@@ -44,6 +47,7 @@ class ConsumerManageProcessor:
         server.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_offset)
         server.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_offset)
         server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self.all_offsets)
+        server.register(RequestCode.QUERY_CORRECTION_OFFSET, self.correction_offset)
         server.register(RequestCode.GET_MAX_OFFSET, self.max_offset)
         server.register(RequestCode.GET_MIN_OFFSET, self.min_offset)
         server.register(RequestCode.GET_EARLIEST_MSG_STORETIME, self.earliest_time)
@@ -56,6 +60,38 @@ class ConsumerManageProcessor:
         """Every group's committed offsets, as consumerOffset.json holds them (a slave copies
         them)."""
         body = json.dumps(self.broker.offsets.to_json()).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
+
+    async def correction_offset(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """Per queue of the topic, the lowest offset any group but the ``filterGroups`` has
+        committed there, leaving out offsets below the queue's first message; where
+        ``compareGroup``'s own offset is lower than that, Java's Long.MAX_VALUE. As
+        RocketMQ's QueryCorrectionOffsetBody, with fastjson's bare integer keys.
+
+        Java 4.9 drops the filtered groups' offsets from its table while it reads them, so a
+        filtered ``compareGroup`` is compared with nothing there; the answer here is the
+        same, and the offsets stay."""
+        header = QueryCorrectionOffsetHeader.from_ext(request.ext_fields)
+        topic, store = header.topic, self.broker.store
+        left_out = set(filter(None, (header.filter_groups or "").split(",")))
+        groups = {
+            g: offsets
+            for g, offsets in self.broker.offsets.on_topic(topic).items()
+            if g not in left_out
+        }
+        lowest: dict[int, int] = {}
+        for offsets in groups.values():
+            for queue_id, offset in offsets.items():
+                if offset >= store.min_offset(topic, queue_id):
+                    lowest[queue_id] = min(offset, lowest.get(queue_id, offset))
+        for queue_id, offset in groups.get(header.compare_group, {}).items():
+            # Java fails on a queue only the compared group, below the queue's start, has.
+            if queue_id in lowest and lowest[queue_id] > offset:
+                lowest[queue_id] = BEHIND
+        table = ",".join(f"{q}:{o}" for q, o in sorted(lowest.items()))
+        body = f'{{"correctionOffsets":{{{table}}}}}'.encode()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def consumer_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

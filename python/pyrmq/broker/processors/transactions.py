@@ -1,5 +1,6 @@
-"""END_TRANSACTION: a 4.x producer commits or rolls back a transaction's half message; and
-CHECK_TRANSACTION_STATE, the broker asking a producer of the half's group to do so."""
+"""END_TRANSACTION: a 4.x producer commits or rolls back a transaction's half message;
+CHECK_TRANSACTION_STATE, the broker asking a producer of the half's group to do so; and
+RESUME_CHECK_HALF_MESSAGE, an operator having a half given up checked again."""
 
 import logging
 import random
@@ -10,7 +11,11 @@ from pyrmq.broker.services.transactions import TransactionError
 from pyrmq.errors import MessageIllegalError, StoreError
 from pyrmq.properties import PRODUCER_GROUP, UNIQ_KEY
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from pyrmq.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+    ResumeCheckHalfMessageRequestHeader,
+)
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.store import StoredMessage
@@ -35,6 +40,7 @@ class EndTransactionProcessor:
 
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.END_TRANSACTION, self.end)
+        server.register(RequestCode.RESUME_CHECK_HALF_MESSAGE, self.resume_check)
 
     async def end(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         # Every official client sends each field RocketMQ's broker requires (producerGroup,
@@ -68,6 +74,36 @@ class EndTransactionProcessor:
         if not await self.broker.durable(result):
             return RemotingCommand.response_to(
                 request, ResponseCode.FLUSH_DISK_TIMEOUT, remark="the end was not flushed in time"
+            )
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def resume_check(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """The half message ``msgId`` (an offset message id, of the half or of its copy in
+        TRANS_CHECK_MAX_TIME_TOPIC) is checked again from a count of none; SYSTEM_ERROR with
+        the reason when there is no such half here."""
+        header = ResumeCheckHalfMessageRequestHeader.from_ext(request.ext_fields)
+        msg_id = header.msg_id or ""
+        if self.broker.config.is_slave:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark="this broker is a slave: a half message is resumed on its master",
+            )
+        stored = self.broker.store.view_message_by_id(msg_id)
+        if stored is None:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"no message {msg_id!r} on this broker"
+            )
+        try:
+            result = self.broker.transactions.resume(stored)
+        except (TransactionError, StoreError, MessageIllegalError) as e:
+            log.warning("RESUME_CHECK_HALF_MESSAGE from %s refused: %s", conn.peer_address, e)
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
+        if result is not None and not await self.broker.durable(result):
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark="the half message stored again was not flushed in time",
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 

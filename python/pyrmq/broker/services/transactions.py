@@ -7,7 +7,8 @@ real topic; a rollback drops it. Either way an op record naming the half's queue
 reads both topics at start). A half left open longer than ``transactionTimeOut`` is checked:
 the broker asks a live producer of its group, every ``transactionCheckInterval``, up to
 ``transactionCheckMax`` times, and then gives it up: it goes to ``TRANS_CHECK_MAX_TIME_TOPIC``,
-where no consumer reads it but an operator finds it. A round counts whether or not a producer
+where no consumer reads it but an operator finds it, and may have it checked again from there
+(RESUME_CHECK_HALF_MESSAGE). A round counts whether or not a producer
 of the group was there to ask, as in RocketMQ, so a half whose producer is gone for good does
 not stay open for ever.
 
@@ -56,6 +57,7 @@ GIVEN_UP_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
 CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 # RocketMQ's op record tag for an ended half.
 OP_TAG = "d"
 SYSFLAG_TRANSACTION_MASK = 0xC
@@ -347,6 +349,64 @@ class TransactionService:
             stored.property(UNIQ_KEY) or stored.msg_id,
             stored.property(REAL_TOPIC),
             "committed" if commit else "rolled back",
+        )
+        return result
+
+    def resume(self, stored: StoredMessage) -> PutResult | None:
+        """Has the half ``stored`` checked again from a count of none (RocketMQ's
+        resumeCheckHalfMessage). A half given up (its copy in ``TRANS_CHECK_MAX_TIME_TOPIC``)
+        is stored again as a new half, with ``TRANSACTION_CHECK_TIMES`` 0, and its producer
+        is asked once ``transactionTimeOut`` has passed; returns that put. A half still open
+        only has its count cleared (None). Raises :class:`TransactionError` for any other
+        message, an ended half included: its end may have been a commit."""
+        if stored.topic == HALF_TOPIC:
+            half = self.open.get(stored.queue_offset)
+            if half is None or half.phy_offset != stored.phy_offset:
+                raise TransactionError(
+                    f"the transaction of {stored.msg_id} has already ended (a half given up "
+                    f"is resumed from its copy in {GIVEN_UP_TOPIC})"
+                )
+            half.checks = 0
+            return None
+        if stored.topic != GIVEN_UP_TOPIC:
+            raise TransactionError(
+                f"{stored.msg_id} is a message of {stored.topic}, not a half message"
+            )
+        broker = self.broker
+        props = dict(stored.properties)
+        props[CHECK_TIMES] = "0"
+        broker.topics.create_system(HALF_TOPIC, 1, 6)
+        op_from = broker.store.max_offset(OP_TOPIC, 0)
+        result = broker.put_now(
+            lambda: broker.store.put(
+                HALF_TOPIC,
+                stored.body,
+                queue_id=0,
+                properties=props,
+                flag=stored.flag,
+                sys_flag=stored.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
+                born_timestamp_ms=stored.born_timestamp_ms,
+                born_host=stored.born_host,
+                reconsume_times=stored.reconsume_times,
+                internal=True,
+                wait_for_flush=False,
+            )
+        )
+        self._open(
+            result.queue_offset,
+            result.phy_offset,
+            result.store_timestamp_ms,
+            props.get(REAL_TOPIC, ""),
+            props.get(PRODUCER_GROUP, ""),
+            props.get(CHECK_IMMUNITY),
+            self._settings[0],
+            op_from,
+        )
+        log.info(
+            "transaction %s of %s resumed: checked again as the half at offset %d",
+            stored.property(UNIQ_KEY) or stored.msg_id,
+            props.get(REAL_TOPIC),
+            result.queue_offset,
         )
         return result
 

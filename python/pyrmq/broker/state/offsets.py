@@ -63,6 +63,14 @@ class OffsetTable:
         with self._lock:
             return sorted(k[len(prefix) :] for k in self._table if k.startswith(prefix))
 
+    def on_topic(self, topic: str) -> dict[str, dict[int, int]]:
+        """Each group's offsets on ``topic``, by group."""
+        prefix = f"{topic}@"
+        with self._lock:
+            return {
+                k[len(prefix) :]: dict(v) for k, v in self._table.items() if k.startswith(prefix)
+            }
+
     def groups(self) -> list[str]:
         """The groups that have committed offsets on some topic."""
         with self._lock:

@@ -1,7 +1,7 @@
 """``pyrmq admin`` for brokers and name servers: ``clusterList``, ``brokerStatus``,
-``getBrokerConfig``, ``updateBrokerConfig``, ``deleteExpiredCommitLog``, ``getNamesrvConfig``,
-``updateNamesrvConfig``, ``updateKvConfig``, ``deleteKvConfig``, ``wipeWritePerm`` and
-``addWritePerm``."""
+``getBrokerConfig``, ``updateBrokerConfig``, ``deleteExpiredCommitLog``, ``cleanExpiredCQ``,
+``cleanUnusedTopic``, ``getNamesrvConfig``, ``updateNamesrvConfig``, ``updateKvConfig``,
+``deleteKvConfig``, ``wipeWritePerm`` and ``addWritePerm``."""
 
 import click
 
@@ -83,6 +83,39 @@ def delete_expired_commit_log(namesrv_addr: str, broker_addr: str) -> None:
     the hour of its deleteWhen."""
     answer = ask(namesrv_addr, lambda a: a.delete_expired_commit_log(broker_addr))
     click.echo(f"{broker_addr}: {answer}")
+
+
+@admin.command("clean-expired-cq")
+@NAMESRV
+@click.option("-b", "--broker-addr", help="Broker address, host:port.")
+@click.option("-c", "--cluster", help="Cluster name [default: every cluster].")
+def clean_expired_cq(namesrv_addr: str, broker_addr: str | None, cluster: str | None) -> None:
+    """Have the broker (or each broker of the cluster) delete the ConsumeQueues whose
+    messages retention has all removed from its CommitLog. A topic's queues go together:
+    one with messages left keeps its topic's expired ones."""
+    addrs = ask(
+        namesrv_addr,
+        lambda a: a.clean_expired_consume_queue(
+            broker_addr and broker_addr.strip(), cluster=cluster
+        ),
+    )
+    for addr in addrs:
+        click.echo(f"clean expired ConsumeQueue success, {addr}")
+
+
+@admin.command("clean-unused-topic")
+@NAMESRV
+@click.option("-b", "--broker-addr", help="Broker address, host:port.")
+@click.option("-c", "--cluster", help="Cluster name [default: every cluster].")
+def clean_unused_topic(namesrv_addr: str, broker_addr: str | None, cluster: str | None) -> None:
+    """Have the broker (or each broker of the cluster) delete the ConsumeQueues of topics no
+    longer in its topic table."""
+    addrs = ask(
+        namesrv_addr,
+        lambda a: a.clean_unused_topic(broker_addr and broker_addr.strip(), cluster=cluster),
+    )
+    for addr in addrs:
+        click.echo(f"clean unused topic success, {addr}")
 
 
 @admin.command("get-namesrv-config")

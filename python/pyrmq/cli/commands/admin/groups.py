@@ -1,6 +1,7 @@
 """``pyrmq admin`` for consumer and producer groups: ``consumerProgress``, ``updateSubGroup``,
 ``deleteSubGroup``, ``consumerConnection``, ``producerConnection``, ``getConsumerStatus``,
-``resetOffsetByTime``, ``cloneGroupOffset`` and ``brokerConsumeStats``."""
+``resetOffsetByTime``, ``cloneGroupOffset``, ``brokerConsumeStats`` and the correction offsets
+of a group (QUERY_CORRECTION_OFFSET)."""
 
 import datetime
 
@@ -149,7 +150,11 @@ def producer_connection(namesrv_addr: str, group: str, topic: str) -> None:
 @NAMESRV
 @click.option("-g", "--group", required=True, help="Consumer group.")
 @click.option("-t", "--topic", required=True, help="Topic name.")
-@click.option("-i", "--client-id", help="Only this consumer (its client id) [default: all].")
+@click.option(
+    "-i",
+    "--client-id",
+    help="Only these consumers (client ids, comma-separated) [default: all].",
+)
 def get_consumer_status(namesrv_addr: str, group: str, topic: str, client_id: str | None) -> None:
     """Each online consumer's offset on each queue of the topic, as the consumer holds it
     (it may be ahead of what it has committed)."""
@@ -247,6 +252,27 @@ def clone_group_offset(
         f"clone group offset success. srcGroup[{src_group}], destGroup=[{dest_group}], "
         f"topic[{topic}]"
     )
+
+
+@admin.command("query-correction-offset")
+@NAMESRV
+@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-g", "--group", required=True, help="Consumer group compared.")
+@click.option("-f", "--filter-groups", help="Groups left out, comma-separated.")
+def query_correction_offset(
+    namesrv_addr: str, broker_addr: str, topic: str, group: str, filter_groups: str | None
+) -> None:
+    """Per queue of the topic on the broker, the lowest offset any group but the filtered
+    ones has committed, or 9223372036854775807 where the group's own is lower than that."""
+    left_out = [g.strip() for g in (filter_groups or "").split(",") if g.strip()]
+    offsets = ask(
+        namesrv_addr,
+        lambda a: a.query_correction_offset(broker_addr.strip(), topic, group, left_out),
+    )
+    rows: list[tuple[object, ...]] = [("#QID", "#Offset")]
+    rows += list(offsets.items())
+    table(rows)
 
 
 @admin.command("broker-consume-stats")

@@ -1,5 +1,6 @@
 """``pyrmq admin`` for messages: ``queryMsgByKey``, ``queryMsgById`` (with ``-g -d``, a message
-consumed again by one consumer), ``queryMsgByUniqueKey`` and ``queryCq``."""
+consumed again by one consumer), ``queryMsgByUniqueKey``, ``queryCq`` and
+``resumeCheckHalfMessage``."""
 
 import click
 
@@ -129,3 +130,22 @@ def query_cq(
         row: tuple[object, ...] = (u.queue_offset, u.phy_offset, u.size, u.tags_code)
         rows.append(row + ((str(u.taken).lower(),) if group is not None else ()))
     table(rows)
+
+
+@admin.command("resume-check-half-message")
+@NAMESRV
+@click.option(
+    "-t",
+    "--topic",
+    default="TRANS_CHECK_MAX_TIME_TOPIC",
+    show_default=True,
+    help="Topic of the message, when -i is the producer's message id.",
+)
+@click.option(
+    "-i", "--msg-id", required=True, help="Offset message id, or the producer's message id."
+)
+def resume_check_half_message(namesrv_addr: str, topic: str, msg_id: str) -> None:
+    """Have the broker check a transaction it gave up after transactionCheckMax checks again,
+    from a count of none: its producer's checker then commits or rolls it back."""
+    addr = ask(namesrv_addr, lambda a: a.resume_check_half_message(topic.strip(), msg_id.strip()))
+    click.echo(f"resume check half message success, {addr}")
