@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from pyrmq.broker.services.transactions import HALF_TOPIC, OP_TOPIC
-from pyrmq.broker.state.topics import SCHEDULE_TOPIC
+from pyrmq.broker.state.topics import LMQ_PREFIX, RECALL_TOPIC, SCHEDULE_TOPIC
 from pyrmq.errors import PyrmqError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["CleanupProcessor", "expired_topics", "unused_topics"]
 
 log = logging.getLogger(__name__)
-
-RECALL_TOPIC = "rmq_sys_wheel_timer"
-"""The store's own queue of recalled timer messages."""
-LMQ_PREFIX = "%LMQ%"
 
 # Queues whose offsets the broker's services keep track of themselves: the delay levels' (as
 # RocketMQ keeps them), the recalls', and the transaction halves' and ops' (a queue started

@@ -12,9 +12,11 @@ from pyrmq.properties import REPLY_TOPIC_SUFFIX
 
 __all__ = [
     "AUTO_CREATE_TOPIC",
+    "LMQ_PREFIX",
     "PERM_INHERIT",
     "PERM_READ",
     "PERM_WRITE",
+    "RECALL_TOPIC",
     "SCHEDULE_TOPIC",
     "TopicConfig",
     "TopicTable",
@@ -30,6 +32,9 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_QUEUE_NUMS = 18
+RECALL_TOPIC = "rmq_sys_wheel_timer"
+"""The store's own queue of recall markers (RocketMQ 5's timer wheel topic)."""
+LMQ_PREFIX = "%LMQ%"
 SYSTEM_TOPICS = frozenset(
     {
         AUTO_CREATE_TOPIC,
