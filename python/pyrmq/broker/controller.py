@@ -14,6 +14,7 @@ from pyrmq.broker.access import RemotingAccess, acl_file_path
 from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.metrics import BrokerMetrics, MetricsEndpoint
+from pyrmq.broker.processors.acl import AclProcessor
 from pyrmq.broker.processors.admin import AdminProcessor
 from pyrmq.broker.processors.client_manage import ClientManageProcessor
 from pyrmq.broker.processors.config import ConfigProcessor
@@ -124,6 +125,7 @@ class BrokerController:
             ConsumerCallsProcessor(self),
             GroupProcessor(self),
             AdminProcessor(self),
+            AclProcessor(self),
             StatsProcessor(self),
             ConfigProcessor(self),
             EndTransactionProcessor(self),
