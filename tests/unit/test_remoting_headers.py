@@ -237,6 +237,25 @@ SAMPLES += [
     h.ResumeCheckHalfMessageRequestHeader(),
 ]
 
+# ACL accounts.
+SAMPLES += [
+    h.CreateAccessConfigRequestHeader(
+        access_key="user0001", secret_key="secret01", white_remote_address="192.168.1.*",
+        admin=True, default_topic_perm="DENY", default_group_perm="SUB",
+        topic_perms="TopicA=PUB,TopicB=PUB|SUB", group_perms="G=SUB",
+    ),
+    h.CreateAccessConfigRequestHeader(access_key="user0001"),
+    h.DeleteAccessConfigRequestHeader(access_key="user0001"),
+    h.UpdateGlobalWhiteAddrsConfigRequestHeader(global_white_addrs="10.0.0.*,127.0.0.1"),
+    h.UpdateGlobalWhiteAddrsConfigRequestHeader(
+        global_white_addrs="", acl_file_full_path="/opt/rocketmq/conf/plain_acl.yml"
+    ),
+    h.GetBrokerAclConfigResponseHeader(
+        version='{"counter":1,"timestamp":5}', all_acl_file_version='{"/a.yml":{"counter":1}}',
+        broker_name="broker-a", broker_addr="127.0.0.1:10911", cluster_name="DefaultCluster",
+    ),
+]  # fmt: skip
+
 
 @pytest.mark.parametrize("header", SAMPLES, ids=lambda x: type(x).__name__)
 def test_headers_round_trip_through_ext_fields(header: Any) -> None:
@@ -321,7 +340,9 @@ SPEC_REQUEST_CODES = {
     "RESET_CONSUMER_CLIENT_OFFSET": 220, "CHECK_TRANSACTION_STATE": 39,
     "GET_CONSUMER_STATUS_FROM_CLIENT": 221, "CONSUME_MESSAGE_DIRECTLY": 309, "SEND_MESSAGE_V2": 310,
     "SEND_BATCH_MESSAGE": 320, "QUERY_MESSAGE": 12, "REGISTER_BROKER": 103,
-    "UNREGISTER_BROKER": 104, "GET_BROKER_CLUSTER_INFO": 106,
+    "UNREGISTER_BROKER": 104, "GET_BROKER_CLUSTER_INFO": 106, "UPDATE_AND_CREATE_ACL_CONFIG": 50,
+    "DELETE_ACL_CONFIG": 51, "GET_BROKER_CLUSTER_ACL_INFO": 52,
+    "UPDATE_GLOBAL_WHITE_ADDRS_CONFIG": 53, "GET_BROKER_CLUSTER_ACL_CONFIG": 54,
 }  # fmt: skip
 
 SPEC_RESPONSE_CODES = {

@@ -8,9 +8,13 @@ account's ``topicPerms``/``groupPerms`` take its ``defaultTopicPerm``/``defaultG
 anything.
 """
 
+import contextlib
 import dataclasses
 import logging
 import os
+import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ __all__ = [
     "Permission",
     "PlainAcl",
     "allows",
+    "parse_data_version",
 ]
 
 log = logging.getLogger(__name__)
@@ -129,10 +134,17 @@ class AccessRequest:
 
 
 class PlainAcl:
-    """The accounts and global white list of one ``plain_acl.yml``."""
+    """The accounts and global white list of one ``plain_acl.yml``, and the ``dataVersion``
+    RocketMQ counts its admin changes in (counter, timestamp ms), when it has one."""
 
-    def __init__(self, accounts: Iterable[Account] = (), global_white: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        accounts: Iterable[Account] = (),
+        global_white: Iterable[str] = (),
+        data_version: tuple[int, int] | None = None,
+    ) -> None:
         self.accounts = {a.access_key: a for a in accounts}
+        self.data_version = data_version
         try:
             self._global_white = [address_matcher(p) for p in global_white]
         except AddressPatternError as e:
@@ -161,7 +173,7 @@ class PlainAcl:
         duplicated = sorted({k for k in keys if keys.count(k) > 1})
         if duplicated:
             raise AclError(f"{source}: access keys given twice: {duplicated}")
-        return cls(accounts, white)
+        return cls(accounts, white, parse_data_version(loaded.get("dataVersion")))
 
     @classmethod
     def load(cls, path: Path) -> "PlainAcl":
@@ -220,8 +232,12 @@ class AclFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Held by poll and rewrite, which run off the event loop, so that neither reads the
+        # file halfway through the other's change.
+        self._lock = threading.Lock()
         self._stamp = self._stat()
         self.acl = PlainAcl.load(path)
+        self.loaded_ms = _now_ms()
         self._pending: object = _UNSEEN
 
     def _stat(self) -> tuple[int, int, int] | None:
@@ -234,9 +250,52 @@ class AclFile:
     def current(self) -> PlainAcl:
         return self.acl
 
+    def version(self) -> tuple[int, int]:
+        """The file's data version, (counter, timestamp ms): its ``dataVersion``, else, as
+        RocketMQ's, counter 0 stamped when the file was read."""
+        return self.acl.data_version or (0, self.loaded_ms)
+
+    def document(self) -> dict[str, Any]:
+        """The file as YAML reads it; ``{}`` when it is missing or empty."""
+        with self._lock:
+            return self._document()
+
+    def _document(self) -> dict[str, Any]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as e:
+            raise AclError(f"cannot read the ACL file {self.path}: {e}") from None
+        try:
+            loaded = yaml.load(text, Loader=_LOADER) if text.strip() else {}
+        except (yaml.YAMLError, ValueError, TypeError, RecursionError) as e:
+            raise AclError(f"{self.path} is not YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise AclError(f"{self.path}: expected a mapping at the top")
+        return loaded
+
+    def rewrite(self, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Writes the file as ``change`` makes it of what it holds, and uses it at once; the
+        file is left as it was when ``change`` raises or the result would not read. The new
+        file replaces the old in one rename, so a reader sees one or the other; comments in
+        it are lost, as RocketMQ loses them."""
+        with self._lock:
+            text = yaml.dump(
+                change(self._document()), Dumper=_DUMPER, sort_keys=False, allow_unicode=True
+            )
+            acl = PlainAcl.parse(text, str(self.path))
+            _replace(self.path, text)
+            self.acl, self.loaded_ms = acl, _now_ms()
+            self._stamp, self._pending = self._stat(), _UNSEEN
+
     def poll(self) -> bool:
         """Reads the file again if it changed before the last poll and not since; whether
         the accounts changed."""
+        with self._lock:
+            return self._poll()
+
+    def _poll(self) -> bool:
         stamp = self._stat()
         if stamp == self._stamp:
             self._pending = _UNSEEN
@@ -250,7 +309,7 @@ class AclFile:
         except Exception as e:
             log.error("ACL file changed but cannot be used, keeping the accounts before: %s", e)
             return False
-        self.acl = acl
+        self.acl, self.loaded_ms = acl, _now_ms()
         log.info("ACL file %s read again: %d accounts", self.path, len(acl.accounts))
         return True
 
@@ -258,6 +317,45 @@ class AclFile:
 _UNSEEN = object()
 # libyaml's loader where PyYAML was built with it: a large file parses ten times faster.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _replace(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` through a file beside it renamed over it, with the old
+    file's mode (the file holds secrets: a new one is readable by its owner only)."""
+    target = Path(os.path.realpath(path))
+    try:
+        mode: int | None = os.stat(target).st_mode & 0o777
+    except FileNotFoundError:
+        mode = None
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def parse_data_version(value: Any) -> tuple[int, int] | None:
+    """A file's ``dataVersion`` (``[{counter: 3, timestamp: ...}]``) as (counter, timestamp
+    ms); None when it has none that reads."""
+    if not isinstance(value, list) or not value or not isinstance(value[0], dict):
+        return None
+    try:
+        return int(value[0]["counter"]), int(value[0]["timestamp"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _name(permission: int) -> str:

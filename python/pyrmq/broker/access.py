@@ -32,6 +32,13 @@ ADMIN_CODES = frozenset(
         RequestCode.DELETE_TOPIC_IN_BROKER,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        # Not admin requests to RocketMQ's plain ACL, which lets any signed account change
+        # the accounts (its own admin flag included) and read every secret: here only admins.
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+        RequestCode.DELETE_ACL_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
+        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
     }
 )
 

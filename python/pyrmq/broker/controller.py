@@ -14,6 +14,7 @@ from pyrmq.broker.access import RemotingAccess, acl_file_path
 from pyrmq.broker.clients import ClientTable
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.metrics import BrokerMetrics, MetricsEndpoint
+from pyrmq.broker.processors.acl import AclProcessor
 from pyrmq.broker.processors.admin import AdminProcessor
 from pyrmq.broker.processors.cleanup import CleanupProcessor
 from pyrmq.broker.processors.client_manage import ClientManageProcessor
@@ -126,6 +127,7 @@ class BrokerController:
             GroupProcessor(self),
             AdminProcessor(self),
             CleanupProcessor(self),
+            AclProcessor(self),
             StatsProcessor(self),
             ConfigProcessor(self),
             EndTransactionProcessor(self),

@@ -5,7 +5,9 @@ deleted on every broker of a cluster (``updateTopic``, ``deleteTopic``), and mes
 by key, by the producer's message id or by offset message id (``queryMsgByKey``,
 ``queryMsgByUniqueKey``, ``queryMsgById``), the topic list, offsets cloned from one group to
 another (``cloneGroupOffset``), every group's lag on a broker (``brokerConsumeStats``), the name
-servers' settings and KV config, and brokers' write permission (``wipeWritePerm``).
+servers' settings and KV config, brokers' write permission (``wipeWritePerm``), and the
+accounts of brokers' plain ACL (``updateAclConfig``, ``deleteAclConfig``,
+``updateGlobalWhiteAddr``, ``clusterAclConfigVersion``, ``getAclConfig``).
 
 Example (against a running ``pyrmq serve``)::
 
@@ -26,6 +28,7 @@ from typing import Any, Self
 from pyrmq import _core
 from pyrmq._core import MessageExt
 from pyrmq.acl.signing import Credentials
+from pyrmq.client.acl_info import AclConfig, BrokerAclVersion
 from pyrmq.client.api import LANGUAGE
 from pyrmq.client.consume_directly import ConsumeMessageDirectlyResult
 from pyrmq.client.message import MessageQueue
@@ -45,8 +48,11 @@ from pyrmq.remoting.headers import (
     BrokerWritePermRequestHeader,
     CloneGroupOffsetRequestHeader,
     ConsumeMessageDirectlyResultRequestHeader,
+    CreateAccessConfigRequestHeader,
     CreateTopicRequestHeader,
+    DeleteAccessConfigRequestHeader,
     DeleteTopicRequestHeader,
+    GetBrokerAclConfigResponseHeader,
     GetConsumerStatusRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
@@ -61,6 +67,7 @@ from pyrmq.remoting.headers import (
     ResumeCheckHalfMessageRequestHeader,
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
+    UpdateGlobalWhiteAddrsConfigRequestHeader,
     ViewMessageRequestHeader,
 )
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -1148,6 +1155,121 @@ class Admin:
             out[str(cid)] = {
                 mq: int(v) for mq, v in sorted(queue_table(offsets).items()) if type(v) is int
             }
+        return out
+
+    async def _acl_brokers(
+        self, cluster: str | None, broker_addr: str | None, *, slaves: bool
+    ) -> list[str]:
+        """``broker_addr``, or each master of ``cluster`` (default: of every cluster) and,
+        with ``slaves``, its slaves: mqadmin's ACL commands change slaves' files too."""
+        if broker_addr:
+            return [broker_addr]
+        brokers = [b for b in await self.clusters() if cluster is None or b.cluster == cluster]
+        if cluster is not None and not brokers:
+            raise NoRouteError(f"no broker in cluster {cluster}")
+        return [
+            addr
+            for b in brokers
+            for bid, addr in sorted(b.addrs.items())
+            if slaves or bid == MASTER_ID
+        ]
+
+    async def update_acl_config(
+        self,
+        access_key: str,
+        secret_key: str,
+        *,
+        white_remote_address: str | None = None,
+        default_topic_perm: str | None = None,
+        default_group_perm: str | None = None,
+        topic_perms: Sequence[str] | None = None,
+        group_perms: Sequence[str] | None = None,
+        admin: bool = False,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+    ) -> list[str]:
+        """Creates or updates the ACL account ``access_key`` (``mqadmin updateAclConfig``) on
+        ``broker_addr``, or on every broker of ``cluster``, slaves included (default: of every
+        cluster); returns the brokers' addresses. Permissions are spelled as in
+        ``plain_acl.yml``: ``PUB|SUB``, ``topic_perms=["TopicA=PUB", "TopicB=DENY"]``. A field
+        left None keeps what the account had; ``admin`` is always set. A broker refuses keys
+        of six characters or fewer and permissions it cannot read (BrokerError with
+        UPDATE_AND_CREATE_ACL_CONFIG_FAILED)."""
+        header = CreateAccessConfigRequestHeader(
+            access_key=access_key,
+            secret_key=secret_key,
+            white_remote_address=white_remote_address,
+            admin=admin,
+            default_topic_perm=default_topic_perm,
+            default_group_perm=default_group_perm,
+            topic_perms=None if topic_perms is None else ",".join(topic_perms),
+            group_perms=None if group_perms is None else ",".join(group_perms),
+        ).to_ext()
+        addrs = await self._acl_brokers(cluster, broker_addr, slaves=True)
+        for addr in addrs:
+            response = await self._call(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, header)
+            self._check(addr, response)
+        return addrs
+
+    async def delete_acl_config(
+        self, access_key: str, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[str]:
+        """Deletes the ACL account ``access_key`` (``mqadmin deleteAclConfig``) from
+        ``broker_addr``, or from every broker of ``cluster``, slaves included (default: of
+        every cluster); returns the brokers' addresses."""
+        header = DeleteAccessConfigRequestHeader(access_key=access_key).to_ext()
+        addrs = await self._acl_brokers(cluster, broker_addr, slaves=True)
+        for addr in addrs:
+            self._check(addr, await self._call(addr, RequestCode.DELETE_ACL_CONFIG, header))
+        return addrs
+
+    async def update_global_white_addrs(
+        self,
+        patterns: Sequence[str],
+        *,
+        acl_file_path: str | None = None,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+    ) -> list[str]:
+        """Replaces the global white list (``mqadmin updateGlobalWhiteAddr``) of the ACL file
+        ``acl_file_path`` (default: the broker's) on ``broker_addr``, or on every broker of
+        ``cluster``, slaves included (default: of every cluster); returns the brokers'
+        addresses. Hosts it matches need no account."""
+        header = UpdateGlobalWhiteAddrsConfigRequestHeader(
+            global_white_addrs=",".join(patterns), acl_file_full_path=acl_file_path
+        ).to_ext()
+        addrs = await self._acl_brokers(cluster, broker_addr, slaves=True)
+        for addr in addrs:
+            response = await self._call(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, header)
+            self._check(addr, response)
+        return addrs
+
+    async def acl_versions(
+        self, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[BrokerAclVersion]:
+        """The data version of the ACL file of ``broker_addr``, or of each master of
+        ``cluster`` (default: of every cluster): ``mqadmin clusterAclConfigVersion``."""
+        out = []
+        for addr in await self._acl_brokers(cluster, broker_addr, slaves=False):
+            response = self._check(
+                addr, await self._call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+            )
+            header = GetBrokerAclConfigResponseHeader.from_ext(response.ext_fields)
+            out.append(BrokerAclVersion.parse(header))
+        return out
+
+    async def acl_config(
+        self, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> dict[str, AclConfig]:
+        """The ACL accounts, secrets included, and global white list of ``broker_addr``, or of
+        each master of ``cluster`` (default: of every cluster), by broker address: ``mqadmin
+        getAclConfig``."""
+        out = {}
+        for addr in await self._acl_brokers(cluster, broker_addr, slaves=False):
+            response = self._check(
+                addr, await self._call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
+            )
+            out[addr] = AclConfig.parse(json.loads(response.body) if response.body else {})
         return out
 
 

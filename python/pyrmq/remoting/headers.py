@@ -37,9 +37,12 @@ __all__ = [
     "CloneGroupOffsetRequestHeader",
     "ConsumeMessageDirectlyResultRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
+    "CreateAccessConfigRequestHeader",
     "CreateTopicRequestHeader",
+    "DeleteAccessConfigRequestHeader",
     "DeleteTopicRequestHeader",
     "EndTransactionRequestHeader",
+    "GetBrokerAclConfigResponseHeader",
     "GetConsumeStatsInBrokerHeader",
     "GetConsumeStatsRequestHeader",
     "GetConsumerListByGroupRequestHeader",
@@ -69,6 +72,7 @@ __all__ = [
     "UnregisterBrokerRequestHeader",
     "UnregisterClientRequestHeader",
     "UpdateConsumerOffsetRequestHeader",
+    "UpdateGlobalWhiteAddrsConfigRequestHeader",
     "ViewMessageRequestHeader",
     "parse_bool",
 ]
@@ -1495,4 +1499,130 @@ class GetConsumerStatusRequestHeader:
     def to_ext(self) -> dict[str, str]:
         return _ext(
             [("topic", self.topic), ("group", self.group), ("clientAddr", self.client_addr)]
+        )
+
+
+# --- ACL accounts (plain_acl.yml) -------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CreateAccessConfigRequestHeader:
+    """UPDATE_AND_CREATE_ACL_CONFIG (50): an account of the broker's ``plain_acl.yml``,
+    created or updated. ``topic_perms`` and ``group_perms`` are ``name=PERM`` items joined by
+    ``,``; a field left out keeps what the account had, except ``admin``, which is always set.
+
+    >>> CreateAccessConfigRequestHeader(access_key="user0001", topic_perms="T=PUB").to_ext()
+    {'accessKey': 'user0001', 'admin': 'false', 'topicPerms': 'T=PUB'}
+    """
+
+    access_key: str
+    secret_key: str | None = None
+    white_remote_address: str | None = None
+    admin: bool = False
+    default_topic_perm: str | None = None
+    default_group_perm: str | None = None
+    topic_perms: str | None = None
+    group_perms: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            access_key=f.text("accessKey"),
+            secret_key=f.opt_text("secretKey"),
+            white_remote_address=f.opt_text("whiteRemoteAddress"),
+            admin=f.flag("admin"),
+            default_topic_perm=f.opt_text("defaultTopicPerm"),
+            default_group_perm=f.opt_text("defaultGroupPerm"),
+            topic_perms=f.opt_text("topicPerms"),
+            group_perms=f.opt_text("groupPerms"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("accessKey", self.access_key),
+                ("secretKey", self.secret_key),
+                ("whiteRemoteAddress", self.white_remote_address),
+                ("admin", self.admin),
+                ("defaultTopicPerm", self.default_topic_perm),
+                ("defaultGroupPerm", self.default_group_perm),
+                ("topicPerms", self.topic_perms),
+                ("groupPerms", self.group_perms),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteAccessConfigRequestHeader:
+    """DELETE_ACL_CONFIG (51): the account to take out of ``plain_acl.yml``."""
+
+    access_key: str
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        return cls(access_key=_Fields(cls.__name__, ext).text("accessKey"))
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext([("accessKey", self.access_key)])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateGlobalWhiteAddrsConfigRequestHeader:
+    """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG (53): the new global white list, patterns joined by
+    ``,``, and the ACL file it goes to (RocketMQ's brokers may read several; by default the
+    broker's own)."""
+
+    global_white_addrs: str
+    acl_file_full_path: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            global_white_addrs=f.text("globalWhiteAddrs"),
+            acl_file_full_path=f.opt_text("aclFileFullPath") or None,
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("globalWhiteAddrs", self.global_white_addrs),
+                ("aclFileFullPath", self.acl_file_full_path),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GetBrokerAclConfigResponseHeader:
+    """Answer to GET_BROKER_CLUSTER_ACL_INFO (52): which broker answers and the data version of
+    its ACL file. ``version`` is a DataVersion as JSON (``{"counter":3,"timestamp":...}``);
+    ``all_acl_file_version`` maps each ACL file's path to its DataVersion, as JSON."""
+
+    version: str
+    all_acl_file_version: str | None = None
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            version=f.text("version"),
+            all_acl_file_version=f.opt_text("allAclFileVersion"),
+            broker_name=f.text("brokerName"),
+            broker_addr=f.text("brokerAddr"),
+            cluster_name=f.text("clusterName"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("version", self.version),
+                ("allAclFileVersion", self.all_acl_file_version),
+                ("brokerName", self.broker_name),
+                ("brokerAddr", self.broker_addr),
+                ("clusterName", self.cluster_name),
+            ]
         )
