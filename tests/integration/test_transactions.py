@@ -5,6 +5,7 @@ back (never readable), ends only once, and stays open across a broker restart.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -182,4 +183,36 @@ def test_a_half_no_producer_resolves_is_given_up_to_the_check_max_time_topic(
         broker = server.addresses()[1]
         time.sleep(1.0)  # a few check rounds: the half is not open again
         assert len(given_up(broker)) == 1
+        assert _bodies(broker, topic) == []
+
+
+def test_a_restart_keeps_the_checks_a_half_has_had(tmp_path: Path) -> None:
+    """A half checked twice before a stop is given up at the first round after it when
+    ``transactionCheckMax`` is 2; were the count lost it would get two more checks, a check
+    interval each."""
+    topic = "TopicTxChecksKept"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "transactionTimeOut=100\ntransactionCheckInterval=150\ntransactionCheckMax=50\n"
+    )
+    with serving(tmp_path, "-c", str(conf)) as server:
+        broker = server.addresses()[1]
+        create_topic(broker, topic, 1)
+        _send_half(broker, topic, b"twice")
+        time.sleep(1.5)  # several rounds: two checks at least
+    conf.write_text(
+        "transactionTimeOut=100\ntransactionCheckInterval=3000\ntransactionCheckMax=2\n"
+    )
+    with serving(tmp_path, "-c", str(conf)) as server:
+        broker = server.addresses()[1]
+        started = time.monotonic()
+        kept: list[Any] = []
+        # Given up at the first round (3 s); with the count lost, at the third (9 s).
+        while not kept and time.monotonic() - started < 6.0:
+            time.sleep(0.1)
+            with contextlib.suppress(BrokerError):
+                kept = asyncio.run(
+                    pull_head(broker, "broker-a", "TRANS_CHECK_MAX_TIME_TOPIC", 0)
+                ).messages
+        assert [m.body for m in kept] == [b"twice"]
         assert _bodies(broker, topic) == []

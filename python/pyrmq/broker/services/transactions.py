@@ -15,7 +15,8 @@ not stay open for ever.
 A start reads both topics only from a checkpoint (``config/transactions.json``, written after
 each check round and at stop): every half below its half offset has ended, and every op record
 of a later half lies at or past its op offset, since an op follows its half and ops are
-appended in order. An old checkpoint is still true, only further back.
+appended in order. An old checkpoint is still true, only further back. It also keeps how
+many checks each open half has had.
 
 Open halves are kept in order of when each is next due, so a round touches only the due ones,
 oldest first. A round runs on the broker's event loop: it yields between short slices, so sends
@@ -98,13 +99,26 @@ Asker = Callable[[StoredMessage, str], Awaitable[bool]]
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
-    """Halves below ``half_offset`` have ended; ops of later ones lie from ``op_offset``."""
+    """Halves below ``half_offset`` have ended; ops of later ones lie from ``op_offset``.
+    ``checks``: how many times each open half (by queue offset) has been checked, so that a
+    restart does not give every half ``transactionCheckMax`` checks anew (RocketMQ keeps the
+    count in the half, stored again at each check).
+
+    >>> Checkpoint.from_json(Checkpoint(3, 7, {4: 2}).to_json())
+    Checkpoint(half_offset=3, op_offset=7, checks={4: 2})
+    >>> Checkpoint.from_json({"halfOffset": 3, "opOffset": 7, "checks": {"x": 1, "5": -1}})
+    Checkpoint(half_offset=3, op_offset=7, checks={})
+    """
 
     half_offset: int = 0
     op_offset: int = 0
+    checks: dict[int, int] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict[str, int]:
-        return {"halfOffset": self.half_offset, "opOffset": self.op_offset}
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"halfOffset": self.half_offset, "opOffset": self.op_offset}
+        if self.checks:
+            out["checks"] = {str(k): v for k, v in self.checks.items()}
+        return out
 
     @classmethod
     def from_json(cls, value: object) -> "Checkpoint":
@@ -113,7 +127,13 @@ class Checkpoint:
         half, op = value.get("halfOffset"), value.get("opOffset")
         if type(half) is not int or type(op) is not int or half < 0 or op < 0:
             return cls()
-        return cls(half, op)
+        checks = value.get("checks")
+        counted = {
+            int(k): v
+            for k, v in (checks.items() if isinstance(checks, dict) else ())
+            if isinstance(k, str) and k.isdigit() and type(v) is int and v > 0
+        }
+        return cls(half, op, counted)
 
 
 class TransactionService:
@@ -142,6 +162,10 @@ class TransactionService:
         for stored in _messages(store, HALF_TOPIC, start.half_offset):
             if stored.queue_offset not in ended:
                 self._track(stored, timeout_ms, start.op_offset)
+        for queue_offset, checks in start.checks.items():
+            half = self.open.get(queue_offset)
+            if half is not None:
+                half.checks = checks
         if self.open:
             log.info(
                 "transactions: %d half messages still open (read from half %d, op %d)",
@@ -168,7 +192,8 @@ class TransactionService:
         store = self.broker.store
         if self.open:
             oldest = self.open[min(self.open)]
-            return Checkpoint(oldest.queue_offset, oldest.op_from)
+            checks = {h.queue_offset: h.checks for h in self.open.values() if h.checks}
+            return Checkpoint(oldest.queue_offset, oldest.op_from, checks)
         return Checkpoint(store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
 
     async def save_checkpoint(self) -> None:
@@ -181,7 +206,7 @@ class TransactionService:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, self._write_checkpoint, self.checkpoint_path, value)
 
-    def _write_checkpoint(self, path: Path, value: dict[str, int]) -> None:
+    def _write_checkpoint(self, path: Path, value: dict[str, object]) -> None:
         # A stop's last save may start while a round's is still writing the same file.
         with self._checkpoint_lock:
             self.broker.store.flush()
