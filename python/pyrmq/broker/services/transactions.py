@@ -289,6 +289,19 @@ class TransactionService:
         props[REAL_QID] = str(queue_id)
         props[TRAN_MSG] = "true"
         props[PRODUCER_GROUP] = producer_group
+        return self._put_half(body, props, flag, sys_flag, born_timestamp_ms, born_host)
+
+    def _put_half(
+        self,
+        body: bytes,
+        props: dict[str, str],
+        flag: int,
+        sys_flag: int,
+        born_timestamp_ms: int | None,
+        born_host: str | None,
+        reconsume_times: int = 0,
+    ) -> PutResult:
+        """Appends a half (``props`` naming its real topic and group) and tracks it."""
         broker = self.broker
         broker.topics.create_system(HALF_TOPIC, 1, 6)
         op_from = broker.store.max_offset(OP_TOPIC, 0)
@@ -302,6 +315,7 @@ class TransactionService:
                 sys_flag=sys_flag & ~SYSFLAG_TRANSACTION_MASK,
                 born_timestamp_ms=born_timestamp_ms,
                 born_host=born_host,
+                reconsume_times=reconsume_times,
                 internal=True,
                 wait_for_flush=False,
             )
@@ -311,8 +325,8 @@ class TransactionService:
             result.queue_offset,
             result.phy_offset,
             result.store_timestamp_ms,
-            topic,
-            producer_group,
+            props.get(REAL_TOPIC, ""),
+            props.get(PRODUCER_GROUP, ""),
             props.get(CHECK_IMMUNITY),
             self._settings[0],
             op_from,
@@ -397,35 +411,16 @@ class TransactionService:
             raise TransactionError(
                 f"{stored.msg_id} is a message of {stored.topic}, not a half message"
             )
-        broker = self.broker
         props = dict(stored.properties)
         props[CHECK_TIMES] = "0"
-        broker.topics.create_system(HALF_TOPIC, 1, 6)
-        op_from = broker.store.max_offset(OP_TOPIC, 0)
-        result = broker.put_now(
-            lambda: broker.store.put(
-                HALF_TOPIC,
-                stored.body,
-                queue_id=0,
-                properties=props,
-                flag=stored.flag,
-                sys_flag=stored.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
-                born_timestamp_ms=stored.born_timestamp_ms,
-                born_host=stored.born_host,
-                reconsume_times=stored.reconsume_times,
-                internal=True,
-                wait_for_flush=False,
-            )
-        )
-        self._open(
-            result.queue_offset,
-            result.phy_offset,
-            result.store_timestamp_ms,
-            props.get(REAL_TOPIC, ""),
-            props.get(PRODUCER_GROUP, ""),
-            props.get(CHECK_IMMUNITY),
-            self._settings[0],
-            op_from,
+        result = self._put_half(
+            stored.body,
+            props,
+            stored.flag,
+            stored.sys_flag,
+            stored.born_timestamp_ms,
+            stored.born_host,
+            stored.reconsume_times,
         )
         log.info(
             "transaction %s of %s resumed: checked again as the half at offset %d",
