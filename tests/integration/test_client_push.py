@@ -30,6 +30,7 @@ from tests.integration.consumer_child import ConsumerChild
 
 from pyrmq.client.api import ClientAPI, PullStatus
 from pyrmq.client.consume_service import ConcurrentConsumeService, ConsumeContext, ConsumeStatus
+from pyrmq.client.instance import FIRST_HEARTBEAT_S
 from pyrmq.client.message import RETRY_PREFIX, Message, MessageExt, MessageQueue, SendStatus
 from pyrmq.client.offset_store import LocalFileOffsetStore
 from pyrmq.client.producer import Producer
@@ -1451,6 +1452,68 @@ def test_a_flow_controlled_queue_pulls_again_once_its_listener_made_room(
 
 
 @pytest.mark.slow
+def test_a_consumer_heartbeats_a_restarted_broker_before_it_pulls_from_it(
+    tmp_path: Path,
+) -> None:
+    """A broker restarted on its port knows no consumer until one heartbeats, and holds to
+    the queue access lock only the pulls of consumers it knows: the first pull over the new
+    connection must come after a heartbeat, not at the next periodic one (60 s here)."""
+    namesrv_proc = ServerProcess(["namesrv", "--port", "0"], tmp_path / "namesrv.log")
+    namesrv = namesrv_proc.addresses()[0]
+    topic, group = "TopicRestartBeat", "CG_RESTART_BEAT"
+
+    conf = tmp_path / "broker.conf"
+    # The HA port would be the listen port + 1, which another socket may hold by the restart.
+    conf.write_text("haListenPort=0\n")
+
+    def start_broker(port: str) -> ServerProcess:
+        return ServerProcess(
+            [
+                *("broker", "-n", namesrv, "-c", str(conf), "--store", str(tmp_path / "store")),
+                *("--port", port),
+            ],
+            tmp_path / f"broker-{port}.log",
+        )
+
+    broker_proc = start_broker("0")
+    try:
+        addr = broker_proc.addresses()[-1]
+        create_topic(addr, topic, 1)
+        rec = Recorder()
+        # Heartbeats every 60 s: none falls between the restart and the pull that follows it.
+        config = fast_config(namesrv, heartbeat_broker_interval_s=60.0)
+
+        async def send(body: bytes) -> None:
+            # A client instance of its own: the consumer's would heartbeat as the producer starts.
+            producer_config = fast_config(namesrv, instance_name="producer")
+            async with Producer("PG_RESTART_BEAT", client_config=producer_config) as producer:
+                assert (await producer.send(Message(topic, body))).status is SendStatus.OK
+
+        async def scenario() -> None:
+            nonlocal broker_proc
+            c = consumer(namesrv, group, topic, rec, client_config=config)
+            await c.start()
+            api = ClientAPI(RemotingClient())
+            try:
+                await eventually(lambda: topic_queues(c, topic), what="queue assigned")
+                await send(b"before")
+                await eventually(lambda: len(rec.done) == 1, what="first message")
+                await asyncio.sleep(FIRST_HEARTBEAT_S + 0.5)  # the early heartbeat is past
+                broker_proc.kill()
+                broker_proc = start_broker(addr.rpartition(":")[2])
+                await send(b"after")
+                await eventually(lambda: len(rec.done) == 2, what="second message")
+                assert await api.consumer_ids(addr, group) == [c.instance.client_id]
+            finally:
+                await api.remoting.close()
+                await c.shutdown()
+
+        asyncio.run(asyncio.wait_for(scenario(), 60))
+    finally:
+        broker_proc.kill()
+        namesrv_proc.kill()
+
+
 def test_a_broker_killed_and_restarted_loses_no_acknowledged_message(tmp_path: Path) -> None:
     """namesrv + broker-a + broker-b (SYNC_FLUSH). A producer sends in a loop while broker-a
     is SIGKILLed and restarted on its port over its store; sends fail over to broker-b. Every
@@ -1464,7 +1527,7 @@ def test_a_broker_killed_and_restarted_loses_no_acknowledged_message(tmp_path: P
         conf = tmp_path / f"{name}.conf"
         conf.write_text(
             f"brokerName={name}\nbrokerClusterName=DefaultCluster\nbrokerId=0\n"
-            "flushConsumerOffsetInterval=500\n"
+            "flushConsumerOffsetInterval=500\nhaListenPort=0\n"
         )
         proc = ServerProcess(
             [

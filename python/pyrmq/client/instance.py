@@ -184,6 +184,10 @@ class ClientInstance:
         """The producers' requests waiting for replies (:meth:`Producer.request`)."""
         # Brokers whose last heartbeat from here named producers: they push replies here.
         self._producers_known_at: set[str] = set()
+        # Per broker address, the connection the last heartbeat went over, and a heartbeat
+        # under way on a new one (see introduce).
+        self._beaten_over: dict[str, object] = {}
+        self._introducing: dict[str, asyncio.Future[None]] = {}
         handlers: dict[int, ServerRequestHandler] = {
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
@@ -238,6 +242,7 @@ class ClientInstance:
         self._tasks.clear()
         self._started = False
         self._producers_known_at.clear()
+        self._beaten_over.clear()
         await self.remoting.close()
 
     def start(self) -> None:
@@ -444,6 +449,23 @@ class ClientInstance:
             [a for a in masters if a is not None and a not in self._producers_known_at]
         )
 
+    async def introduce(self, addr: str) -> None:
+        """Heartbeats ``addr`` if the connection to it (a new one, say, after the broker
+        restarted) has carried no heartbeat yet, as a consumer must before it pulls: until
+        then the broker does not count it among its group, so it neither holds its pulls to
+        the queue access lock nor tells the others of it, and two consumers could read one
+        queue. Concurrent callers share one heartbeat; a failed one is logged, and the pull
+        goes ahead (the next pull tries again)."""
+        connection = self.remoting.connection_of(addr)
+        if connection is not None and self._beaten_over.get(addr) is connection:
+            return
+        pending = self._introducing.get(addr)
+        if pending is None:
+            pending = asyncio.ensure_future(self._heartbeat([addr]))
+            self._introducing[addr] = pending
+            pending.add_done_callback(lambda _: self._introducing.pop(addr, None))
+        await asyncio.shield(pending)
+
     async def _heartbeat(self, targets: list[str]) -> None:
         data = self.heartbeat_data()
         names_producers = "producerDataSet" in data
@@ -453,6 +475,8 @@ class ClientInstance:
             await self.api.heartbeat(addr, data)
             if names_producers:
                 self._producers_known_at.add(addr)
+            if self.consumers:
+                self._beaten_over[addr] = self.remoting.connection_of(addr)
 
         results = await asyncio.gather(*(beat(a) for a in targets), return_exceptions=True)
         for addr, result in zip(targets, results, strict=True):

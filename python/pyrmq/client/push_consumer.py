@@ -911,6 +911,8 @@ class PushConsumer(ClientLifecycle):
             "commitOffset": str(commit or 0),
         }
         timeout_s = self.suspend_timeout_s + PULL_TIMEOUT_MARGIN_S
+        if self.clustering:
+            await inst.introduce(addr)
         try:
             result = await inst.api.pull_ext(
                 addr, mq.broker_name, ext, offset, timeout_s, self.namespace

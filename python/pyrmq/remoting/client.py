@@ -176,6 +176,12 @@ class RemotingClient:
             return channel
         return None
 
+    def connection_of(self, address: str) -> object | None:
+        """The open connection to ``address`` as an opaque token (None without one): a
+        caller that did something over a connection can tell whether the one open now is a
+        later one."""
+        return self._connected(address)
+
     async def _channel(self, address: str) -> _Channel:
         channel = self._connected(address)
         if channel is not None:
