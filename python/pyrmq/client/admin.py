@@ -7,7 +7,10 @@ by key, by the producer's message id or by offset message id (``queryMsgByKey``,
 another (``cloneGroupOffset``), every group's lag on a broker (``brokerConsumeStats``), the name
 servers' settings and KV config, brokers' write permission (``wipeWritePerm``), and the
 accounts of brokers' plain ACL (``updateAclConfig``, ``deleteAclConfig``,
-``updateGlobalWhiteAddr``, ``clusterAclConfigVersion``, ``getAclConfig``).
+``updateGlobalWhiteAddr``, ``clusterAclConfigVersion``, ``getAclConfig``), and what the
+message tools read: brokers' user topics and groups (``exportMetadata``), a topic's clusters
+and permission (``topicClusterList``, ``updateTopicPerm``), queue offsets and pulls by broker
+name (``printMsg``, ``queryMsgByOffset``).
 
 Example (against a running ``pyrmq serve``)::
 

@@ -67,7 +67,7 @@ async def _pulled(
 ) -> AsyncIterator[list[MessageExt]]:
     """The messages at queue offsets ``[first, end)`` that match the tag ``expression``, a
     pull's worth at a time."""
-    # The broker filters by tag hash code; the tags themselves are compared here.
+    # RocketMQ's brokers filter by tag hash code only: the tags themselves are compared here.
     tags = None if expression.strip() in ("", "*") else {t.strip() for t in expression.split("||")}
     offset = first
     while offset < end:
