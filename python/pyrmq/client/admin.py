@@ -7,7 +7,10 @@ by key, by the producer's message id or by offset message id (``queryMsgByKey``,
 another (``cloneGroupOffset``), every group's lag on a broker (``brokerConsumeStats``), the name
 servers' settings and KV config, brokers' write permission (``wipeWritePerm``), and the
 accounts of brokers' plain ACL (``updateAclConfig``, ``deleteAclConfig``,
-``updateGlobalWhiteAddr``, ``clusterAclConfigVersion``, ``getAclConfig``).
+``updateGlobalWhiteAddr``, ``clusterAclConfigVersion``, ``getAclConfig``), and what the
+message tools read: brokers' user topics and groups (``exportMetadata``), a topic's clusters
+and permission (``topicClusterList``, ``updateTopicPerm``), queue offsets and pulls by broker
+name (``printMsg``, ``queryMsgByOffset``).
 
 Example (against a running ``pyrmq serve``)::
 
@@ -29,7 +32,7 @@ from pyrmq import _core
 from pyrmq._core import MessageExt
 from pyrmq.acl.signing import Credentials
 from pyrmq.client.acl_info import AclConfig, BrokerAclVersion
-from pyrmq.client.api import LANGUAGE
+from pyrmq.client.api import LANGUAGE, ClientAPI, PullResult
 from pyrmq.client.consume_directly import ConsumeMessageDirectlyResult
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import (
@@ -59,6 +62,7 @@ from pyrmq.remoting.headers import (
     GetMaxOffsetRequestHeader,
     GetTopicStatsInfoRequestHeader,
     KvConfigRequestHeader,
+    PullMessageRequestHeader,
     QueryConsumeQueueRequestHeader,
     QueryConsumeTimeSpanRequestHeader,
     QueryCorrectionOffsetHeader,
@@ -90,6 +94,25 @@ __all__ = [
 ]
 
 MASTER_ID = 0
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+"""The group mqadmin's message tools pull as."""
+SYSTEM_GROUPS = frozenset(
+    {
+        "DEFAULT_CONSUMER",
+        "DEFAULT_PRODUCER",
+        TOOLS_CONSUMER_GROUP,
+        "FILTERSRV_CONSUMER",
+        "__MONITOR_CONSUMER",
+        "CLIENT_INNER_PRODUCER",
+        "SELF_TEST_P_GROUP",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_ONSAPI_PULL",
+    }
+)
+"""RocketMQ's own group names, which an export of the user's groups leaves out."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -287,6 +310,8 @@ class Admin:
             raise ConfigError("no name server address given")
         self.timeout_s = timeout_s
         self._remoting = RemotingClient(credentials=credentials, tls=tls)
+        self._client_api = ClientAPI(self._remoting)
+        self._reader_addrs: dict[str, str] | None = None
 
     async def __aenter__(self) -> Self:
         return self
@@ -343,6 +368,11 @@ class Admin:
         if cluster is not None and not brokers:
             raise NoRouteError(f"no broker in cluster {cluster}")
         return [b.addrs[MASTER_ID] for b in brokers if MASTER_ID in b.addrs]
+
+    async def masters(self, cluster: str | None = None) -> list[str]:
+        """The masters' addresses, of ``cluster`` (default: of every cluster); NoRouteError
+        if ``cluster`` has no broker."""
+        return await self._masters(cluster)
 
     async def _readers(self) -> list[str]:
         """Each broker's master, or its lowest-numbered slave while the master is away."""
@@ -1271,6 +1301,134 @@ class Admin:
             )
             out[addr] = AclConfig.parse(json.loads(response.body) if response.body else {})
         return out
+
+    # --- what the message tools read: topic configs, queues and their messages ------------
+
+    async def topic_clusters(self, topic: str) -> list[str]:
+        """The clusters of the brokers that hold ``topic`` (``mqadmin topicClusterList``);
+        NoRouteError if none does."""
+        held = set((await self._route(topic)).brokers)
+        return sorted({b.cluster for b in await self.clusters() if b.broker_name in held})
+
+    async def topic_configs(
+        self, addr: str, *, system: bool = True, special: bool = True
+    ) -> dict[str, dict[str, Any]]:
+        """Every topic's config on the broker at ``addr``, by name, in RocketMQ's JSON form;
+        without ``system`` the broker's system topics are left out, without ``special`` the
+        retry and DLQ topics (mqadmin's ``getUserTopicConfig``)."""
+        answer = self._check(addr, await self._call(addr, RequestCode.GET_ALL_TOPIC_CONFIG))
+        table = loads_loose_json(answer.body).get("topicConfigTable") or {}
+        left_out: set[str] = set()
+        if not system:
+            names = self._check(
+                addr, await self._call(addr, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
+            )
+            left_out = {str(t) for t in json.loads(names.body).get("topicList") or []}
+        return {
+            str(name): dict(value)
+            for name, value in sorted(table.items())
+            if name not in left_out and (special or not str(name).startswith(("%RETRY%", "%DLQ%")))
+        }
+
+    async def user_groups(self, addr: str) -> dict[str, dict[str, Any]]:
+        """:meth:`groups` without RocketMQ's own (``CID_RMQ_SYS_*``, ``TOOLS_CONSUMER`` and
+        the like), as mqadmin's ``getUserSubscriptionGroup``."""
+        return {
+            name: value
+            for name, value in (await self.groups(addr)).items()
+            if name not in SYSTEM_GROUPS and not name.startswith("CID_RMQ_SYS_")
+        }
+
+    async def update_topic_perm(
+        self,
+        topic: str,
+        perm: int,
+        *,
+        broker_addr: str | None = None,
+        cluster: str | None = None,
+    ) -> dict[str, int]:
+        """Sets ``topic``'s permission (2 write, 4 read, 6 both) on ``broker_addr``, or on
+        the masters of ``cluster`` that hold it (default: every master that does), keeping
+        its queues and flags (``mqadmin updateTopicPerm``). Returns each broker's permission
+        before; a broker that had ``perm`` already is not asked. ClientError if
+        ``broker_addr`` does not hold the topic; NoRouteError if no master of ``cluster``
+        does."""
+        if broker_addr:
+            addrs = [broker_addr]
+        elif cluster:
+            addrs = await self._masters(cluster)
+        else:
+            addrs = await self._topic_masters(topic)
+        before: dict[str, int] = {}
+        for addr in addrs:
+            config = (await self.topic_configs(addr)).get(topic)
+            if config is None:
+                if broker_addr:
+                    raise ClientError(f"broker {addr} holds no topic {topic}")
+                continue
+            before[addr] = old = int(config.get("perm", 6))
+            if old == perm:
+                continue
+            header = CreateTopicRequestHeader(
+                topic=topic,
+                default_topic="TBW102",
+                read_queue_nums=int(config.get("readQueueNums", 0)),
+                write_queue_nums=int(config.get("writeQueueNums", 0)),
+                perm=perm,
+                topic_sys_flag=int(config.get("topicSysFlag", 0)),
+                order=bool(config.get("order", False)),
+            ).to_ext()
+            self._check(addr, await self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header))
+        if not before:
+            raise NoRouteError(f"no master of cluster {cluster} holds topic {topic}")
+        return before
+
+    async def read_queues(self, topic: str) -> list[MessageQueue]:
+        """``topic``'s readable queues, in broker-name order; NoRouteError if no broker holds
+        it."""
+        return sorted((await self._route(topic)).subscribe_queues())
+
+    async def _reader_of(self, broker_name: str) -> str:
+        """The address to read a broker's queues from: its master, or its lowest-numbered
+        slave while the master is away."""
+        if self._reader_addrs is None:
+            self._reader_addrs = {
+                b.broker_name: b.addrs[min(b.addrs)] for b in await self.clusters() if b.addrs
+            }
+        addr = self._reader_addrs.get(broker_name)
+        if addr is None:
+            raise NoRouteError(f"no broker named {broker_name}")
+        return addr
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        """The queue's first offset still held."""
+        return await self._client_api.min_offset(await self._reader_of(mq.broker_name), mq)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        """The offset the queue's next message will take."""
+        return await self._client_api.max_offset(await self._reader_of(mq.broker_name), mq)
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The offset of the queue's first message stored at or after ``timestamp_ms``."""
+        addr = await self._reader_of(mq.broker_name)
+        return await self._client_api.search_offset(addr, mq, timestamp_ms)
+
+    async def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int = 32,
+        *,
+        expression: str = "*",
+        group: str = TOOLS_CONSUMER_GROUP,
+    ) -> PullResult:
+        """Up to ``max_nums`` messages of the queue from ``offset`` on that match the tag
+        ``expression``, as ``group`` (nothing is committed); the broker answers at once."""
+        addr = await self._reader_of(mq.broker_name)
+        header = PullMessageRequestHeader.immediate(
+            group, mq.topic, mq.queue_id, offset, max_nums, expression
+        )
+        return await self._client_api.pull(addr, mq.broker_name, header, self.timeout_s)
 
 
 def _progress(table: object) -> dict[MessageQueue, ConsumerProgress]:

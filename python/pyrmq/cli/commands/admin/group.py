@@ -4,6 +4,7 @@ an :class:`~pyrmq.client.admin.Admin` for the question asked, and plain-text tab
 import asyncio
 import datetime
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -12,10 +13,21 @@ import click
 
 from pyrmq.acl.signing import Credentials
 from pyrmq.client.admin import Admin
+from pyrmq.client.instance import ClientConfig
 from pyrmq.errors import PyrmqError
 from pyrmq.remoting.tls import client_context
 
-__all__ = ["NAMESRV", "admin", "ask", "pairs", "shown_time", "table"]
+__all__ = [
+    "NAMESRV",
+    "admin",
+    "ask",
+    "client_config",
+    "pairs",
+    "run",
+    "shown_time",
+    "table",
+    "timestamp_ms",
+]
 
 T = TypeVar("T")
 
@@ -35,14 +47,54 @@ def ask(namesrv_addr: str, question: Callable[[Admin], Awaitable[T]]) -> T:
     credentials = ctx.find_object(Credentials)
     tls = ctx.meta.get(_TLS)
 
-    async def run() -> T:
+    async def asked() -> T:
         async with Admin(namesrv_addr, credentials=credentials, tls=tls) as admin:
             return await question(admin)
 
+    return run(asked)
+
+
+def run(work: Callable[[], Awaitable[T]]) -> T:
+    """Runs ``work`` in a new event loop; a pyrmq error becomes the command's error."""
+
+    async def main() -> T:
+        return await work()
+
     try:
-        return asyncio.run(run())
+        return asyncio.run(main())
     except PyrmqError as e:
         raise click.ClickException(str(e)) from e
+
+
+def client_config(namesrv_addr: str) -> ClientConfig:
+    """Settings for a producer or consumer a command runs: the name servers, the account and
+    TLS given to ``pyrmq admin``, and an instance of its own."""
+    ctx = click.get_current_context()
+    try:
+        return ClientConfig(
+            namesrv_addr=namesrv_addr,
+            instance_name=f"admin-{time.time_ns()}",
+            credentials=ctx.find_object(Credentials),
+            tls=ctx.meta.get(_TLS),
+        )
+    except PyrmqError as e:
+        raise click.BadParameter(str(e), param_hint="--namesrv-addr") from e
+
+
+def timestamp_ms(text: str, param_hint: str) -> int:
+    """mqadmin's time forms: ms since the epoch, or local time as ``yyyy-MM-dd#HH:mm:ss:SSS``."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is neither ms since the epoch nor yyyy-MM-dd#HH:mm:ss:SSS",
+            param_hint=param_hint,
+        ) from None
+    return int(when.timestamp() * 1000)
 
 
 def shown_time(ms: int) -> str:

@@ -3,14 +3,12 @@
 ``resetOffsetByTime``, ``cloneGroupOffset``, ``brokerConsumeStats`` and the correction offsets
 of a group (QUERY_CORRECTION_OFFSET)."""
 
-import datetime
-
 import click
 
 from pyrmq.client.admin import ClientConnection
 from pyrmq.remoting.protocol import MQVersion
 
-from .group import NAMESRV, admin, ask, shown_time, table
+from .group import NAMESRV, admin, ask, shown_time, table, timestamp_ms
 
 
 @admin.command("consumer-progress")
@@ -170,22 +168,8 @@ def get_consumer_status(namesrv_addr: str, group: str, topic: str, client_id: st
 
 
 def _timestamp(text: str) -> int:
-    """mqadmin's forms: ``now`` (-1, each queue's end), ms since the epoch, or local time as
-    ``yyyy-MM-dd#HH:mm:ss:SSS``."""
-    if text == "now":
-        return -1
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        when = datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is neither now, ms since the epoch nor yyyy-MM-dd#HH:mm:ss:SSS",
-            param_hint="--timestamp",
-        ) from None
-    return int(when.timestamp() * 1000)
+    """``now`` (-1, each queue's end), or one of :func:`timestamp_ms`'s forms."""
+    return -1 if text == "now" else timestamp_ms(text, "--timestamp")
 
 
 @admin.command("reset-offset-by-time")

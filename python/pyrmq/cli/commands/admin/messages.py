@@ -1,11 +1,14 @@
 """``pyrmq admin`` for messages: ``queryMsgByKey``, ``queryMsgById`` (with ``-g -d``, a message
-consumed again by one consumer), ``queryMsgByUniqueKey``, ``queryCq`` and
-``resumeCheckHalfMessage``."""
+consumed again by one consumer), ``queryMsgByUniqueKey``, ``queryMsgByOffset``, ``queryCq``
+and ``resumeCheckHalfMessage``."""
 
 import click
 
 from pyrmq import _core
 from pyrmq._core import MessageExt
+from pyrmq.client.admin import Admin
+from pyrmq.client.api import PullStatus
+from pyrmq.client.message import MessageQueue
 
 from .group import NAMESRV, admin, ask, shown_time, table
 
@@ -97,6 +100,29 @@ def query_msg_by_unique_key(namesrv_addr: str, topic: str, msg_id: str) -> None:
         if i:
             click.echo()
         _print_message(msg)
+
+
+@admin.command("query-msg-by-offset")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-b", "--broker-name", required=True, help="Broker name (not address).")
+@click.option("-i", "--queue-id", required=True, type=int, help="Queue id.")
+@click.option("-o", "--offset", required=True, type=int, help="Queue offset.")
+def query_msg_by_offset(
+    namesrv_addr: str, topic: str, broker_name: str, queue_id: int, offset: int
+) -> None:
+    """The message at a queue offset, every field."""
+    mq = MessageQueue(topic.strip(), broker_name.strip(), queue_id)
+
+    async def question(a: Admin) -> MessageExt | None:
+        result = await a.pull(mq, offset, 1)
+        found = [m for m in result.messages if m.queue_offset == offset]
+        return found[0] if result.status is PullStatus.FOUND and found else None
+
+    msg = ask(namesrv_addr, question)
+    if msg is None:
+        raise click.ClickException(f"no message at offset {offset} of queue {mq}")
+    _print_message(msg)
 
 
 @admin.command("query-cq")

@@ -1,11 +1,13 @@
 """``pyrmq admin`` for topics: ``topicList``, ``topicRoute``, ``topicStatus``, ``updateTopic``,
-``deleteTopic`` and ``statsAll``."""
+``deleteTopic``, ``statsAll``, ``topicClusterList``, ``updateTopicPerm``, ``updateOrderConf``
+and ``allocateMQ``."""
 
 import json
 
 import click
 
 from pyrmq.client.admin import Admin
+from pyrmq.client.allocate import allocate_averagely
 from pyrmq.errors import PyrmqError
 
 from .group import NAMESRV, admin, ask, shown_time, table
@@ -169,3 +171,109 @@ def stats_all(namesrv_addr: str, active: bool, topic: str | None) -> None:
         return rows
 
     table(ask(namesrv_addr, question))
+
+
+@admin.command("topic-cluster-list")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def topic_cluster_list(namesrv_addr: str, topic: str) -> None:
+    """The clusters of the brokers that hold the topic, one per line."""
+    for cluster in ask(namesrv_addr, lambda a: a.topic_clusters(topic.strip())):
+        click.echo(cluster)
+
+
+@admin.command("update-topic-perm")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option(
+    "-p",
+    "--perm",
+    required=True,
+    type=click.Choice(["2", "4", "6"]),
+    help="2 write, 4 read, 6 both.",
+)
+@click.option("-b", "--broker-addr", help="On this broker only, host:port.")
+@click.option(
+    "-c", "--cluster", help="On the masters of this cluster [default: every master of the topic]."
+)
+def update_topic_perm(
+    namesrv_addr: str, topic: str, perm: str, broker_addr: str | None, cluster: str | None
+) -> None:
+    """Change an existing topic's permission, keeping its queues: 4 stops sends to it,
+    2 stops consumers reading it."""
+    if broker_addr and cluster:
+        raise click.UsageError("-b/--broker-addr and -c/--cluster exclude each other")
+    new = int(perm)
+    before = ask(
+        namesrv_addr,
+        lambda a: a.update_topic_perm(
+            topic.strip(), new, broker_addr=broker_addr and broker_addr.strip(), cluster=cluster
+        ),
+    )
+    for addr, old in before.items():
+        if old == new:
+            click.echo(f"perm of topic [{topic}] in {addr} is {new} already.")
+        else:
+            click.echo(f"update topic perm from {old} to {new} in {addr} success.")
+
+
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+"""The name servers' KV namespace of ordered topics' queue counts per broker."""
+
+
+def _order_conf(text: str) -> str:
+    """``brokerName:num;brokerName:num``, checked, without blanks."""
+    parts = []
+    for part in text.split(";"):
+        name, sep, count = part.strip().partition(":")
+        if not sep or not name.strip() or not count.strip().isdigit():
+            raise click.BadParameter(
+                f"{part.strip()!r} is not brokerName:num", param_hint="--order-conf"
+            )
+        parts.append(f"{name.strip()}:{int(count)}")
+    return ";".join(parts)
+
+
+@admin.command("update-order-conf")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option(
+    "-m", "--method", required=True, type=click.Choice(["get", "put", "delete"]), help="What to do."
+)
+@click.option("-v", "--order-conf", help="With put: brokerName1:num;brokerName2:num.")
+def update_order_conf(namesrv_addr: str, topic: str, method: str, order_conf: str | None) -> None:
+    """Read, set or remove an ordered topic's queue counts per broker (the name servers'
+    ORDER_TOPIC_CONFIG); with orderMessageEnable the name servers route it so."""
+    topic = topic.strip()
+    if method == "get":
+        value = ask(namesrv_addr, lambda a: a.kv_config(ORDER_TOPIC_CONFIG, topic))
+        if value is None:
+            raise click.ClickException(f"no orderConf for topic [{topic}]")
+        click.echo(f"get orderConf success. topic=[{topic}], orderConf=[{value}]")
+    elif method == "put":
+        if not order_conf or not order_conf.strip():
+            raise click.UsageError("put needs the order conf: -v brokerName:num;...")
+        conf = _order_conf(order_conf)
+        ask(namesrv_addr, lambda a: a.put_kv_config(ORDER_TOPIC_CONFIG, topic, conf))
+        click.echo(f"update orderConf success. topic=[{topic}], orderConf=[{conf}]")
+    else:
+        ask(namesrv_addr, lambda a: a.delete_kv_config(ORDER_TOPIC_CONFIG, topic))
+        click.echo(f"delete orderConf success. topic=[{topic}]")
+
+
+@admin.command("allocate-mq")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-i", "--ip-list", required=True, help="Client ids, comma-separated, in order.")
+def allocate_mq(namesrv_addr: str, topic: str, ip_list: str) -> None:
+    """How the averagely strategy shares the topic's readable queues among these client ids,
+    as JSON: each id's queues."""
+    queues = ask(namesrv_addr, lambda a: a.read_queues(topic.strip()))
+    cids = [c.strip() for c in ip_list.split(",") if c.strip()]
+    result = {
+        cid: [
+            dict(sorted(mq.to_json().items())) for mq in allocate_averagely("aa", cid, queues, cids)
+        ]
+        for cid in cids
+    }
+    click.echo(json.dumps({"result": result}, separators=(",", ":")))
