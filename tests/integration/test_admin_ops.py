@@ -163,8 +163,31 @@ def test_system_topics_are_the_cluster_and_broker_names_and_rocketmqs_own(
         body = json.loads(from_ns.body)
         assert body["brokerAddr"] == broker
         assert sorted(body["topicList"]) == sorted({member.cluster, member.broker_name})
+        own = await invoke(broker, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
+        mine = {member.cluster, member.broker_name, f"{member.cluster}_REPLY_TOPIC"}
+        assert mine <= set(json.loads(own.body)["topicList"])
 
     run(scenario)
+
+
+def test_the_topics_named_after_the_cluster_and_broker_take_sends_as_configured(
+    tmp_path: Path,
+) -> None:
+    """As RocketMQ's brokers (``mqadmin clusterRT`` sends to the broker's): open by default,
+    closed to sends with ``brokerTopicEnable``/``clusterTopicEnable`` false."""
+    for enabled in ("true", "false"):
+        root = tmp_path / enabled
+        root.mkdir()
+        conf = root / "broker.conf"
+        conf.write_text(f"brokerTopicEnable={enabled}\nclusterTopicEnable={enabled}\n")
+        with serving(root, "-c", str(conf)) as server:
+            broker = server.addresses()[1]
+            for topic in ("broker-a", "DefaultCluster"):
+                sent = helpers.send_raw(broker, topic, b"rt")
+                if enabled == "true":
+                    assert sent.code == ResponseCode.SUCCESS, sent.remark
+                else:
+                    assert sent.code == ResponseCode.NO_PERMISSION, sent.remark
 
 
 def test_topic_list_prints_every_routed_topic_and_its_cluster(addrs: tuple[str, str]) -> None:

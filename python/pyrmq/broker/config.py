@@ -29,6 +29,8 @@ _ALIASES = {
     "serverChannelMaxIdleTimeSeconds": "server_channel_max_idle_s",
     "namesrvAddr": "namesrv_addr",
     "autoCreateTopicEnable": "auto_create_topic_enable",
+    "clusterTopicEnable": "cluster_topic_enable",
+    "brokerTopicEnable": "broker_topic_enable",
     "defaultTopicQueueNums": "default_topic_queue_nums",
     "longPollingEnable": "long_polling_enable",
     "shortPollingTimeMills": "short_polling_time_ms",
@@ -92,6 +94,10 @@ class BrokerConfig:
     # Name servers, "host:port;host:port".
     namesrv_addr: str = ""
     auto_create_topic_enable: bool = True
+    # Topics named after the cluster and the broker take sends (RocketMQ's; mqadmin clusterRT
+    # sends to the broker's).
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
     default_topic_queue_nums: int = 8
     long_polling_enable: bool = True
     # Consumers may filter by SQL92 over message properties (RocketMQ's default: off).

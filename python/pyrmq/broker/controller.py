@@ -80,6 +80,9 @@ class BrokerController:
             auto_create_topic_enable=config.auto_create_topic_enable,
             default_topic_queue_nums=config.default_topic_queue_nums,
             cluster_name=config.broker_cluster_name,
+            broker_name=config.broker_name,
+            cluster_topic_enable=config.cluster_topic_enable,
+            broker_topic_enable=config.broker_topic_enable,
         )
         self.offsets = OffsetTable(self._root / "config" / "consumerOffset.json")
         self.queue_locks = QueueLockTable(self._root / "config" / "queueLocks.json")

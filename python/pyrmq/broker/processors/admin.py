@@ -385,9 +385,10 @@ class AdminProcessor:
     # --- system topics, group offset clone ------------------------------------------------
 
     async def system_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """A TopicList of RocketMQ's system topics (the name servers add the cluster and broker
-        names, which a topic may not take either)."""
-        body = json.dumps({"topicList": sorted(SYSTEM_TOPICS)}, separators=(",", ":")).encode()
+        """A TopicList of RocketMQ's system topics, with this broker's own: those named after
+        its cluster and itself, and its cluster's reply topic."""
+        topics = SYSTEM_TOPICS | self.broker.topics.own_system_topics()
+        body = json.dumps({"topicList": sorted(topics)}, separators=(",", ":")).encode()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def clone_group_offset(

@@ -32,6 +32,9 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_QUEUE_NUMS = 18
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+# RocketMQ's TopicConfig default, which the cluster-named topic keeps.
+NAMED_TOPIC_QUEUE_NUMS = 16
 RECALL_TOPIC = "rmq_sys_wheel_timer"
 """The store's own queue of recall markers (RocketMQ 5's timer wheel topic)."""
 LMQ_PREFIX = "%LMQ%"
@@ -44,7 +47,7 @@ SYSTEM_TOPICS = frozenset(
         "RMQ_SYS_TRACE_TOPIC",
         "RMQ_SYS_TRANS_OP_HALF_TOPIC",
         "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
+        SELF_TEST_TOPIC,
         "OFFSET_MOVED_EVENT",
     }
 )
@@ -94,10 +97,22 @@ class TopicTable:
         auto_create_topic_enable: bool,
         default_topic_queue_nums: int,
         cluster_name: str | None = None,
+        broker_name: str | None = None,
+        cluster_topic_enable: bool = True,
+        broker_topic_enable: bool = True,
     ) -> None:
-        """``cluster_name``: the broker's cluster, whose reply topic is one of the system
-        topics (none without it)."""
+        """``cluster_name``, ``broker_name``: the broker's; topics named after them, and the
+        cluster's reply topic, are system topics (none without them). The first two take
+        sends only with ``cluster_topic_enable``, ``broker_topic_enable``."""
         self.path = path
+        self._named = {
+            name: (queues, PERM_INHERIT | (PERM_READ | PERM_WRITE if enabled else 0))
+            for name, queues, enabled in (
+                (cluster_name, NAMED_TOPIC_QUEUE_NUMS, cluster_topic_enable),
+                (broker_name, 1, broker_topic_enable),
+            )
+            if name
+        }
         self.auto_create_topic_enable = auto_create_topic_enable
         self.default_topic_queue_nums = default_topic_queue_nums
         self.reply_topic = None if cluster_name is None else cluster_name + REPLY_TOPIC_SUFFIX
@@ -110,6 +125,14 @@ class TopicTable:
                 self._topics[name] = TopicConfig.from_json(value)
             self.data_version = loaded.get("dataVersion") or self.data_version
         self._system_topics_unsaved = self._add_system_topics()
+
+    def own_system_topics(self) -> set[str]:
+        """The system topics this broker's names make: its cluster's reply topic and the
+        topics named after its cluster and itself."""
+        own = set(self._named)
+        if self.reply_topic is not None:
+            own.add(self.reply_topic)
+        return own
 
     def _add_system_topics(self) -> bool:
         changed = False
@@ -130,6 +153,15 @@ class TopicTable:
         if self.reply_topic is not None and self.reply_topic not in self._topics:
             self._topics[self.reply_topic] = TopicConfig(self.reply_topic, 1, 1)
             changed = True
+        if SELF_TEST_TOPIC not in self._topics:
+            self._topics[SELF_TEST_TOPIC] = TopicConfig(SELF_TEST_TOPIC, 1, 1)
+            changed = True
+        # Set at every start, as RocketMQ's: their perms follow the broker's settings.
+        for name, (queues, perm) in self._named.items():
+            wanted = TopicConfig(name, queues, queues, perm)
+            if self._topics.get(name) != wanted:
+                self._topics[name] = wanted
+                changed = True
         return changed
 
     def save_system_topics(self) -> None:

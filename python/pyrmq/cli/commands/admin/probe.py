@@ -156,9 +156,8 @@ async def _broker_rts(
         raise click.ClickException(f"cluster [{cluster}] not exist")
     out = []
     for b in brokers:
-        # mqadmin sends to the topic named after each broker, which RocketMQ's brokers make
-        # (brokerTopicEnable) and pyrmq's do not; the queues are the broker's own, so that
-        # the round trips are its alone.
+        # As mqadmin: to the topic named after each broker (brokerTopicEnable), whose one
+        # queue is the broker's own, so that the round trips are its alone.
         name = topic or b.broker_name
         route = await a.route(name)
         queues = (
@@ -166,7 +165,8 @@ async def _broker_rts(
         )
         if not queues:
             click.echo(
-                f"{b.broker_name} holds no writable topic {name}: name one it holds with -t",
+                f"{b.broker_name} holds no writable topic {name} (brokerTopicEnable=false?): "
+                "name one it holds with -t",
                 err=True,
             )
             out.append(_BrokerRT(b.cluster, b.broker_name, 0.0, 0, amount))
