@@ -59,7 +59,7 @@ stubtest: ## check python/pyrmq/_core.pyi against the built extension
 
 .PHONY: test-rust
 test-rust: ## run the Rust tests of every crate (store, remoting codec, binding)
-	cargo test --workspace --release
+	cargo test --workspace --profile test-opt
 
 .PHONY: test-python
 test-python: ## run the whole pytest suite (needs the built extension)
