@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import datetime
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -101,20 +101,34 @@ def _average_rt(rounds: Sequence[_Round]) -> float:
     return sum(r.rt_ms for r in counted) / len(counted) if counted else 0.0
 
 
+def _amount_and_size(amount_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """-a (how many sends) and -s (their body size), as mqadmin's RT commands take them."""
+
+    def options(command: Callable[..., None]) -> Callable[..., None]:
+        command = click.option(
+            "-s",
+            "--size",
+            default=128,
+            show_default=True,
+            type=click.IntRange(0),
+            help="Body size, bytes.",
+        )(command)
+        return click.option(
+            "-a",
+            "--amount",
+            default=100,
+            show_default=True,
+            type=click.IntRange(1),
+            help=amount_help,
+        )(command)
+
+    return options
+
+
 @admin.command("check-msg-send-rt")
 @NAMESRV
 @click.option("-t", "--topic", required=True, help="Topic name.")
-@click.option(
-    "-a",
-    "--amount",
-    default=100,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Messages to send.",
-)
-@click.option(
-    "-s", "--size", default=128, show_default=True, type=click.IntRange(0), help="Body size, bytes."
-)
+@_amount_and_size("Messages to send.")
 def check_msg_send_rt(namesrv_addr: str, topic: str, amount: int, size: int) -> None:
     """Send messages one at a time, each to the next queue of the topic, and print each
     one's queue, outcome and round trip (ms), then the average."""
@@ -180,17 +194,7 @@ async def _broker_rts(
 
 @admin.command("cluster-rt")
 @NAMESRV
-@click.option(
-    "-a",
-    "--amount",
-    default=100,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Messages per broker.",
-)
-@click.option(
-    "-s", "--size", default=128, show_default=True, type=click.IntRange(0), help="Body size, bytes."
-)
+@_amount_and_size("Messages per broker.")
 @click.option("-c", "--cluster", help="Only this cluster's brokers [default: every cluster's].")
 @click.option(
     "-p",

@@ -3,7 +3,7 @@
 
 import codecs
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import click
 
@@ -15,6 +15,31 @@ from pyrmq.client.message import MessageQueue
 from .group import NAMESRV, admin, ask, timestamp_ms
 
 PULL_BATCH = 32
+
+_BEGIN_HELP = "Stored at or after: ms since the epoch or yyyy-MM-dd#HH:mm:ss:SSS."
+_END_HELP = "Stored before: same forms."
+
+
+def _print_options(command: Callable[..., None]) -> Callable[..., None]:
+    """print-msg's and print-msg-by-queue's charset, tag expression and time range."""
+    for option in reversed(
+        [
+            click.option(
+                "-c", "--charset", default="UTF-8", show_default=True, help="Of the bodies."
+            ),
+            click.option(
+                "-s",
+                "--sub-expression",
+                default="*",
+                show_default=True,
+                help="Tags, e.g. TagA || TagB.",
+            ),
+            click.option("-b", "--begin-timestamp", help=_BEGIN_HELP),
+            click.option("-e", "--end-timestamp", help=_END_HELP),
+        ]
+    ):
+        command = option(command)
+    return command
 
 
 def _charset(name: str) -> str:
@@ -102,12 +127,8 @@ async def _pulled(
     show_default=True,
     help="Pull as this consumer group (its offsets stay as they are).",
 )
-@click.option(
-    "-s",
-    "--begin-timestamp",
-    help="Stored at or after: ms since the epoch or yyyy-MM-dd#HH:mm:ss:SSS.",
-)
-@click.option("-e", "--end-timestamp", help="Stored before: same forms.")
+@click.option("-s", "--begin-timestamp", help=_BEGIN_HELP)
+@click.option("-e", "--end-timestamp", help=_END_HELP)
 @click.option(
     "-c",
     "--count",
@@ -165,16 +186,7 @@ def consume_message(
 @admin.command("print-msg")
 @NAMESRV
 @click.option("-t", "--topic", required=True, help="Topic name.")
-@click.option("-c", "--charset", default="UTF-8", show_default=True, help="Of the bodies.")
-@click.option(
-    "-s", "--sub-expression", default="*", show_default=True, help="Tags, e.g. TagA || TagB."
-)
-@click.option(
-    "-b",
-    "--begin-timestamp",
-    help="Stored at or after: ms since the epoch or yyyy-MM-dd#HH:mm:ss:SSS.",
-)
-@click.option("-e", "--end-timestamp", help="Stored before: same forms.")
+@_print_options
 @click.option(
     "-d", "--print-body", default=True, show_default=True, type=bool, help="Print bodies."
 )
@@ -208,16 +220,7 @@ def print_msg(
 @click.option("-t", "--topic", required=True, help="Topic name.")
 @click.option("-a", "--broker-name", required=True, help="Broker name (not address).")
 @click.option("-i", "--queue-id", required=True, type=int, help="Queue id.")
-@click.option("-c", "--charset", default="UTF-8", show_default=True, help="Of the bodies.")
-@click.option(
-    "-s", "--sub-expression", default="*", show_default=True, help="Tags, e.g. TagA || TagB."
-)
-@click.option(
-    "-b",
-    "--begin-timestamp",
-    help="Stored at or after: ms since the epoch or yyyy-MM-dd#HH:mm:ss:SSS.",
-)
-@click.option("-e", "--end-timestamp", help="Stored before: same forms.")
+@_print_options
 @click.option(
     "-p", "--print-msg", default=False, show_default=True, type=bool, help="Print the messages."
 )
