@@ -17,6 +17,7 @@ from pyrmq.acl.edits import (
     next_version,
     updated_account,
     with_global_white,
+    without_account,
 )
 from pyrmq.acl.plain import AclError, AclFile
 
@@ -34,8 +35,9 @@ accounts:
 
 def test_an_update_keeps_the_fields_it_does_not_give_but_always_sets_admin() -> None:
     doc = yaml.safe_load(PLAIN.replace("DENY", "DENY\n    admin: true"))
+    doc["accounts"].append({"accessKey": "rootadmin", "secretKey": "root-secret", "admin": True})
     out = updated_account(doc, AccountChange("producer1", "new-secret", group_perms=["G=SUB"]))
-    [account] = out["accounts"]
+    account, _ = out["accounts"]
     assert account == {
         "accessKey": "producer1",
         "secretKey": "new-secret",
@@ -105,3 +107,24 @@ def test_a_rewrite_that_would_not_read_leaves_the_file(tmp_path: Path) -> None:
         acl.rewrite(lambda doc: updated_account(doc, AccountChange("short", "short")))
     assert path.read_text() == PLAIN
     assert [p.name for p in tmp_path.iterdir()] == ["plain_acl.yml"]
+
+
+def test_no_change_leaves_the_acl_without_an_admin_account() -> None:
+    """Only admin accounts may change the ACL through a broker: demoting or deleting the last
+    one would lock every operator out."""
+    doc = {
+        "accounts": [
+            {"accessKey": "adminuser", "secretKey": "admin-secret", "admin": True},
+            {"accessKey": "producer1", "secretKey": "secret-p1", "admin": False},
+        ]
+    }
+    demote = AccountChange(access_key="adminuser", secret_key="admin-secret", admin=False)
+    with pytest.raises(AclEditError, match="no admin account"):
+        updated_account(doc, demote)
+    with pytest.raises(AclEditError, match="no admin account"):
+        without_account(doc, "adminuser")
+    promoted = updated_account(
+        doc, AccountChange(access_key="producer1", secret_key="secret-p1", admin=True)
+    )
+    assert [a["admin"] for a in updated_account(promoted, demote)["accounts"]] == [False, True]
+    assert [a["accessKey"] for a in without_account(doc, "producer1")["accounts"]] == ["adminuser"]

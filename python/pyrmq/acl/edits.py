@@ -146,7 +146,22 @@ def updated_account(doc: dict[str, Any], change: AccountChange) -> dict[str, Any
     else:
         accounts.append(change.merged({}))
     out[ACCOUNTS] = accounts
+    _keep_an_admin(doc, out)
     return out
+
+
+def _keep_an_admin(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Refuses a change that leaves no admin account where there was one: only admin accounts
+    may change the file through the broker, so none could undo it."""
+
+    def admins(doc: dict[str, Any]) -> int:
+        return sum(1 for a in _accounts(doc) if isinstance(a, dict) and a.get("admin") is True)
+
+    if admins(before) and not admins(after):
+        raise AclEditError(
+            "the change would leave no admin account, and only an admin account may change "
+            "the ACL (give another account admin first, or set -m true)"
+        )
 
 
 def without_account(doc: dict[str, Any], access_key: str) -> dict[str, Any]:
@@ -159,6 +174,7 @@ def without_account(doc: dict[str, Any], access_key: str) -> dict[str, Any]:
     if len(kept) == len(accounts):
         raise AclEditError(f"no account with accessKey {access_key!r}")
     out[ACCOUNTS] = kept
+    _keep_an_admin(doc, out)
     return out
 
 

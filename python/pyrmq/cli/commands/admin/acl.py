@@ -34,7 +34,7 @@ def _shown(value: object) -> str:
 @CLUSTER
 @BROKER
 @click.option("-a", "--access-key", required=True, help="The account's accessKey.")
-@click.option("-s", "--secret-key", help="Its secretKey (7 characters or more).")
+@click.option("-s", "--secret-key", required=True, help="Its secretKey (7 characters or more).")
 @click.option("-w", "--white-remote-address", help="Its hosts that need no signature.")
 @click.option("-i", "--default-topic-perm", help="DENY, PUB, SUB or PUB|SUB for topics not listed.")
 @click.option("-u", "--default-group-perm", help="The same for groups not listed.")
