@@ -24,6 +24,7 @@ __all__ = [
     "__version__",
     "batch_timer_properties",
     "build_profile",
+    "compress_body",
     "decode_frames",
     "decode_messages",
     "decode_offset_msg_id",
@@ -31,6 +32,7 @@ __all__ = [
     "encode_batch",
     "encode_command",
     "encode_message",
+    "inflate_body",
     "java_string_hash",
     "message_ids",
     "received_extent",
@@ -518,6 +520,16 @@ class MessageStore:
 def self_signed_certificate(names: list[str]) -> tuple[str, str]:
     """A self-signed certificate for ``names`` (host names and IP addresses) and its key, in
     PEM: RocketMQ's TLS test mode."""
+
+def compress_body(body: bytes, compression: str, level: int) -> tuple[bytes, int]:
+    """``(compressed body, sys flag bits)`` of ``body`` compressed with ``compression``
+    (``"zlib"``, ``"lz4"`` or ``"zstd"``); ``level`` applies to zlib. ConfigError for another
+    name."""
+
+def inflate_body(body: bytes, sys_flag: int, limit: int | None = None) -> bytes:
+    """``body``, compressed as ``sys_flag`` says (zlib, LZ4 or Zstandard), inflated;
+    MessageBodyError when it does not inflate, names an unknown compression, or inflates past
+    ``limit`` bytes."""
 
 def decode_messages(buffer: Buffer) -> list[StoredMessage]:
     """Decodes records laid end to end (a PULL body, or ``GetResult.buffer``)."""

@@ -22,6 +22,7 @@ __all__ = [
     "HeaderError",
     "InvalidQueueIdError",
     "InvalidTopicError",
+    "MessageBodyError",
     "MessageIllegalError",
     "MessageTooLargeError",
     "NoRouteError",
@@ -119,6 +120,11 @@ class InvalidQueueIdError(MessageIllegalError):
 
 class SystemTopicError(MessageIllegalError):
     """A user write targeted a topic only the broker writes (RocketMQ's not-allowed-send set)."""
+
+
+class MessageBodyError(PyrmqError, ValueError):
+    """A received message's body cannot be read as its sys flag says: it does not inflate,
+    names a compression RocketMQ does not have, or inflates past the reader's limit."""
 
 
 class RemotingError(PyrmqError):

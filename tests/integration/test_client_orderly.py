@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 from tests import helpers
 from tests.compat.servers import create_topic, serving, start_serve
 from tests.helpers import committed_offset, fast_config
@@ -279,6 +280,50 @@ def test_a_message_out_of_retries_goes_to_the_dead_letter_queue_and_its_queue_mo
         assert rec.done_offsets()[MessageQueue(topic, BROKER, 0)] == [0, 1, 1, 1, 2, 3]
         dead = await pull_all(broker, f"%DLQ%{group}")
         assert [(m.body, m.keys, m.tags) for m in dead] == [(b"m1", "k1", "T")]
+        assert await committed_offset(broker, group, MessageQueue(topic, BROKER, 0)) == 4
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_a_message_whose_body_does_not_inflate_goes_to_the_dlq_in_its_turn_unseen(
+    addrs: tuple[str, str], batch: int
+) -> None:
+    """A body flagged LZ4 that is not LZ4: no listener could read it, so it goes to the DLQ at
+    once, as stored, and the messages on either side are consumed in order, a real Zstandard
+    body among them."""
+    namesrv, broker = addrs
+    topic, group = f"TopicOrderlyUnreadable{batch}", f"CG_ORDERLY_UNREADABLE{batch}"
+    create_topic(broker, topic, 1)
+    big = b"zstd body " * 1000
+    sends = [
+        (b"m0", 0),
+        (b"not lz4", 0x101),
+        (zstandard.ZstdCompressor().compress(big), 0x201),
+        (b"m3", 0),
+    ]
+    for body, sys_flag in sends:
+        assert helpers.send_raw(broker, topic, body, sys_flag=sys_flag).code == 0
+    bodies: list[bytes] = []
+    rec = OrderRecorder()
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        bodies.extend(m.body for m in msgs)
+        return rec(msgs, ctx)
+
+    async def scenario() -> None:
+        c = orderly(namesrv, group, topic, listener, consume_message_batch_max_size=batch)
+        await c.start()
+        try:
+            await eventually(lambda: rec.count() >= 3, what="the readable messages consumed")
+            await asyncio.sleep(0.3)
+        finally:
+            await c.shutdown()
+        assert rec.done_offsets()[MessageQueue(topic, BROKER, 0)] == [0, 2, 3]
+        assert bodies == [b"m0", big, b"m3"]
+        [dead] = await pull_all(broker, f"%DLQ%{group}")
+        # Sent back on its first delivery, which the broker counts.
+        assert (dead.stored.body, dead.reconsume_times) == (b"not lz4", 1)
         assert await committed_offset(broker, group, MessageQueue(topic, BROKER, 0)) == 4
 
     run(scenario)

@@ -14,7 +14,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import lz4.frame
 import pytest
+import zstandard
 from tests import helpers
 from tests.helpers import eventually
 from tests.integration.client_cluster import client_cluster
@@ -27,6 +29,7 @@ from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, 
 from pyrmq.client.producer import Producer
 from pyrmq.errors import (
     ClientStateError,
+    ConfigError,
     InvalidTopicError,
     MessageIllegalError,
     MessageTooLargeError,
@@ -304,6 +307,34 @@ def test_large_bodies_are_compressed_on_the_wire_and_inflated_by_message_ext(
                 got = await pull_all(p, c, MessageQueue("TopicBig", "broker-a", 0))
                 assert [g.body for g in got] == [big, small, noise, edge]
                 assert (got[0].id, got[0].tags, got[0].keys) == (r_big.msg_id, "Big", "kbig")
+
+    run(scenario)
+
+
+def test_lz4_and_zstd_bodies_are_flagged_as_rocketmq_4_9_4_flags_them_and_read_back(
+    tmp_path: Path,
+) -> None:
+    big = b"".join(b"line %05d of a compressible body\n" % i for i in range(4000))
+    reference = {
+        "lz4": (0x101, lz4.frame.decompress),
+        "zstd": (0x201, lambda b: zstandard.ZstdDecompressor().decompressobj().decompress(b)),
+    }
+
+    async def scenario() -> None:
+        async with client_cluster(tmp_path) as c:
+            await c.create_topic("TopicPacked", 1)
+            for kind, (flag, decompress) in reference.items():
+                async with producer(c, f"PG_{kind}", compress_type=kind.upper()) as p:
+                    await p.send(Message("TopicPacked", big))
+                stored = c.stored("TopicPacked")[-1]
+                assert stored.sys_flag == flag
+                assert len(stored.body) < len(big) // 4
+                assert decompress(stored.body) == big
+            async with producer(c) as p:
+                got = await pull_all(p, c, MessageQueue("TopicPacked", "broker-a", 0))
+            assert [g.body for g in got] == [big, big]
+        with pytest.raises(ConfigError, match="snappy"):
+            Producer("PG", "127.0.0.1:9876", compress_type="snappy")
 
     run(scenario)
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import lz4.frame
 import pytest
 from tests import helpers
 from tests.compat.servers import ServerProcess, create_topic, serving
@@ -35,7 +36,7 @@ from pyrmq.client.message import RETRY_PREFIX, Message, MessageExt, MessageQueue
 from pyrmq.client.offset_store import LocalFileOffsetStore
 from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
-from pyrmq.errors import PyrmqError
+from pyrmq.errors import BrokerError, PyrmqError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -1069,6 +1070,52 @@ def test_failed_messages_come_back_and_the_commit_waits_for_a_slow_one(
                 assert again.body == f"m{i}".encode()
                 assert delivered_from.topic == RETRY_PREFIX + group
                 assert again.stored.topic == RETRY_PREFIX + group
+
+    run(scenario)
+
+
+def test_a_message_whose_body_does_not_inflate_goes_straight_to_the_dlq(
+    addrs: tuple[str, str],
+) -> None:
+    """A listener that fails on a body flagged Zstandard that is not: the message goes to the
+    DLQ at once, as stored, not through 16 retries; an LZ4 body beside it is read."""
+    namesrv, broker = addrs
+    topic, group = "TopicUnreadable", "CG_UNREADABLE"
+    create_topic(broker, topic, 1)
+    big = b"lz4 body " * 1000
+    for body, sys_flag in [(b"not zstd", 0x201), (lz4.frame.compress(big), 0x101)]:
+        assert helpers.send_raw(broker, topic, body, sys_flag=sys_flag).code == 0
+
+    def read_body(m: MessageExt) -> None:
+        assert m.body
+
+    rec = Recorder(read_body)
+
+    async def scenario() -> None:
+        c = consumer(namesrv, group, topic, rec, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+        await c.start()
+        try:
+            await eventually(lambda: len(rec.done) == 1, what="the LZ4 message consumed")
+            dead: list[MessageExt] = []
+
+            async def dead_lettered() -> bool:
+                try:
+                    result = await helpers.pull_head(broker, "broker-a", f"%DLQ%{group}", 0)
+                except BrokerError:  # no DLQ topic yet
+                    return False
+                dead[:] = result.messages if result.status is PullStatus.FOUND else []
+                return bool(dead)
+
+            for _ in range(100):
+                if await dead_lettered():
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await c.shutdown()
+        assert [m.body for m in rec.done] == [big]
+        assert [m.stored.body for m in dead] == [b"not zstd"]
+        # Delivered once: nothing came back from the retry topic.
+        assert [m.queue_offset for m, _ in rec.deliveries] == [0, 1]
 
     run(scenario)
 

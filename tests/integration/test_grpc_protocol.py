@@ -462,6 +462,9 @@ def test_compressed_4x_bodies_arrive_inflated_and_undecodable_ones_go_to_the_dlq
     import hashlib
     import zlib
 
+    import lz4.frame
+    import zstandard
+
     topic, group = "TopicGrpcCompressed", "GID_COMPRESSED"
     _create_topic(server, topic)
     big = b"pyrmq " * 2000
@@ -469,9 +472,12 @@ def test_compressed_4x_bodies_arrive_inflated_and_undecodable_ones_go_to_the_dlq
     _send_4x(server, topic, zlib.compress(big), sys_flag=1)
     _send_4x(server, topic, b"not zlib at all", sys_flag=1)
     _send_4x(server, topic, zlib.compress(b"lz4 is claimed"), sys_flag=1 | (1 << 8))
+    # LZ4 and Zstandard, as a RocketMQ 4.9.4 producer sends them with its compressType.
+    _send_4x(server, topic, lz4.frame.compress(big, block_linked=False), sys_flag=1 | (1 << 8))
+    _send_4x(server, topic, zstandard.ZstdCompressor().compress(big), sys_flag=1 | (2 << 8))
     _send_4x(server, topic, b"after")
     got = _messages(client.receive(_receive_request(topic, group)))
-    assert [m.body for m in got] == [b"plain", big, b"after"]
+    assert [m.body for m in got] == [b"plain", big, big, big, b"after"]
     for message in got:
         sp = message.system_properties
         assert sp.body_encoding == pb.IDENTITY

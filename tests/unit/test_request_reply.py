@@ -25,7 +25,7 @@ from pyrmq.client.request import (
     create_reply_message,
     get_reply_to_client,
 )
-from pyrmq.errors import ClientStateError, HeaderError, MessageIllegalError
+from pyrmq.errors import ClientStateError, HeaderError, MessageBodyError, MessageIllegalError
 from pyrmq.properties import ARRIVE_TIME, encode_properties
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.headers import ReplyMessageRequestHeader
@@ -108,7 +108,7 @@ def test_an_unreadable_push_is_refused() -> None:
     del ext["storeHost"]
     with pytest.raises(HeaderError, match="storeHost"):
         ReplyMessage.from_push(ext, b"")
-    with pytest.raises(ValueError, match="compressed reply body"):
+    with pytest.raises(MessageBodyError, match="zlib body does not inflate"):
         ReplyMessage.from_push(_push_ext(sysFlag=1), b"not zlib")
 
 

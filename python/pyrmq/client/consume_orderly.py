@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from pyrmq.client.consume_service import ConsumeStatus
-from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
+from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue, unreadable
 from pyrmq.client.process_queue import OrderlyProcessQueue
 from pyrmq.errors import PyrmqError
 
@@ -81,6 +81,10 @@ _Status = ConsumeOrderlyStatus | ConsumeStatus | None
 OrderlyListener = Callable[[list[MessageExt], ConsumeOrderlyContext], _Status | Awaitable[_Status]]
 """``(messages, context) -> status``, a function or a coroutine function; returning None
 counts as success and raising as a failure."""
+
+
+def _unreadable_listener(msgs: list[MessageExt], ctx: object) -> None:
+    """Stands for the listener of a message whose body does not inflate, which is not called."""
 
 
 def _succeeded(status: object) -> bool:
@@ -198,6 +202,14 @@ class OrderlyConsumeService:
         if same < len(msgs):
             pq.give_back(msgs[same:])
             del msgs[same:]
+        # A message no listener can read goes to the DLQ alone, in its turn.
+        bad = next((i for i, m in enumerate(msgs) if unreadable(m)), None)
+        if bad is not None:
+            keep = bad or 1
+            pq.give_back(msgs[keep:])
+            del msgs[keep:]
+            if bad == 0:
+                return msgs, _unreadable_listener
         return msgs, listener
 
     def _settle(
@@ -214,7 +226,7 @@ class OrderlyConsumeService:
         if succeeded:
             self._consumer.moved(pq, mq, pq.commit())
             return True
-        if min(m.reconsume_times for m in msgs) >= self.retry_limit:
+        if min(m.reconsume_times for m in msgs) >= self.retry_limit or unreadable(msgs[0]):
             return None
         for m in msgs:
             m.count_local_retry()
@@ -258,11 +270,12 @@ class OrderlyConsumeService:
                 self._suspend(msgs, ctx, pq, mq)
                 return False
             log.warning(
-                "%s sent %d message(s) of %s to its DLQ after %d retries",
+                "%s sent %d message(s) of %s to its DLQ after %d retries%s",
                 consumer.group,
                 len(msgs),
                 mq,
                 msgs[0].reconsume_times,
+                ": its body does not inflate" if unreadable(msgs[0]) else "",
             )
         else:
             log.warning(
@@ -309,6 +322,8 @@ class OrderlyConsumeService:
                     return
 
     def _call_sync(self, listener: Any, msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> bool:
+        if listener is _unreadable_listener:
+            return False
         if listener is None:
             self._orphans(msgs, ctx.message_queue)
             return True
@@ -359,6 +374,8 @@ class OrderlyConsumeService:
     async def _call_async(
         self, listener: Any, msgs: list[MessageExt], ctx: ConsumeOrderlyContext
     ) -> bool:
+        if listener is _unreadable_listener:
+            return False
         if listener is None:
             self._orphans(msgs, ctx.message_queue)
             return True

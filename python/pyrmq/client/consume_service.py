@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
-from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue
+from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue, unreadable
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.errors import PyrmqError
 from pyrmq.eventloop import start_eagerly
@@ -37,6 +37,8 @@ __all__ = ["ConcurrentConsumeService", "ConsumeContext", "ConsumeStatus", "Liste
 log = logging.getLogger(__name__)
 
 LOCAL_RETRY_DELAY_S: Final = 5.0
+DEAD_LETTER_LEVEL: Final = -1
+"""The delay level of a send-back that goes straight to the group's DLQ."""
 FANOUT_AFTER_S: Final = 0.002
 FANOUT_BELOW_CPU: Final = 0.75
 RETIRE_FROM_CPU: Final = 0.9
@@ -638,8 +640,12 @@ class ConcurrentConsumeService:
         failed = []
         sent = []
         for m in msgs:
+            level = ctx.delay_level_when_next_consume
+            if unreadable(m):
+                log.error("%s cannot read the body of %s; it goes to the DLQ", self._group, m.id)
+                level = DEAD_LETTER_LEVEL
             try:
-                await consumer.send_back(m, ctx.delay_level_when_next_consume)
+                await consumer.send_back(m, level)
                 sent.append(m)
             except PyrmqError as e:
                 log.warning("send-back of %s failed, retrying locally: %s", m.id, e)

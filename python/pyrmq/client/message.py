@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
 from pyrmq import _core
+from pyrmq.errors import MessageBodyError
 from pyrmq.properties import (
     DELAY,
     KEY_SEPARATOR,
@@ -24,6 +25,7 @@ from pyrmq.properties import (
     UNIQ_KEY,
     WAIT,
 )
+from pyrmq.remoting.protocol import SYSFLAG_COMPRESSED
 
 __all__ = [
     "Message",
@@ -32,6 +34,7 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "new_message_id",
+    "unreadable",
 ]
 
 RETRY_PREFIX: Final = "%RETRY%"
@@ -164,6 +167,19 @@ MessageExt = _core.MessageExt
 the official client's names, the producer's id, the broker it came from, and the body inflated
 when it was compressed. A message redelivered from the group's retry topic shows its original
 topic; ``stored`` is the record as stored."""
+
+
+def unreadable(msg: MessageExt) -> bool:
+    """Whether ``msg``'s body does not inflate (corrupt, or a compression RocketMQ does not
+    have): no listener can ever consume it, so it goes to the dead-letter queue at once, as
+    RocketMQ 5's clients send corrupted messages there."""
+    if not msg.stored.sys_flag & SYSFLAG_COMPRESSED:
+        return False
+    try:
+        msg.body  # noqa: B018 - inflated here, and kept for the listener
+    except MessageBodyError:
+        return True
+    return False
 
 
 class SendStatus(enum.IntEnum):

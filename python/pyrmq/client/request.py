@@ -21,10 +21,10 @@ import dataclasses
 import logging
 import time
 import uuid
-import zlib
 from collections.abc import Mapping
 from typing import Protocol
 
+from pyrmq import _core
 from pyrmq.client.message import Message
 from pyrmq.errors import ClientStateError, MessageIllegalError
 from pyrmq.properties import (
@@ -152,13 +152,10 @@ class ReplyMessage:
     def from_push(cls, ext: Mapping[str, str], body: bytes) -> "ReplyMessage":
         """The reply of a PUSH_REPLY_MESSAGE_TO_CLIENT command (its ext fields and body); the
         body inflated if the replier compressed it. Raises HeaderError for a malformed header,
-        ValueError for a body that does not inflate."""
+        MessageBodyError for a body that does not inflate."""
         header = ReplyMessageRequestHeader.from_ext(ext)
         if header.sys_flag & SYSFLAG_COMPRESSED:
-            try:
-                body = zlib.decompress(body)
-            except zlib.error as e:
-                raise ValueError(f"compressed reply body: {e}") from None
+            body = _core.inflate_body(body, header.sys_flag)
         props = parse_properties(header.properties)
         props[ARRIVE_TIME] = str(int(time.time() * 1000))
         return cls(

@@ -248,33 +248,6 @@ class Delivery:
     generation: int
 
 
-class BodyError(Exception):
-    """A stored body that cannot be delivered as it is."""
-
-
-# RocketMQ 5's compression type in a message's sys flag (bits 8-10); 0 is RocketMQ 4's zlib.
-COMPRESSION_TYPE_MASK = 0x7 << 8
-COMPRESSION_TYPES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
-
-
-def inflate(body: bytes, sys_flag: int, limit: int) -> bytes:
-    """A compressed body's bytes; raises :class:`BodyError` for a body that does not inflate,
-    a compression other than zlib, or more than ``limit`` bytes."""
-    kind = COMPRESSION_TYPES.get((sys_flag & COMPRESSION_TYPE_MASK) >> 8, "unknown")
-    if kind != "zlib":
-        raise BodyError(f"{kind} compression is not supported")
-    inflater = zlib.decompressobj()
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as e:
-        raise BodyError(f"the zlib body does not inflate: {e}") from e
-    if len(out) > limit:
-        raise BodyError(f"the body inflates past {limit} bytes")
-    if not inflater.eof:
-        raise BodyError("the zlib body is truncated")
-    return out
-
-
 def _host(address: str) -> str:
     host, _, _ = address.rpartition(":")
     return host or address

@@ -31,6 +31,7 @@ from pyrmq.broker.state.groups import check_group_name
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import (
     DiskFullError,
+    MessageBodyError,
     MessageIllegalError,
     StoreClosedError,
     StoreError,
@@ -911,15 +912,15 @@ class MessagingService:
 
     @staticmethod
     def _body(group: str, stored: StoredMessage) -> bytes | None:
-        """The body a 5.x client gets, inflated: the client cannot take RocketMQ's other
-        compressions, and one body it cannot decode fails its whole receive. None for a body
+        """The body a 5.x client gets, inflated (zlib, LZ4 or Zstandard): the client takes
+        gzip only, and one body it cannot decode fails its whole receive. None for a body
         that does not inflate, which then belongs in the group's DLQ (read from a DLQ, such a
         body comes as stored)."""
         if not stored.sys_flag & SYSFLAG_COMPRESSED:
             return stored.body
         try:
-            return messages.inflate(stored.body, stored.sys_flag, MAX_INFLATED_BYTES)
-        except messages.BodyError as e:
+            return _core.inflate_body(stored.body, stored.sys_flag, MAX_INFLATED_BYTES)
+        except MessageBodyError as e:
             if stored.topic.startswith(DLQ_PREFIX):
                 # The end of the line: whoever drains a DLQ gets the bytes as stored.
                 return stored.body

@@ -19,6 +19,7 @@ __all__ = [
     "ONEWAY_FLAG",
     "RESPONSE_FLAG",
     "SYSFLAG_COMPRESSED",
+    "SYSFLAG_COMPRESSION_TYPE",
     "LanguageCode",
     "MQVersion",
     "PullSysFlag",
@@ -203,7 +204,12 @@ class RequestCode(enum.IntEnum):
 
 SYSFLAG_COMPRESSED: Final = 0x1
 """Bit of a message's ``sysFlag`` (sends, stored messages, pushed replies): its body is
-zlib-compressed (Java's ``MessageSysFlag.COMPRESSED_FLAG``)."""
+compressed (Java's ``MessageSysFlag.COMPRESSED_FLAG``), as :data:`SYSFLAG_COMPRESSION_TYPE`
+says."""
+
+SYSFLAG_COMPRESSION_TYPE: Final = 0x7 << 8
+"""Bits of a compressed message's ``sysFlag`` naming its compression (RocketMQ 4.9.4 on): 1
+LZ4, 2 Zstandard, 3 zlib, and 0 zlib too, as older producers leave them."""
 
 
 class PullSysFlag(enum.IntFlag):

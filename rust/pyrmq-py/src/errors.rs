@@ -19,6 +19,7 @@ pyo3::import_exception!(pyrmq.errors, SystemTopicError);
 pyo3::import_exception!(pyrmq.errors, FrameDecodeError);
 pyo3::import_exception!(pyrmq.errors, StoreReadOnlyError);
 pyo3::import_exception!(pyrmq.errors, ReplicationError);
+pyo3::import_exception!(pyrmq.errors, MessageBodyError);
 
 // Taken by value so that it plugs into `map_err` directly.
 #[allow(clippy::needless_pass_by_value)]

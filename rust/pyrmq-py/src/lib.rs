@@ -10,6 +10,7 @@
 use pyo3::prelude::*;
 
 mod args;
+mod compression;
 mod errors;
 mod gil;
 mod grpc;
@@ -44,6 +45,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<received::PyMessageExt>()?;
     m.add_class::<grpc::PyGrpcTransport>()?;
     m.add_function(wrap_pyfunction!(grpc::self_signed_certificate, m)?)?;
+    m.add_function(wrap_pyfunction!(compression::compress_body, m)?)?;
+    m.add_function(wrap_pyfunction!(compression::inflate_body, m)?)?;
     m.add_function(wrap_pyfunction!(message::decode_messages, m)?)?;
     m.add_function(wrap_pyfunction!(received::decode_received, m)?)?;
     m.add_function(wrap_pyfunction!(received::received_extent, m)?)?;

@@ -11,6 +11,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
 use pyrmq_store::message;
 
+use crate::compression;
 use crate::message::PyStoredMessage;
 
 const RETRY_PREFIX: &str = "%RETRY%";
@@ -141,7 +142,8 @@ impl PyMessageExt {
         self.m.clone_ref(py)
     }
 
-    /// The body, inflated if the producer compressed it.
+    /// The body, inflated if the producer compressed it (zlib, LZ4 or Zstandard);
+    /// MessageBodyError if it does not inflate.
     #[getter]
     fn body(&self, py: Python<'_>) -> PyResult<Py<PyBytes>> {
         if self.m.sys_flag & SYSFLAG_COMPRESSED == 0 {
@@ -149,9 +151,9 @@ impl PyMessageExt {
         }
         self.inflated
             .get_or_try_init(py, || {
-                let zlib = py.import("zlib")?;
-                let out = zlib.call_method1("decompress", (self.m.body.bind(py),))?;
-                Ok::<_, PyErr>(out.cast_into::<PyBytes>()?.unbind())
+                let body = self.m.body.bind(py).as_bytes();
+                let out = compression::inflate(py, body, self.m.sys_flag, usize::MAX)?;
+                Ok::<_, PyErr>(PyBytes::new(py, &out).unbind())
             })
             .map(|b| b.clone_ref(py))
     }

@@ -57,12 +57,14 @@
 //! Decoding never panics on any input; every failure is a [`DecodeError`] naming what is wrong.
 
 mod binary;
+mod compression;
 mod error;
 mod frame;
 mod header;
 mod json;
 
 pub use binary::{decode_binary_header, encode_binary_header};
+pub use compression::{inflate_body, BodyError, Compression, COMPRESSED_FLAG};
 pub use error::{DecodeError, EncodeError};
 pub use frame::{
     decode_frames, encode_frame, encode_frame_prefix, split_frame, DecodedFrame, Frame,

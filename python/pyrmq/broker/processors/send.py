@@ -5,7 +5,6 @@ import logging
 import random
 import re
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ from pyrmq.broker.state.groups import check_group_name
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import (
     DiskFullError,
+    MessageBodyError,
     MessageIllegalError,
     StoreClosedError,
     StoreError,
@@ -34,7 +34,12 @@ from pyrmq.properties import (
 )
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
-from pyrmq.remoting.protocol import SYSFLAG_COMPRESSED, RequestCode, ResponseCode
+from pyrmq.remoting.protocol import (
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_COMPRESSION_TYPE,
+    RequestCode,
+    ResponseCode,
+)
 from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.store import PutResult, PutStatus
 
@@ -140,24 +145,15 @@ class SendProcessor:
                 # C++ 1.2.3 compresses whole batches: inflate, then store each uncompressed.
                 # No further than a batch may be: a small body can inflate to gigabytes.
                 limit = broker.config.store.max_message_size
-                inflater = zlib.decompressobj()
                 try:
-                    body = inflater.decompress(body, limit + 1)
-                except zlib.error as e:
-                    return self._error(
-                        request, ResponseCode.MESSAGE_ILLEGAL, f"compressed batch: {e}"
-                    )
-                if len(body) > limit:
+                    body = _core.inflate_body(body, sys_flag, limit)
+                except MessageBodyError as e:
                     return self._error(
                         request,
                         ResponseCode.MESSAGE_ILLEGAL,
-                        f"compressed batch inflates past maxMessageSize {limit}",
+                        f"compressed batch (maxMessageSize {limit}): {e}",
                     )
-                if not inflater.eof:
-                    return self._error(
-                        request, ResponseCode.MESSAGE_ILLEGAL, "compressed batch is truncated"
-                    )
-                sys_flag &= ~SYSFLAG_COMPRESSED
+                sys_flag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE)
             if "DELAY" in parse_properties(properties):
                 return self._error(
                     request,
