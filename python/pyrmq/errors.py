@@ -9,7 +9,7 @@ values, not exceptions. :class:`StoreError` means a broken invariant or an I/O f
 :class:`RemotingError` covers the wire: a malformed frame or a custom header that lacks a field.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "BrokerError",
@@ -26,6 +26,7 @@ __all__ = [
     "MessageIllegalError",
     "MessageTooLargeError",
     "NoRouteError",
+    "PartialFailureError",
     "PropertiesTooLargeError",
     "PyrmqError",
     "RemotingError",
@@ -168,6 +169,33 @@ class BrokerError(ClientError):
 
     def __str__(self) -> str:
         return f"broker {self.broker_addr} answered code {self.code}: {self.remark or ''}".rstrip()
+
+
+class PartialFailureError(ClientError):
+    """A request sent to several brokers or name servers failed on some of them (or on all):
+    each was tried, whatever the others answered.
+
+    Attributes:
+        succeeded: The targets (``ip:port``) that did what was asked, in the order asked.
+        failed: Each target that did not, in the order asked, with its failure.
+        result: What the call returns, from the targets that succeeded alone (for a change,
+            usually their addresses; for a read, their answers).
+    """
+
+    def __init__(
+        self,
+        succeeded: Iterable[str],
+        failed: Mapping[str, BaseException],
+        result: object = None,
+    ) -> None:
+        self.succeeded: tuple[str, ...] = tuple(succeeded)
+        self.failed: dict[str, BaseException] = dict(failed)
+        self.result = result
+        super().__init__(self.succeeded, self.failed, result)
+
+    def __str__(self) -> str:
+        reasons = "; ".join(f"{target}: {e}" for target, e in self.failed.items())
+        return f"failed on {reasons}; succeeded on {', '.join(self.succeeded) or 'none'}"
 
 
 class SendError(ClientError):

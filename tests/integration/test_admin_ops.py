@@ -337,7 +337,7 @@ def test_name_server_settings_are_shown_and_changed_while_it_runs(
         "-v", "broker-a:2",
     )  # fmt: skip
     assert kv.returncode == 0, kv.stderr
-    assert kv.stdout.strip() == "create or update kv config to namespace success."
+    assert kv.stdout.strip() == f"create or update kv config to namespace success, {namesrv}"
     assert asyncio.run(order_conf()) is None
     try:
         on = pyrmq_admin(
@@ -351,7 +351,7 @@ def test_name_server_settings_are_shown_and_changed_while_it_runs(
             "delete-kv-config", "-n", namesrv, "-s", "ORDER_TOPIC_CONFIG", "-k", topic
         )
         assert gone.returncode == 0, gone.stderr
-        assert gone.stdout.strip() == "delete kv config from namespace success."
+        assert gone.stdout.strip() == f"delete kv config from namespace success, {namesrv}"
         assert asyncio.run(order_conf()) is None
 
         async def kv_value() -> str | None:

@@ -130,6 +130,14 @@ def test_send_message_stores_one_message_that_query_msg_by_offset_finds(
     # Without -b -i it goes wherever the producer sends it.
     again = admin_ok(namesrv, "send-message", "-t", topic, "-p", "second")
     assert again.splitlines()[1].split()[3] == "OK"
+    # No tag and no key: shown empty, not as Python's None.
+    (plain,) = [
+        m
+        for m in admin_ok(namesrv, "consume-message", "-t", topic).splitlines()
+        if m.endswith("BODY: second")
+    ]
+    assert "tags=, keys=, " in plain
+    assert "None" not in plain
 
     missing = pyrmq_admin(
         "query-msg-by-offset", "-n", namesrv, "-t", topic, "-b", BROKER, "-i", "1", "-o", "5"
@@ -139,6 +147,11 @@ def test_send_message_stores_one_message_that_query_msg_by_offset_finds(
     lone = pyrmq_admin("send-message", "-n", namesrv, "-t", topic, "-p", "x", "-i", "0")
     assert lone.returncode == 2
     assert "go together" in lone.stderr
+    negative = pyrmq_admin(
+        "send-message", "-n", namesrv, "-t", topic, "-p", "x", "-b", BROKER, "-i", "-1"
+    )
+    assert negative.returncode == 2
+    assert "-1 is not in the range x>=0" in negative.stderr
 
 
 # --- consume-message, print-msg, print-msg-by-queue ---------------------------------------
@@ -205,6 +218,13 @@ def test_consume_message_prints_every_queue_up_to_the_count(
     assert "keys=E0" in line
     assert "tags=TagA" in line
     assert "queueOffset=0" in line
+    # Properties as mqadmin prints a Java map, not a Python dict.
+    props = re.search(r"properties=\{(.*?)\}\] BODY", line)
+    assert props is not None
+    assert {"KEYS=E0", "TAGS=TagA"} <= set(props.group(1).split(", "))
+    beyond = pyrmq_admin("consume-message", "-n", namesrv, "-t", topic, "-b", BROKER, "-i", "9")
+    assert beyond.returncode == 1
+    assert f"topic {topic} has no readable queue 9 on {BROKER}" in beyond.stderr
 
 
 def test_print_msg_prints_only_the_time_range_and_the_tags_asked_for(
@@ -243,6 +263,9 @@ def test_print_msg_by_queue_prints_and_counts_one_queue(
     shown = admin_ok(namesrv, *base, "-p", "true", "-d", "true", "-b", str(begin), "-e", str(end))
     assert bodies(shown) == ["mid0", "mid2"]
     assert "Tag:" not in shown
+    beyond = pyrmq_admin(*base[:-1], "9", "-n", namesrv, "-f", "true")
+    assert beyond.returncode == 1
+    assert f"topic {topic} has no readable queue 9 on {BROKER}" in beyond.stderr
 
 
 # --- topic-cluster-list, update-topic-perm ------------------------------------------------
@@ -300,7 +323,9 @@ def test_update_order_conf_puts_gets_and_deletes(addrs: tuple[str, str]) -> None
     put = admin_ok(
         namesrv, "update-order-conf", "-t", topic, "-m", "put", "-v", "broker-a:4; broker-b:2"
     )
-    assert put == f"update orderConf success. topic=[{topic}], orderConf=[broker-a:4;broker-b:2]\n"
+    assert put == (
+        f"update orderConf success. topic=[{topic}], orderConf=[broker-a:4;broker-b:2], {namesrv}\n"
+    )
     got = admin_ok(namesrv, "update-order-conf", "-t", topic, "-m", "get")
     assert got == f"get orderConf success. topic=[{topic}], orderConf=[broker-a:4;broker-b:2]\n"
 
@@ -311,7 +336,7 @@ def test_update_order_conf_puts_gets_and_deletes(addrs: tuple[str, str]) -> None
     assert asyncio.run(kv()) == "broker-a:4;broker-b:2"
 
     assert admin_ok(namesrv, "update-order-conf", "-t", topic, "-m", "delete") == (
-        f"delete orderConf success. topic=[{topic}]\n"
+        f"delete orderConf success. topic=[{topic}], {namesrv}\n"
     )
     gone = pyrmq_admin("update-order-conf", "-n", namesrv, "-t", topic, "-m", "get")
     assert gone.returncode == 1
@@ -320,6 +345,9 @@ def test_update_order_conf_puts_gets_and_deletes(addrs: tuple[str, str]) -> None
         "update-order-conf", "-n", namesrv, "-t", topic, "-m", "put", "-v", "broker-a"
     )
     assert bad.returncode == 2
+    none = pyrmq_admin("update-order-conf", "-n", namesrv, "-t", topic, "-m", "put", "-v", "b:0")
+    assert none.returncode == 2
+    assert "'b:0' is not brokerName:num, num 1 or more" in none.stderr
 
 
 def test_allocate_mq_prints_the_averagely_split(addrs: tuple[str, str]) -> None:
@@ -339,6 +367,9 @@ def test_allocate_mq_prints_the_averagely_split(addrs: tuple[str, str]) -> None:
     assert out == {"result": expected}
     assert [len(v) for v in out["result"].values()] == [2, 2, 1]
     assert [q["queueId"] for q in out["result"]["10.0.0.1@1"]] == [2, 3]
+    nobody = pyrmq_admin("allocate-mq", "-n", namesrv, "-t", topic, "-i", " , ")
+    assert nobody.returncode == 2
+    assert "no client id given" in nobody.stderr
 
 
 # --- check-msg-send-rt, cluster-rt --------------------------------------------------------
@@ -416,6 +447,9 @@ def test_cluster_rt_counts_each_brokers_sends(addrs: tuple[str, str]) -> None:
     assert own.splitlines()[1].split()[-2:] == ["3", "0"]
     assert queue_max_offsets(namesrv, BROKER) == {0: 3}
     assert pyrmq_admin("cluster-rt", "-n", namesrv, "-c", "NoCluster").returncode == 1
+    missing = pyrmq_admin("cluster-rt", "-n", namesrv, "-a", "1", "-t", "TopicToolsMissing")
+    assert missing.returncode == 1
+    assert f"{BROKER} holds no writable topic TopicToolsMissing" in missing.stderr
 
 
 # --- export-metadata ----------------------------------------------------------------------
@@ -456,3 +490,12 @@ def test_export_metadata_writes_the_user_topics_and_groups(
     assert set(groups) == {"subscriptionGroupTable", "exportTime"}
     assert group in groups["subscriptionGroupTable"]
     assert pyrmq_admin("export-metadata", "-n", namesrv, "-f", str(tmp_path)).returncode == 2
+
+
+def test_a_broker_address_that_is_not_host_port_is_a_usage_error(addrs: tuple[str, str]) -> None:
+    namesrv, _ = addrs
+    for args in (["broker-status", "-b", "garbage"], ["update-topic", "-t", "T", "-b", "h:0"]):
+        done = pyrmq_admin(*args, "-n", namesrv)
+        assert done.returncode == 2, done.stdout
+        assert "is not host:port" in done.stderr
+        assert "int()" not in done.stderr

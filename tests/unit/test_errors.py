@@ -18,6 +18,7 @@ from pyrmq.errors import (
     MessageIllegalError,
     MessageTooLargeError,
     NoRouteError,
+    PartialFailureError,
     PropertiesTooLargeError,
     PyrmqError,
     RemotingError,
@@ -56,6 +57,7 @@ PARENTS = {
     NoRouteError: (ClientError,),
     BrokerError: (ClientError,),
     SendError: (ClientError,),
+    PartialFailureError: (ClientError,),
     RequestTimeoutError: (ClientError, TimeoutError),
 }
 
@@ -115,3 +117,20 @@ def test_broker_error_names_the_broker_code_and_remark() -> None:
         "topic[T] not exist",
         "127.0.0.1:10911",
     )
+
+
+def test_partial_failure_error_names_each_failed_target_and_why() -> None:
+    refused = BrokerError(17, "no such account", "127.0.0.1:10911")
+    error = PartialFailureError(
+        ["127.0.0.1:10921"], {"127.0.0.1:10911": refused, "127.0.0.1:10931": TimeoutError("late")}
+    )
+
+    assert str(error) == (
+        "failed on 127.0.0.1:10911: broker 127.0.0.1:10911 answered code 17: no such account; "
+        "127.0.0.1:10931: late; succeeded on 127.0.0.1:10921"
+    )
+    assert error.succeeded == ("127.0.0.1:10921",)
+    assert list(error.failed) == ["127.0.0.1:10911", "127.0.0.1:10931"]
+    assert error.result is None
+    copy = pickle.loads(pickle.dumps(PartialFailureError(["a:1"], {}, ["a:1"])))
+    assert (copy.succeeded, copy.failed, copy.result) == (("a:1",), {}, ["a:1"])

@@ -19,14 +19,15 @@ Example (against a running ``pyrmq serve``)::
             print(mq, progress.lag)
 """
 
+import asyncio
 import contextlib
 import dataclasses
 import json
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from pyrmq import _core
 from pyrmq._core import MessageExt
@@ -43,7 +44,14 @@ from pyrmq.client.route import (
     queue_table,
 )
 from pyrmq.config import parse_properties
-from pyrmq.errors import BrokerError, ClientError, ConfigError, NoRouteError, PyrmqError
+from pyrmq.errors import (
+    BrokerError,
+    ClientError,
+    ConfigError,
+    NoRouteError,
+    PartialFailureError,
+    PyrmqError,
+)
 from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
@@ -92,6 +100,9 @@ __all__ = [
     "TopicOffset",
     "TopicTraffic",
 ]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 MASTER_ID = 0
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
@@ -292,7 +303,15 @@ class BrokerConsumeStats:
 
 
 class Admin:
-    """Asks the name servers where brokers are and the brokers for their statistics."""
+    """Asks the name servers where brokers are and the brokers for their statistics.
+
+    A method that asks several brokers or name servers asks them all at once and each one
+    whatever the others answer. When some fail it raises
+    :class:`~pyrmq.errors.PartialFailureError` once all are done: ``succeeded`` names those
+    that did what was asked, ``failed`` the others and why, and ``result`` is what the method
+    returns, from those that succeeded alone (the addresses changed, or the answers read).
+    Asked of one broker or name server alone, a method raises that one's failure itself.
+    """
 
     def __init__(
         self,
@@ -352,6 +371,30 @@ class Admin:
             raise BrokerError(response.code, response.remark, addr)
         return response
 
+    async def _checked(
+        self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        """The answer of ``addr`` to a request; BrokerError unless it is a success."""
+        return self._check(addr, await self._call(addr, code, ext, body))
+
+    def _asking(
+        self, code: int, ext: dict[str, str] | None = None, body: bytes = b""
+    ) -> Callable[[str], Awaitable[RemotingCommand]]:
+        """:meth:`_checked` of one request, for :meth:`_each` to send to each target."""
+        return lambda addr: self._checked(addr, code, ext, body)
+
+    async def _each(
+        self,
+        targets: Sequence[str],
+        ask: Callable[[str], Awaitable[T]],
+        shape: Callable[[dict[str, T]], R],
+    ) -> R:
+        """``shape`` of ``ask(target)``'s answers by target, in the order given, every target
+        asked at once: one that fails does not keep the others from being asked. See
+        :func:`_settled` for what a failure raises."""
+        answers, failed = await _gathered(targets, ask)
+        return _settled(shape(answers), answers, failed)
+
     async def clusters(self) -> list[ClusterBroker]:
         """Every broker name the name servers know, by cluster then name."""
         addr, response = await self._ask_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
@@ -389,7 +432,10 @@ class Admin:
         broker_addr: str | None = None,
     ) -> list[str]:
         """Creates or updates ``topic`` on ``broker_addr``, or on every master of ``cluster``
-        (default: of every cluster); returns the brokers' addresses. ``perm``: 2 write, 4 read."""
+        (default: of every cluster); returns the brokers' addresses. ``perm``: 2 write, 4 read.
+        Each broker is asked whatever the others answer: PartialFailureError names those that
+        failed (its ``result``: the addresses of those that did it), as for every change made
+        on several brokers or name servers; one broker asked raises its own failure."""
         header = CreateTopicRequestHeader(
             topic=topic,
             default_topic="TBW102",
@@ -399,24 +445,29 @@ class Admin:
             order=order,
         ).to_ext()
         addrs = [broker_addr] if broker_addr else await self._masters(cluster)
-        for addr in addrs:
-            self._check(addr, await self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header))
-        return addrs
+        return await self._each(
+            addrs, self._asking(RequestCode.UPDATE_AND_CREATE_TOPIC, header), _targets
+        )
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
         """Deletes ``topic`` from every master of ``cluster`` (default: of every cluster), its
-        messages and the groups' offsets on it included, then from the name servers' routes;
-        returns the brokers' addresses."""
+        messages and the groups' offsets on it included, then from the name servers' routes
+        unless every broker failed; returns the brokers' addresses. PartialFailureError
+        names the brokers and name servers that failed; its ``succeeded`` lists both kinds,
+        its ``result`` the brokers alone."""
         addrs = await self._masters(cluster)
         header = DeleteTopicRequestHeader(topic=topic).to_ext()
-        for addr in addrs:
-            self._check(addr, await self._call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, header))
+        brokers, failed = await _gathered(
+            addrs, self._asking(RequestCode.DELETE_TOPIC_IN_BROKER, header)
+        )
+        if failed and not brokers:
+            # Still on every broker: its route stays, as they would register it again.
+            return _settled([], [], failed)
         in_namesrv = DeleteTopicRequestHeader(topic=topic, cluster_name=cluster).to_ext()
-        for addr in self.namesrv_addrs:
-            self._check(
-                addr, await self._call(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, in_namesrv)
-            )
-        return addrs
+        namesrvs, namesrv_failed = await _gathered(
+            self.namesrv_addrs, self._asking(RequestCode.DELETE_TOPIC_IN_NAMESRV, in_namesrv)
+        )
+        return _settled(list(brokers), [*brokers, *namesrvs], failed | namesrv_failed)
 
     async def update_group(
         self,
@@ -446,12 +497,11 @@ class Admin:
             }
         ).encode()
         addrs = [broker_addr] if broker_addr else await self._masters(cluster)
-        for addr in addrs:
-            response = await self._call(
-                addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body
-            )
-            self._check(addr, response)
-        return addrs
+        return await self._each(
+            addrs,
+            self._asking(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body),
+            _targets,
+        )
 
     async def groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
         """Every consumer group's settings on one broker, by name, in RocketMQ's JSON form."""
@@ -463,13 +513,11 @@ class Admin:
     async def delete_group(self, group: str, *, cluster: str | None = None) -> list[str]:
         """Deletes group ``group``'s settings from every master of ``cluster`` (default: of
         every cluster); returns the brokers' addresses."""
+        ext = {"groupName": group}
         addrs = await self._masters(cluster)
-        for addr in addrs:
-            response = await self._call(
-                addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group}
-            )
-            self._check(addr, response)
-        return addrs
+        return await self._each(
+            addrs, self._asking(RequestCode.DELETE_SUBSCRIPTIONGROUP, ext), _targets
+        )
 
     async def _route(self, topic: str) -> TopicRoute:
         route = await self.route(topic)
@@ -489,26 +537,26 @@ class Admin:
         return TopicRoute.parse(topic, response.body)
 
     async def topic_status(self, topic: str) -> dict[MessageQueue, TopicOffset]:
-        """Every queue of ``topic`` on every broker that holds it; NoRouteError if none does."""
+        """Every queue of ``topic`` on every broker that holds it; NoRouteError if none does.
+        PartialFailureError, its ``result`` the queues of the brokers that answered, when
+        some did not."""
         route = await self._route(topic)
         header = GetTopicStatsInfoRequestHeader(topic=topic).to_ext()
-        out: dict[MessageQueue, TopicOffset] = {}
-        for data in route.brokers.values():
-            # A master away: its slave has the queues (as mqadmin reads them).
-            addr = data.any_addr()
-            if addr is None:
-                continue
-            answer = self._check(
-                addr, await self._call(addr, RequestCode.GET_TOPIC_STATS_INFO, header)
-            )
-            table = loads_queue_table(answer.body)
-            for mq, v in table.items():
-                out[mq] = TopicOffset(
+
+        async def offsets(addr: str) -> dict[MessageQueue, TopicOffset]:
+            answer = await self._checked(addr, RequestCode.GET_TOPIC_STATS_INFO, header)
+            return {
+                mq: TopicOffset(
                     int(v.get("minOffset", 0)),
                     int(v.get("maxOffset", 0)),
                     int(v.get("lastUpdateTimestamp", 0)),
                 )
-        return dict(sorted(out.items()))
+                for mq, v in loads_queue_table(answer.body).items()
+            }
+
+        # A master away: its slave has the queues (as mqadmin reads them).
+        addrs = [a for d in route.brokers.values() if (a := d.any_addr()) is not None]
+        return await self._each(addrs, offsets, _merged)
 
     async def consumer_progress(
         self, group: str, topic: str | None = None
@@ -519,18 +567,22 @@ class Admin:
 
     async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
         """:meth:`consumer_progress` with the group's consume rate (``mqadmin
-        consumerProgress``)."""
+        consumerProgress``). PartialFailureError, its ``result`` the stats of the brokers
+        that answered, when some did not."""
         header = GetConsumeStatsRequestHeader(consumer_group=group, topic=topic).to_ext()
-        out: dict[MessageQueue, ConsumerProgress] = {}
-        tps = 0.0
-        for addr in await self._readers():
-            answer = self._check(
-                addr, await self._call(addr, RequestCode.GET_CONSUME_STATS, header)
-            )
+
+        async def stats(addr: str) -> ConsumeStats:
+            answer = await self._checked(addr, RequestCode.GET_CONSUME_STATS, header)
             parsed = loads_fastjson(answer.body)
-            tps += float(parsed.get("consumeTps") or 0.0)
-            out.update(_progress(parsed.get("offsetTable")))
-        return ConsumeStats(dict(sorted(out.items())), tps)
+            return ConsumeStats(
+                _progress(parsed.get("offsetTable")), float(parsed.get("consumeTps") or 0.0)
+            )
+
+        def summed(found: dict[str, ConsumeStats]) -> ConsumeStats:
+            queues = _merged({addr: s.queues for addr, s in found.items()})
+            return ConsumeStats(queues, sum(s.consume_tps for s in found.values()))
+
+        return await self._each(await self._readers(), stats, summed)
 
     async def delay_offsets(self, addr: str) -> dict[int, int]:
         """Each delay level's progress on the broker at ``addr``: the next queue offset of
@@ -669,9 +721,9 @@ class Admin:
         deletes a topic's queues only together: an expired queue of a topic with a live one
         stays."""
         addrs = await self._brokers(broker_addr, cluster)
-        for addr in addrs:
-            self._check(addr, await self._call(addr, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE))
-        return addrs
+        return await self._each(
+            addrs, self._asking(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE), _targets
+        )
 
     async def clean_unused_topic(
         self, broker_addr: str | None = None, *, cluster: str | None = None
@@ -680,9 +732,7 @@ class Admin:
         cluster), delete the ConsumeQueues of topics no longer in its topic table (``mqadmin
         cleanUnusedTopic``); returns the brokers' addresses."""
         addrs = await self._brokers(broker_addr, cluster)
-        for addr in addrs:
-            self._check(addr, await self._call(addr, RequestCode.CLEAN_UNUSED_TOPIC))
-        return addrs
+        return await self._each(addrs, self._asking(RequestCode.CLEAN_UNUSED_TOPIC), _targets)
 
     async def resume_check_half_message(self, topic: str, msg_id: str) -> str:
         """Has the broker check the transaction of a half message it gave up again, as if it
@@ -820,15 +870,19 @@ class Admin:
 
     async def topic_consumed_by(self, topic: str) -> list[str]:
         """The groups that consume ``topic``: those with consumers of it online or offsets
-        committed on it, on any of its brokers."""
-        groups: set[str] = set()
-        for addr in await self._topic_masters(topic):
-            answer = self._check(
-                addr,
-                await self._call(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}),
-            )
-            groups.update(str(g) for g in loads_loose_json(answer.body).get("groupList") or [])
-        return sorted(groups)
+        committed on it, on any of its brokers. PartialFailureError, its ``result`` the groups
+        the brokers that answered know, when some did not."""
+
+        async def groups(addr: str) -> set[str]:
+            ext = {"topic": topic}
+            answer = await self._checked(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, ext)
+            return {str(g) for g in loads_loose_json(answer.body).get("groupList") or []}
+
+        return await self._each(
+            await self._topic_masters(topic),
+            groups,
+            lambda found: sorted(set().union(*found.values())),
+        )
 
     async def reset_offset_by_time(
         self, topic: str, group: str, timestamp_ms: int, *, force: bool = True
@@ -837,22 +891,21 @@ class Admin:
         ``timestamp_ms`` (-1: the end of each queue), on every broker of the topic, and
         returns the new offsets (``mqadmin resetOffsetByTime``). Without ``force`` an offset
         only moves back. Where the group has consumers online the broker moves them too; where
-        it has none, the offsets are committed one queue at a time, as ``mqadmin`` does."""
+        it has none, the offsets are committed one queue at a time, as ``mqadmin`` does.
+        PartialFailureError, its ``result`` the new offsets on the brokers that moved them,
+        when some did not."""
         header = ResetOffsetRequestHeader(
             topic=topic, group=group, timestamp=timestamp_ms, is_force=force
         ).to_ext()
-        out: dict[MessageQueue, int] = {}
-        for data in (await self._route(topic)).brokers.values():
-            addr = data.master
-            if addr is None:
-                continue
+
+        async def reset(addr: str) -> dict[MessageQueue, int]:
             answer = await self._call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
             if answer.code == ResponseCode.CONSUMER_NOT_ONLINE:
-                out.update(await self._reset_offline(addr, topic, group, timestamp_ms, force))
-                continue
+                return await self._reset_offline(addr, topic, group, timestamp_ms, force)
             table = loads_queue_table(self._check(addr, answer).body)
-            out.update((mq, int(offset)) for mq, offset in table.items())
-        return dict(sorted(out.items()))
+            return {mq: int(offset) for mq, offset in table.items()}
+
+        return await self._each(await self._topic_masters(topic), reset, _merged)
 
     async def _reset_offline(
         self, addr: str, topic: str, group: str, timestamp_ms: int, force: bool
@@ -941,29 +994,23 @@ class Admin:
         """For each queue of ``topic`` on every broker that holds it: the store times of its
         first and last messages, of the last one ``group`` consumed, and how long ago the
         next one it has to consume was stored (RocketMQ's ``queryConsumeTimeSpan``).
-        NoRouteError if no broker holds the topic."""
+        NoRouteError if no broker holds the topic; PartialFailureError, its ``result`` the
+        queues of the brokers that answered, when some did not."""
         route = await self._route(topic)
         header = QueryConsumeTimeSpanRequestHeader(topic=topic, group=group).to_ext()
-        spans: list[QueueTimeSpan] = []
-        for data in route.brokers.values():
-            addr = data.any_addr()
-            if addr is None:
-                continue
-            answer = self._check(
-                addr, await self._call(addr, RequestCode.QUERY_CONSUME_TIME_SPAN, header)
-            )
-            for span in json.loads(answer.body).get("consumeTimeSpanSet") or []:
-                mq = span["messageQueue"]
-                spans.append(
-                    QueueTimeSpan(
-                        MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])),
-                        int(span.get("minTimeStamp", -1)),
-                        int(span.get("maxTimeStamp", -1)),
-                        int(span.get("consumeTimeStamp", -1)),
-                        int(span.get("delayTime", 0)),
-                    )
-                )
-        return sorted(spans, key=lambda s: s.message_queue)
+
+        async def spans(addr: str) -> list[QueueTimeSpan]:
+            answer = await self._checked(addr, RequestCode.QUERY_CONSUME_TIME_SPAN, header)
+            return [_time_span(s) for s in json.loads(answer.body).get("consumeTimeSpanSet") or []]
+
+        addrs = [a for d in route.brokers.values() if (a := d.any_addr()) is not None]
+        return await self._each(
+            addrs,
+            spans,
+            lambda found: sorted(
+                (s for part in found.values() for s in part), key=lambda s: s.message_queue
+            ),
+        )
 
     async def topic_list(self) -> list[str]:
         """Every topic in the name servers' routes (``mqadmin topicList``), retry and DLQ
@@ -994,43 +1041,45 @@ class Admin:
         NoRouteError if no broker holds the topic; ClientError if the source group has no
         offsets on it, or if a broker passed it over because the source group has live
         consumers, none subscribing to ``topic`` (``offline`` clones anyway). The brokers
-        answer success in both cases, as RocketMQ's do: the outcome is read back."""
+        answer success in both cases, as RocketMQ's do: the outcome is read back.
+        PartialFailureError, its ``result`` the offsets cloned, when some brokers did not
+        clone them."""
         route = await self._route(topic)
         header = CloneGroupOffsetRequestHeader(
             src_group=src_group, dest_group=dest_group, topic=topic, offline=offline
         ).to_ext()
-        cloned: dict[MessageQueue, int] = {}
-        for name, data in sorted(route.brokers.items()):
-            addr = data.master
-            if addr is None:
-                continue
-            self._check(addr, await self._call(addr, RequestCode.CLONE_GROUP_OFFSET, header))
-            answer = self._check(addr, await self._call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET))
+        names = {d.master: name for name, d in sorted(route.brokers.items()) if d.master}
+
+        async def clone(addr: str) -> dict[MessageQueue, int]:
+            await self._checked(addr, RequestCode.CLONE_GROUP_OFFSET, header)
+            answer = await self._checked(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
             table = loads_loose_json(answer.body).get("offsetTable") or {}
             src = table.get(f"{topic}@{src_group}")
             if src is None:
-                continue
-            dest = table.get(f"{topic}@{dest_group}")
-            if dest != src:
+                return {}
+            if table.get(f"{topic}@{dest_group}") != src:
                 raise ClientError(
                     f"{addr} did not clone the offsets of {src_group} on {topic}: the group has "
                     f"live consumers and none subscribes to the topic (clone offline to do it "
                     f"anyway)"
                 )
-            for queue_id, offset in src.items():
-                cloned[MessageQueue(topic, name, int(queue_id))] = int(offset)
+            return {MessageQueue(topic, names[addr], int(q)): int(o) for q, o in src.items()}
+
+        cloned = await self._each(list(names), clone, _merged)
         if not cloned:
             raise ClientError(f"group {src_group} has no committed offsets on topic {topic}")
-        return dict(sorted(cloned.items()))
+        return cloned
 
     async def namesrv_config(self, addrs: list[str] | None = None) -> dict[str, dict[str, str]]:
         """Every setting of each name server (default: each this admin knows), by address,
-        under RocketMQ's keys (``mqadmin getNamesrvConfig``)."""
-        out: dict[str, dict[str, str]] = {}
-        for addr in addrs or self.namesrv_addrs:
-            answer = self._check(addr, await self._call(addr, RequestCode.GET_NAMESRV_CONFIG))
-            out[addr] = parse_properties(answer.body.decode("utf-8", "replace"), source=addr)
-        return out
+        under RocketMQ's keys (``mqadmin getNamesrvConfig``). PartialFailureError, its
+        ``result`` the settings of those that answered, when some did not."""
+
+        async def settings(addr: str) -> dict[str, str]:
+            answer = await self._checked(addr, RequestCode.GET_NAMESRV_CONFIG)
+            return parse_properties(answer.body.decode("utf-8", "replace"), source=addr)
+
+        return await self._each(addrs or self.namesrv_addrs, settings, dict)
 
     async def update_namesrv_config(
         self, settings: Mapping[str, object], addrs: list[str] | None = None
@@ -1041,16 +1090,19 @@ class Admin:
         ``scanNotActiveBrokerInterval`` and ``brokerChannelExpiredTime`` (until it restarts)
         and refuses the others; returns the name servers' addresses."""
         body = "".join(f"{key}={_setting(value)}\n" for key, value in settings.items()).encode()
-        targets = addrs or self.namesrv_addrs
-        for addr in targets:
-            self._check(addr, await self._call(addr, RequestCode.UPDATE_NAMESRV_CONFIG, body=body))
-        return list(targets)
+        return await self._each(
+            addrs or self.namesrv_addrs,
+            self._asking(RequestCode.UPDATE_NAMESRV_CONFIG, body=body),
+            _targets,
+        )
 
-    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
-        """Sets a KV config value on every name server (``mqadmin updateKvConfig``)."""
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> list[str]:
+        """Sets a KV config value on every name server (``mqadmin updateKvConfig``); returns
+        their addresses."""
         ext = KvConfigRequestHeader(namespace=namespace, key=key, value=value).to_ext()
-        for addr in self.namesrv_addrs:
-            self._check(addr, await self._call(addr, RequestCode.PUT_KV_CONFIG, ext))
+        return await self._each(
+            self.namesrv_addrs, self._asking(RequestCode.PUT_KV_CONFIG, ext), _targets
+        )
 
     async def kv_config(self, namespace: str, key: str) -> str | None:
         """A KV config value, from the first name server that answers; None when unset."""
@@ -1060,12 +1112,13 @@ class Admin:
             return None
         return self._check(addr, response).ext_fields.get("value")
 
-    async def delete_kv_config(self, namespace: str, key: str) -> None:
+    async def delete_kv_config(self, namespace: str, key: str) -> list[str]:
         """Removes a KV config value from every name server (``mqadmin deleteKvConfig``); a
-        value never set is no error, as in RocketMQ."""
+        value never set is no error, as in RocketMQ. Returns the name servers' addresses."""
         ext = KvConfigRequestHeader(namespace=namespace, key=key).to_ext()
-        for addr in self.namesrv_addrs:
-            self._check(addr, await self._call(addr, RequestCode.DELETE_KV_CONFIG, ext))
+        return await self._each(
+            self.namesrv_addrs, self._asking(RequestCode.DELETE_KV_CONFIG, ext), _targets
+        )
 
     async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
         """Takes the write permission of every topic on ``broker_name`` out of each name
@@ -1085,11 +1138,12 @@ class Admin:
 
     async def _write_perm(self, broker_name: str, code: int, field: str) -> dict[str, int]:
         ext = BrokerWritePermRequestHeader(broker_name=broker_name).to_ext()
-        out = {}
-        for addr in self.namesrv_addrs:
-            answer = self._check(addr, await self._call(addr, code, ext))
-            out[addr] = int(answer.ext_fields.get(field, "0"))
-        return out
+
+        async def count(addr: str) -> int:
+            answer = await self._checked(addr, code, ext)
+            return int(answer.ext_fields.get(field, "0"))
+
+        return await self._each(self.namesrv_addrs, count, dict)
 
     async def broker_consume_stats(
         self, addr: str, *, order_only: bool = False, timeout_s: float | None = None
@@ -1236,10 +1290,9 @@ class Admin:
             group_perms=None if group_perms is None else ",".join(group_perms),
         ).to_ext()
         addrs = await self._acl_brokers(cluster, broker_addr, slaves=True)
-        for addr in addrs:
-            response = await self._call(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, header)
-            self._check(addr, response)
-        return addrs
+        return await self._each(
+            addrs, self._asking(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, header), _targets
+        )
 
     async def delete_acl_config(
         self, access_key: str, *, cluster: str | None = None, broker_addr: str | None = None
@@ -1249,9 +1302,9 @@ class Admin:
         every cluster); returns the brokers' addresses."""
         header = DeleteAccessConfigRequestHeader(access_key=access_key).to_ext()
         addrs = await self._acl_brokers(cluster, broker_addr, slaves=True)
-        for addr in addrs:
-            self._check(addr, await self._call(addr, RequestCode.DELETE_ACL_CONFIG, header))
-        return addrs
+        return await self._each(
+            addrs, self._asking(RequestCode.DELETE_ACL_CONFIG, header), _targets
+        )
 
     async def update_global_white_addrs(
         self,
@@ -1269,38 +1322,42 @@ class Admin:
             global_white_addrs=",".join(patterns), acl_file_full_path=acl_file_path
         ).to_ext()
         addrs = await self._acl_brokers(cluster, broker_addr, slaves=True)
-        for addr in addrs:
-            response = await self._call(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, header)
-            self._check(addr, response)
-        return addrs
+        return await self._each(
+            addrs, self._asking(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, header), _targets
+        )
 
     async def acl_versions(
         self, *, cluster: str | None = None, broker_addr: str | None = None
     ) -> list[BrokerAclVersion]:
         """The data version of the ACL file of ``broker_addr``, or of each master of
-        ``cluster`` (default: of every cluster): ``mqadmin clusterAclConfigVersion``."""
-        out = []
-        for addr in await self._acl_brokers(cluster, broker_addr, slaves=False):
-            response = self._check(
-                addr, await self._call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+        ``cluster`` (default: of every cluster): ``mqadmin clusterAclConfigVersion``. Each
+        master is asked whatever the others answer: PartialFailureError names those that
+        failed, its ``result`` the versions of those that answered, as for every read of
+        several brokers or name servers; one broker asked raises its own failure."""
+
+        async def version(addr: str) -> BrokerAclVersion:
+            response = await self._checked(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+            return BrokerAclVersion.parse(
+                GetBrokerAclConfigResponseHeader.from_ext(response.ext_fields)
             )
-            header = GetBrokerAclConfigResponseHeader.from_ext(response.ext_fields)
-            out.append(BrokerAclVersion.parse(header))
-        return out
+
+        addrs = await self._acl_brokers(cluster, broker_addr, slaves=False)
+        return await self._each(addrs, version, lambda found: list(found.values()))
 
     async def acl_config(
         self, *, cluster: str | None = None, broker_addr: str | None = None
     ) -> dict[str, AclConfig]:
         """The ACL accounts, secrets included, and global white list of ``broker_addr``, or of
         each master of ``cluster`` (default: of every cluster), by broker address: ``mqadmin
-        getAclConfig``."""
-        out = {}
-        for addr in await self._acl_brokers(cluster, broker_addr, slaves=False):
-            response = self._check(
-                addr, await self._call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
-            )
-            out[addr] = AclConfig.parse(json.loads(response.body) if response.body else {})
-        return out
+        getAclConfig``. PartialFailureError, its ``result`` the configs of the masters that
+        answered, when some did not."""
+
+        async def config(addr: str) -> AclConfig:
+            response = await self._checked(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
+            return AclConfig.parse(json.loads(response.body) if response.body else {})
+
+        addrs = await self._acl_brokers(cluster, broker_addr, slaves=False)
+        return await self._each(addrs, config, dict)
 
     # --- what the message tools read: topic configs, queues and their messages ------------
 
@@ -1359,16 +1416,27 @@ class Admin:
             addrs = await self._masters(cluster)
         else:
             addrs = await self._topic_masters(topic)
-        before: dict[str, int] = {}
-        for addr in addrs:
-            config = (await self.topic_configs(addr)).get(topic)
-            if config is None:
-                if broker_addr:
-                    raise ClientError(f"broker {addr} holds no topic {topic}")
-                continue
-            before[addr] = old = int(config.get("perm", 6))
-            if old == perm:
-                continue
+
+        async def changed(addr: str) -> int | None:
+            return await self._set_topic_perm(addr, topic, perm, held=bool(broker_addr))
+
+        before = await self._each(
+            addrs, changed, lambda olds: {a: p for a, p in olds.items() if p is not None}
+        )
+        if not before:
+            raise NoRouteError(f"no master of cluster {cluster} holds topic {topic}")
+        return before
+
+    async def _set_topic_perm(self, addr: str, topic: str, perm: int, *, held: bool) -> int | None:
+        """:meth:`update_topic_perm` on one broker: the topic's permission before, or None
+        when the broker does not hold it (ClientError when it should: ``held``)."""
+        config = (await self.topic_configs(addr)).get(topic)
+        if config is None:
+            if held:
+                raise ClientError(f"broker {addr} holds no topic {topic}")
+            return None
+        old = int(config.get("perm", 6))
+        if old != perm:
             header = CreateTopicRequestHeader(
                 topic=topic,
                 default_topic="TBW102",
@@ -1378,10 +1446,8 @@ class Admin:
                 topic_sys_flag=int(config.get("topicSysFlag", 0)),
                 order=bool(config.get("order", False)),
             ).to_ext()
-            self._check(addr, await self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header))
-        if not before:
-            raise NoRouteError(f"no master of cluster {cluster} holds topic {topic}")
-        return before
+            await self._checked(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        return old
 
     async def read_queues(self, topic: str) -> list[MessageQueue]:
         """``topic``'s readable queues, in broker-name order; NoRouteError if no broker holds
@@ -1445,3 +1511,55 @@ def _progress(table: object) -> dict[MessageQueue, ConsumerProgress]:
 
 def _setting(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+async def _gathered(
+    targets: Sequence[str], ask: Callable[[str], Awaitable[T]]
+) -> tuple[dict[str, T], dict[str, PyrmqError]]:
+    """``ask(target)`` for every target at once: the answers and the failures, each by target
+    in the order given."""
+    unique = list(dict.fromkeys(targets))
+    outcomes = await asyncio.gather(*(ask(t) for t in unique), return_exceptions=True)
+    answers: dict[str, T] = {}
+    failed: dict[str, PyrmqError] = {}
+    for target, outcome in zip(unique, outcomes, strict=True):
+        if isinstance(outcome, PyrmqError):
+            failed[target] = outcome
+        elif isinstance(outcome, BaseException):
+            raise outcome  # a bug or a cancel, not the target's failure
+        else:
+            answers[target] = outcome
+    return answers, failed
+
+
+def _settled(result: R, succeeded: Iterable[str], failed: Mapping[str, PyrmqError]) -> R:
+    """``result`` when nothing failed. A lone target's failure is raised as it is, as a call
+    to one broker raises it; else PartialFailureError carries ``result``, made of what the
+    targets that succeeded answered."""
+    done = list(succeeded)
+    if failed and not done and len(failed) == 1:
+        raise next(iter(failed.values()))
+    if failed:
+        raise PartialFailureError(done, failed, result)
+    return result
+
+
+def _targets(answers: Mapping[str, object]) -> list[str]:
+    return list(answers)
+
+
+def _merged(parts: Mapping[str, Mapping[MessageQueue, T]]) -> dict[MessageQueue, T]:
+    """Per-broker tables of queues as one, in queue order."""
+    return dict(sorted(item for part in parts.values() for item in part.items()))
+
+
+def _time_span(raw: Mapping[str, Any]) -> QueueTimeSpan:
+    """One of a QUERY_CONSUME_TIME_SPAN answer's ``consumeTimeSpanSet``."""
+    mq = raw["messageQueue"]
+    return QueueTimeSpan(
+        MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])),
+        int(raw.get("minTimeStamp", -1)),
+        int(raw.get("maxTimeStamp", -1)),
+        int(raw.get("consumeTimeStamp", -1)),
+        int(raw.get("delayTime", 0)),
+    )

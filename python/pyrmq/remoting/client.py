@@ -140,7 +140,7 @@ def _expire(
         fut.set_exception(
             RemotingTimeoutError(
                 f"no answer from {address} to code={request.code} opaque={request.opaque} "
-                f"within {timeout_s} s"
+                f"within {round(timeout_s, 3):g} s"
             )
         )
 

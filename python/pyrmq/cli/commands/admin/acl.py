@@ -7,10 +7,14 @@ A broker with ``aclEnable`` takes these from admin accounts only: give one with 
 
 import click
 
-from .group import NAMESRV, admin, ask, shown_time, table
+from pyrmq.client.acl_info import AclConfig, BrokerAclVersion
+
+from .group import NAMESRV, admin, ask, host_port, shown_time, table
 
 CLUSTER = click.option("-c", "--cluster", help="Every broker of this cluster [default: of all].")
-BROKER = click.option("-b", "--broker-addr", help="This broker only, host:port.")
+BROKER = click.option(
+    "-b", "--broker-addr", callback=host_port, help="This broker only, host:port."
+)
 
 
 def _list(text: str | None) -> list[str] | None:
@@ -57,7 +61,12 @@ def update_acl_config(
     is_admin: bool,
 ) -> None:
     """Create an ACL account, or change one, in the brokers' plain_acl.yml (slaves' too)."""
-    addrs = ask(
+
+    def show(addrs: list[str]) -> None:
+        for addr in addrs:
+            click.echo(f"create or update plain access config to {addr} success.")
+
+    ask(
         namesrv_addr,
         lambda a: a.update_acl_config(
             access_key.strip(),
@@ -71,9 +80,8 @@ def update_acl_config(
             cluster=cluster,
             broker_addr=broker_addr,
         ),
+        show,
     )
-    for addr in addrs:
-        click.echo(f"create or update plain access config to {addr} success.")
 
 
 @admin.command("delete-acl-config")
@@ -85,13 +93,17 @@ def delete_acl_config(
     namesrv_addr: str, cluster: str | None, broker_addr: str | None, access_key: str
 ) -> None:
     """Delete an ACL account from the brokers' plain_acl.yml (slaves' too)."""
-    addrs = ask(
+
+    def show(addrs: list[str]) -> None:
+        for addr in addrs:
+            click.echo(f"delete plain access config account from {addr} success.")
+        click.echo(f"account's accesskey is: {access_key.strip()}")
+
+    ask(
         namesrv_addr,
         lambda a: a.delete_acl_config(access_key.strip(), cluster=cluster, broker_addr=broker_addr),
+        show,
     )
-    for addr in addrs:
-        click.echo(f"delete plain access config account from {addr} success.")
-    click.echo(f"account's accesskey is: {access_key.strip()}")
 
 
 @admin.command("update-global-white-addr")
@@ -114,14 +126,18 @@ def update_global_white_addr(
 ) -> None:
     """Replace the brokers' global white list: hosts that need no account."""
     patterns = global_white_remote_addresses.strip().split(",")
-    addrs = ask(
+
+    def show(addrs: list[str]) -> None:
+        for addr in addrs:
+            click.echo(f"update global white remote addresses to {addr} success.")
+
+    ask(
         namesrv_addr,
         lambda a: a.update_global_white_addrs(
             patterns, acl_file_path=acl_file_full_path, cluster=cluster, broker_addr=broker_addr
         ),
+        show,
     )
-    for addr in addrs:
-        click.echo(f"update global white remote addresses to {addr} success.")
 
 
 @admin.command("cluster-acl-config-version")
@@ -132,7 +148,10 @@ def cluster_acl_config_version(
     namesrv_addr: str, cluster: str | None, broker_addr: str | None
 ) -> None:
     """Each master's ACL file: how many changes it has had and when the last was made."""
-    versions = ask(namesrv_addr, lambda a: a.acl_versions(cluster=cluster, broker_addr=broker_addr))
+    ask(namesrv_addr, lambda a: a.acl_versions(cluster=cluster, broker_addr=broker_addr), _versions)
+
+
+def _versions(versions: list[BrokerAclVersion]) -> None:
     rows: list[tuple[object, ...]] = [
         (
             "#Cluster Name",
@@ -164,7 +183,10 @@ def cluster_acl_config_version(
 @BROKER
 def get_acl_config(namesrv_addr: str, cluster: str | None, broker_addr: str | None) -> None:
     """Each master's global white list and ACL accounts, secrets included."""
-    configs = ask(namesrv_addr, lambda a: a.acl_config(cluster=cluster, broker_addr=broker_addr))
+    ask(namesrv_addr, lambda a: a.acl_config(cluster=cluster, broker_addr=broker_addr), _configs)
+
+
+def _configs(configs: dict[str, AclConfig]) -> None:
     for addr, config in configs.items():
         click.echo(f"============{addr}============")
         click.echo(f"{'globalWhiteRemoteAddresses':<20}: {_shown(config.global_white_addrs)}")

@@ -8,7 +8,7 @@ import click
 from pyrmq.client.admin import Admin
 from pyrmq.errors import PyrmqError
 
-from .group import NAMESRV, admin, ask, pairs, table
+from .group import NAMESRV, admin, ask, host_port, pairs, per_target, table
 
 
 @admin.command("cluster-list")
@@ -48,7 +48,9 @@ def cluster_list(namesrv_addr: str) -> None:
 
 @admin.command("broker-status")
 @NAMESRV
-@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option(
+    "-b", "--broker-addr", callback=host_port, required=True, help="Broker address, host:port."
+)
 def broker_status(namesrv_addr: str, broker_addr: str) -> None:
     """The broker's runtime figures, one ``key : value`` per line."""
     pairs(ask(namesrv_addr, lambda a: a.broker_runtime_info(broker_addr)), ":")
@@ -56,7 +58,9 @@ def broker_status(namesrv_addr: str, broker_addr: str) -> None:
 
 @admin.command("get-broker-config")
 @NAMESRV
-@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option(
+    "-b", "--broker-addr", callback=host_port, required=True, help="Broker address, host:port."
+)
 def get_broker_config(namesrv_addr: str, broker_addr: str) -> None:
     """Every setting of a broker, one ``key = value`` per line."""
     pairs(ask(namesrv_addr, lambda a: a.broker_config(broker_addr)), "=")
@@ -64,7 +68,9 @@ def get_broker_config(namesrv_addr: str, broker_addr: str) -> None:
 
 @admin.command("update-broker-config")
 @NAMESRV
-@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option(
+    "-b", "--broker-addr", callback=host_port, required=True, help="Broker address, host:port."
+)
 @click.option("-k", "--key", required=True, help="Setting, e.g. fileReservedTime.")
 @click.option("-v", "--value", required=True, help="Its new value.")
 def update_broker_config(namesrv_addr: str, broker_addr: str, key: str, value: str) -> None:
@@ -77,7 +83,9 @@ def update_broker_config(namesrv_addr: str, broker_addr: str, key: str, value: s
 
 @admin.command("delete-expired-commit-log")
 @NAMESRV
-@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option(
+    "-b", "--broker-addr", callback=host_port, required=True, help="Broker address, host:port."
+)
 def delete_expired_commit_log(namesrv_addr: str, broker_addr: str) -> None:
     """Delete a broker's CommitLog segments older than its fileReservedTime now, whatever
     the hour of its deleteWhen."""
@@ -87,45 +95,44 @@ def delete_expired_commit_log(namesrv_addr: str, broker_addr: str) -> None:
 
 @admin.command("clean-expired-cq")
 @NAMESRV
-@click.option("-b", "--broker-addr", help="Broker address, host:port.")
+@click.option("-b", "--broker-addr", callback=host_port, help="Broker address, host:port.")
 @click.option("-c", "--cluster", help="Cluster name [default: every cluster].")
 def clean_expired_cq(namesrv_addr: str, broker_addr: str | None, cluster: str | None) -> None:
     """Have the broker (or each broker of the cluster) delete the ConsumeQueues whose
     messages retention has all removed from its CommitLog. A topic's queues go together:
     one with messages left keeps its topic's expired ones."""
-    addrs = ask(
+    ask(
         namesrv_addr,
-        lambda a: a.clean_expired_consume_queue(
-            broker_addr and broker_addr.strip(), cluster=cluster
-        ),
+        lambda a: a.clean_expired_consume_queue(broker_addr, cluster=cluster),
+        lambda addrs: per_target("clean expired ConsumeQueue success", addrs),
     )
-    for addr in addrs:
-        click.echo(f"clean expired ConsumeQueue success, {addr}")
 
 
 @admin.command("clean-unused-topic")
 @NAMESRV
-@click.option("-b", "--broker-addr", help="Broker address, host:port.")
+@click.option("-b", "--broker-addr", callback=host_port, help="Broker address, host:port.")
 @click.option("-c", "--cluster", help="Cluster name [default: every cluster].")
 def clean_unused_topic(namesrv_addr: str, broker_addr: str | None, cluster: str | None) -> None:
     """Have the broker (or each broker of the cluster) delete the ConsumeQueues of topics no
     longer in its topic table."""
-    addrs = ask(
+    ask(
         namesrv_addr,
-        lambda a: a.clean_unused_topic(broker_addr and broker_addr.strip(), cluster=cluster),
+        lambda a: a.clean_unused_topic(broker_addr, cluster=cluster),
+        lambda addrs: per_target("clean unused topic success", addrs),
     )
-    for addr in addrs:
-        click.echo(f"clean unused topic success, {addr}")
 
 
 @admin.command("get-namesrv-config")
 @NAMESRV
 def get_namesrv_config(namesrv_addr: str) -> None:
     """Every setting of each name server, ``key = value``, under a line with its address."""
-    configs = ask(namesrv_addr, lambda a: a.namesrv_config())
-    for addr, settings in configs.items():
-        click.echo(f"============{addr}============")
-        pairs(settings, "=")
+
+    def show(configs: dict[str, dict[str, str]]) -> None:
+        for addr, settings in configs.items():
+            click.echo(f"============{addr}============")
+            pairs(settings, "=")
+
+    ask(namesrv_addr, lambda a: a.namesrv_config(), show)
 
 
 @admin.command("update-namesrv-config")
@@ -135,8 +142,13 @@ def get_namesrv_config(namesrv_addr: str) -> None:
 def update_namesrv_config(namesrv_addr: str, key: str, value: str) -> None:
     """Change a setting of each running name server until it restarts: orderMessageEnable,
     scanNotActiveBrokerInterval or brokerChannelExpiredTime (ms)."""
-    addrs = ask(namesrv_addr, lambda a: a.update_namesrv_config({key.strip(): value.strip()}))
-    click.echo(f"update name server config success! {', '.join(addrs)}: {key} = {value}")
+    ask(
+        namesrv_addr,
+        lambda a: a.update_namesrv_config({key.strip(): value.strip()}),
+        lambda addrs: click.echo(
+            f"update name server config success! {', '.join(addrs)}: {key} = {value}"
+        ),
+    )
 
 
 @admin.command("update-kv-config")
@@ -146,8 +158,11 @@ def update_namesrv_config(namesrv_addr: str, key: str, value: str) -> None:
 @click.option("-v", "--value", required=True, help="Value.")
 def update_kv_config(namesrv_addr: str, namespace: str, key: str, value: str) -> None:
     """Set a KV config value on every name server."""
-    ask(namesrv_addr, lambda a: a.put_kv_config(namespace.strip(), key.strip(), value.strip()))
-    click.echo("create or update kv config to namespace success.")
+    ask(
+        namesrv_addr,
+        lambda a: a.put_kv_config(namespace.strip(), key.strip(), value.strip()),
+        lambda addrs: per_target("create or update kv config to namespace success", addrs),
+    )
 
 
 @admin.command("delete-kv-config")
@@ -156,8 +171,11 @@ def update_kv_config(namesrv_addr: str, namespace: str, key: str, value: str) ->
 @click.option("-k", "--key", required=True, help="Key.")
 def delete_kv_config(namesrv_addr: str, namespace: str, key: str) -> None:
     """Remove a KV config value from every name server."""
-    ask(namesrv_addr, lambda a: a.delete_kv_config(namespace.strip(), key.strip()))
-    click.echo("delete kv config from namespace success.")
+    ask(
+        namesrv_addr,
+        lambda a: a.delete_kv_config(namespace.strip(), key.strip()),
+        lambda addrs: per_target("delete kv config from namespace success", addrs),
+    )
 
 
 @admin.command("wipe-write-perm")
@@ -166,9 +184,14 @@ def delete_kv_config(namesrv_addr: str, namespace: str, key: str) -> None:
 def wipe_write_perm(namesrv_addr: str, broker_name: str) -> None:
     """Take a broker's write permission out of every name server's routes, so that producers
     send to the other brokers while it drains."""
-    counts = ask(namesrv_addr, lambda a: a.wipe_write_perm(broker_name.strip()))
-    for addr, count in counts.items():
-        click.echo(f"wipe write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
+
+    def show(counts: dict[str, int]) -> None:
+        for addr, count in counts.items():
+            click.echo(
+                f"wipe write perm of broker[{broker_name}] in name server[{addr}] OK, {count}"
+            )
+
+    ask(namesrv_addr, lambda a: a.wipe_write_perm(broker_name.strip()), show)
 
 
 @admin.command("add-write-perm")
@@ -176,6 +199,11 @@ def wipe_write_perm(namesrv_addr: str, broker_name: str) -> None:
 @click.option("-b", "--broker-name", required=True, help="Broker name (not address).")
 def add_write_perm(namesrv_addr: str, broker_name: str) -> None:
     """Give back the write permission wipe-write-perm took."""
-    counts = ask(namesrv_addr, lambda a: a.add_write_perm(broker_name.strip()))
-    for addr, count in counts.items():
-        click.echo(f"add write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
+
+    def show(counts: dict[str, int]) -> None:
+        for addr, count in counts.items():
+            click.echo(
+                f"add write perm of broker[{broker_name}] in name server[{addr}] OK, {count}"
+            )
+
+    ask(namesrv_addr, lambda a: a.add_write_perm(broker_name.strip()), show)

@@ -11,7 +11,7 @@ import click
 
 from pyrmq.client.admin import Admin
 
-from .group import NAMESRV, admin, ask
+from .group import NAMESRV, admin, ask, host_port
 
 DEFAULT_DIR = "/tmp/rocketmq/export"
 
@@ -51,7 +51,7 @@ async def _merged(
 @admin.command("export-metadata")
 @NAMESRV
 @click.option("-c", "--cluster", help="Every master of this cluster.")
-@click.option("-b", "--broker-addr", help="This broker only, host:port.")
+@click.option("-b", "--broker-addr", callback=host_port, help="This broker only, host:port.")
 @click.option("-t", "--topic", "topic_only", is_flag=True, help="Only topics, to topic.json.")
 @click.option(
     "-g", "--group", "group_only", is_flag=True, help="Only groups, to subscriptionGroup.json."
@@ -86,7 +86,7 @@ def export_metadata(
     )
 
     async def question(a: Admin) -> dict[str, Any]:
-        addrs = [broker_addr.strip()] if broker_addr else await a.masters(cluster)
+        addrs = [broker_addr] if broker_addr else await a.masters(cluster)
         return await _merged(a, addrs, not group_only, not topic_only, special_topic)
 
     metadata = ask(namesrv_addr, question)

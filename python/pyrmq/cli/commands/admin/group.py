@@ -7,14 +7,14 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import click
 
 from pyrmq.acl.signing import Credentials
 from pyrmq.client.admin import Admin
 from pyrmq.client.instance import ClientConfig
-from pyrmq.errors import PyrmqError
+from pyrmq.errors import PartialFailureError, PyrmqError
 from pyrmq.remoting.tls import client_context
 
 __all__ = [
@@ -22,7 +22,10 @@ __all__ = [
     "admin",
     "ask",
     "client_config",
+    "host_port",
     "pairs",
+    "per_target",
+    "properties",
     "run",
     "shown_time",
     "table",
@@ -42,7 +45,23 @@ NAMESRV = click.option(
 )
 
 
-def ask(namesrv_addr: str, question: Callable[[Admin], Awaitable[T]]) -> T:
+def host_port(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A server address option's value, ``host:port`` stripped of blanks (None if not given)."""
+    if value is None:
+        return None
+    host, _, port = value.strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"{value!r} is not host:port", ctx, param)
+    return f"{host}:{port}"
+
+
+def ask(
+    namesrv_addr: str,
+    question: Callable[[Admin], Awaitable[T]],
+    show: Callable[[T], None] | None = None,
+) -> T:
+    """``question``'s answer from an :class:`Admin` of the command's name servers, account
+    and TLS, shown by ``show`` when given (see :func:`run`)."""
     ctx = click.get_current_context()
     credentials = ctx.find_object(Credentials)
     tls = ctx.meta.get(_TLS)
@@ -51,19 +70,33 @@ def ask(namesrv_addr: str, question: Callable[[Admin], Awaitable[T]]) -> T:
         async with Admin(namesrv_addr, credentials=credentials, tls=tls) as admin:
             return await question(admin)
 
-    return run(asked)
+    return run(asked, show)
 
 
-def run(work: Callable[[], Awaitable[T]]) -> T:
-    """Runs ``work`` in a new event loop; a pyrmq error becomes the command's error."""
+def run(work: Callable[[], Awaitable[T]], show: Callable[[T], None] | None = None) -> T:
+    """Runs ``work`` in a new event loop and ``show``s its result; a pyrmq error becomes the
+    command's error. When some of the brokers or name servers asked failed, ``show`` shows
+    what the others did or answered, a line on stderr names each one that failed and why,
+    and the command exits 1."""
 
     async def main() -> T:
         return await work()
 
     try:
-        return asyncio.run(main())
+        result = asyncio.run(main())
+    except PartialFailureError as e:
+        if show is None:
+            raise click.ClickException(str(e)) from e
+        # The error's result is the work's, from the targets that succeeded.
+        show(cast(T, e.result))
+        for target, error in e.failed.items():
+            click.echo(f"Error: {target} failed: {error}", err=True)
+        raise click.exceptions.Exit(1) from e
     except PyrmqError as e:
         raise click.ClickException(str(e)) from e
+    if show is not None:
+        show(result)
+    return result
 
 
 def client_config(namesrv_addr: str) -> ClientConfig:
@@ -109,10 +142,21 @@ def table(rows: list[tuple[object, ...]]) -> None:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def properties(values: dict[str, str]) -> str:
+    """A message's properties as mqadmin prints them (a Java map): ``{KEYS=k1, TAGS=TagA}``."""
+    return "{" + ", ".join(f"{key}={value}" for key, value in sorted(values.items())) + "}"
+
+
 def pairs(values: dict[str, str], sep: str) -> None:
     width = max(map(len, values), default=0)
     for key in sorted(values):
         click.echo(f"{key.ljust(width)} {sep} {values[key]}")
+
+
+def per_target(line: str, targets: list[str]) -> None:
+    """``line`` once for each broker or name server done, naming it."""
+    for target in targets:
+        click.echo(f"{line}, {target}")
 
 
 @click.group("admin")

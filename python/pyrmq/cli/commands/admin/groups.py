@@ -5,10 +5,11 @@ of a group (QUERY_CORRECTION_OFFSET)."""
 
 import click
 
-from pyrmq.client.admin import ClientConnection
+from pyrmq.client.admin import ClientConnection, ConsumeStats
+from pyrmq.client.message import MessageQueue
 from pyrmq.remoting.protocol import MQVersion
 
-from .group import NAMESRV, admin, ask, shown_time, table, timestamp_ms
+from .group import NAMESRV, admin, ask, host_port, shown_time, table, timestamp_ms
 
 
 @admin.command("consumer-progress")
@@ -18,7 +19,10 @@ from .group import NAMESRV, admin, ask, shown_time, table, timestamp_ms
 def consumer_progress(namesrv_addr: str, group: str, topic: str | None) -> None:
     """The group's offset against each queue's max offset, the difference (lag), and the
     group's consume rate."""
-    stats = ask(namesrv_addr, lambda a: a.consume_stats(group, topic))
+    ask(namesrv_addr, lambda a: a.consume_stats(group, topic), _progress)
+
+
+def _progress(stats: ConsumeStats) -> None:
     rows: list[tuple[object, ...]] = [
         (
             "#Topic",
@@ -52,7 +56,7 @@ def consumer_progress(namesrv_addr: str, group: str, topic: str | None) -> None:
 @NAMESRV
 @click.option("-g", "--group", required=True, help="Consumer group name.")
 @click.option("-c", "--cluster", help="On every master of this cluster [default: of all].")
-@click.option("-b", "--broker-addr", help="On this broker only, host:port.")
+@click.option("-b", "--broker-addr", callback=host_port, help="On this broker only, host:port.")
 @click.option(
     "-o",
     "--orderly",
@@ -76,7 +80,12 @@ def update_group(
     retry_max_times: int,
 ) -> None:
     """Create or change a consumer group's settings."""
-    addrs = ask(
+
+    def show(addrs: list[str]) -> None:
+        for addr in addrs:
+            click.echo(f"create subscription group to {addr} success.")
+
+    ask(
         namesrv_addr,
         lambda a: a.update_group(
             group,
@@ -85,9 +94,8 @@ def update_group(
             cluster=cluster,
             broker_addr=broker_addr,
         ),
+        show,
     )
-    for addr in addrs:
-        click.echo(f"create subscription group to {addr} success.")
 
 
 @admin.command("delete-group")
@@ -96,9 +104,12 @@ def update_group(
 @click.option("-c", "--cluster", help="From every master of this cluster [default: of all].")
 def delete_group(namesrv_addr: str, group: str, cluster: str | None) -> None:
     """Delete a consumer group's settings (its offsets stay)."""
-    addrs = ask(namesrv_addr, lambda a: a.delete_group(group, cluster=cluster))
-    click.echo(
-        f"delete subscription group [{group}] from {', '.join(addrs) or 'no broker'} success."
+    ask(
+        namesrv_addr,
+        lambda a: a.delete_group(group, cluster=cluster),
+        lambda addrs: click.echo(
+            f"delete subscription group [{group}] from {', '.join(addrs) or 'no broker'} success."
+        ),
     )
 
 
@@ -196,11 +207,18 @@ def reset_offset_by_time(
     """Move the group's offsets on the topic to the first message stored at or after a
     time; consumers online move with them."""
     ms = _timestamp(timestamp)
-    offsets = ask(namesrv_addr, lambda a: a.reset_offset_by_time(topic, group, ms, force=force))
-    click.echo(
-        f"reset offsets of group [{group}] on topic [{topic}], force [{str(force).lower()}], "
-        f"timestamp [{timestamp}] ({ms})"
-    )
+
+    def show(offsets: dict[MessageQueue, int]) -> None:
+        click.echo(
+            f"reset offsets of group [{group}] on topic [{topic}], force [{str(force).lower()}], "
+            f"timestamp [{timestamp}] ({ms})"
+        )
+        _offsets(offsets)
+
+    ask(namesrv_addr, lambda a: a.reset_offset_by_time(topic, group, ms, force=force), show)
+
+
+def _offsets(offsets: dict[MessageQueue, int]) -> None:
     rows: list[tuple[object, ...]] = [("#Broker Name", "#QID", "#Offset")]
     rows += [(mq.broker_name, mq.queue_id, offset) for mq, offset in offsets.items()]
     table(rows)
@@ -225,22 +243,26 @@ def clone_group_offset(
     namesrv_addr: str, src_group: str, dest_group: str, topic: str, offline: bool
 ) -> None:
     """Give a consumer group another group's committed offsets on a topic."""
-    cloned = ask(
+
+    def show(cloned: dict[MessageQueue, int]) -> None:
+        _offsets(cloned)
+        click.echo(
+            f"clone group offset success. srcGroup[{src_group}], destGroup=[{dest_group}], "
+            f"topic[{topic}]"
+        )
+
+    ask(
         namesrv_addr,
         lambda a: a.clone_group_offset(src_group, dest_group, topic, offline=offline),
-    )
-    rows: list[tuple[object, ...]] = [("#Broker Name", "#QID", "#Offset")]
-    rows += [(mq.broker_name, mq.queue_id, offset) for mq, offset in cloned.items()]
-    table(rows)
-    click.echo(
-        f"clone group offset success. srcGroup[{src_group}], destGroup=[{dest_group}], "
-        f"topic[{topic}]"
+        show,
     )
 
 
 @admin.command("query-correction-offset")
 @NAMESRV
-@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option(
+    "-b", "--broker-addr", callback=host_port, required=True, help="Broker address, host:port."
+)
 @click.option("-t", "--topic", required=True, help="Topic name.")
 @click.option("-g", "--group", required=True, help="Consumer group compared.")
 @click.option("-f", "--filter-groups", help="Groups left out, comma-separated.")
@@ -252,7 +274,7 @@ def query_correction_offset(
     left_out = [g.strip() for g in (filter_groups or "").split(",") if g.strip()]
     offsets = ask(
         namesrv_addr,
-        lambda a: a.query_correction_offset(broker_addr.strip(), topic, group, left_out),
+        lambda a: a.query_correction_offset(broker_addr, topic, group, left_out),
     )
     rows: list[tuple[object, ...]] = [("#QID", "#Offset")]
     rows += list(offsets.items())
@@ -261,7 +283,9 @@ def query_correction_offset(
 
 @admin.command("broker-consume-stats")
 @NAMESRV
-@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option(
+    "-b", "--broker-addr", callback=host_port, required=True, help="Broker address, host:port."
+)
 @click.option("-o", "--order", is_flag=True, help="Only ordered topics.")
 @click.option(
     "-l", "--level", default=0, show_default=True, help="Only queues with at least this lag."

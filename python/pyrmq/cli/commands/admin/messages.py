@@ -10,7 +10,7 @@ from pyrmq.client.admin import Admin
 from pyrmq.client.api import PullStatus
 from pyrmq.client.message import MessageQueue
 
-from .group import NAMESRV, admin, ask, shown_time, table
+from .group import NAMESRV, admin, ask, host_port, properties, shown_time, table
 
 
 def _print_message(msg: MessageExt) -> None:
@@ -30,7 +30,7 @@ def _print_message(msg: MessageExt) -> None:
         ("Born Host", msg.born_host),
         ("Store Host", msg.store_host),
         ("System Flag", msg.stored.sys_flag),
-        ("Properties", msg.properties),
+        ("Properties", properties(msg.properties)),
         ("Message Body", msg.body.decode("utf-8", "backslashreplace")),
     ]
     for name, value in fields:
@@ -106,8 +106,8 @@ def query_msg_by_unique_key(namesrv_addr: str, topic: str, msg_id: str) -> None:
 @NAMESRV
 @click.option("-t", "--topic", required=True, help="Topic name.")
 @click.option("-b", "--broker-name", required=True, help="Broker name (not address).")
-@click.option("-i", "--queue-id", required=True, type=int, help="Queue id.")
-@click.option("-o", "--offset", required=True, type=int, help="Queue offset.")
+@click.option("-i", "--queue-id", required=True, type=click.IntRange(0), help="Queue id.")
+@click.option("-o", "--offset", required=True, type=click.IntRange(0), help="Queue offset.")
 def query_msg_by_offset(
     namesrv_addr: str, topic: str, broker_name: str, queue_id: int, offset: int
 ) -> None:
@@ -127,7 +127,9 @@ def query_msg_by_offset(
 
 @admin.command("query-cq")
 @NAMESRV
-@click.option("-b", "--broker-addr", required=True, help="Broker address, host:port.")
+@click.option(
+    "-b", "--broker-addr", callback=host_port, required=True, help="Broker address, host:port."
+)
 @click.option("-t", "--topic", required=True, help="Topic name.")
 @click.option("-q", "--queue-id", required=True, type=int, help="Queue id.")
 @click.option("-i", "--index", default=0, show_default=True, help="First queue offset.")

@@ -12,7 +12,7 @@ from pyrmq.client.admin import TOOLS_CONSUMER_GROUP, Admin
 from pyrmq.client.api import PullStatus
 from pyrmq.client.message import MessageQueue
 
-from .group import NAMESRV, admin, ask, timestamp_ms
+from .group import NAMESRV, admin, ask, properties, timestamp_ms
 
 PULL_BATCH = 32
 
@@ -67,8 +67,8 @@ def _line(msg: MessageExt, charset: str, body: bool) -> str:
         f"sysFlag={msg.stored.sys_flag}, bornTimestamp={msg.born_timestamp}, "
         f"bornHost={msg.born_host}, storeTimestamp={msg.store_timestamp}, "
         f"storeHost={msg.store_host}, commitLogOffset={msg.commit_log_offset}, "
-        f"reconsumeTimes={msg.reconsume_times}, tags={msg.tags}, keys={msg.keys}, "
-        f"properties={msg.properties}] BODY: {text}"
+        f"reconsumeTimes={msg.reconsume_times}, tags={msg.tags or ''}, keys={msg.keys}, "
+        f"properties={properties(msg.properties)}] BODY: {text}"
     )
 
 
@@ -80,6 +80,17 @@ async def _span(
     first = await (a.min_offset(mq) if begin_ms is None else a.search_offset(mq, begin_ms))
     end = await (a.max_offset(mq) if end_ms is None else a.search_offset(mq, end_ms))
     return first, end
+
+
+async def _queue(a: Admin, topic: str, broker_name: str, queue_id: int) -> MessageQueue:
+    """The topic's readable queue named; ClickException if it has none such (a pull of it
+    finds nothing, which would print nothing)."""
+    mq = MessageQueue(topic, broker_name, queue_id)
+    if mq not in await a.read_queues(topic):
+        raise click.ClickException(
+            f"topic {topic} has no readable queue {queue_id} on {broker_name}"
+        )
+    return mq
 
 
 async def _pulled(
@@ -108,7 +119,9 @@ async def _pulled(
             if found:
                 yield found
         elif result.status is not PullStatus.NO_MATCHED_MSG:
-            return
+            raise click.ClickException(
+                f"pulling {mq} at offset {offset}: the broker answered {result.status.name}"
+            )
         if result.next_begin_offset <= offset:
             return
         offset = result.next_begin_offset
@@ -118,8 +131,8 @@ async def _pulled(
 @NAMESRV
 @click.option("-t", "--topic", required=True, help="Topic name.")
 @click.option("-b", "--broker-name", help="Only this broker's queue (with -i).")
-@click.option("-i", "--queue-id", type=int, help="Only this queue (with -b).")
-@click.option("-o", "--offset", type=int, help="From this queue offset on (with -i).")
+@click.option("-i", "--queue-id", type=click.IntRange(0), help="Only this queue (with -b).")
+@click.option("-o", "--offset", type=click.IntRange(0), help="From this queue offset on (with -i).")
 @click.option(
     "-g",
     "--group",
@@ -159,7 +172,7 @@ def consume_message(
 
     async def question(a: Admin) -> None:
         if broker_name is not None and queue_id is not None:
-            queues = [MessageQueue(topic, broker_name.strip(), queue_id)]
+            queues = [await _queue(a, topic, broker_name.strip(), queue_id)]
         else:
             queues = await a.read_queues(topic)
         left = count
@@ -219,7 +232,7 @@ def print_msg(
 @NAMESRV
 @click.option("-t", "--topic", required=True, help="Topic name.")
 @click.option("-a", "--broker-name", required=True, help="Broker name (not address).")
-@click.option("-i", "--queue-id", required=True, type=int, help="Queue id.")
+@click.option("-i", "--queue-id", required=True, type=click.IntRange(0), help="Queue id.")
 @_print_options
 @click.option(
     "-p", "--print-msg", default=False, show_default=True, type=bool, help="Print the messages."
@@ -256,10 +269,10 @@ def print_msg_by_queue(
     """Print one queue's messages stored in a time range, or count them by tag, or both."""
     encoding = _charset(charset.strip())
     begin_ms, end_ms = _times(begin_timestamp, end_timestamp, ("-b", "-e"))
-    mq = MessageQueue(topic.strip(), broker_name.strip(), queue_id)
     tags: collections.Counter[str] = collections.Counter()
 
     async def question(a: Admin) -> None:
+        mq = await _queue(a, topic.strip(), broker_name.strip(), queue_id)
         first, end = await _span(a, mq, begin_ms, end_ms)
         async for batch in _pulled(a, mq, first, end, sub_expression):
             tags.update(m.tags for m in batch if m.tags and m.tags.strip())

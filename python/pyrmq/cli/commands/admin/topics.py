@@ -6,11 +6,12 @@ import json
 
 import click
 
-from pyrmq.client.admin import Admin
+from pyrmq.client.admin import Admin, TopicOffset
 from pyrmq.client.allocate import allocate_averagely
+from pyrmq.client.message import MessageQueue
 from pyrmq.errors import PyrmqError
 
-from .group import NAMESRV, admin, ask, shown_time, table
+from .group import NAMESRV, admin, ask, host_port, per_target, shown_time, table
 
 
 @admin.command("topic-list")
@@ -61,7 +62,10 @@ def topic_route(namesrv_addr: str, topic: str) -> None:
 @click.option("-t", "--topic", required=True, help="Topic name.")
 def topic_status(namesrv_addr: str, topic: str) -> None:
     """Each queue's min and max offsets and last store time."""
-    status = ask(namesrv_addr, lambda a: a.topic_status(topic))
+    ask(namesrv_addr, lambda a: a.topic_status(topic), _status)
+
+
+def _status(status: dict[MessageQueue, TopicOffset]) -> None:
     rows: list[tuple[object, ...]] = [
         ("#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated")
     ]
@@ -82,7 +86,7 @@ def topic_status(namesrv_addr: str, topic: str) -> None:
 @NAMESRV
 @click.option("-t", "--topic", required=True, help="Topic name.")
 @click.option("-c", "--cluster", help="On every master of this cluster [default: of all].")
-@click.option("-b", "--broker-addr", help="On this broker only, host:port.")
+@click.option("-b", "--broker-addr", callback=host_port, help="On this broker only, host:port.")
 @click.option("-r", "--queue-nums", default=8, show_default=True, help="Read and write queues.")
 @click.option("-p", "--perm", default=6, show_default=True, help="2 write, 4 read, 6 both.")
 @click.option("-o", "--order", is_flag=True, help="An ordered topic.")
@@ -96,7 +100,12 @@ def update_topic(
     order: bool,
 ) -> None:
     """Create a topic, or change its queues and permission."""
-    addrs = ask(
+
+    def show(addrs: list[str]) -> None:
+        for addr in addrs:
+            click.echo(f"create topic to {addr} success.")
+
+    ask(
         namesrv_addr,
         lambda a: a.create_topic(
             topic,
@@ -106,9 +115,8 @@ def update_topic(
             cluster=cluster,
             broker_addr=broker_addr,
         ),
+        show,
     )
-    for addr in addrs:
-        click.echo(f"create topic to {addr} success.")
 
 
 @admin.command("delete-topic")
@@ -117,8 +125,13 @@ def update_topic(
 @click.option("-c", "--cluster", help="From every master of this cluster [default: of all].")
 def delete_topic(namesrv_addr: str, topic: str, cluster: str | None) -> None:
     """Delete a topic, its messages and the groups' offsets on it."""
-    addrs = ask(namesrv_addr, lambda a: a.delete_topic(topic, cluster=cluster))
-    click.echo(f"delete topic [{topic}] from {', '.join(addrs) or 'no broker'} success.")
+    ask(
+        namesrv_addr,
+        lambda a: a.delete_topic(topic, cluster=cluster),
+        lambda addrs: click.echo(
+            f"delete topic [{topic}] from {', '.join(addrs) or 'no broker'} success."
+        ),
+    )
 
 
 @admin.command("stats-all")
@@ -192,7 +205,7 @@ def topic_cluster_list(namesrv_addr: str, topic: str) -> None:
     type=click.Choice(["2", "4", "6"]),
     help="2 write, 4 read, 6 both.",
 )
-@click.option("-b", "--broker-addr", help="On this broker only, host:port.")
+@click.option("-b", "--broker-addr", callback=host_port, help="On this broker only, host:port.")
 @click.option(
     "-c", "--cluster", help="On the masters of this cluster [default: every master of the topic]."
 )
@@ -204,17 +217,19 @@ def update_topic_perm(
     if broker_addr and cluster:
         raise click.UsageError("-b/--broker-addr and -c/--cluster exclude each other")
     new = int(perm)
-    before = ask(
+
+    def show(before: dict[str, int]) -> None:
+        for addr, old in before.items():
+            if old == new:
+                click.echo(f"perm of topic [{topic}] in {addr} is {new} already.")
+            else:
+                click.echo(f"update topic perm from {old} to {new} in {addr} success.")
+
+    ask(
         namesrv_addr,
-        lambda a: a.update_topic_perm(
-            topic.strip(), new, broker_addr=broker_addr and broker_addr.strip(), cluster=cluster
-        ),
+        lambda a: a.update_topic_perm(topic.strip(), new, broker_addr=broker_addr, cluster=cluster),
+        show,
     )
-    for addr, old in before.items():
-        if old == new:
-            click.echo(f"perm of topic [{topic}] in {addr} is {new} already.")
-        else:
-            click.echo(f"update topic perm from {old} to {new} in {addr} success.")
 
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
@@ -226,9 +241,9 @@ def _order_conf(text: str) -> str:
     parts = []
     for part in text.split(";"):
         name, sep, count = part.strip().partition(":")
-        if not sep or not name.strip() or not count.strip().isdigit():
+        if not sep or not name.strip() or not count.strip().isdigit() or not int(count):
             raise click.BadParameter(
-                f"{part.strip()!r} is not brokerName:num", param_hint="--order-conf"
+                f"{part.strip()!r} is not brokerName:num, num 1 or more", param_hint="--order-conf"
             )
         parts.append(f"{name.strip()}:{int(count)}")
     return ";".join(parts)
@@ -254,11 +269,19 @@ def update_order_conf(namesrv_addr: str, topic: str, method: str, order_conf: st
         if not order_conf or not order_conf.strip():
             raise click.UsageError("put needs the order conf: -v brokerName:num;...")
         conf = _order_conf(order_conf)
-        ask(namesrv_addr, lambda a: a.put_kv_config(ORDER_TOPIC_CONFIG, topic, conf))
-        click.echo(f"update orderConf success. topic=[{topic}], orderConf=[{conf}]")
+        ask(
+            namesrv_addr,
+            lambda a: a.put_kv_config(ORDER_TOPIC_CONFIG, topic, conf),
+            lambda addrs: per_target(
+                f"update orderConf success. topic=[{topic}], orderConf=[{conf}]", addrs
+            ),
+        )
     else:
-        ask(namesrv_addr, lambda a: a.delete_kv_config(ORDER_TOPIC_CONFIG, topic))
-        click.echo(f"delete orderConf success. topic=[{topic}]")
+        ask(
+            namesrv_addr,
+            lambda a: a.delete_kv_config(ORDER_TOPIC_CONFIG, topic),
+            lambda addrs: per_target(f"delete orderConf success. topic=[{topic}]", addrs),
+        )
 
 
 @admin.command("allocate-mq")
@@ -268,8 +291,10 @@ def update_order_conf(namesrv_addr: str, topic: str, method: str, order_conf: st
 def allocate_mq(namesrv_addr: str, topic: str, ip_list: str) -> None:
     """How the averagely strategy shares the topic's readable queues among these client ids,
     as JSON: each id's queues."""
-    queues = ask(namesrv_addr, lambda a: a.read_queues(topic.strip()))
     cids = [c.strip() for c in ip_list.split(",") if c.strip()]
+    if not cids:
+        raise click.BadParameter("no client id given", param_hint="--ip-list")
+    queues = ask(namesrv_addr, lambda a: a.read_queues(topic.strip()))
     result = {
         cid: [
             dict(sorted(mq.to_json().items())) for mq in allocate_averagely("aa", cid, queues, cids)
