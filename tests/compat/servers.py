@@ -115,6 +115,23 @@ def start_serve(root: Path, *args: str) -> ServerProcess:
     )
 
 
+def start_broker(
+    namesrv: str, root: Path, name: str, *args: str, config: str = ""
+) -> ServerProcess:
+    """``pyrmq broker`` ``name`` of ``namesrv``'s cluster on a free port, storing in
+    ``root / name`` and logging to ``root / f"{name}.log"``, with ``config`` lines added to its
+    config file and ``args`` to its command line, once it is ready."""
+    conf = root / f"{name}.conf"
+    conf.write_text(f"brokerName={name}\n{config}")
+    return ServerProcess(
+        [
+            *("broker", "-n", namesrv, "-c", str(conf), "--store", str(root / name)),
+            *("--port", "0", *args),
+        ],
+        root / f"{name}.log",
+    )
+
+
 @contextmanager
 def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
     """:func:`start_serve`; on exit, stops it and checks the exit was clean."""

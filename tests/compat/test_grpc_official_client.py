@@ -394,17 +394,13 @@ def test_a_5x_client_given_one_broker_reaches_a_topic_spread_over_two(
     topic = "TopicG5TwoBrokers"
     try:
         for name in ("broker-a", "broker-b"):
-            conf = tmp_path / f"{name}.conf"
-            conf.write_text(
-                f"brokerName={name}\nbrokerClusterName=DefaultCluster\nbrokerId=0\n"
-                "recallMessageEnable=true\n"
-            )
-            brokers[name] = servers.ServerProcess(
-                [
-                    *("broker", "-n", namesrv, "-c", str(conf), "--store", str(tmp_path / name)),
-                    *("--port", "0", "--grpc-port", "0"),
-                ],
-                tmp_path / f"{name}.log",
+            brokers[name] = servers.start_broker(
+                namesrv,
+                tmp_path,
+                name,
+                "--grpc-port",
+                "0",
+                config="brokerClusterName=DefaultCluster\nbrokerId=0\nrecallMessageEnable=true\n",
             )
             servers.create_topic(brokers[name].addresses()[-1], topic, 2)
         access = brokers["broker-a"].grpc_address()

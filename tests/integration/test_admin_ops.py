@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from tests import helpers
-from tests.compat.servers import ServerProcess, create_topic, serving
+from tests.compat.servers import ServerProcess, create_topic, serving, start_broker
 from tests.helpers import fast_config, pyrmq_admin
 
 from pyrmq.client.admin import Admin
@@ -395,15 +395,7 @@ def test_wiping_a_brokers_write_permission_sends_to_the_others(tmp_path: Path) -
     (tmp_path / "a").mkdir()
     with serving(tmp_path / "a") as first:
         namesrv, _ = first.addresses()
-        conf = tmp_path / "broker-b.conf"
-        conf.write_text("brokerName=broker-b\n")
-        second = ServerProcess(
-            [
-                "broker", "-n", namesrv, "-c", str(conf), "--store", str(tmp_path / "b"),
-                "--port", "0",
-            ],
-            tmp_path / "b.log",
-        )  # fmt: skip
+        second = start_broker(namesrv, tmp_path, "broker-b")
         try:
 
             async def prepare() -> None:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import pytest
 from click.testing import CliRunner, Result
-from tests.compat.servers import ServerProcess, serving
+from tests.compat.servers import ServerProcess, serving, start_broker
 
 from pyrmq.acl import Credentials
 from pyrmq.cli.main import main
@@ -47,15 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     (root / "a").mkdir()
     with serving(root / "a", "--acl", str(acl)) as first:
         namesrv, broker_a = first.addresses()[:2]
-        conf = root / "broker-0.conf"
-        conf.write_text("brokerName=broker-0\n")
-        second = ServerProcess(
-            [
-                "broker", "-n", namesrv, "-c", str(conf), "--store", str(root / "b"),
-                "--port", "0",
-            ],
-            root / "b.log",
-        )  # fmt: skip
+        second = start_broker(namesrv, root, "broker-0")
         try:
             asyncio.run(_registered(namesrv, 2))
             yield namesrv, broker_a, second
