@@ -462,6 +462,10 @@ class MessageStore:
     def delay_offsets(self) -> dict[int, int]:
         """Each delay level's next queue offset in SCHEDULE_TOPIC_XXXX (RocketMQ's
         ``delayOffset.json``)."""
+    def copy_delay_offsets(self, offsets: dict[int, int]) -> None:
+        """Takes a master's delay offsets in place of this store's, persisted with the next
+        flush: a slave keeps them so that, made a master, it delivers on from where its master
+        was instead of every delayed message its log holds again."""
     def delayed_deliveries(self) -> tuple[int, int]:
         """``(messages, bytes)`` of delayed messages stored again under their real topics since
         the store opened (by the schedule service or :meth:`deliver_due`)."""

@@ -5,6 +5,7 @@ HA port, and clients that read from the slave once the master is gone."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -217,6 +218,61 @@ def test_offsets_committed_on_the_master_carry_over_to_the_slave(cluster: Cluste
         assert not set(got) & set(first)
 
     run(scenario, timeout_s=90)
+
+
+def test_a_slave_made_a_master_delivers_on_from_its_masters_delay_offsets(
+    cluster: Cluster,
+) -> None:
+    """The slave copies the master's delayed-message progress as it copies offsets; an
+    operator who restarts the slave as the master (the master's disk lost) gets the delayed
+    messages still to come, and none of those the master delivered again."""
+    levels = "messageDelayLevel=1s 60s"
+    master = cluster.start("master", "ASYNC_MASTER", levels)
+    slave = cluster.start("slave", "SLAVE", levels)
+    topic = "TopicHADelays"
+
+    def delay_offsets(addr: str) -> dict[str, int]:
+        answer = remoting_call(addr, RequestCode.GET_ALL_DELAY_OFFSET, {})
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        return dict(json.loads(answer.body)["offsetTable"])
+
+    async def scenario() -> None:
+        async with Producer("PG_HA", client_config=fast_config(cluster.namesrv)) as producer:
+            for i in range(20):
+                msg = Message(topic, b"soon-%d" % i)
+                msg.set_delay_time_level(1)
+                assert (await producer.send(msg)).status is SendStatus.OK
+            later = Message(topic, b"later")
+            later.set_delay_time_level(2)
+            assert (await producer.send(later)).status is SendStatus.OK
+
+        async def delivered() -> bool:
+            return sum(await max_offsets(master, topic)) == 20
+
+        await until(delivered, 15, "the 1 s level delivered on the master")
+
+        async def copied() -> bool:
+            on_slave, on_master = await asyncio.gather(
+                asyncio.to_thread(delay_offsets, slave), asyncio.to_thread(delay_offsets, master)
+            )
+            return on_slave == on_master == {"1": 20, "2": 0}
+
+        # The slave copies every 10 s.
+        await until(copied, 25, "the delay offsets on the slave")
+        ends = await max_offsets(master, topic)
+
+        async def caught_up() -> bool:
+            return await max_offsets(slave, topic) == ends
+
+        await until(caught_up, 10, "the slave's log")
+
+    run(scenario, timeout_s=90)
+    cluster.procs["master"].kill()
+    assert cluster.procs["slave"].stop() == 0
+    promoted = cluster.start("slave", "ASYNC_MASTER", levels)
+    assert delay_offsets(promoted) == {"1": 20, "2": 0}
+    time.sleep(3)  # three passes of the 1 s level
+    assert sum(max_offset(promoted, topic, q) for q in range(4)) == 20
 
 
 def test_a_slave_killed_mid_stream_catches_up_from_its_own_end(cluster: Cluster) -> None:

@@ -1132,6 +1132,11 @@ impl PyMessageStore {
         self.store.delay_offsets()
     }
 
+    /// Takes a master's delay offsets in place of this store's (a slave's copy).
+    fn copy_delay_offsets(&self, offsets: std::collections::BTreeMap<u32, u64>) {
+        self.store.copy_delay_offsets(offsets);
+    }
+
     /// (messages, bytes) of delayed messages delivered since the store opened.
     fn delayed_deliveries(&self) -> (u64, u64) {
         self.store.delayed_deliveries()

@@ -93,6 +93,17 @@ impl DelayOffsets {
         self.offsets.lock().clone()
     }
 
+    /// Replaces every level's offset: a slave keeps its master's, so that it goes on from
+    /// there if it is made a master. Waits for a pass in progress.
+    pub(crate) fn replace(&self, new: BTreeMap<u32, u64>) {
+        let _pass = self.pass.lock();
+        let mut offsets = self.offsets.lock();
+        if *offsets != new {
+            *offsets = new;
+            self.dirty.store(true, Ordering::Release);
+        }
+    }
+
     fn get(&self, level: u32) -> u64 {
         self.offsets.lock().get(&level).copied().unwrap_or(0)
     }
@@ -341,6 +352,20 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             r#"{"offsetTable":{"1":5,"18":2}}"#
         );
+    }
+
+    #[test]
+    fn offsets_replaced_by_a_masters_are_persisted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = DelayOffsets::load(&dir.path().join("delayOffset.json")).unwrap();
+        offsets.set(1, 5);
+        offsets.take_changed().unwrap();
+        let masters = BTreeMap::from([(1, 9), (2, 4)]);
+        offsets.replace(masters.clone());
+        assert_eq!(offsets.take_changed().unwrap().1, masters);
+        offsets.replace(masters.clone());
+        assert!(offsets.take_changed().is_none());
+        assert_eq!(offsets.get(2), 4);
     }
 
     #[test]

@@ -521,6 +521,13 @@ impl MessageStore {
         self.inner.delays.snapshot()
     }
 
+    /// Takes a master's delay offsets in place of this store's (a slave's copy), persisted with
+    /// the next flush: a slave made a master then delivers on from where its master was,
+    /// instead of every delayed message its log holds again.
+    pub fn copy_delay_offsets(&self, offsets: std::collections::BTreeMap<u32, u64>) {
+        self.inner.delays.replace(offsets);
+    }
+
     /// Delayed messages delivered to their real topics since the store opened, and the bytes
     /// their new records took.
     pub fn delayed_deliveries(&self) -> (u64, u64) {

@@ -9,9 +9,9 @@ from the slave's end.
 
 :class:`SlaveSync` copies what is not in the CommitLog every 10 s, as RocketMQ's
 SlaveSynchronize does: the topics (GET_ALL_TOPIC_CONFIG), the consumer offsets
-(GET_ALL_CONSUMER_OFFSET) and the consumer groups' settings
-(GET_ALL_SUBSCRIPTIONGROUP_CONFIG). While the master is away consumers read from the slave
-and commit their offsets to it.
+(GET_ALL_CONSUMER_OFFSET), the consumer groups' settings (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+and the delayed messages' progress (GET_ALL_DELAY_OFFSET), which a slave made a master goes on
+from. While the master is away consumers read from the slave and commit their offsets to it.
 """
 
 import asyncio
@@ -224,6 +224,12 @@ class SlaveSync:
         broker.offsets.merge_from_master(offsets.get("offsetTable") or {})
         groups = await self._get(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         broker.groups.merge_from_master(groups)
+        delays = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
+        table = delays.get("offsetTable") or {}
+        offsets = {int(level): int(n) for level, n in table.items()}
+        if not all(0 < level < 1 << 31 and 0 <= n < 1 << 63 for level, n in offsets.items()):
+            raise ValueError(f"GET_ALL_DELAY_OFFSET answered {table}")
+        broker.store.copy_delay_offsets(offsets)
 
     async def _get(self, addr: str, code: int) -> dict[str, Any]:
         request = RemotingCommand.request(code, {})
