@@ -226,10 +226,10 @@ class SlaveSync:
         broker.groups.merge_from_master(groups)
         delays = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
         table = delays.get("offsetTable") or {}
-        offsets = {int(level): int(n) for level, n in table.items()}
-        if not all(0 < level < 1 << 31 and 0 <= n < 1 << 63 for level, n in offsets.items()):
+        progress = {int(level): int(n) for level, n in table.items()}
+        if not all(0 < level < 1 << 31 and 0 <= n < 1 << 63 for level, n in progress.items()):
             raise ValueError(f"GET_ALL_DELAY_OFFSET answered {table}")
-        broker.store.copy_delay_offsets(offsets)
+        broker.store.copy_delay_offsets(progress)
 
     async def _get(self, addr: str, code: int) -> dict[str, Any]:
         request = RemotingCommand.request(code, {})
