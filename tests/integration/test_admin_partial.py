@@ -23,6 +23,9 @@ from tests.compat.servers import ServerProcess, serving, start_broker
 from pyrmq.acl import Credentials
 from pyrmq.cli.main import main
 from pyrmq.client.admin import Admin
+from pyrmq.client.instance import ClientConfig
+from pyrmq.client.message import Message
+from pyrmq.client.producer import Producer
 from pyrmq.errors import BrokerError, PartialFailureError, RemotingError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -166,3 +169,34 @@ def test_a_read_of_several_brokers_keeps_the_answers_of_those_that_gave_one(
     assert refusing not in shown.stdout
     (failure,) = shown.stderr.splitlines()
     assert failure.startswith(f"Error: {refusing} failed: ")
+
+
+def test_a_key_query_keeps_what_the_brokers_that_answered_found(
+    cluster: tuple[str, str, ServerProcess],
+) -> None:
+    namesrv, broker_a, second = cluster
+    silent = broker_0(second)
+    topic = "TopicPartialQuery"
+
+    async def scenario() -> None:
+        async with Admin(namesrv, credentials=ADMIN, timeout_s=TIMEOUT_S) as admin:
+            await admin.create_topic(topic, queue_nums=1)
+            config = ClientConfig(namesrv_addr=namesrv, credentials=ADMIN)
+            async with Producer("PG_PARTIAL", client_config=config) as producer:
+                for _ in range(2):  # one on each broker, the first on broker-0
+                    await producer.send(Message(topic, b"keyed", keys="order-7"))
+            with stopped(second):
+                with pytest.raises(PartialFailureError) as queried:
+                    await admin.query_message(topic, "order-7")
+                with pytest.raises(PartialFailureError) as connected:
+                    await admin.producer_connection("PG_PARTIAL", topic)
+        e = queried.value
+        assert list(e.failed) == [silent]
+        assert [(m.body, m.keys, m.broker_name) for m in e.result] == [
+            (b"keyed", "order-7", "broker-a")
+        ]
+        # The producer has shut down: broker-a knows no connection of its group any more.
+        c = connected.value
+        assert (c.succeeded, list(c.failed), c.result) == ((broker_a,), [silent], [])
+
+    asyncio.run(scenario())

@@ -613,18 +613,33 @@ class Admin:
         Each broker returns at most ``max_num`` (64 at most). With ``every_broker``, every
         broker the name servers know is asked, whether the topic's route names it or not (a
         route lags behind its brokers: after a name server restart, or a topic just made);
-        NoRouteError if they know none."""
-        found = await self._query(
-            topic, key, max_num, begin_ms, end_ms, unique=False, every_broker=every_broker
+        NoRouteError if they know none. PartialFailureError, its ``result`` what the brokers
+        that answered found, when some did not answer."""
+        return await self._query(
+            topic,
+            key,
+            max_num,
+            begin_ms,
+            end_ms,
+            # The brokers' index finds keys by hash: a colliding key is no match.
+            lambda m: key in m.keys.split(" "),
+            unique=False,
+            every_broker=every_broker,
         )
-        # The brokers' index finds keys by hash: a colliding key is no match.
-        return [m for m in found if key in m.keys.split(" ")]
 
     async def query_message_by_unique_key(self, topic: str, uniq_key: str) -> list[MessageExt]:
         """Messages of ``topic`` whose producer's id (``UNIQ_KEY``) is ``uniq_key``, oldest
-        first: one, or more when the producer sent it again after a failed attempt."""
-        found = await self._query(topic, uniq_key, 32, 0, None, unique=True)
-        return [m for m in found if m.get_property("UNIQ_KEY") == uniq_key]
+        first: one, or more when the producer sent it again after a failed attempt.
+        PartialFailureError as :meth:`query_message`."""
+        return await self._query(
+            topic,
+            uniq_key,
+            32,
+            0,
+            None,
+            lambda m: m.get_property("UNIQ_KEY") == uniq_key,
+            unique=True,
+        )
 
     async def _query(
         self,
@@ -633,6 +648,7 @@ class Admin:
         max_num: int,
         begin_ms: int,
         end_ms: int | None,
+        keep: Callable[[MessageExt], bool],
         *,
         unique: bool,
         every_broker: bool = False,
@@ -652,14 +668,20 @@ class Admin:
         ).to_ext()
         if unique:
             ext["_UNIQUE_KEY_QUERY"] = "true"
-        found: list[MessageExt] = []
-        for name, addr in brokers:
+        names = {addr: name for name, addr in brokers}
+
+        async def queried(addr: str) -> list[MessageExt]:
             response = await self._call(addr, RequestCode.QUERY_MESSAGE, ext)
             if response.code == ResponseCode.QUERY_NOT_FOUND:
-                continue
-            self._check(addr, response)
-            found.extend(_core.decode_received(response.body, name))
-        return sorted(found, key=lambda m: (m.store_timestamp, m.broker_name, m.commit_log_offset))
+                return []
+            return _core.decode_received(self._check(addr, response).body, names[addr])
+
+        answers, failed = await _gathered(list(names), queried)
+        found = sorted(
+            (m for part in answers.values() for m in part if keep(m)),
+            key=lambda m: (m.store_timestamp, m.broker_name, m.commit_log_offset),
+        )
+        return _settled(found, answers, failed)
 
     async def view_message(self, offset_msg_id: str) -> MessageExt:
         """The message an offset message id names, from the broker that stored it (``mqadmin
@@ -819,54 +841,69 @@ class Admin:
 
     async def consumer_connection(self, group: str) -> ConsumerConnection:
         """The group's online consumers, from every master broker (``mqadmin
-        consumerConnection``); BrokerError CONSUMER_NOT_ONLINE when none is online."""
-        connections: dict[str, ClientConnection] = {}
-        first: dict[str, Any] | None = None
-        refusal: BrokerError | None = None
-        for addr in await self._masters():
+        consumerConnection``); BrokerError CONSUMER_NOT_ONLINE when none is online.
+        PartialFailureError, its ``result`` what the brokers that answered know (None if none
+        knows the group online), when some did not answer."""
+
+        async def listed(addr: str) -> tuple[dict[str, Any] | None, BrokerError | None]:
+            """The broker's answer, or (a group offline there) its refusal."""
             answer = await self._call(
                 addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}
             )
             if answer.code == ResponseCode.CONSUMER_NOT_ONLINE:
-                refusal = BrokerError(answer.code, answer.remark, addr)
-                continue
-            body = loads_loose_json(self._check(addr, answer).body)
-            first = first or body
+                return None, BrokerError(answer.code, answer.remark, addr)
+            return dict(loads_loose_json(self._check(addr, answer).body)), None
+
+        answers, failed = await _gathered(await self._masters(), listed)
+        bodies = [body for body, _ in answers.values() if body is not None]
+        if not bodies:
+            if failed:
+                raise PartialFailureError(answers, failed)
+            refusals = [refusal for _, refusal in answers.values() if refusal is not None]
+            raise refusals[0] if refusals else NoRouteError("no master broker is registered")
+        first = bodies[0]
+        connections: dict[str, ClientConnection] = {}
+        for body in bodies:
             for raw in body.get("connectionSet") or []:
                 conn = ClientConnection.parse(raw)
                 connections.setdefault(conn.client_id, conn)
-        if first is None:
-            raise refusal or NoRouteError("no master broker is registered")
         subscriptions = {
             str(topic): (str(sub.get("expressionType") or "TAG"), str(sub.get("subString", "")))
             for topic, sub in (first.get("subscriptionTable") or {}).items()
         }
-        return ConsumerConnection(
+        found = ConsumerConnection(
             sorted(connections.values(), key=lambda c: c.client_id),
             dict(sorted(subscriptions.items())),
             str(first.get("consumeType", "")),
             str(first.get("messageModel", "")),
             str(first.get("consumeFromWhere", "")),
         )
+        return _settled(found, answers, failed)
 
     async def producer_connection(self, group: str, topic: str) -> list[ClientConnection]:
         """The producers of ``group`` connected to the brokers of ``topic`` (``mqadmin
-        producerConnection``); BrokerError when none knows the group."""
-        connections: dict[str, ClientConnection] = {}
-        refusal: BrokerError | None = None
-        for addr in await self._topic_masters(topic):
+        producerConnection``); BrokerError when none knows the group. PartialFailureError, its
+        ``result`` the producers the brokers that answered know, when some did not answer."""
+
+        async def listed(addr: str) -> tuple[list[ClientConnection], BrokerError | None]:
+            """The broker's answer, or (a group it does not know) its refusal."""
             answer = await self._call(
                 addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group}
             )
             if answer.code != ResponseCode.SUCCESS:
-                refusal = BrokerError(answer.code, answer.remark, addr)
-                continue
-            for raw in loads_loose_json(answer.body).get("connectionSet") or []:
-                conn = ClientConnection.parse(raw)
+                return [], BrokerError(answer.code, answer.remark, addr)
+            raws = loads_loose_json(answer.body).get("connectionSet") or []
+            return [ClientConnection.parse(raw) for raw in raws], None
+
+        answers, failed = await _gathered(await self._topic_masters(topic), listed)
+        connections: dict[str, ClientConnection] = {}
+        refusals = [refusal for _, refusal in answers.values() if refusal is not None]
+        for listing, _ in answers.values():
+            for conn in listing:
                 connections.setdefault(conn.client_id, conn)
-        if not connections and refusal is not None:
-            raise refusal
-        return sorted(connections.values(), key=lambda c: c.client_id)
+        if not connections and refusals and not failed:
+            raise refusals[0]
+        return _settled(sorted(connections.values(), key=lambda c: c.client_id), answers, failed)
 
     async def topic_consumed_by(self, topic: str) -> list[str]:
         """The groups that consume ``topic``: those with consumers of it online or offsets

@@ -5,7 +5,7 @@ of a group (QUERY_CORRECTION_OFFSET)."""
 
 import click
 
-from pyrmq.client.admin import ClientConnection, ConsumeStats
+from pyrmq.client.admin import ClientConnection, ConsumerConnection, ConsumeStats
 from pyrmq.client.message import MessageQueue
 from pyrmq.remoting.protocol import MQVersion
 
@@ -132,7 +132,12 @@ def _version(ordinal: int) -> str:
 @click.option("-g", "--group", required=True, help="Consumer group.")
 def consumer_connection(namesrv_addr: str, group: str) -> None:
     """The group's online consumers, what they subscribe to and how they consume."""
-    found = ask(namesrv_addr, lambda a: a.consumer_connection(group))
+    ask(namesrv_addr, lambda a: a.consumer_connection(group), _consumers)
+
+
+def _consumers(found: ConsumerConnection | None) -> None:
+    if found is None:  # none of the brokers that answered knows the group online
+        return
     _connections(found.connections)
     click.echo()
     click.echo("Below is subscription:")
@@ -152,7 +157,7 @@ def consumer_connection(namesrv_addr: str, group: str) -> None:
 @click.option("-t", "--topic", required=True, help="A topic the group sends to.")
 def producer_connection(namesrv_addr: str, group: str, topic: str) -> None:
     """The group's producers connected to the topic's brokers."""
-    _connections(ask(namesrv_addr, lambda a: a.producer_connection(group, topic)))
+    ask(namesrv_addr, lambda a: a.producer_connection(group, topic), _connections)
 
 
 @admin.command("get-consumer-status")

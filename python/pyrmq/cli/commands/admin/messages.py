@@ -52,10 +52,14 @@ def query_msg_by_key(
     namesrv_addr: str, topic: str, key: str, begin_ms: int, end_ms: int | None, max_num: int
 ) -> None:
     """The messages with a key, from the brokers' index, oldest first."""
-    found = ask(
+    ask(
         namesrv_addr,
         lambda a: a.query_message(topic, key, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms),
+        _found,
     )
+
+
+def _found(found: list[MessageExt]) -> None:
     rows: list[tuple[object, ...]] = [("#Message ID", "#Broker Name", "#QID", "#Offset")]
     rows += [(m.msg_id, m.broker_name, m.queue_id, m.queue_offset) for m in found]
     table(rows)
