@@ -488,6 +488,35 @@ def test_compressed_4x_bodies_arrive_inflated_and_undecodable_ones_go_to_the_dlq
     assert [m.body for m in dead] == [b"not zlib at all", zlib.compress(b"lz4 is claimed")]
 
 
+def test_a_gzip_encoded_send_is_stored_compressed_and_one_that_does_not_inflate_is_refused(
+    server: servers.ServerProcess, client: Client
+) -> None:
+    """As RocketMQ's proxy: a GZIP body (zlib, as RocketMQ's clients compress) is stored with
+    the compressed flag, so 4.x consumers inflate it, and a 5.x one receives it inflated."""
+    import asyncio
+    import zlib
+
+    from tests.helpers import pull_head
+
+    from pyrmq.client.api import PullStatus
+
+    topic, group = "TopicGrpcGzipSend", "GID_GZIP_SEND"
+    _create_topic(server, topic, queues=1)
+    big = b"gzip-encoded " * 1000
+    packed = _message(topic, zlib.compress(big), "01GZIP", body_encoding=pb.GZIP)
+    assert _send(client, packed).status.code == pb.OK
+    bogus = _message(topic, b"not zlib", "01BOGUS", body_encoding=pb.GZIP)
+    refused = _send(client, bogus)
+    assert refused.status.code == pb.BAD_REQUEST
+    assert "the GZIP body cannot be read" in refused.status.message
+    [got] = _messages(client.receive(_receive_request(topic, group)))
+    assert (got.body, got.system_properties.body_encoding) == (big, pb.IDENTITY)
+    pulled = asyncio.run(pull_head(server.addresses()[1], "broker-a", topic, 0))
+    assert pulled.status is PullStatus.FOUND
+    [m] = pulled.messages
+    assert (m.stored.sys_flag & 1, m.body) == (1, big)
+
+
 def test_the_default_topic_takes_no_sends_and_assignments_need_a_valid_group(
     client: Client,
 ) -> None:

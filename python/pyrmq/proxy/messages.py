@@ -15,8 +15,11 @@ from collections.abc import Mapping
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from pyrmq import _core
+from pyrmq.errors import MessageBodyError
 from pyrmq.properties import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY
 from pyrmq.proxy.proto import messaging_pb2 as pb
+from pyrmq.remoting.protocol import SYSFLAG_COMPRESSED
 from pyrmq.store import StoredMessage
 
 __all__ = [
@@ -110,6 +113,23 @@ _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 def _has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None
+
+
+def stored_sys_flag(message: pb.Message, max_inflated: int) -> int:
+    """The sys flag a sent body is stored with: RocketMQ's compressed flag for a GZIP one,
+    which RocketMQ's clients compress with zlib, as its proxy stores it. Raises
+    :class:`SendCheckError` for one that does not inflate within ``max_inflated`` bytes, which
+    no consumer could read."""
+    encoding = message.system_properties.body_encoding
+    if encoding in (pb.ENCODING_UNSPECIFIED, pb.IDENTITY):
+        return 0
+    if encoding != pb.GZIP:
+        raise SendCheckError(pb.BAD_REQUEST, f"body encoding {encoding} is unknown")
+    try:
+        _core.inflate_body(message.body, SYSFLAG_COMPRESSED, max_inflated)
+    except MessageBodyError as e:
+        raise SendCheckError(pb.BAD_REQUEST, f"the GZIP body cannot be read: {e}") from e
+    return SYSFLAG_COMPRESSED
 
 
 def checked_properties(message: pb.Message, max_body_size: int, now_ms: int) -> dict[str, str]:

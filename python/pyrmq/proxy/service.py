@@ -564,6 +564,7 @@ class MessagingService:
             props = messages.checked_properties(
                 message, broker.config.store.max_message_size, _now_ms()
             )
+            sys_flag = messages.stored_sys_flag(message, MAX_INFLATED_BYTES)
         except SendCheckError as e:
             return pb.SendResultEntry(status=_status(e.code, str(e)), message_id=message_id)
         group = props.get(messages.MESSAGE_GROUP)
@@ -585,6 +586,7 @@ class MessagingService:
                     message.body,
                     props,
                     config.topic_name,
+                    sys_flag=sys_flag,
                     born_timestamp_ms=born_ms,
                     born_host=born_host,
                 )
@@ -596,6 +598,7 @@ class MessagingService:
                         message.body,
                         queue_id=queue_id,
                         properties=props,
+                        sys_flag=sys_flag,
                         born_timestamp_ms=born_ms,
                         born_host=born_host,
                         wait_for_flush=False,
