@@ -167,6 +167,81 @@ def test_a_5x_simple_consumer_receives_4x_messages_through_its_filter(
         assert asyncio.run(committed_offset(broker, "GID_G5_SIMPLE", mq)) == end
 
 
+def test_a_5x_simple_consumer_of_an_orderly_group_reads_every_queue_in_order(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    """A simple consumer names a queue at random in each receive; an orderly group's receive
+    still pops from every queue (as RocketMQ's proxy does), one message group at a time."""
+    topic, group = "TopicG5SimpleFifo", "GID_G5_SIMPLE_FIFO"
+    namesrv = server.addresses()[0]
+    done = helpers.pyrmq_admin("update-group", "-n", namesrv, "-g", group, "-o")
+    assert done.returncode == 0, done.stderr
+    messages = [{"body": _b64(f"f-{i}"), "group": "only"} for i in range(20)]
+    rmq5("produce", {"endpoint": server.grpc_address(), "topic": topic, "messages": messages})
+    report = rmq5(
+        "simple",
+        {
+            "endpoint": server.grpc_address(),
+            "group": group,
+            "topic": topic,
+            "count": 20,
+            "batch": 1,
+            "await_s": 5,
+            "timeout_s": 30,
+        },
+    )
+    assert [_text(m) for m in report["messages"]] == [f"f-{i}" for i in range(20)]
+    # Before, only a receive that named the message group's queue found anything.
+    assert report["empty_receives"] == 0
+
+
+def test_a_5x_consumers_mistakes_are_refused_not_served(
+    server: servers.ServerProcess, rmq5: Any
+) -> None:
+    """A consumer of a topic that does not exist is told so, and the topic is not made; a tag
+    expression that names no tag and a group of the broker's own are refused."""
+    endpoint = server.grpc_address()
+    missing = rmq5(
+        "simple",
+        {
+            "endpoint": endpoint,
+            "group": "GID_G5_TYPO",
+            "topic": "TopicG5NoSuchTopic",
+            "count": 1,
+            "timeout_s": 5,
+            "catch": True,
+        },
+    )
+    assert missing["messages"] == []
+    [error] = missing["errors"]
+    assert error.startswith("NotFoundException: 40402, topic 'TopicG5NoSuchTopic' does not exist")
+    assert (
+        "TopicG5NoSuchTopic"
+        not in helpers.pyrmq_admin("topic-list", "-n", server.addresses()[0]).stdout
+    )
+    topic = "TopicG5Refusals"
+    rmq5("produce", {"endpoint": endpoint, "topic": topic, "messages": [{"body": _b64("x")}]})
+    for group, expression, refusal in [
+        ("GID_G5_PIPES", "||", "names no tag"),
+        ("CID_RMQ_SYS_TRANS", "*", "the broker's own"),
+    ]:
+        report = rmq5(
+            "simple",
+            {
+                "endpoint": endpoint,
+                "group": group,
+                "topic": topic,
+                "expression": expression,
+                "count": 1,
+                "timeout_s": 5,
+                "catch": True,
+            },
+        )
+        assert report["messages"] == []
+        [error] = report["errors"]
+        assert refusal in error
+
+
 def test_a_message_comes_back_when_its_invisibility_ends_and_old_handles_are_refused(
     server: servers.ServerProcess, rmq5: Any
 ) -> None:

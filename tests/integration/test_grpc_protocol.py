@@ -8,6 +8,7 @@ of the gRPC port: pyrmq's own and grpcio.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -105,9 +106,13 @@ def server(
         yield proc
 
 
+_client_ids = itertools.count(1)
+
+
 @pytest.fixture
 def client(server: servers.ServerProcess) -> Iterator[Client]:
-    c = Client(server.grpc_address(), "test-client@1")
+    # A client id of its own for each test: the broker remembers a client's kind.
+    c = Client(server.grpc_address(), f"test-client@{next(_client_ids)}")
     yield c
     c.close()
 

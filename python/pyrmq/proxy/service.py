@@ -81,6 +81,8 @@ ACCEPTED_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
 COMMIT, ROLLBACK = 1, 2
 # The topic new topics take their settings from (RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC).
 DEFAULT_TOPIC = "TBW102"
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+"""Consumer groups the broker keeps for itself (RocketMQ's ``MixAll.CID_RMQ_SYS_PREFIX``)."""
 
 
 def _status(code: "pb.Code | int", message: str = "") -> pb.Status:
@@ -295,31 +297,42 @@ class MessagingService:
         )
 
     async def _shares(
-        self, resource: pb.Resource, *, create: bool
+        self, resource: pb.Resource, *, to_send: bool
     ) -> list[BrokerQueues] | pb.Status:
-        """The topic's queues on every broker of the cluster that serves gRPC. With ``create``
-        a topic no broker holds is created here (``autoCreateTopicEnable``), as a send
-        creates it over the 4.x protocol; one that other brokers hold is left to them."""
+        """The topic's queues on every broker of the cluster that serves gRPC. With
+        ``to_send``, a topic no broker holds gets the queues a send creates it with here
+        (``autoCreateTopicEnable``), as over the 4.x protocol: the route makes nothing, so a
+        consumer's receive from a topic never sent to is told it does not exist."""
         config = self._topic(resource, create=False)
         if isinstance(config, pb.Status) and config.code != pb.TOPIC_NOT_FOUND:
             return config
         local = None if isinstance(config, pb.Status) else config
         shares = await self.cluster.brokers(local, resource.name)
-        if not shares and create:
-            config = self._topic(resource, create=True)
-            if isinstance(config, pb.Status):
-                return config
-            shares = [self.cluster.local(config)]
+        if not shares and to_send and (sendable := self._creatable(resource.name)) is not None:
+            shares = [self.cluster.local(sendable)]
         if not shares:
             return _status(pb.TOPIC_NOT_FOUND, f"topic {resource.name!r} does not exist")
         return shares
+
+    def _creatable(self, topic: str) -> TopicConfig | None:
+        """The config a send would create ``topic`` with, if it would."""
+        broker = self.broker
+        if (
+            topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
+            or not broker.config.auto_create_topic_enable
+        ):
+            return None
+        return broker.topics.config_on_send(
+            topic, DEFAULT_TOPIC, broker.config.default_topic_queue_nums
+        )
 
     async def query_route(self, request: pb.QueryRouteRequest, context: Any) -> Any:
         if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
             return pb.QueryRouteResponse(status=refused)
         if self._client(context) is None:
             return pb.QueryRouteResponse(status=_status(pb.CLIENT_ID_REQUIRED))
-        shares = await self._shares(request.topic, create=True)
+        # A 5.x client asks for routes before it says what kind of client it is.
+        shares = await self._shares(request.topic, to_send=True)
         if isinstance(shares, pb.Status):
             return pb.QueryRouteResponse(status=shares)
         queues = []
@@ -340,7 +353,7 @@ class MessagingService:
         group_status = _check_group(request.group.name)
         if group_status is not None:
             return pb.QueryAssignmentResponse(status=group_status)
-        shares = await self._shares(request.topic, create=False)
+        shares = await self._shares(request.topic, to_send=False)
         if isinstance(shares, pb.Status):
             return pb.QueryAssignmentResponse(status=shares)
         orderly = self.broker.group_config(request.group.name).consume_message_orderly
@@ -1127,6 +1140,11 @@ class MessagingService:
                 sql = parse_cached(filter_expression.expression)
             except SqlFilterError as e:
                 return _status(pb.ILLEGAL_FILTER_EXPRESSION, f"bad SQL92 filter: {e}")
+        elif not _names_tags(filter_expression.expression):
+            return _status(
+                pb.ILLEGAL_FILTER_EXPRESSION,
+                f"tag expression {filter_expression.expression!r} names no tag",
+            )
         if request.auto_renew:
             invisible_s = AUTO_RENEW_INVISIBLE_S
         else:
@@ -1149,9 +1167,10 @@ class MessagingService:
             batch=min(max(request.batch_size, 1), MAX_BATCH),
             invisible_s=invisible_s,
             auto_renew=request.auto_renew,
-            # A normal group pops from every queue of the broker, whatever queue the client
-            # named (RocketMQ's proxy does the same); an orderly one from the queue assigned.
-            queue_id=request.message_queue.id if orderly else -1,
+            # A group pops from every queue of the broker, whatever queue the client named
+            # (RocketMQ's proxy does the same), but for a push consumer of an orderly group,
+            # which is assigned queue by queue. A simple consumer names a queue at random.
+            queue_id=request.message_queue.id if orderly and _pushes(client, request) else -1,
             attempt_id=request.attempt_id,
             orderly=orderly,
             max_attempts=settings.retry_max_times + 1,
@@ -1384,7 +1403,21 @@ def _check_group(group: str) -> pb.Status | None:
         check_group_name(group)
     except MessageIllegalError as e:
         return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r}: {e}")
+    if group.startswith(SYSTEM_GROUP_PREFIX):
+        return _status(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r} is the broker's own")
     return None
+
+
+def _pushes(client: Client, request: pb.ReceiveMessageRequest) -> bool:
+    """Whether a receive comes from a push consumer (which has its invisibility renewed)."""
+    return client.client_type == pb.PUSH_CONSUMER or request.auto_renew
+
+
+def _names_tags(expression: str) -> bool:
+    """Whether a tag expression takes every tag (``*`` or nothing) or names one: RocketMQ's
+    proxy refuses ``||`` and the like."""
+    text = expression.strip()
+    return text in ("", "*") or any(tag.strip() for tag in text.split("||"))
 
 
 def _spent(entry: InFlight, stored: StoredMessage, max_attempts: int) -> bool:

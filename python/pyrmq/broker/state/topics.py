@@ -258,19 +258,34 @@ class TopicTable:
             existing = self._topics.get(topic)
             if existing is not None:
                 return existing, False
-            if topic.startswith(RETRY_PREFIX):
-                created = TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE)
-            else:
-                default = self._topics.get(default_topic)
-                if default is None or not default.perm & PERM_INHERIT:
-                    return None, False
-                if default.write_queue_nums < 1:
-                    return None, False
-                nums = min(max(requested_queue_nums, 1), default.write_queue_nums)
-                created = TopicConfig(topic, nums, nums, default.perm & ~PERM_INHERIT)
+            created = self._inherited(topic, default_topic, requested_queue_nums)
+            if created is None:
+                return None, False
             self._set(topic, created)
         log.info("topic auto-created name=%s queues=%d", topic, created.write_queue_nums)
         return created, True
+
+    def config_on_send(
+        self, topic: str, default_topic: str, requested_queue_nums: int
+    ) -> TopicConfig | None:
+        """The config a send to ``topic`` would use, creating nothing: the topic's own, or
+        the one :meth:`create_on_send` would create it with (None if it would not)."""
+        with self._lock:
+            existing = self._topics.get(topic)
+            if existing is not None:
+                return existing
+            return self._inherited(topic, default_topic, requested_queue_nums)
+
+    def _inherited(
+        self, topic: str, default_topic: str, requested_queue_nums: int
+    ) -> TopicConfig | None:
+        if topic.startswith(RETRY_PREFIX):
+            return TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE)
+        default = self._topics.get(default_topic)
+        if default is None or not default.perm & PERM_INHERIT or default.write_queue_nums < 1:
+            return None
+        nums = min(max(requested_queue_nums, 1), default.write_queue_nums)
+        return TopicConfig(topic, nums, nums, default.perm & ~PERM_INHERIT)
 
     def create_system(
         self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE
