@@ -78,7 +78,12 @@ class ClientCluster:
         old = self.brokers[i]
         if self.running[i]:
             await self.stop_broker(i)
-        config = dataclasses.replace(old.config, listen_port=old.server.port)
+        # The HA port stays one the system picks, as at the first start: the listen port + 1
+        # may be a client connection's by now.
+        ha_port = 0 if old.config.ha_listen_port == -1 else old.config.ha_listen_port
+        config = dataclasses.replace(
+            old.config, listen_port=old.server.port, ha_listen_port=ha_port
+        )
         broker = BrokerController(config)
         await broker.start()
         self.brokers[i], self.running[i] = broker, True

@@ -5,6 +5,8 @@ once durable; none is refused with an error meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import socket
 import threading
 import time
 from pathlib import Path
@@ -65,3 +67,35 @@ def test_requests_wait_until_the_broker_has_started(
             await broker.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 40))
+
+
+def test_a_start_that_fails_lets_go_of_its_port_and_store(tmp_path: Path) -> None:
+    """The HA port (the listen port + 1) is taken: the start fails, and the listen port and
+    the store are free at once for a broker that tries again."""
+    store = StoreConfig(store_path_root_dir=str(tmp_path))
+    with socket.socket() as ha_taken:
+        for _ in range(50):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            try:
+                ha_taken.bind(("127.0.0.1", port + 1))
+                break
+            except OSError:
+                continue
+        ha_taken.listen()
+
+        async def scenario() -> None:
+            config = BrokerConfig(listen_port=port, broker_ip1="127.0.0.1", store=store)
+            with pytest.raises(OSError, match="address already in use"):
+                await BrokerController(config).start()
+            again = BrokerController(dataclasses.replace(config, ha_listen_port=0))
+            await again.start()
+            try:
+                assert again.server.port == port
+                sent = await asyncio.to_thread(send_raw, again.address, "TopicRetried", b"x")
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+            finally:
+                await again.stop()
+
+        asyncio.run(asyncio.wait_for(scenario(), 40))

@@ -181,6 +181,16 @@ class BrokerController:
         return range(max(0, min(queue_nums, self.config.store.max_queue_nums_per_topic)))
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            # A port in use, a store that will not open: what had started lets go of its
+            # port and store, for the caller to try again or the process to end cleanly.
+            with contextlib.suppress(Exception):
+                await self.stop(unregister=False)
+            raise
+
+    async def _start(self) -> None:
         if self.config.acl_enable:
             try:
                 self.acl = AclFile(acl_file_path(self.config))
@@ -274,7 +284,7 @@ class BrokerController:
         endpoint = self._metrics_endpoint
         return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"
 
-    async def stop(self) -> None:
+    async def stop(self, *, unregister: bool = True) -> None:
         if self._metrics_endpoint is not None:
             # Its scrapes wait for this loop: shut it down from another thread.
             endpoint, self._metrics_endpoint = self._metrics_endpoint, None
@@ -284,7 +294,8 @@ class BrokerController:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self._unregister_all()
+        if unregister:
+            await self._unregister_all()
         if self.ha is not None:
             await self.ha.stop()
         if self.grpc is not None:
