@@ -187,7 +187,7 @@ class BrokerController:
             # A port in use, a store that will not open: what had started lets go of its
             # port and store, for the caller to try again or the process to end cleanly.
             with contextlib.suppress(Exception):
-                await self.stop(unregister=False)
+                await self._stop(served=False)
             raise
 
     async def _start(self) -> None:
@@ -284,7 +284,13 @@ class BrokerController:
         endpoint = self._metrics_endpoint
         return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"
 
-    async def stop(self, *, unregister: bool = True) -> None:
+    async def stop(self) -> None:
+        await self._stop(served=True)
+
+    async def _stop(self, *, served: bool) -> None:
+        """Stops what runs and closes the store; a broker that ``served`` also unregisters
+        and saves its offsets and in-flight state (one whose start failed has nothing to say
+        and must leave its store directory as it found it)."""
         if self._metrics_endpoint is not None:
             # Its scrapes wait for this loop: shut it down from another thread.
             endpoint, self._metrics_endpoint = self._metrics_endpoint, None
@@ -294,7 +300,7 @@ class BrokerController:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if unregister:
+        if served:
             await self._unregister_all()
         if self.ha is not None:
             await self.ha.stop()
@@ -311,11 +317,12 @@ class BrokerController:
         # not the store's close); the first failure is raised at the end.
         failures: list[Exception] = []
         try:
-            self.offsets.persist(force=True)
+            if served:
+                self.offsets.persist(force=True)
         except OSError as e:
             log.error("saving consumer offsets at stop failed: %s", e)
             failures.append(e)
-        if self.grpc is not None and self.grpc.service is not None:
+        if served and self.grpc is not None and self.grpc.service is not None:
             try:
                 self.grpc.service.save()
             except OSError as e:
