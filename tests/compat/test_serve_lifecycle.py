@@ -103,15 +103,22 @@ def test_sigterm_stops_cleanly_and_a_restart_serves_everything(tmp_path: Path, f
         assert second.stop() == 0
 
 
-def test_a_store_it_cannot_open_is_an_error_and_is_left_as_it_was(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [["serve", *FREE_PORTS], ["broker", "-n", "127.0.0.1:9", "--port", "0", "--grpc-port", "0"]],
+    ids=["serve", "broker"],
+)
+def test_a_store_it_cannot_open_is_an_error_and_is_left_as_it_was(
+    tmp_path: Path, command: list[str]
+) -> None:
     """Here the store is held by another process; a RocketMQ CommitLog is refused the same way
-    (test_store_recovery). The broker writes nothing into the directory first."""
+    (test_store_recovery). The broker writes nothing into the directory, before or after."""
     store = tmp_path / "store"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     with MessageStore.open(store, {"mappedFileSizeCommitLog": 1 << 20}) as held:
         held.put("TopicHeld", b"held")
-        args = ["serve", "--store", str(store), *FREE_PORTS]
+        args = [*command, "--store", str(store)]
         done = subprocess.run(
             [sys.executable, "-m", "pyrmq.cli.main", *args],
             capture_output=True,

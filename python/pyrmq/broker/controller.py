@@ -93,6 +93,8 @@ class BrokerController:
         self._store: MessageStore | None = None
         self._hold: PullHoldService | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        # Set once a start has finished, cleared by the stop that follows it.
+        self._running = False
         self._register_now = asyncio.Event()
         self._offsets_write: asyncio.Future[None] | None = None
         self._flushes: FlushWaiter | None = None
@@ -183,6 +185,7 @@ class BrokerController:
     async def start(self) -> None:
         try:
             await self._start()
+            self._running = True
         except BaseException:
             # A port in use, a store that will not open: what had started lets go of its
             # port and store, for the caller to try again or the process to end cleanly.
@@ -285,7 +288,11 @@ class BrokerController:
         return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"
 
     async def stop(self) -> None:
-        await self._stop(served=True)
+        """Stops a running broker; nothing for one that is not (never started, its start
+        failed, or stopped already)."""
+        if self._running:
+            self._running = False
+            await self._stop(served=True)
 
     async def _stop(self, *, served: bool) -> None:
         """Stops what runs and closes the store; a broker that ``served`` also unregisters
