@@ -632,6 +632,9 @@ class MessageExt:
     @property
     def flag(self) -> int: ...
     @property
+    def sys_flag(self) -> int:
+        """The record's sys flag (compression, transaction type, host kinds)."""
+    @property
     def delay_time_level(self) -> int: ...
     @property
     def properties(self) -> dict[str, str]:

@@ -85,6 +85,7 @@ def test_a_compressed_body_is_inflated_once(open_store):
     store.put("TopicExt", zlib.compress(body), sys_flag=0x1)
     [m] = received(store, "TopicExt")
     assert m.stored.body == zlib.compress(body)
+    assert m.sys_flag == m.stored.sys_flag == 0x1
     assert m.body == body
     assert m.body is m.body
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from pyrmq.client.consume_service import ConsumeStatus
+from pyrmq.client.consume_service import DEAD_LETTER_LEVEL, ConsumeStatus
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue, unreadable
 from pyrmq.client.process_queue import OrderlyProcessQueue
 from pyrmq.errors import PyrmqError
@@ -264,7 +264,7 @@ class OrderlyConsumeService:
         if consumer.clustering:
             try:
                 for m in msgs:
-                    await consumer.send_back(m, -1)
+                    await consumer.send_back(m, DEAD_LETTER_LEVEL)
             except PyrmqError as e:
                 log.warning("%s cannot send a message of %s to its DLQ: %s", consumer.group, mq, e)
                 self._suspend(msgs, ctx, pq, mq)

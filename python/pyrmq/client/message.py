@@ -173,7 +173,7 @@ def unreadable(msg: MessageExt) -> bool:
     """Whether ``msg``'s body does not inflate (corrupt, or a compression RocketMQ does not
     have): no listener can ever consume it, so it goes to the dead-letter queue at once, as
     RocketMQ 5's clients send corrupted messages there."""
-    if not msg.stored.sys_flag & SYSFLAG_COMPRESSED:
+    if not msg.sys_flag & SYSFLAG_COMPRESSED:
         return False
     try:
         msg.body  # noqa: B018 - inflated here, and kept for the listener

@@ -251,9 +251,7 @@ class MessagingService:
             return _status(pb.ILLEGAL_TOPIC, str(e))
         broker = self.broker
         config = broker.topics.get(name)
-        # A group's retry and dead-letter topics are the broker's to make.
-        group_topic = name.startswith((RETRY_PREFIX, DLQ_PREFIX))
-        if config is None and create and not group_topic and broker.config.auto_create_topic_enable:
+        if config is None and create and self._may_create(name):
             config, created = broker.topics.create_on_send(
                 name, DEFAULT_TOPIC, broker.config.default_topic_queue_nums
             )
@@ -308,23 +306,21 @@ class MessagingService:
             return config
         local = None if isinstance(config, pb.Status) else config
         shares = await self.cluster.brokers(local, resource.name)
-        if not shares and to_send and (sendable := self._creatable(resource.name)) is not None:
-            shares = [self.cluster.local(sendable)]
+        if not shares and to_send and self._may_create(resource.name):
+            sendable = self.broker.topics.config_on_send(
+                resource.name, DEFAULT_TOPIC, self.broker.config.default_topic_queue_nums
+            )
+            if sendable is not None:
+                shares = [self.cluster.local(sendable)]
         if not shares:
             return _status(pb.TOPIC_NOT_FOUND, f"topic {resource.name!r} does not exist")
         return shares
 
-    def _creatable(self, topic: str) -> TopicConfig | None:
-        """The config a send would create ``topic`` with, if it would."""
-        broker = self.broker
-        if (
-            topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
-            or not broker.config.auto_create_topic_enable
-        ):
-            return None
-        return broker.topics.config_on_send(
-            topic, DEFAULT_TOPIC, broker.config.default_topic_queue_nums
-        )
+    def _may_create(self, topic: str) -> bool:
+        """Whether a send may create ``topic`` (``autoCreateTopicEnable``): a group's retry and
+        dead-letter topics are the broker's to make."""
+        auto = self.broker.config.auto_create_topic_enable
+        return auto and not topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
 
     async def query_route(self, request: pb.QueryRouteRequest, context: Any) -> Any:
         if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:

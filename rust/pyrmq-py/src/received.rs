@@ -268,6 +268,12 @@ impl PyMessageExt {
         self.m.flag
     }
 
+    /// The record's sys flag (compression, transaction type, host kinds).
+    #[getter]
+    fn sys_flag(&self) -> i32 {
+        self.m.sys_flag
+    }
+
     #[getter]
     fn delay_time_level(&self, py: Python<'_>) -> i64 {
         self.m
