@@ -1150,6 +1150,12 @@ def test_a_heartbeat_is_checked_and_a_consumer_joins_though_its_retry_topic_cann
                 (consumer_heartbeat("c1", bad_group, "T"), "invalid topic"),
                 (json.dumps({"consumerDataSet": "abc"}).encode(), "not a list of objects"),
                 (json.dumps({"producerDataSet": ["abc"]}).encode(), "not a list of objects"),
+                (
+                    json.dumps(
+                        {"consumerDataSet": [{"groupName": "CG_X", "subscriptionDataSet": [1]}]}
+                    ).encode(),
+                    "subscriptionDataSet is not a list of objects",
+                ),
             ):
                 refused = await heartbeat(c, body)
                 assert refused.code == ResponseCode.SYSTEM_ERROR
@@ -1170,5 +1176,118 @@ def test_a_heartbeat_is_checked_and_a_consumer_joins_though_its_retry_topic_cann
             again = await heartbeat(c, consumer_heartbeat("c1", "CG_FULL", "T"))
             assert again.code == ResponseCode.SUCCESS
             assert c.broker.topic("%RETRY%CG_FULL") is not None
+
+    run(scenario)
+
+
+def test_a_client_leaves_only_its_own_place_and_a_change_of_topics_is_news_to_its_group(
+    tmp_path: Path,
+) -> None:
+    """UNREGISTER_CLIENT removes the caller's connection from the group, whatever client id it
+    names: it once let any connection remove (and free the queues of) another member. A member
+    whose topics change is news to the group, as a member that joins; one whose heartbeat
+    repeats itself is not."""
+
+    def heartbeat(client_id: str, topics: list[str]) -> bytes:
+        data = json.loads(consumer_heartbeat(client_id, "CG_MEMBERS", topics[0]))
+        sub = data["consumerDataSet"][0]["subscriptionDataSet"][0]
+        data["consumerDataSet"][0]["subscriptionDataSet"] = [{**sub, "topic": t} for t in topics]
+        return json.dumps(data).encode()
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            notices: list[str] = []
+
+            async def on_notify(request: RemotingCommand, _addr: str) -> None:
+                notices.append(request.ext_fields["consumerGroup"])
+
+            c.client.server_request_handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = on_notify
+            other = RemotingClient()
+            try:
+
+                async def from_other(code: int, ext: dict[str, str], body: bytes = b"") -> int:
+                    request = RemotingCommand.request(code, ext, body)
+                    return (await other.invoke(c.broker.address, request)).code
+
+                # Each notice goes to every member: A alone, then A for B's each news.
+                assert (await c.call(RequestCode.HEART_BEAT, {}, heartbeat("A", ["T1"]))).code == 0
+                await eventually(lambda: len(notices) == 1)
+                for topics, expected in ((["T1"], 2), (["T1"], 2), (["T1", "T2"], 3), (["T2"], 4)):
+                    assert await from_other(RequestCode.HEART_BEAT, {}, heartbeat("B", topics)) == 0
+                    await eventually(lambda n=expected: len(notices) == n)
+
+                unregister = {"clientID": "A", "consumerGroup": "CG_MEMBERS", "producerGroup": ""}
+                assert await from_other(RequestCode.UNREGISTER_CLIENT, unregister) == 0
+                assert c.broker.clients.consumer_ids("CG_MEMBERS") == ["A"]
+                await eventually(lambda: len(notices) == 5)
+                assert (await c.call(RequestCode.UNREGISTER_CLIENT, unregister)).code == 0
+                assert c.broker.clients.consumer_ids("CG_MEMBERS") == []
+                assert notices == ["CG_MEMBERS"] * 5
+            finally:
+                await other.close()
+
+    run(scenario)
+
+
+def test_a_negative_commit_reads_as_none_and_pulls_stop_at_the_read_queues(
+    tmp_path: Path,
+) -> None:
+    """As RocketMQ: a stored negative offset is answered as no offset (a Java consumer given one
+    never pulls its queue), and a queue past readQueueNums is not served even when it is
+    written (a topic shrinking its read queues first)."""
+    from pyrmq.remoting.headers import CreateTopicRequestHeader
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            key = {"consumerGroup": "CG_NEG", "topic": "TopicNeg", "queueId": 0}
+            await c.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**key, "commitOffset": "-7"})
+            answer = await c.call(RequestCode.QUERY_CONSUMER_OFFSET, key)
+            assert (answer.code, answer.ext_fields.get("offset")) == (ResponseCode.SUCCESS, "0")
+
+            header = CreateTopicRequestHeader(
+                topic="TopicShrunk",
+                default_topic="TBW102",
+                read_queue_nums=2,
+                write_queue_nums=4,
+                perm=6,
+            )
+            assert (await c.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())).code == 0
+            assert (await c.send("TopicShrunk", b"x", queue_id=3)).code == ResponseCode.SUCCESS
+            refused = await c.pull("TopicShrunk", 3, 0)
+            assert refused.code == ResponseCode.SYSTEM_ERROR
+            assert "queueId[3] is illegal" in (refused.remark or "")
+            assert (await c.pull("TopicShrunk", 1, 0)).code == ResponseCode.PULL_NOT_FOUND
+
+    run(scenario)
+
+
+def test_a_register_body_of_another_shape_gets_a_clear_refusal(tmp_path: Path) -> None:
+    """A REGISTER_BROKER body that is JSON but not a topic table once failed with an
+    AttributeError; it gets SYSTEM_ERROR naming the body, and the name server keeps serving."""
+    from pyrmq.remoting.headers import RegisterBrokerRequestHeader
+
+    header = RegisterBrokerRequestHeader(
+        broker_name="broker-x",
+        broker_addr="127.0.0.1:1",
+        cluster_name="DefaultCluster",
+        ha_server_addr="",
+        broker_id=0,
+    ).to_ext()
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            for body in (
+                b"[]",
+                b'{"topicConfigSerializeWrapper": 3}',
+                b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": 1}}}',
+            ):
+                answer = await c.call(RequestCode.REGISTER_BROKER, header, body, to="namesrv")
+                assert answer.code == ResponseCode.SYSTEM_ERROR, body
+                assert (answer.remark or "").startswith("bad register body: "), answer.remark
+            route = await c.call(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}, to="namesrv"
+            )
+            assert route.code == ResponseCode.SUCCESS
+            assert b"broker-x" not in route.body
 
     run(scenario)

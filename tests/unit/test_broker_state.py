@@ -84,7 +84,7 @@ def test_a_group_whose_last_client_left_is_forgotten() -> None:
     clients.register_producer("PG_GONE", "c1", gone, 0)
     clients.register_producer("PG_LEFT", "c3", kept, 0)
     assert clients.drop_connection(gone) == ["CG_GONE"]
-    assert clients.unregister("c3", "", "PG_LEFT") == []
+    assert clients.unregister(kept, "", "PG_LEFT") == []
     assert set(clients.consumers) == {"CG_KEPT"}
     assert clients.producers == {}
     assert clients.expire(now_ms=10_000, expired_after_ms=1_000) == ["CG_KEPT"]

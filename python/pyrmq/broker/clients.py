@@ -138,7 +138,10 @@ class ClientTable:
                     topic, str(sub.get("subString", "*")), str(sub.get("expressionType") or TAG)
                 )
         members = self.consumers.setdefault(group, {})
-        changed = client_id not in members
+        before = members.get(client_id)
+        # As RocketMQ, a member whose topics changed is news to the group too: the others
+        # rebalance those topics now rather than at their next timer.
+        changed = before is None or before.subscriptions.keys() != subs.keys()
         members[client_id] = ConsumerInfo(
             client_id=client_id,
             connection=connection,
@@ -150,8 +153,15 @@ class ClientTable:
             language=language,
             version=version,
         )
-        if changed:
+        if before is None:
             log.info("consumer joined group=%s client_id=%s", group, client_id)
+        elif changed:
+            log.info(
+                "consumer changed its topics group=%s client_id=%s topics=%s",
+                group,
+                client_id,
+                sorted(subs),
+            )
         return changed
 
     def register_producer(
@@ -167,20 +177,21 @@ class ClientTable:
         info = ProducerInfo(connection, now_ms, language, version)
         self.producers.setdefault(group, {})[client_id] = info
 
-    def unregister(self, client_id: str, consumer_group: str, producer_group: str) -> list[str]:
-        """Removes a client from the named groups; returns consumer groups whose members changed."""
-        changed = []
-        if (
-            consumer_group
-            and self.consumers.get(consumer_group, {}).pop(client_id, None) is not None
-        ):
-            changed.append(consumer_group)
-            log.info("consumer left group=%s client_id=%s", consumer_group, client_id)
-            self._left(consumer_group, client_id)
-        if producer_group:
-            self.producers.get(producer_group, {}).pop(client_id, None)
+    def unregister(self, connection: object, consumer_group: str, producer_group: str) -> list[str]:
+        """Removes the clients of ``connection`` from the named groups; returns consumer groups
+        whose members changed. As RocketMQ, by connection and not by the client id the request
+        names: a client cannot take another's place in a group."""
+        members = self.consumers.get(consumer_group, {}) if consumer_group else {}
+        left = [cid for cid, info in members.items() if info.connection is connection]
+        for cid in left:
+            del members[cid]
+            log.info("consumer left group=%s client_id=%s", consumer_group, cid)
+            self._left(consumer_group, cid)
+        producers = self.producers.get(producer_group, {}) if producer_group else {}
+        for cid in [cid for cid, p in producers.items() if p.connection is connection]:
+            del producers[cid]
         self._drop_empty_groups()
-        return changed
+        return [consumer_group] if left else []
 
     def _drop_empty_groups(self) -> None:
         """Forgets groups whose last client left, as RocketMQ's client managers do: with

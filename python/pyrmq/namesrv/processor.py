@@ -74,18 +74,12 @@ class NamesrvProcessor:
 
     async def register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = RegisterBrokerRequestHeader.from_ext(request.ext_fields)
-        topic_config: dict[str, dict[str, object]] = {}
-        data_version = ""
-        if request.body:
-            try:
-                body = json.loads(request.body)
-            except (ValueError, UnicodeDecodeError) as e:
-                return RemotingCommand.response_to(
-                    request, ResponseCode.SYSTEM_ERROR, remark=f"register body is not JSON: {e}"
-                )
-            wrapper = body.get("topicConfigSerializeWrapper") or {}
-            topic_config = wrapper.get("topicConfigTable") or {}
-            data_version = json.dumps(wrapper.get("dataVersion"), sort_keys=True)
+        try:
+            topic_config, data_version = _register_body(request.body)
+        except ValueError as e:
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark=f"bad register body: {e}"
+            )
         ha_server, master = self.routes.register_broker(
             cluster=header.cluster_name,
             broker_addr=header.broker_addr,
@@ -277,3 +271,21 @@ class NamesrvProcessor:
                 ", ".join(f"{k}={v}" for k, v in sorted(changed.items())),
             )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+
+def _register_body(raw: bytes) -> tuple[dict[str, dict[str, object]], str]:
+    """The topic table and data version of a REGISTER_BROKER body (none: no topics)."""
+    if not raw:
+        return {}, ""
+    body = json.loads(raw)
+    wrapper = body.get("topicConfigSerializeWrapper") if isinstance(body, dict) else None
+    table = wrapper.get("topicConfigTable") if isinstance(wrapper, dict) else None
+    if (
+        not isinstance(body, dict)
+        or not isinstance(wrapper, dict | None)
+        or not isinstance(table, dict | None)
+        or not all(isinstance(t, dict) for t in (table or {}).values())
+    ):
+        raise ValueError("not a topicConfigSerializeWrapper with a table of topic objects")
+    version = wrapper.get("dataVersion") if wrapper else None
+    return table or {}, json.dumps(version, sort_keys=True)

@@ -89,7 +89,7 @@ class ClientManageProcessor:
     async def unregister(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = UnregisterClientRequestHeader.from_ext(request.ext_fields)
         for group in self.broker.clients.unregister(
-            header.client_id, header.consumer_group or "", header.producer_group or ""
+            conn, header.consumer_group or "", header.producer_group or ""
         ):
             self.broker.notify_consumer_ids_changed(group)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
@@ -134,6 +134,11 @@ def _unfit_heartbeat(consumers: object, producers: object) -> str | None:
             return f"{name} is not a list of objects"
     assert isinstance(consumers, list)
     for consumer in consumers:
+        subscriptions = consumer.get("subscriptionDataSet") or []
+        if not isinstance(subscriptions, list) or not all(
+            isinstance(s, dict) for s in subscriptions
+        ):
+            return "subscriptionDataSet is not a list of objects"
         group = consumer.get("groupName")
         if group:
             try:

@@ -143,7 +143,8 @@ class ConsumerManageProcessor:
     async def query_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = QueryConsumerOffsetRequestHeader.from_ext(request.ext_fields)
         offset = self.broker.offsets.query(header.consumer_group, header.topic, header.queue_id)
-        if offset is None:
+        # As RocketMQ, a negative commit (which it stores as asked) counts as none.
+        if offset is None or offset < 0:
             store = self.broker.store
             # As RocketMQ: a group new to a queue that still starts at 0, with its first
             # message not yet left to the disk, starts at 0, so that nothing sent before its

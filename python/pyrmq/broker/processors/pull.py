@@ -154,7 +154,7 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION,
                 remark=f"the topic[{header.topic}] pulling is forbidden",
             )
-        if not 0 <= header.queue_id < max(config.read_queue_nums, config.write_queue_nums):
+        if not 0 <= header.queue_id < config.read_queue_nums:
             return RemotingCommand.response_to(
                 request,
                 ResponseCode.SYSTEM_ERROR,
