@@ -165,18 +165,35 @@ def addrs(server: Any) -> tuple[str, str]:
     return namesrv, broker
 
 
-@pytest.mark.parametrize("listener_kind", ["thread", "coroutine_batch_3"])
+class AwaitedRecorder:
+    """An object with an async ``__call__``: a coroutine listener that is not a function."""
+
+    def __init__(self, rec: OrderRecorder) -> None:
+        self.rec = rec
+
+    async def __call__(
+        self, msgs: list[MessageExt], ctx: ConsumeOrderlyContext
+    ) -> ConsumeOrderlyStatus:
+        return await self.rec.coroutine(msgs, ctx)
+
+
+@pytest.mark.parametrize("listener_kind", ["thread", "coroutine_batch_3", "awaited_object"])
 def test_each_queue_is_consumed_in_offset_order_one_call_at_a_time(
     addrs: tuple[str, str], listener_kind: str
 ) -> None:
     """400 keyed messages over 4 queues, 8 consume threads (or coroutines) and listeners that
     take a while: each queue's offsets reach the listener consecutively, never two calls of
-    one queue at once, each message once; the committed offsets end at each queue's end."""
+    one queue at once, each message once; the committed offsets end at each queue's end. An
+    object with an async ``__call__`` is awaited as a coroutine function is (it was once
+    called in a thread, its coroutine dropped and its queues suspended for good)."""
     namesrv, broker = addrs
     topic, group = f"TopicOrderly_{listener_kind}", f"CG_ORDERLY_{listener_kind}"
     create_topic(broker, topic, 4)
     rec = OrderRecorder(busy_s=0.001)
     batch = 1 if listener_kind == "thread" else 3
+    listener = {"thread": rec, "coroutine_batch_3": rec.coroutine}.get(
+        listener_kind, AwaitedRecorder(rec)
+    )
 
     async def scenario() -> None:
         sent = await send_keyed(namesrv, topic, 400, keys=16)
@@ -185,7 +202,7 @@ def test_each_queue_is_consumed_in_offset_order_one_call_at_a_time(
             namesrv,
             group,
             topic,
-            rec if listener_kind == "thread" else rec.coroutine,
+            listener,
             consume_thread_max=8,
             consume_message_batch_max_size=batch,
         )

@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, cast
 
 from pyrmq.client.consume_orderly import ConsumeOrderlyContext
-from pyrmq.client.consume_service import ConsumeContext
+from pyrmq.client.consume_service import ConsumeContext, awaits
 from pyrmq.client.message import MessageExt
 
 if TYPE_CHECKING:
@@ -130,9 +130,7 @@ async def consume_directly(
     began = time.monotonic()
     remark = None
     try:
-        if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
-            type(listener).__call__
-        ):
+        if awaits(listener):
             status = await cast(Awaitable[object], call([msg], ctx))
         else:
             status = await asyncio.to_thread(call, [msg], ctx)

@@ -20,7 +20,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import enum
-import inspect
 import logging
 import sys
 import threading
@@ -28,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from pyrmq.client.consume_service import DEAD_LETTER_LEVEL, ConsumeStatus
+from pyrmq.client.consume_service import DEAD_LETTER_LEVEL, ConsumeStatus, awaits
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue, unreadable
 from pyrmq.client.process_queue import OrderlyProcessQueue
 from pyrmq.errors import PyrmqError
@@ -152,7 +151,7 @@ class OrderlyConsumeService:
         if mq.topic.startswith(RETRY_PREFIX):
             return False
         listener = self._consumer.listener_for(mq.topic)
-        return listener is not None and inspect.iscoroutinefunction(listener)
+        return listener is not None and awaits(listener)
 
     def _from_thread(self, pq: OrderlyProcessQueue, mq: MessageQueue, delay_s: float) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed
@@ -328,7 +327,7 @@ class OrderlyConsumeService:
             self._orphans(msgs, ctx.message_queue)
             return True
         try:
-            if inspect.iscoroutinefunction(listener):
+            if awaits(listener):
                 coro = cast(Coroutine[Any, Any, object], listener(msgs, ctx))
                 status = asyncio.run_coroutine_threadsafe(coro, self._loop).result()
             else:

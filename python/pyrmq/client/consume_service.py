@@ -73,6 +73,16 @@ class ConsumeContext:
 SyncListener = Callable[[list[MessageExt], ConsumeContext], ConsumeStatus | None]
 AsyncListener = Callable[[list[MessageExt], ConsumeContext], Awaitable[ConsumeStatus | None]]
 Listener = SyncListener | AsyncListener
+
+
+def awaits(listener: object) -> bool:
+    """Whether calling ``listener`` gives a coroutine: a coroutine function, or an object whose
+    class has an async ``__call__``."""
+    return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
+        getattr(type(listener), "__call__", None)  # noqa: B004 (the class's own, if any)
+    )
+
+
 """``(messages, context) -> ConsumeStatus``; returning None counts as CONSUME_SUCCESS and
 raising as RECONSUME_LATER."""
 
@@ -340,10 +350,7 @@ class ConcurrentConsumeService:
     def _is_async(self, listener: Listener) -> bool:
         last, is_async = self._last_kind
         if last is not listener:
-            # A coroutine function, or an object whose class has an async __call__.
-            is_async = inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
-                type(listener).__call__
-            )
+            is_async = awaits(listener)
             self._last_kind = (listener, is_async)
         return is_async
 

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
 from pyrmq import _core
+from pyrmq.client.consume_service import awaits
 from pyrmq.client.instance import DEFAULT_TOPIC
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
@@ -317,9 +318,7 @@ class TransactionProducer(Producer):
 
     async def _ask(self, half: MessageExt) -> TransactionState:
         checker = self.checker
-        if inspect.iscoroutinefunction(checker) or inspect.iscoroutinefunction(
-            getattr(checker, "__call__", None)  # noqa: B004 (an object with async __call__)
-        ):
+        if awaits(checker):
             return await _outcome(self.checker(half))
         if self._check_thread is None:
             self._check_thread = concurrent.futures.ThreadPoolExecutor(
