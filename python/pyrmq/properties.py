@@ -10,6 +10,7 @@ from typing import Final
 
 __all__ = [
     "ARRIVE_TIME",
+    "CHECK_IMMUNITY",
     "CLUSTER",
     "CORRELATION_ID",
     "DELAY",
@@ -56,6 +57,8 @@ MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
 MIN_OFFSET: Final = "MIN_OFFSET"
 MAX_OFFSET: Final = "MAX_OFFSET"
 TRAN_MSG: Final = "TRAN_MSG"
+# Seconds from a transaction's half to the broker's first check of it.
+CHECK_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PRODUCER_GROUP: Final = "PGROUP"
 # RocketMQ 5's timers: deliver at an epoch ms, or so many s or ms after the send.
 TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"

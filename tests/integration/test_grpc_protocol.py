@@ -8,6 +8,7 @@ of the gRPC port: pyrmq's own and grpcio.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -18,6 +19,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from tests import helpers
 from tests.compat import servers
 from tests.helpers import send_raw
 
@@ -97,7 +99,10 @@ def server(
     every test here holds for both."""
     root = tmp_path_factory.mktemp("serve")
     conf = root / "broker.conf"
-    conf.write_text(f"grpcTransport={request.param}\n")
+    # Transactions left open are checked after 0.5 s, every 0.3 s.
+    conf.write_text(
+        f"grpcTransport={request.param}\ntransactionTimeOut=500\ntransactionCheckInterval=300\n"
+    )
     with servers.serving(root, "-c", str(conf)) as proc:
         assert (
             f"({request.param if request.param == 'grpcio' else 'pyrmq'})"
@@ -256,9 +261,10 @@ def test_a_bad_send_is_refused_with_its_code_and_stores_nothing(
 
 
 def test_a_reserved_user_property_is_refused(client: Client) -> None:
-    message = _message("TopicGrpcBad", b"x")
-    message.user_properties["DELAY"] = "3"
-    assert _send(client, message).status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY
+    for name in ("DELAY", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "BORN_TIMESTAMP"):
+        message = _message("TopicGrpcBad", b"x")
+        message.user_properties[name] = "3"
+        assert _send(client, message).status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY, name
 
 
 def test_requests_without_a_client_id_or_with_bad_names_and_handles_get_their_codes(
@@ -459,6 +465,100 @@ def test_a_receive_repeated_with_its_attempt_id_gets_the_same_messages(
     finally:
         done.set()
         stream.cancel()
+
+
+def test_an_orderly_push_consumers_receives_keep_an_attempt_id_per_queue(
+    server: servers.ServerProcess, client: Client
+) -> None:
+    """A push consumer of an orderly group receives from each queue on its own: repeating one
+    queue's attempt after another queue's receive gets that queue's batch again (it once got
+    nothing, and the batch stayed held until its invisibility ran out)."""
+    topic, group = "TopicGrpcAttemptFifo", "GID_ATTEMPT_FIFO"
+    _create_topic(server, topic, 2)
+    done = helpers.pyrmq_admin("update-group", "-n", server.addresses()[0], "-g", group, "-o")
+    assert done.returncode == 0, done.stderr
+    for queue_id in (0, 1):
+        for i in range(2):
+            body = f"q{queue_id}-{i}".encode()
+            assert send_raw(server.addresses()[1], topic, body, queue_id=queue_id).code == 0
+    _, (stream, done) = client.telemetry(_push_settings(group))
+    try:
+        requests = {}
+        for queue_id in (0, 1):
+            request = _receive_request(topic, group, auto_renew=True)
+            request.message_queue.id = queue_id
+            request.attempt_id = f"attempt-q{queue_id}"
+            requests[queue_id] = request
+        first = [m.body for m in _messages(client.receive(requests[0]))]
+        assert first == [b"q0-0", b"q0-1"]
+        assert [m.body for m in _messages(client.receive(requests[1]))] == [b"q1-0", b"q1-1"]
+        # Queue 0's answer was lost: its consumer asks again with the same attempt id.
+        again = _messages(client.receive(requests[0]))
+        assert [m.body for m in again] == first
+        for message in again:
+            assert _ack(client, group, topic, message) == pb.OK
+    finally:
+        done.set()
+        stream.cancel()
+
+
+def test_an_orphaned_transactions_recovery_duration_puts_off_its_first_check(
+    client: Client,
+) -> None:
+    """As RocketMQ's proxy: a transaction message's orphaned_transaction_recovery_duration is
+    the time before the broker first asks its producer about it (it was ignored: a half given
+    an hour was checked within a second), and one over an hour is refused."""
+    topic = "TopicGrpcRecovery"
+    producer = pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic)])
+    )
+    reply, (stream, done) = client.telemetry(producer)
+    asked: list[str] = []
+
+    def collect() -> None:
+        with contextlib.suppress(grpc.RpcError):
+            for command in stream:
+                if command.HasField("recover_orphaned_transaction_command"):
+                    asked.append(command.recover_orphaned_transaction_command.message.body.decode())
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    try:
+        assert reply.status.code == pb.OK
+        too_long = _message(topic, b"too-long", "01REC0", message_type=pb.TRANSACTION)
+        too_long.system_properties.orphaned_transaction_recovery_duration.FromSeconds(3601)
+        refused = _send(client, too_long)
+        assert refused.status.code == pb.BAD_REQUEST, refused.status.message
+        immune = _message(topic, b"immune", "01REC1", message_type=pb.TRANSACTION)
+        immune.system_properties.orphaned_transaction_recovery_duration.FromSeconds(3600)
+        plain = _message(topic, b"plain", "01REC2", message_type=pb.TRANSACTION)
+        sent = {}
+        for message in (immune, plain):
+            response = _send(client, message)
+            assert response.status.code == pb.OK, response.status.message
+            sent[message.body] = response.entries[0].transaction_id
+        deadline = time.monotonic() + 10
+        while asked.count("plain") < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Three checks of the plain half, at 0.3 s intervals, and none of the immune one.
+        assert asked.count("plain") >= 3
+        assert "immune" not in asked
+        for body, transaction_id in sent.items():
+            end = client.call(
+                "EndTransaction",
+                pb.EndTransactionRequest(
+                    topic=pb.Resource(name=topic),
+                    message_id=("01REC1" if body == b"immune" else "01REC2"),
+                    transaction_id=transaction_id,
+                    resolution=2,  # ROLLBACK
+                    source=1,  # SOURCE_CLIENT
+                ),
+            )
+            assert end.status.code == pb.OK, end.status.message
+    finally:
+        done.set()
+        stream.cancel()
+        reader.join(5)
 
 
 def test_compressed_4x_bodies_arrive_inflated_and_undecodable_ones_go_to_the_dlq(

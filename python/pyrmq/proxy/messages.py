@@ -17,7 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from pyrmq import _core
 from pyrmq.errors import MessageBodyError
-from pyrmq.properties import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY
+from pyrmq.properties import CHECK_IMMUNITY, KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.remoting.protocol import SYSFLAG_COMPRESSED
 from pyrmq.store import StoredMessage
@@ -43,6 +43,8 @@ DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 MAX_USER_PROPERTIES = 128
 MAX_PROPERTIES_BYTES = 16 * 1024
 MAX_MESSAGE_GROUP_BYTES = 64
+# RocketMQ 5's proxy: maxTransactionRecoverySecond.
+MAX_TRANSACTION_RECOVERY_S = 3600
 
 # Property names the broker and the clients give a meaning to: not a user's to set, and not
 # handed back to gRPC consumers as user properties (RocketMQ's MessageConst system names).
@@ -90,8 +92,16 @@ SYSTEM_PROPERTIES = frozenset(
         "TIMER_DELIVER_MS",
         "TIMER_DELAY_SEC",
         "TIMER_DELAY_MS",
+        "TIMER_OUT_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+        "BORN_TIMESTAMP",
+        "__CRC32#",
         "__STARTDELIVERTIME",
-        "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        CHECK_IMMUNITY,
         "__BORNHOST",
         MESSAGE_GROUP,
         DLQ_ORIGIN_TOPIC,
@@ -155,6 +165,17 @@ def checked_properties(message: pb.Message, max_body_size: int, now_ms: int) -> 
             "a transaction message has no delivery time and no message group",
         )
     props: dict[str, str] = {}
+    if sp.message_type == pb.TRANSACTION and sp.HasField("orphaned_transaction_recovery_duration"):
+        # As RocketMQ's proxy: whole seconds, the broker's first check no sooner.
+        recovery_s = sp.orphaned_transaction_recovery_duration.seconds
+        if recovery_s > MAX_TRANSACTION_RECOVERY_S:
+            raise SendCheckError(
+                pb.BAD_REQUEST,
+                f"the orphaned transaction recovery duration is {recovery_s} s, more than the "
+                f"{MAX_TRANSACTION_RECOVERY_S} s allowed",
+            )
+        if recovery_s > 0:
+            props[CHECK_IMMUNITY] = str(recovery_s)
     if sp.HasField("delivery_timestamp"):
         if sp.HasField("message_group"):
             raise SendCheckError(

@@ -159,10 +159,11 @@ class MessagingService:
         # Receives waiting for a message, by (group, topic): woken by an arrival, a nack or a
         # client that left.
         self._waiters: dict[tuple[str, str], set[asyncio.Event]] = {}
-        # Each client's last receive with an attempt id, by (client, group, topic): the id and
-        # the deliveries (queue id, offset, generation) it answered with. A client asks again
-        # with the same id when that answer never reached it.
-        self._attempts: dict[tuple[str, str, str], tuple[str, list[tuple[int, int, int]]]] = {}
+        # Each client's last receive with an attempt id, by (client, group, topic, the queue
+        # asked for or -1): the id and the deliveries (queue id, offset, generation) it answered
+        # with. A client asks again with the same id when that answer never reached it; a push
+        # consumer of an orderly group receives from each queue on its own.
+        self._attempts: dict[tuple[str, str, str, int], tuple[str, list[tuple[int, int, int]]]] = {}
         # The ACL's check of requests, when the broker has one (``broker.acl``).
         self.access = GrpcAccess()
         self.peer_of: Callable[[str], str] = _same
@@ -750,7 +751,7 @@ class MessagingService:
             return again
         out = self._pop_queues(r)
         if r.attempt_id and out:
-            self._attempts[(r.client.client_id, r.group, r.config.topic_name)] = (
+            self._attempts[_attempt_key(r)] = (
                 r.attempt_id,
                 [(d.queue_id, stored.queue_offset, d.generation) for stored, d in out],
             )
@@ -761,7 +762,7 @@ class MessagingService:
         attempt id and they are still the client's: that answer was lost on the way."""
         if not r.attempt_id:
             return []
-        last = self._attempts.get((r.client.client_id, r.group, r.config.topic_name))
+        last = self._attempts.get(_attempt_key(r))
         if last is None or last[0] != r.attempt_id:
             return []
         now = time.monotonic()
@@ -1414,6 +1415,10 @@ def _names_tags(expression: str) -> bool:
     proxy refuses ``||`` and the like."""
     text = expression.strip()
     return text in ("", "*") or any(tag.strip() for tag in text.split("||"))
+
+
+def _attempt_key(r: _Receive) -> tuple[str, str, str, int]:
+    return (r.client.client_id, r.group, r.config.topic_name, r.queue_id)
 
 
 def _spent(entry: InFlight, stored: StoredMessage, max_attempts: int) -> bool:

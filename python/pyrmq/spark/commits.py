@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 SINK = "SPARK_SINK"
 SINK_BATCH = "SPARK_SINK_BATCH"
 SINK_ATTEMPT = "SPARK_SINK_ATTEMPT"
-CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 # Handles per chunk: about 1 MiB of JSON, well under the 4 MiB message limit.
 HANDLES_PER_CHUNK = 12_000
 _ENDS_WINDOW = 64

@@ -52,7 +52,6 @@ from pyrmq.errors import BrokerError, ConfigError, PyrmqError
 from pyrmq.remoting.protocol import ResponseCode
 from pyrmq.spark.batching import batches
 from pyrmq.spark.commits import (
-    CHECK_IMMUNITY,
     SINK,
     SINK_ATTEMPT,
     SINK_BATCH,
@@ -92,7 +91,7 @@ RESERVED = frozenset(
         SINK,
         SINK_BATCH,
         SINK_ATTEMPT,
-        CHECK_IMMUNITY,
+        prop.CHECK_IMMUNITY,
         prop.TIMER_DELIVER_MS,
         prop.TIMER_DELAY_MS,
         prop.TIMER_DELAY_SEC,
@@ -243,7 +242,7 @@ async def _send_halves(
         SINK: sink,
         SINK_BATCH: str(batch),
         SINK_ATTEMPT: attempt,
-        CHECK_IMMUNITY: str(options.check_immunity_s),
+        prop.CHECK_IMMUNITY: str(options.check_immunity_s),
     }
     try:
         async with TransactionProducer(

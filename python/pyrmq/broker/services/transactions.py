@@ -42,7 +42,7 @@ from sortedcontainers import SortedList
 
 from pyrmq.broker.state.json_file import load_json, store_json
 from pyrmq.errors import MessageIllegalError
-from pyrmq.properties import DELAYING, PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
+from pyrmq.properties import CHECK_IMMUNITY, DELAYING, PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
 from pyrmq.store import GetMessageStatus, MessageStore, PutResult, StoredMessage
 
 if TYPE_CHECKING:
@@ -57,7 +57,6 @@ OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 GIVEN_UP_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
-CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 # RocketMQ's op record tag for an ended half.
 OP_TAG = "d"
