@@ -224,6 +224,7 @@ def test_routes_name_the_grpc_address_with_broker_id_0_and_the_accepted_types(
         (_message("TopicGrpcBad", b"x" * (4 * 1024 * 1024 + 1)), pb.MESSAGE_BODY_TOO_LARGE),
         (_message("TopicGrpcBad", b"x", message_id=" "), pb.ILLEGAL_MESSAGE_ID),
         (_message("TopicGrpcBad", b"x", tag="a||b"), pb.ILLEGAL_MESSAGE_TAG),
+        (_message("TopicGrpcBad", b"x", tag=" "), pb.ILLEGAL_MESSAGE_TAG),
         (_message("TopicGrpcBad", b"x", keys=["k\x01"]), pb.ILLEGAL_MESSAGE_KEY),
         (_message("TopicGrpcBad", b"x", message_group="g" * 64), pb.ILLEGAL_MESSAGE_GROUP),
         (_message("TopicGrpcBad", b"x", message_type=pb.FIFO), pb.ILLEGAL_MESSAGE_GROUP),
@@ -258,6 +259,15 @@ def test_a_bad_send_is_refused_with_its_code_and_stores_nothing(
     frames = client.receive(_receive_request("TopicGrpcBad", f"GID_BAD_{code}_{id(message)}"))
     assert [m.body for m in _messages(frames)].count(b"fine") >= 1
     assert b"" not in [m.body for m in _messages(frames)]
+
+
+def test_an_empty_tag_is_no_tag(client: Client) -> None:
+    """As RocketMQ's proxy, which refuses a blank tag but takes an empty one."""
+    topic = "TopicGrpcEmptyTag"
+    assert _send(client, _message(topic, b"untagged", tag="")).status.code == pb.OK
+    [message] = _messages(client.receive(_receive_request(topic, "GID_EMPTY_TAG")))
+    assert message.body == b"untagged"
+    assert not message.system_properties.HasField("tag")
 
 
 def test_a_reserved_user_property_is_refused(client: Client) -> None:

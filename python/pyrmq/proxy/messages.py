@@ -206,7 +206,8 @@ def checked_properties(message: pb.Message, max_body_size: int, now_ms: int) -> 
             )
         props[name] = value
         size += len(name.encode()) + len(value.encode())
-    if sp.HasField("tag"):
+    # As RocketMQ's proxy: an empty tag is no tag.
+    if sp.tag:
         tag = sp.tag
         if not tag.strip() or "|" in tag or _has_control(tag):
             raise SendCheckError(
