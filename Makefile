@@ -62,8 +62,8 @@ test-rust: ## run the Rust tests of every crate (store, remoting codec, binding)
 	cargo test --workspace --profile test-opt
 
 .PHONY: test-python
-test-python: ## run the whole pytest suite (needs the built extension)
-	$(PYTHON) -m pytest
+test-python: ## run the whole pytest suite (needs the built extension), naming its slowest tests
+	$(PYTHON) -m pytest --durations=20
 
 .PHONY: bench
 bench: ## run the pytest-benchmark suites

@@ -36,7 +36,7 @@ from pyrmq.client.message import RETRY_PREFIX, Message, MessageExt, MessageQueue
 from pyrmq.client.offset_store import LocalFileOffsetStore
 from pyrmq.client.producer import Producer
 from pyrmq.client.push_consumer import PushConsumer
-from pyrmq.errors import BrokerError, PyrmqError
+from pyrmq.errors import BrokerError, ClientStateError, PyrmqError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
@@ -1150,6 +1150,42 @@ def test_an_object_with_an_async_call_method_is_a_coroutine_listener(
         assert sorted(listener.bodies) == sorted(f"a{i}".encode() for i in range(count))
         # Each call's messages were marked consumed: the offset reached the queue's end.
         assert await committed_offset(broker, group, MessageQueue(topic, "broker-a", 0)) == count
+
+    run(scenario)
+
+
+def test_a_topic_subscribed_while_running_needs_a_listener_unless_async_for_reads(
+    addrs: tuple[str, str],
+) -> None:
+    """A consumer started with a listener for each topic has nothing reading ``async for``: a
+    topic subscribed later without a listener is refused (its messages were once passed over
+    and committed unread); with one, it is consumed."""
+    namesrv, broker = addrs
+    first, later, group = "TopicRunningFirst", "TopicRunningLater", "CG_RUNNING_SUBSCRIBE"
+    for topic in (first, later):
+        create_topic(broker, topic, 1)
+
+    async def scenario() -> None:
+        got: list[bytes] = []
+
+        def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+            got.extend(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        await send_bodies(namesrv, later, [b"later-0", b"later-1"])
+        c = consumer(
+            namesrv, group, first, listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+        )
+        await c.start()
+        try:
+            with pytest.raises(ClientStateError, match="subscribe TopicRunningLater with one"):
+                c.subscribe(later)
+            assert later not in c.subscriptions
+            c.subscribe(later, "*", listener)
+            await eventually(lambda: len(got) >= 2, what="the later topic consumed")
+        finally:
+            await c.shutdown()
+        assert sorted(got) == [b"later-0", b"later-1"]
 
     run(scenario)
 

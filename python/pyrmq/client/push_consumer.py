@@ -230,6 +230,18 @@ class PushConsumer(ClientLifecycle):
         """
         topic = name_in(self.namespace, topic)
         _core.validate_topic(topic)
+        if (
+            self._instance is not None
+            and listener is None
+            and self._default_listener is None
+            and self._inbox is None
+        ):
+            # Started with a listener for every topic: nothing reads ``async for``, and the
+            # topic's messages would be passed over.
+            raise ClientStateError(
+                f"consumer {self.group} was started with a listener for each topic: "
+                f"subscribe {topic} with one too"
+            )
         self.subscriptions[topic] = Subscription.of(topic, expression)
         if listener is not None:
             self._listeners[topic] = listener
