@@ -133,6 +133,42 @@ def test_a_store_it_cannot_open_is_an_error_and_is_left_as_it_was(
     assert not (store / "config").exists()
 
 
+@pytest.mark.parametrize(
+    ("command", "table", "content"),
+    [
+        (["serve", *FREE_PORTS], "topics.json", '{"topicConfigTable": {"TopicX": 5}}'),
+        (
+            ["broker", "-n", "127.0.0.1:9", "--port", "0", "--grpc-port", "0"],
+            "consumerOffset.json",
+            '{"offsetTable": {"TopicX@CG": {"0": "x"}}}',
+        ),
+    ],
+    ids=["serve", "broker"],
+)
+def test_a_table_file_that_cannot_be_read_stops_the_start_with_its_name(
+    tmp_path: Path, command: list[str], table: str, content: str
+) -> None:
+    """A table that parses as JSON but is not the table, with no backup to fall back to: the
+    start is refused naming the file, as RocketMQ's broker refuses it. It once crashed with a
+    traceback (or, for JSON that is not an object, started with the table empty)."""
+    store = tmp_path / "store"
+    (store / "config").mkdir(parents=True)
+    (store / "config" / table).write_text(content)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    done = subprocess.run(
+        [sys.executable, "-m", "pyrmq.cli.main", *command, "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"Error: cannot start: {store / 'config' / table} cannot be read" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert (store / "config" / table).read_text() == content
+
+
 def test_a_broker_conf_can_put_the_commit_log_on_a_disk_of_its_own(tmp_path: Path) -> None:
     store, commit_log = tmp_path / "store", tmp_path / "disk2" / "commitlog"
     conf = tmp_path / "broker.conf"

@@ -8,7 +8,7 @@ import logging
 import threading
 from pathlib import Path
 
-from pyrmq.broker.state.json_file import load_json, store_json
+from pyrmq.broker.state.json_file import load_json, object_in, store_json
 
 __all__ = ["ORDER_TOPIC_CONFIG", "KvConfig"]
 
@@ -23,10 +23,9 @@ class KvConfig:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._table: dict[str, dict[str, str]] = {}
-        loaded = load_json(path) if path is not None else None
-        for namespace, values in ((loaded or {}).get("configTable") or {}).items():
-            self._table[str(namespace)] = {str(k): str(v) for k, v in values.items()}
+        self._table: dict[str, dict[str, str]] = (
+            load_json(path, _decode) if path is not None else None
+        ) or {}
 
     def put(self, namespace: str, key: str, value: str) -> None:
         with self._lock:
@@ -70,3 +69,12 @@ class KvConfig:
     def _save(self) -> None:
         if self.path is not None:
             store_json(self.path, {"configTable": self._table})
+
+
+def _decode(value: object) -> dict[str, dict[str, str]]:
+    """kvConfig.json's table: ``namespace -> key -> value``."""
+    table = object_in(object_in(value, "kvConfig.json").get("configTable") or {}, "configTable")
+    return {
+        str(namespace): {str(k): str(v) for k, v in object_in(values, str(namespace)).items()}
+        for namespace, values in table.items()
+    }

@@ -13,6 +13,7 @@ Times are written as wall-clock milliseconds and read back onto the monotonic cl
 """
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -20,6 +21,7 @@ from collections.abc import Generator, Mapping
 from pathlib import Path
 
 from pyrmq.broker.state.json_file import load_json, write_atomic
+from pyrmq.errors import ConfigError
 from pyrmq.proxy.pop import CHUNK_BITS, InFlight, PopQueue
 
 __all__ = ["Encoder", "PopKey", "decode", "encode", "load", "write"]
@@ -199,11 +201,8 @@ def decode(value: object, *, renew_grace_s: float) -> dict[PopKey, PopQueue]:
 def load(path: Path, *, renew_grace_s: float) -> dict[PopKey, PopQueue]:
     """The queues of the file at ``path`` (or of its backup); none when there is no file or it
     cannot be read, which is logged."""
-    value = load_json(path)
-    if value is None:
-        return {}
     try:
-        return decode(value, renew_grace_s=renew_grace_s)
-    except (KeyError, TypeError, ValueError) as e:
-        log.error("pop state %s cannot be read (%s): in-flight messages come again", path, e)
+        return load_json(path, functools.partial(decode, renew_grace_s=renew_grace_s)) or {}
+    except ConfigError as e:
+        log.error("pop state not restored: %s; in-flight messages come again", e)
         return {}

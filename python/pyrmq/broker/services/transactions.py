@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from sortedcontainers import SortedList
 
 from pyrmq.broker.state.json_file import load_json, store_json
-from pyrmq.errors import MessageIllegalError
+from pyrmq.errors import ConfigError, MessageIllegalError
 from pyrmq.properties import CHECK_IMMUNITY, DELAYING, PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
 from pyrmq.store import GetMessageStatus, MessageStore, PutResult, StoredMessage
 
@@ -176,7 +176,11 @@ class TransactionService:
     def _read_checkpoint(self) -> Checkpoint:
         if self.checkpoint_path is None:
             return Checkpoint()
-        found = Checkpoint.from_json(load_json(self.checkpoint_path))
+        try:
+            found = Checkpoint.from_json(load_json(self.checkpoint_path))
+        except ConfigError as e:
+            log.error("transactions: %s; reading every stored half", e)
+            return Checkpoint()
         store = self.broker.store
         # Past the topics' ends, it belongs to files no longer here: read them whole.
         if found.half_offset > store.max_offset(HALF_TOPIC, 0) or found.op_offset > (

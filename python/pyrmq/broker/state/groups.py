@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrmq import _core
-from pyrmq.broker.state.json_file import load_json, store_json
+from pyrmq.broker.state.json_file import load_json, object_in, store_json
 from pyrmq.broker.state.topics import RETRY_PREFIX
 from pyrmq.errors import MessageIllegalError
 
@@ -96,11 +96,10 @@ class GroupTable:
         self.path = path
         self._lock = threading.Lock()
         self._groups: dict[str, tuple[GroupConfig, dict[str, Any]]] = {}
-        loaded = load_json(path) or {}
-        for value in (loaded.get("subscriptionGroupTable") or {}).values():
-            config = GroupConfig.from_json(value)
-            self._groups[config.group_name] = (config, dict(value))
-        self._version = int((loaded.get("dataVersion") or {}).get("counter", 0))
+        self._version = 0
+        loaded = load_json(path, _decode)
+        if loaded is not None:
+            self._groups, self._version = loaded
 
     def get(self, group: str) -> GroupConfig | None:
         entry = self._groups.get(group)
@@ -151,3 +150,13 @@ class GroupTable:
     def _persist(self) -> None:
         self._version += 1
         store_json(self.path, self.to_json())
+
+
+def _decode(value: Any) -> tuple[dict[str, tuple[GroupConfig, dict[str, Any]]], int]:
+    """subscriptionGroup.json's groups (each with its JSON form) and data version counter."""
+    file = object_in(value, "subscriptionGroup.json")
+    groups = {}
+    for name, entry in object_in(file.get("subscriptionGroupTable") or {}, "the table").items():
+        config = GroupConfig.from_json(object_in(entry, str(name)))
+        groups[config.group_name] = (config, dict(entry))
+    return groups, int(object_in(file.get("dataVersion") or {}, "dataVersion").get("counter", 0))

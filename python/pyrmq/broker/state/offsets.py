@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pyrmq.broker.state.json_file import load_json, write_atomic
+from pyrmq.broker.state.json_file import load_json, object_in, write_atomic
 
 __all__ = ["OffsetTable", "Snapshot"]
 
@@ -26,17 +26,13 @@ class OffsetTable:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._table: dict[str, dict[int, int]] = {}
+        self._table: dict[str, dict[int, int]] = load_json(path, _decode) or {}
         self._dirty = False
         self._taken = 0
         # Held while the file is written: the periodic writer's thread and a deletion's may
         # write at once, and the later snapshot must win.
         self._writing = threading.Lock()
         self._written = 0
-        loaded = load_json(path)
-        if loaded:
-            for key, queues in (loaded.get("offsetTable") or {}).items():
-                self._table[key] = {int(q): int(o) for q, o in queues.items()}
 
     @staticmethod
     def _key(group: str, topic: str) -> str:
@@ -152,3 +148,12 @@ class OffsetTable:
         snapshot = self.encode(force=force)
         if snapshot is not None:
             self.write(snapshot)
+
+
+def _decode(value: Any) -> dict[str, dict[int, int]]:
+    """consumerOffset.json's table: ``topic@group -> queue id -> offset``."""
+    table = object_in(object_in(value, "the file").get("offsetTable") or {}, "offsetTable")
+    return {
+        str(key): {int(q): int(o) for q, o in object_in(queues, str(key)).items()}
+        for key, queues in table.items()
+    }

@@ -8,14 +8,18 @@ one changes (never on a mere renewal), before the answer goes out, and a loaded 
 as renewed at load time: its holder may have renewed just before the stop.
 """
 
+import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from pyrmq.broker.state.json_file import load_json, store_json
+from pyrmq.broker.state.json_file import load_json, object_in, store_json
+from pyrmq.errors import ConfigError
 
 __all__ = ["LOCK_MAX_LIVE_MS", "LockKey", "QueueLockTable"]
+
+log = logging.getLogger(__name__)
 
 LOCK_MAX_LIVE_MS = 60_000
 """rocketmq.broker.rebalance.lockMaxLiveTime: a lock not renewed this long is free."""
@@ -37,16 +41,14 @@ class QueueLockTable:
         self._version = 0
         self._written = 0
         self._writing = threading.Lock()
-        loaded = load_json(path) or {}
+        try:
+            holders = load_json(path, _decode) or {}
+        except ConfigError as e:
+            # As a RocketMQ broker, which keeps no locks across a restart.
+            log.error("queue locks not restored: %s", e)
+            holders = {}
         now = _now_ms()
-        for entry in loaded.get("locks") or []:
-            key = (
-                str(entry["group"]),
-                str(entry["topic"]),
-                str(entry["brokerName"]),
-                int(entry["queueId"]),
-            )
-            self._locks[key] = (str(entry["clientId"]), now)
+        self._locks = {key: (client_id, now) for key, client_id in holders.items()}
 
     def lock(self, client_id: str, keys: list[LockKey]) -> tuple[list[LockKey], bool]:
         """Grants each of ``keys`` that is free, already ``client_id``'s, or expired; returns
@@ -101,3 +103,21 @@ class QueueLockTable:
                 return
             store_json(self.path, value)
             self._written = version
+
+
+def _decode(value: Any) -> dict[LockKey, str]:
+    """queueLocks.json's holders by queue."""
+    entries = object_in(value, "queueLocks.json").get("locks") or []
+    if not isinstance(entries, list):
+        raise TypeError("locks is not a list")
+    holders = {}
+    for entry in entries:
+        entry = object_in(entry, "a lock")
+        key = (
+            str(entry["group"]),
+            str(entry["topic"]),
+            str(entry["brokerName"]),
+            int(entry["queueId"]),
+        )
+        holders[key] = str(entry["clientId"])
+    return holders

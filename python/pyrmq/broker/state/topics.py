@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyrmq.broker.state.json_file import load_json, store_json
+from pyrmq.broker.state.json_file import load_json, object_in, store_json
 from pyrmq.properties import REPLY_TOPIC_SUFFIX
 
 __all__ = [
@@ -119,11 +119,10 @@ class TopicTable:
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
         self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
-        loaded = load_json(path)
-        if loaded:
-            for name, value in (loaded.get("topicConfigTable") or {}).items():
-                self._topics[name] = TopicConfig.from_json(value)
-            self.data_version = loaded.get("dataVersion") or self.data_version
+        loaded = load_json(path, _decode)
+        if loaded is not None:
+            self._topics, version = loaded
+            self.data_version = version or self.data_version
         self._system_topics_unsaved = self._add_system_topics()
 
     def own_system_topics(self) -> set[str]:
@@ -299,3 +298,11 @@ class TopicTable:
             self._set(topic, created)
         log.info("topic created name=%s queues=%d", topic, queue_nums)
         return created, True
+
+
+def _decode(value: Any) -> tuple[dict[str, TopicConfig], dict[str, Any] | None]:
+    """topics.json's table and data version."""
+    table = object_in(object_in(value, "topics.json").get("topicConfigTable") or {}, "the table")
+    topics = {str(n): TopicConfig.from_json(object_in(t, str(n))) for n, t in table.items()}
+    version = value.get("dataVersion")
+    return topics, version if isinstance(version, dict) else None

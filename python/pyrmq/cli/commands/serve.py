@@ -4,6 +4,7 @@ import asyncio
 import dataclasses
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -109,14 +110,20 @@ def _setup_logging(level: str, log_file: Path | None) -> None:
     )
 
 
-def _run(service: Service) -> None:
-    """Starts ``service``, prints its ready line, and stops it cleanly on SIGTERM or SIGINT."""
+def _run(make: Callable[[], Service]) -> None:
+    """Makes and starts a service, prints its ready line, and stops it cleanly on SIGTERM or
+    SIGINT."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        try:
+            service = make()
+        except (PyrmqError, OSError) as e:
+            # A table file it cannot read: say so, without a traceback.
+            raise click.ClickException(f"cannot start: {e}") from e
         stopped: Exception | None = None
         try:
             try:
@@ -247,7 +254,7 @@ def serve(
         tls_config,
         grpc_default=DEFAULT_GRPC_PORT,
     )
-    _run(EmbeddedServers(namesrv_port, config))
+    _run(lambda: EmbeddedServers(namesrv_port, config))
 
 
 @click.command("namesrv")
@@ -263,7 +270,7 @@ def namesrv(port: int, tls_config: Path | None, log_level: str, log_file: Path |
     """A name server."""
     _setup_logging(log_level, log_file)
     tls = TlsConfig() if tls_config is None else TlsConfig(config_file=str(tls_config))
-    _run(_Single(NameServer(NamesrvConfig(listen_port=port, tls=tls)), "name server"))
+    _run(lambda: _Single(NameServer(NamesrvConfig(listen_port=port, tls=tls)), "name server"))
 
 
 @click.command("broker")
@@ -314,4 +321,4 @@ def broker(
     )
     if not config.namesrv_addrs:
         raise click.UsageError("no name server: give -n HOST:PORT or namesrvAddr in broker.conf")
-    _run(_Single(BrokerController(config), "broker"))
+    _run(lambda: _Single(BrokerController(config), "broker"))
