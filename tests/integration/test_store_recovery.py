@@ -528,8 +528,12 @@ def test_an_open_killed_while_it_indexes_again_leaves_the_index_to_the_next_one(
         assert [m.body for m in store.query_message("TopicIdx", f"k{i}")] == [b"idx-%d" % i]
 
 
+@pytest.mark.parametrize("cut", ["half", "header", "all"])
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["first", "middle", "last"])
-def test_a_shortened_index_file_is_indexed_again(open_store, tmp_path, which):
+def test_a_shortened_index_file_is_indexed_again(open_store, tmp_path, which, cut):
+    """Cut to half its size, into its header or to nothing: a file whose header no longer says
+    which records it held is taken to have held those between its neighbours (such a file's
+    keys were once lost for good)."""
     root = tmp_path / "store"
     config = {"max_hash_slot_num": 64, "max_index_num": 100}
     store = open_store(root, **config)
@@ -538,7 +542,9 @@ def test_a_shortened_index_file_is_indexed_again(open_store, tmp_path, which):
     store.close()
     files = sorted((root / "index").iterdir())
     assert len(files) == 3
-    os.truncate(files[which], files[which].stat().st_size // 2)
+    os.truncate(
+        files[which], {"half": files[which].stat().st_size // 2, "header": 20, "all": 0}[cut]
+    )
 
     store = open_store(root, **config)
     for i in (0, 30, 60, 90, 119):
@@ -619,7 +625,10 @@ def test_a_queue_unit_pointing_past_the_log_is_rebuilt_from_its_record(open_stor
     assert store.put("TopicUnit", b"new").queue_offset == 25
 
 
-def test_a_damaged_unit_inside_a_queue_is_reported_and_the_rest_read(open_store, tmp_path):
+@pytest.mark.parametrize("damage", ["past_the_log", "zeroed"])
+def test_a_damaged_unit_inside_a_queue_is_reported_and_the_rest_read(open_store, tmp_path, damage):
+    """A zeroed unit is damage too: it was once passed over unreported, its message never
+    delivered."""
     root = tmp_path / "store"
     store = open_store(root)
     for i in range(25):
@@ -629,7 +638,10 @@ def test_a_damaged_unit_inside_a_queue_is_reported_and_the_rest_read(open_store,
     [cq] = (root / "consumequeue" / "TopicUnit" / "0").iterdir()
     with open(cq, "r+b") as f:
         f.seek(12 * 20)
-        f.write(end.to_bytes(8, "big") + (200).to_bytes(4, "big") + bytes(8))
+        if damage == "zeroed":
+            f.write(bytes(20))
+        else:
+            f.write(end.to_bytes(8, "big") + (200).to_bytes(4, "big") + bytes(8))
 
     store = open_store(root)
     got = store.get("TopicUnit", 0, 0, max_count=100)

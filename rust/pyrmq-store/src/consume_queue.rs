@@ -242,7 +242,9 @@ impl ConsumeQueue {
                 examined += 1;
                 let tags = i64::from_be_bytes(raw[12..20].try_into().expect("8 bytes"));
                 let keep = filter.is_none_or(|codes| codes.contains(&tags));
-                if keep && unit_size(raw) > 0 {
+                // A zeroed unit below the end is damage, not a gap: it is handed on for the
+                // reader to report.
+                if keep {
                     out.push(decode_unit(offset + examined - 1, raw));
                     if out.len() >= max_matches {
                         break;

@@ -65,6 +65,9 @@ impl IndexFile {
     fn end_ts(&self) -> i64 {
         self.read_i64(8)
     }
+    fn begin_phy(&self) -> i64 {
+        self.read_i64(16)
+    }
     fn end_phy(&self) -> i64 {
         self.read_i64(24)
     }
@@ -246,19 +249,33 @@ impl IndexService {
                 Err(e) => {
                     // An index file of another geometry (config changed) or cut short: the index
                     // is derived data, so drop it and index its records again.
-                    let range = indexed_range(&path);
-                    log::warn!(
-                        "dropping unreadable index file {}: {e}; records indexed again: {}",
-                        path.display(),
-                        range.map_or_else(
-                            || "none".to_owned(),
-                            |(a, b)| format!("commit-log offsets {a} to {b}")
-                        )
-                    );
-                    dropped_paths.push(path);
-                    dropped.extend(range);
+                    log::warn!("dropping unreadable index file {}: {e}", path.display());
+                    dropped_paths.push(path.clone());
+                    // A header too short or damaged to say which records the file held: those
+                    // from the last the file before it indexed to the first the file after it
+                    // did (a record's keys may straddle two files).
+                    dropped.push(indexed_range(&path).ok_or(files.len()));
                 }
             }
+        }
+        let dropped: Vec<(u64, u64)> = dropped
+            .into_iter()
+            .map(|range| {
+                range.unwrap_or_else(|before: usize| {
+                    let from = before
+                        .checked_sub(1)
+                        .and_then(|i| u64::try_from(files[i].end_phy()).ok())
+                        .unwrap_or(0);
+                    let to = files
+                        .get(before)
+                        .and_then(|next| u64::try_from(next.begin_phy()).ok())
+                        .unwrap_or(u64::MAX);
+                    (from, to.max(from))
+                })
+            })
+            .collect();
+        for (from, to) in &dropped {
+            log::warn!("records at commit-log offsets {from} to {to} are indexed again");
         }
         Ok(Self {
             dir: dir.to_owned(),

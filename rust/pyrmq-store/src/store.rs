@@ -1929,6 +1929,16 @@ impl Inner {
                 out.next_begin_offset = u.queue_offset;
                 break;
             }
+            if u.size == 0 {
+                log::error!(
+                    "corrupt unit (topic={} queue_id={} offset={}): it is zeroed",
+                    req.topic,
+                    req.queue_id,
+                    u.queue_offset
+                );
+                out.corrupt_offsets.push(u.queue_offset);
+                continue;
+            }
             let found = self.commit_log.record_bytes(u.phy_offset, u.size);
             if found.is_none() && u.phy_offset < self.commit_log.min_offset() {
                 if out.records.is_empty() {
