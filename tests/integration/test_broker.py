@@ -993,8 +993,8 @@ def test_the_name_server_drains_a_brokers_writes_and_lists_a_clusters_topics(
             async def ns(code: int, ext: dict[str, Any], body: bytes = b"") -> RemotingCommand:
                 return await c.call(code, ext, body, to="ns")
 
-            async def perm() -> int | None:
-                route = {"topic": "TopicDrain", "acceptStandardJsonOnly": "true"}
+            async def perm(topic: str = "TopicDrain") -> int | None:
+                route = {"topic": topic, "acceptStandardJsonOnly": "true"}
                 found = await ns(RequestCode.GET_ROUTEINFO_BY_TOPIC, route)
                 if found.code != ResponseCode.SUCCESS:
                     return None
@@ -1012,8 +1012,31 @@ def test_the_name_server_drains_a_brokers_writes_and_lists_a_clusters_topics(
             assert wiped.code == ResponseCode.SUCCESS
             assert int(wiped.ext_fields["wipeTopicCount"]) >= 2  # TopicDrain, TBW102, ...
             assert await perm() == 4
+            # As RocketMQ counts them: every topic of the broker, changed or not.
+            again = await ns(RequestCode.WIPE_WRITE_PERM_OF_BROKER, name)
+            assert again.ext_fields["wipeTopicCount"] == wiped.ext_fields["wipeTopicCount"]
+
+            # A topic an admin creates on the drained broker is registered alone: the others
+            # stay drained (a whole-table registration once made them all writable again).
+            created = await c.call(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {"topic": "TopicDrainNew", "defaultTopic": "TBW102", "readQueueNums": 1,
+                 "writeQueueNums": 1, "perm": 6, "topicFilterType": "SINGLE_TAG",
+                 "topicSysFlag": 0, "order": "false"},
+            )  # fmt: skip
+            assert created.code == ResponseCode.SUCCESS
+            for _ in range(500):
+                if await perm("TopicDrainNew") is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert await perm("TopicDrainNew") == 6
+            await c.broker._register_all()  # the periodic registration, with the same data
+            assert await perm() == 4
+
             added = await ns(RequestCode.ADD_WRITE_PERM_OF_BROKER, name)
-            assert added.ext_fields["addTopicCount"] == wiped.ext_fields["wipeTopicCount"]
+            assert added.ext_fields["addTopicCount"] == str(
+                int(wiped.ext_fields["wipeTopicCount"]) + 1
+            )
             assert await perm() == 6
 
             cluster_name = c.broker.config.broker_cluster_name

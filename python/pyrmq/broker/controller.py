@@ -96,6 +96,9 @@ class BrokerController:
         # Set once a start has finished, cleared by the stop that follows it.
         self._running = False
         self._register_now = asyncio.Event()
+        # What the next registration carries: the topics named since the last one, or (None)
+        # the whole table.
+        self._register_topics: set[str] | None = set()
         self._offsets_write: asyncio.Future[None] | None = None
         self._flushes: FlushWaiter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -419,8 +422,15 @@ class BrokerController:
         self.when_stored(result, answer, slave=slave)
         return await code == ResponseCode.SUCCESS
 
-    def request_registration(self) -> None:
-        """Registers with the name servers soon (a topic was created or changed)."""
+    def request_registration(self, *topics: str) -> None:
+        """Registers with the name servers soon: ``topics`` (created or changed) alone, as
+        RocketMQ's brokers register an admin's change, or without any the whole topic table.
+        A topic registered alone leaves the others' routes as they are: a broker drained by
+        wipeWritePerm stays drained when one of its topics changes."""
+        if topics and self._register_topics is not None:
+            self._register_topics.update(topics)
+        else:
+            self._register_topics = None
         self._register_now.set()
 
     def notify_consumer_ids_changed(self, group: str) -> None:
@@ -440,20 +450,27 @@ class BrokerController:
         for group in self.clients.drop_connection(conn):
             self.notify_consumer_ids_changed(group)
 
-    def _registration_body(self) -> bytes:
+    def _registration_body(self, topics: set[str] | None = None) -> bytes | None:
+        """A REGISTER_BROKER body with the data version and ``topics`` (every topic: None);
+        None when none of them is left."""
         wrapper = self.topics.to_json()
+        table = wrapper["topicConfigTable"]
+        if topics is not None:
+            table = {name: config for name, config in table.items() if name in topics}
+            if not table:
+                return None
         return json.dumps(
             {
                 "filterServerList": [],
                 "topicConfigSerializeWrapper": {
                     "dataVersion": wrapper["dataVersion"],
-                    "topicConfigTable": wrapper["topicConfigTable"],
+                    "topicConfigTable": table,
                 },
             },
             separators=(",", ":"),
         ).encode()
 
-    async def _register_all(self) -> None:
+    async def _register_all(self, topics: set[str] | None = None) -> None:
         ha_addr = (
             self.ha.address
             if self.ha is not None
@@ -466,7 +483,9 @@ class BrokerController:
             ha_server_addr=ha_addr,
             broker_id=self.config.broker_id,
         )
-        body = self._registration_body()
+        body = self._registration_body(topics)
+        if body is None:
+            return
         for addr in self.config.namesrv_addrs:
             request = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext(), body)
             try:
@@ -509,12 +528,15 @@ class BrokerController:
                 wait_s = SLAVE_REGISTER_RETRY_S
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
             # arrives as the event is set, and stop() would then wait forever.
+            topics: set[str] | None = None
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_s):
                     await self._register_now.wait()
+                    topics = self._register_topics
             self._register_now.clear()
+            self._register_topics = set()
             try:
-                await self._register_all()
+                await self._register_all(topics)
             except Exception:
                 log.exception("name server registration failed")
 

@@ -273,22 +273,22 @@ class RouteInfo:
             return sorted(t for t, brokers in self.topic_queues.items() if names & brokers.keys())
 
     def set_write_perm(self, broker_name: str, *, writable: bool) -> int:
-        """Takes the write permission from (or gives it back to) every topic of ``broker_name``
-        in the routes, as RocketMQ's wipeWritePerm/addWritePerm do to drain a broker; returns
-        how many topics changed. The broker's next registration with new topic data resets
-        them."""
-        changed = 0
+        """Takes the write permission from every topic of ``broker_name`` in the routes, or
+        makes each readable and writable, as RocketMQ's wipeWritePerm/addWritePerm do to drain
+        a broker and bring it back; returns how many topics the broker has, as they count. A
+        registration of the whole topic table with new data resets them; the broker registers
+        a topic an admin creates or changes alone."""
+        count = 0
         with self._lock:
             for by_broker in self.topic_queues.values():
                 data = by_broker.get(broker_name)
                 if data is None:
                     continue
-                perm = data.perm | PERM_WRITE if writable else data.perm & ~PERM_WRITE
-                changed += perm != data.perm
-                data.perm = perm
+                data.perm = PERM_READ | PERM_WRITE if writable else data.perm & ~PERM_WRITE
+                count += 1
         log.info("write permission %s broker=%s topics=%d",
-                 "given to" if writable else "taken from", broker_name, changed)  # fmt: skip
-        return changed
+                 "given to" if writable else "taken from", broker_name, count)  # fmt: skip
+        return count
 
     def data_version_changed(self, broker_addr: str, data_version: str, now_ms: int) -> bool:
         """Whether a broker's topic data differs from what it last registered (RocketMQ's

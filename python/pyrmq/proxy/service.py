@@ -257,7 +257,7 @@ class MessagingService:
                 name, DEFAULT_TOPIC, broker.config.default_topic_queue_nums
             )
             if created:
-                broker.request_registration()
+                broker.request_registration(name)
         if config is None:
             return _status(pb.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
         return config
@@ -958,7 +958,7 @@ class MessagingService:
         topic = DLQ_PREFIX + group
         _, created = broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
         if created:
-            broker.request_registration()
+            broker.request_registration(topic)
         props = dict(stored.properties)
         props.setdefault(messages.DLQ_ORIGIN_TOPIC, stored.topic)
         props.setdefault(messages.DLQ_ORIGIN_MESSAGE_ID, props.get(UNIQ_KEY) or stored.msg_id)

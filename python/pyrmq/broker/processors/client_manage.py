@@ -62,7 +62,7 @@ class ClientManageProcessor:
                 log.warning("retry topic of %s not created: %s", group, e)
                 created = False
             if created:
-                broker.request_registration()
+                broker.request_registration(RETRY_PREFIX + group)
             if broker.clients.register_consumer(
                 group,
                 consumer,

@@ -133,7 +133,7 @@ class SendProcessor:
                 props = parse_properties(properties)
                 props.pop("DELAY", None)
                 properties = encode_properties(props)
-                broker.request_registration()
+                broker.request_registration(topic)
         born_host = conn.peer_address
         body = request.body
         sys_flag = header.sys_flag
@@ -340,7 +340,7 @@ class SendProcessor:
             header.topic, header.default_topic or "TBW102", header.default_topic_queue_nums or 4
         )
         if created:
-            broker.request_registration()
+            broker.request_registration(header.topic)
         return config
 
     async def send_back(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -358,7 +358,7 @@ class SendProcessor:
         retry_topic = RETRY_PREFIX + header.group
         retry_config, created = broker.topics.create_system(retry_topic, 1, PERM_READ | PERM_WRITE)
         if created:
-            broker.request_registration()
+            broker.request_registration(retry_topic)
         if not retry_config.perm & PERM_WRITE:
             return self._error(
                 request,
@@ -396,7 +396,7 @@ class SendProcessor:
             topic = DLQ_PREFIX + group
             _, created = broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
             if created:
-                broker.request_registration()
+                broker.request_registration(topic)
         else:
             # Parked by the store until due: level 3 (10 s) for a first retry, one level more
             # for each further one, unless the consumer chose a level.
