@@ -450,6 +450,11 @@ class BrokerController:
         for group in self.clients.drop_connection(conn):
             self.notify_consumer_ids_changed(group)
 
+    async def register_topics(self, *topics: str) -> None:
+        """Registers ``topics`` with the name servers now, as RocketMQ's broker does before it
+        answers an admin's topic change: a client routed right after finds them."""
+        await self._register_all(set(topics))
+
     def _registration_body(self, topics: set[str] | None = None) -> bytes | None:
         """A REGISTER_BROKER body with the data version and ``topics`` (every topic: None);
         None when none of them is left."""
@@ -486,13 +491,14 @@ class BrokerController:
         body = self._registration_body(topics)
         if body is None:
             return
-        for addr in self.config.namesrv_addrs:
+
+        async def register(addr: str) -> dict[str, str] | None:
             request = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext(), body)
             try:
                 response = await self.namesrv.invoke(addr, request, timeout_s=3.0)
             except RemotingError as e:
                 log.warning("registration with name server %s failed: %s", addr, e)
-                continue
+                return None
             if response.code != ResponseCode.SUCCESS:
                 log.warning(
                     "name server %s refused registration: %s %s",
@@ -500,10 +506,20 @@ class BrokerController:
                     response.code,
                     response.remark,
                 )
-            elif self.ha_client is not None and self.slave_sync is not None:
-                # The name server names this slave's master, once it has registered.
-                self.ha_client.master_named(response.ext_fields.get("haServerAddr") or "")
-                self.slave_sync.master_named(response.ext_fields.get("masterAddr") or "")
+                return None
+            return response.ext_fields
+
+        # Every name server at once: one that does not answer holds up none of the others.
+        answers = await asyncio.gather(*map(register, self.config.namesrv_addrs))
+        if self.ha_client is not None and self.slave_sync is not None:
+            # The name servers name this slave's master once it has registered; one that has
+            # not heard of it yet names none.
+            named = [a for a in answers if a is not None]
+            master = next((a for a in named if a.get("masterAddr")), None)
+            if named:
+                chosen = master if master is not None else named[0]
+                self.ha_client.master_named(chosen.get("haServerAddr") or "")
+                self.slave_sync.master_named(chosen.get("masterAddr") or "")
 
     async def _unregister_all(self) -> None:
         header = UnregisterBrokerRequestHeader(

@@ -108,7 +108,7 @@ class AdminProcessor:
                 order=header.order,
             )
         )
-        self.broker.request_registration(topic)
+        await self.broker.register_topics(topic)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     def _is_system_topic(self, topic: str) -> bool:
