@@ -306,6 +306,47 @@ def test_a_slave_killed_mid_stream_catches_up_from_its_own_end(cluster: Cluster)
     assert slave
 
 
+def test_a_slave_cuts_a_damaged_record_and_gets_it_again_from_its_master(
+    cluster: Cluster,
+) -> None:
+    """A byte flipped in a killed slave's CommitLog: the slave cuts its log there at restart
+    and its master sends the rest again, so once the master is gone the slave still serves
+    every message (kept in place, the damaged one was never fetched again)."""
+    master = cluster.start("master", "ASYNC_MASTER")
+    slave = cluster.start("slave", "SLAVE")
+    topic = "TopicHADamaged"
+    bodies = [b"damaged-%03d-" % i * 20 for i in range(60)]
+
+    async def scenario() -> None:
+        sent = await send_all(cluster.namesrv, topic, bodies)
+        ends = await max_offsets(master, topic)
+
+        async def copied() -> bool:
+            return await max_offsets(slave, topic) == ends
+
+        await until(copied, 20, "the slave's copy")
+        cluster.procs["slave"].kill()
+        [segment] = sorted((cluster.root / "slave" / "commitlog").iterdir())
+        at = int(sent[10].offset_msg_id[-16:], 16) + 150  # in its body
+        data = bytearray(segment.read_bytes())
+        data[at] ^= 0x5A
+        segment.write_bytes(data)
+        # Recovery reads from the checkpoint on: without one, the whole log.
+        (cluster.root / "slave" / "checkpoint").unlink()
+        restarted = await asyncio.to_thread(cluster.start, "slave", "SLAVE")
+
+        async def again() -> bool:
+            return await max_offsets(restarted, topic) == ends
+
+        await until(again, 20, "the slave's copy made again")
+        assert "cut there, for the master to send again" in cluster.log("slave")
+        cluster.procs["master"].kill()
+        got = await consume(cluster.namesrv, "CG_HA_DAMAGED", topic, len(bodies))
+        assert sorted(set(got)) == sorted(bodies)
+
+    run(scenario, timeout_s=120)
+
+
 def test_garbage_on_the_ha_port_drops_that_connection_only(cluster: Cluster) -> None:
     master = cluster.start("master", "ASYNC_MASTER")
     log = cluster.log("master")

@@ -134,6 +134,29 @@ def test_flipped_body_byte_is_reported_and_never_truncated(
     assert (r.phy_offset, r.queue_offset) == (max_phy, 60)
 
 
+def test_a_slave_cuts_its_log_at_a_damaged_record_for_its_master_to_send_again(
+    open_store, tmp_path
+):
+    """A slave's recovery does not keep damage in place: its master has the record, and sends
+    it and what follows again from the slave's shorter end (kept, it was never fetched again
+    and the slave served the message as corrupt for good)."""
+    root = tmp_path / "store"
+    config = {"mapped_file_size_commit_log": SEGMENT}
+    store = open_store(root, **config)
+    sent = [store.put("TopicCorrupt", corrupt_body(i)) for i in range(60)]
+    store.close()
+    bad = 30
+    flip_at = sent[bad].phy_offset + 88 + 400
+    patch(root, flip_at, bytes([read_log(root, flip_at, flip_at + 1)[0] ^ 0x5A]))
+    mark_crashed(root, lose_checkpoint=True)
+
+    store = open_store(root, **config, broker_role="SLAVE")
+    assert store.max_phy_offset == sent[bad].phy_offset
+    assert store.max_offset("TopicCorrupt", 0) == bad
+    got = store.get("TopicCorrupt", 0, bad - 1)
+    assert (got.queue_offsets, got.corrupt_offsets) == ([bad - 1], [])
+
+
 # --- a torn tail at every byte of the last puts ---------------------------------------------
 
 

@@ -592,6 +592,7 @@ impl CommitLog {
         validate_from: u64,
         start: u64,
         check_body_crc: bool,
+        keep_corrupt: bool,
         mut on_record: impl FnMut(u64, u64, &[u8]) -> StoreResult<()>,
     ) -> StoreResult<RecoveryReport> {
         let size = self.segment_size();
@@ -631,7 +632,7 @@ impl CommitLog {
                 if pending.is_empty() {
                     break;
                 }
-                match self.find_next_group(group_start) {
+                match self.find_next_group(group_start).filter(|_| keep_corrupt) {
                     Some(next) => {
                         report.corrupt_ranges.push((group_start, next));
                         pending.clear();
@@ -703,6 +704,16 @@ impl CommitLog {
             }
             // The group starting at `group_start` is damaged. Intact data after it means
             // corruption in place, kept for reads to report; nothing intact means a torn tail.
+            // A slave cuts its log there instead: its master sends the rest again.
+            if !keep_corrupt {
+                if self.find_next_group(group_start).is_some() {
+                    log::error!(
+                        "commit log corrupt at offset {group_start}; cut there, for the master \
+                         to send again what follows"
+                    );
+                }
+                break;
+            }
             match self.find_next_group(group_start) {
                 Some(next) => {
                     log::error!(

@@ -1763,6 +1763,7 @@ impl Inner {
             validate_from,
             start,
             self.config.check_crc_on_recover,
+            self.config.broker_role != BrokerRole::Slave,
             |group, phy, raw| {
                 let Ok(rec) = message::decode(raw, false) else {
                     return Ok(());
