@@ -39,7 +39,8 @@ def test_exactly_once_options_are_read_in_any_case() -> None:
         ({"deliveryGuarantee": "exactly-once"}, "deliveryGuarantee must be at_least_once or"),
         ({"sinkId": "orders"}, r"unknown option\(s\) sinkid"),
         ({"commitTopic": "bad topic"}, "option commitTopic"),
-        ({"checkImmunitySeconds": "0"}, "checkImmunitySeconds must be at least 1"),
+        # A commit keeps 5 s of the immunity in hand: 5 s left none, every write rolled back.
+        ({"checkImmunitySeconds": "5"}, "checkImmunitySeconds must be at least 10"),
         ({"deliveryGuarante": "exactly_once"}, r"unknown option\(s\) deliveryguarante"),
     ],
 )
@@ -139,3 +140,22 @@ def test_trigger_limits_and_times_are_read() -> None:
 def test_bad_read_options_are_refused(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ReadOptions.parse(NS | options, "stream")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # As Spark's Kafka source: a batch read that starts at the end reads nothing.
+        ({"startingOffsets": "latest"}, "startingOffsets can't be latest for a batch read"),
+        ({"startingOffsets": '{"T": {"b": {"0": -1}}}'}, "bad offset -1 for queue '0'"),
+        ({"endingOffsets": "earliest"}, "endingOffsets can't be earliest for a batch read"),
+        ({"endingOffsets": '{"T": {"b": {"0": -2}}}'}, "bad offset -2 for queue '0'"),
+        # A SQL92 filter read as a tag matched nothing, without a word.
+        ({"subExpression": "n > 5"}, "subExpression is a tag expression"),
+        ({"subExpression": "color = 'red'"}, "not by SQL92"),
+    ],
+)
+def test_bad_batch_read_options_are_refused(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ReadOptions.parse(NS | {"subscribe": "T"} | options, "batch")
+    assert ReadOptions.parse(NS | {"subscribe": "T", "subExpression": "A || B"}, "batch")

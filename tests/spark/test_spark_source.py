@@ -130,7 +130,7 @@ def test_bad_options_fail_the_query_with_a_clear_message(
         read(spark, namesrv, "T", maxOffsetsPerTrigger="0").collect()
     with pytest.raises(Exception, match="topic TopicSparkMissing does not exist"):
         read(spark, namesrv, "TopicSparkMissing").collect()
-    with pytest.raises(Exception, match="startingOffsets must be earliest or latest"):
+    with pytest.raises(Exception, match="startingOffsets must be earliest or offsets JSON"):
         read(spark, namesrv, "T", startingOffsets="first").collect()
 
 

@@ -17,7 +17,6 @@ from pyrmq.broker.state.topics import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFI
 from pyrmq.client.admin import Admin
 from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import MessageQueue
-from pyrmq.client.subscription import Subscription
 from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.tls import ClientTls
@@ -83,6 +82,8 @@ STRATEGIES = ("error", "latest")
 GROUP_PREFIX = "spark-pyrmq-source"
 # RocketMQ's rule for group names (as for topics, up to 255 characters).
 _GROUP = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
+# Comparisons, parentheses and quotes: a SQL92 filter taken for tags would match nothing.
+_SQL_LIKE = re.compile(r"[=<>()']")
 MAX_TRIGGER_DELAY = "15m"
 # RocketMQ's system topics that users may still write, and the sink's own records.
 _NOT_USERS = frozenset({AUTO_CREATE_TOPIC, "RMQ_SYS_TRACE_TOPIC", COMMIT_TOPIC})
@@ -92,6 +93,7 @@ _DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
 _UNIT_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1e3, "m": 6e4, "min": 6e4, "h": 3.6e6, "d": 8.64e7}
 DELIVERY = ("at_least_once", "exactly_once")
 CHECK_IMMUNITY_S = 3600
+MIN_CHECK_IMMUNITY_S = 10
 # Options Spark itself may pass to a source.
 _SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -226,19 +228,25 @@ def user_topic(topic: str) -> bool:
     return True
 
 
-def _position(options: dict[str, str], key: str, default: str, allowed: tuple[str, ...]) -> Any:
-    """``earliest``/``latest`` (those of ``allowed``), or offsets JSON with -2/-1 marks."""
+def _position(
+    options: dict[str, str], key: str, default: str, allowed: tuple[str, ...], mode: Mode
+) -> Any:
+    """``earliest``/``latest`` (those of ``allowed``), or offsets JSON with the -2/-1 marks of
+    those."""
     raw = options.get(key.lower(), default).strip()
     if raw.lower() in allowed:
         return raw.lower()
+    if raw.lower() in ("earliest", "latest"):
+        # As Spark's Kafka source: a batch starting at the end would read nothing.
+        raise ConfigError(f"option {key} can't be {raw.lower()} for a {mode} read")
     if not raw.startswith("{"):
         raise ConfigError(f"option {key} must be {' or '.join(allowed)} or offsets JSON: {raw!r}")
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as e:
         raise ConfigError(f"option {key} is not valid JSON: {e}") from None
-    marks = frozenset({offsets.LATEST} | ({offsets.EARLIEST} if "earliest" in allowed else set()))
-    return offsets.from_json(value, allow=marks)
+    marks = {"earliest": offsets.EARLIEST, "latest": offsets.LATEST}
+    return offsets.from_json(value, allow=frozenset(marks[a] for a in allowed))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -322,7 +330,11 @@ class ReadOptions:
         if assigned is not None:
             topics = tuple(sorted({mq.topic for mq in assigned}))
         expression = options.get("subexpression", "*")
-        Subscription.parse("T", expression)  # refuses what is not a tag expression
+        if _SQL_LIKE.search(expression):
+            raise ConfigError(
+                f"option subExpression is a tag expression (tags joined by ||), not {expression!r}"
+                ": the source filters by tag, not by SQL92"
+            )
         starting_ts = _int(options, "startingTimestamp", None, 0)
         strategy = options.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
         if strategy not in STRATEGIES:
@@ -356,15 +368,16 @@ class ReadOptions:
         pull_batch = _int(options, "pullBatchSize", 32, 1)
         assert pull_batch is not None
         default_start = "earliest" if mode == "batch" else "latest"
+        starts = ("earliest",) if mode == "batch" else ("earliest", "latest")
         return cls(
             name_server=_name_server(options),
             credentials=_credentials(options),
             tls=_tls(options),
             topics=topics,
             subscription=expression,
-            starting=_position(options, "startingOffsets", default_start, ("earliest", "latest")),
+            starting=_position(options, "startingOffsets", default_start, starts, mode),
             starting_timestamp_ms=starting_ts,
-            ending=_position(options, "endingOffsets", "latest", ("latest",)),
+            ending=_position(options, "endingOffsets", "latest", ("latest",), mode),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None, 1),
             pull_batch_size=pull_batch,
@@ -434,7 +447,8 @@ class WriteOptions:
         delivery = options.get("deliveryguarantee", "at_least_once").strip().lower()
         if delivery not in DELIVERY:
             raise ConfigError(f"option deliveryGuarantee must be {' or '.join(DELIVERY)}")
-        immunity = _int(options, "checkImmunitySeconds", CHECK_IMMUNITY_S, 1)
+        # A commit keeps at least 5 s of its halves' immunity in hand (commits.py).
+        immunity = _int(options, "checkImmunitySeconds", CHECK_IMMUNITY_S, MIN_CHECK_IMMUNITY_S)
         assert immunity is not None
         selector = options.get("queueselector", "round_robin").strip().lower()
         if selector not in SELECTORS:

@@ -89,7 +89,8 @@ def split_ranges(
 ) -> list[QueueRange]:
     """``ranges`` cut into more Spark partitions: none longer than ``max_records`` offsets,
     and, when there are fewer than ``min_partitions``, each cut in proportion to its length
-    (as Spark's Kafka source does), so that big queues are read by several tasks.
+    (as Spark's Kafka source does), so that big queues are read by several tasks. Shares are
+    rounded up: at least ``min_partitions`` whenever the ranges hold that many offsets.
 
     >>> q = [MessageQueue("T", "b", i) for i in range(2)]
     >>> r = [QueueRange(q[0], 0, 100), QueueRange(q[1], 10, 20)]
@@ -97,11 +98,14 @@ def split_ranges(
     [(0, 0, 33), (0, 33, 66), (0, 66, 100), (1, 10, 20)]
     >>> [(p.mq.queue_id, p.start, p.end) for p in split_ranges(r, 4, None)]
     [(0, 0, 25), (0, 25, 50), (0, 50, 75), (0, 75, 100), (1, 10, 20)]
+    >>> even = [QueueRange(m, 0, 5) for m in q + [MessageQueue("T", "b", 2)]]
+    >>> len(split_ranges(even, 4, None)), len(split_ranges(even, 10, None))
+    (6, 12)
     """
     parts = [1 if max_records is None else -(-(r.end - r.start) // max_records) for r in ranges]
     total = sum(r.end - r.start for r in ranges)
     if min_partitions is not None and sum(parts) < min_partitions and total:
-        share = [round((r.end - r.start) * min_partitions / total) for r in ranges]
+        share = [-(-(r.end - r.start) * min_partitions // total) for r in ranges]
         parts = [max(p, s, 1) for p, s in zip(parts, share, strict=True)]
     out = []
     for r, n in zip(ranges, parts, strict=True):
