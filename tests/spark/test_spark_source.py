@@ -337,6 +337,13 @@ def test_misspelt_options_and_unfit_columns_are_refused(spark: Any, addrs: tuple
         write(spark.range(1).selectExpr("'b' AS body", "array('a', 'b c') AS keys"))
     with pytest.raises(Exception, match="properties DELAY are set by"):
         write(spark.range(1).selectExpr("'b' AS body", "map('DELAY', '3') AS properties"))
+    # Nulls inside the columns the schema allows: a clear refusal, not a bare TypeError.
+    with pytest.raises(Exception, match="column keys holds a null"):
+        write(spark.range(1).selectExpr("'b' AS body", "array('a', null) AS keys"))
+    with pytest.raises(Exception, match="column properties holds a null for p"):
+        write(
+            spark.range(1).selectExpr("'b' AS body", "map('p', CAST(NULL AS STRING)) AS properties")
+        )
     assert read(spark, namesrv, topic).count() == 0
 
 

@@ -164,9 +164,15 @@ def _message(row: Mapping[str, Any], options: WriteOptions) -> Message:
     if body is None:
         raise ConfigError("a row has no body")
     keys = row.get("keys")
-    if isinstance(keys, list) and any(prop.KEY_SEPARATOR in k for k in keys):
-        raise ConfigError(f"a key of {keys!r} holds a space, RocketMQ's key separator")
+    if isinstance(keys, list):
+        if any(k is None for k in keys):
+            raise ConfigError(f"column keys holds a null: {keys!r}")
+        if any(prop.KEY_SEPARATOR in k for k in keys):
+            raise ConfigError(f"a key of {keys!r} holds a space, RocketMQ's key separator")
     user = row.get("properties") if options.include_properties else None
+    if user and any(v is None for v in user.values()):
+        nulls = ", ".join(sorted(str(k) for k, v in user.items() if v is None))
+        raise ConfigError(f"column properties holds a null for {nulls}")
     if user and not RESERVED.isdisjoint(user):
         reserved = ", ".join(sorted(RESERVED.intersection(user)))
         raise ConfigError(f"properties {reserved} are set by the message's columns")

@@ -557,7 +557,7 @@ class RocketMQDataSource(DataSource):
             if name in types and types[name] not in allowed:
                 raise ConfigError(
                     f"column {name} is {types[name].simpleString()}; pyrmq takes "
-                    + " or ".join(t.simpleString() for t in allowed)
+                    + " or ".join(dict.fromkeys(t.simpleString() for t in allowed))
                 )
         if options.exactly_once and types.keys() & {"delay_ms", "deliver_time"}:
             raise ConfigError("delayed messages cannot be written exactly once")
