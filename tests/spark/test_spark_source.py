@@ -179,6 +179,28 @@ def test_a_stream_reads_in_capped_batches_and_resumes_from_its_checkpoint(
     assert sorted(int(r.body[1:]) for r in stored.select("body").collect()) == list(range(230))
 
 
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_stream_started_past_a_queues_end_starts_at_its_end(
+    spark: Any, addrs: tuple[str, str], tmp_path: Path, fail_on_data_loss: str
+) -> None:
+    """As the batch read skips such a queue, the stream reads none of what it held (it took
+    the queue for one made again and read it from its first offset, or failed the query)."""
+    namesrv, broker = addrs
+    topic = f"TopicSparkPastEnd{fail_on_data_loss}"
+    create_topic(broker, topic, 2)
+    sent = send(namesrv, topic, 10)
+    on = {q: [r.queue_offset for r in sent if r.message_queue.queue_id == q] for q in (0, 1)}
+    start = json.dumps({topic: {"broker-a": {"0": 100, "1": 0}}})
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    batches = stream_to_parquet(
+        spark, namesrv, topic, out, checkpoint,
+        startingOffsets=start, failOnDataLoss=fail_on_data_loss,
+    )  # fmt: skip
+    assert batches == [len(on[1])]
+    stored = spark.read.parquet(str(out)).select("queue_id", "queue_offset").collect()
+    assert sorted((r.queue_id, r.queue_offset) for r in stored) == [(1, o) for o in on[1]]
+
+
 def test_a_stream_replays_a_batch_that_did_not_commit_with_the_same_offsets(
     spark: Any, addrs: tuple[str, str], tmp_path: Path
 ) -> None:

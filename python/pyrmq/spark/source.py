@@ -416,6 +416,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._brokers() as brokers:
             queues = _queues(brokers, o)
             start = _starts(brokers, queues, o, "latest")
+            # A start past a queue's end begins at the end: left past it, the first batch
+            # would take the queue for one made again and read it from its first offset.
+            for mq, at in start.items():
+                end = brokers.max_offset(mq)
+                if at > end:
+                    log.warning("%s starts at its end %d, not at %d past it", mq, end, at)
+                    start[mq] = end
         return offsets.to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
