@@ -87,6 +87,17 @@ class Client:
         reply = next(stream)
         return reply, (stream, done)
 
+    @contextlib.contextmanager
+    def opened(self, settings: pb.Settings) -> Iterator[tuple[Any, Any]]:
+        """A telemetry stream opened with ``settings`` for a ``with`` block: the reply to the
+        settings and the stream of commands."""
+        reply, (stream, done) = self.telemetry(settings)
+        try:
+            yield reply, stream
+        finally:
+            done.set()
+            stream.cancel()
+
     def close(self) -> None:
         self.channel.close()
 
@@ -456,8 +467,7 @@ def test_a_receive_repeated_with_its_attempt_id_gets_the_same_messages(
     _create_topic(server, topic, 2)
     for i in range(4):
         assert _send(client, _message(topic, f"a{i}".encode())).status.code == pb.OK
-    _, (stream, done) = client.telemetry(_push_settings(group))
-    try:
+    with client.opened(_push_settings(group)):
         request = _receive_request(topic, group, auto_renew=True)
         request.attempt_id = "attempt-1"
         first = _messages(client.receive(request))
@@ -472,9 +482,6 @@ def test_a_receive_repeated_with_its_attempt_id_gets_the_same_messages(
         assert _code(client.receive(request)) == pb.MESSAGE_NOT_FOUND
         for message in again:
             assert _ack(client, group, topic, message) == pb.OK
-    finally:
-        done.set()
-        stream.cancel()
 
 
 def test_an_orderly_push_consumers_receives_keep_an_attempt_id_per_queue(
@@ -485,14 +492,13 @@ def test_an_orderly_push_consumers_receives_keep_an_attempt_id_per_queue(
     nothing, and the batch stayed held until its invisibility ran out)."""
     topic, group = "TopicGrpcAttemptFifo", "GID_ATTEMPT_FIFO"
     _create_topic(server, topic, 2)
-    done = helpers.pyrmq_admin("update-group", "-n", server.addresses()[0], "-g", group, "-o")
-    assert done.returncode == 0, done.stderr
+    made = helpers.pyrmq_admin("update-group", "-n", server.addresses()[0], "-g", group, "-o")
+    assert made.returncode == 0, made.stderr
     for queue_id in (0, 1):
         for i in range(2):
             body = f"q{queue_id}-{i}".encode()
             assert send_raw(server.addresses()[1], topic, body, queue_id=queue_id).code == 0
-    _, (stream, done) = client.telemetry(_push_settings(group))
-    try:
+    with client.opened(_push_settings(group)):
         requests = {}
         for queue_id in (0, 1):
             request = _receive_request(topic, group, auto_renew=True)
@@ -507,9 +513,6 @@ def test_an_orderly_push_consumers_receives_keep_an_attempt_id_per_queue(
         assert [m.body for m in again] == first
         for message in again:
             assert _ack(client, group, topic, message) == pb.OK
-    finally:
-        done.set()
-        stream.cancel()
 
 
 def test_an_orphaned_transactions_recovery_duration_puts_off_its_first_check(
@@ -522,18 +525,17 @@ def test_an_orphaned_transactions_recovery_duration_puts_off_its_first_check(
     producer = pb.Settings(
         client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic)])
     )
-    reply, (stream, done) = client.telemetry(producer)
     asked: list[str] = []
 
-    def collect() -> None:
+    def collect(stream: Any) -> None:
         with contextlib.suppress(grpc.RpcError):
             for command in stream:
                 if command.HasField("recover_orphaned_transaction_command"):
                     asked.append(command.recover_orphaned_transaction_command.message.body.decode())
 
-    reader = threading.Thread(target=collect, daemon=True)
-    reader.start()
-    try:
+    with client.opened(producer) as (reply, stream):
+        reader = threading.Thread(target=collect, args=(stream,), daemon=True)
+        reader.start()
         assert reply.status.code == pb.OK
         too_long = _message(topic, b"too-long", "01REC0", message_type=pb.TRANSACTION)
         too_long.system_properties.orphaned_transaction_recovery_duration.FromSeconds(3601)
@@ -565,10 +567,7 @@ def test_an_orphaned_transactions_recovery_duration_puts_off_its_first_check(
                 ),
             )
             assert end.status.code == pb.OK, end.status.message
-    finally:
-        done.set()
-        stream.cancel()
-        reader.join(5)
+    reader.join(5)
 
 
 def test_compressed_4x_bodies_arrive_inflated_and_undecodable_ones_go_to_the_dlq(
