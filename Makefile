@@ -6,6 +6,9 @@ PY_SOURCES := python tests benches examples
 # Absolute interpreter path, for targets that change directory first.
 PYTHON_EXE = $(shell $(PYTHON) -c 'import sys; print(sys.executable)')
 WHEEL_DIR := dist/wheel-check
+# Clippy and the Rust tests build apart from the extension (target/): neither waits for the
+# other's lock, so CI builds them while pip builds the extension.
+CHECKS_DIR := target/checks
 
 .PHONY: help
 help: ## list the targets
@@ -45,7 +48,7 @@ format: ## format Rust and Python code, fix import order
 .PHONY: lint
 lint: ## check formatting and lints of Rust and Python code
 	cargo fmt --all --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --target-dir $(CHECKS_DIR) -- -D warnings
 	$(PYTHON) -m ruff check $(PY_SOURCES)
 	$(PYTHON) -m ruff format --check $(PY_SOURCES)
 
@@ -59,7 +62,12 @@ stubtest: ## check python/pyrmq/_core.pyi against the built extension
 
 .PHONY: test-rust
 test-rust: ## run the Rust tests of every crate (store, remoting codec, binding)
-	cargo test --workspace --profile test-opt
+	cargo test --workspace --profile test-opt --target-dir $(CHECKS_DIR)
+
+.PHONY: rust-checks-build
+rust-checks-build: ## build what clippy and the Rust tests need, without running the tests
+	cargo clippy --workspace --all-targets --target-dir $(CHECKS_DIR) -- -D warnings
+	cargo test --workspace --profile test-opt --target-dir $(CHECKS_DIR) --no-run
 
 .PHONY: test-python
 test-python: ## run the whole pytest suite (needs the built extension), naming its slowest tests
