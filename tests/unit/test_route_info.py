@@ -132,3 +132,31 @@ def test_consumers_silent_past_the_channel_timeout_are_dropped() -> None:
     assert clients.expire(now_ms=125_000, expired_after_ms=120_000) == ["G"]
     assert clients.consumer_ids("G") == ["c2"]
     assert clients.drop_connection(conn) == []
+
+
+def test_a_registration_of_unchanged_data_adds_missing_topics_and_updates_none() -> None:
+    """A drained broker's topics stay drained through its periodic registrations and through
+    an increment naming another topic; a name server whose first word from a broker was an
+    increment (it restarted) gets the other topics from the next whole registration."""
+
+    def perm(routes: RouteInfo, topic: str) -> int:
+        route = routes.route(topic)
+        assert route is not None, topic
+        [queue] = route["queueDatas"]
+        return int(queue["perm"])
+
+    new = {"TopicNew": {"topicName": "TopicNew", "readQueueNums": 1, "writeQueueNums": 1,
+                        "perm": 6}}  # fmt: skip
+    routes = RouteInfo()
+    register(routes, "broker-a", "127.0.0.1:10911", version="v1")
+    routes.set_write_perm("broker-a", writable=False)
+    register(routes, "broker-a", "127.0.0.1:10911", version="v1")
+    register(routes, "broker-a", "127.0.0.1:10911", topics=new, version="v2")
+    register(routes, "broker-a", "127.0.0.1:10911", topics={**TOPICS, **new}, version="v2")
+    assert [perm(routes, t) for t in ("TopicTest", "TBW102", "TopicNew")] == [4, 5, 6]
+
+    restarted = RouteInfo()
+    register(restarted, "broker-a", "127.0.0.1:10911", topics=new, version="v3")
+    assert restarted.route("TopicTest") is None
+    register(restarted, "broker-a", "127.0.0.1:10911", topics={**TOPICS, **new}, version="v3")
+    assert [perm(restarted, t) for t in ("TopicTest", "TBW102", "TopicNew")] == [6, 7, 6]

@@ -131,12 +131,17 @@ class RouteInfo:
             changed = previous is None or previous.data_version != data_version
             self.live[broker_addr] = BrokerLive(now_ms, data_version, connection, ha_server_addr)
             # As RocketMQ: a registration adds and updates topics and never removes one. A
-            # Java broker registers just the topic an admin changed (an "increment"), with a new
+            # broker registers just the topic an admin changed (an "increment"), with a new
             # data version, so a topic missing from one registration is no deleted topic;
             # deletions come as DELETE_TOPIC_IN_NAMESRV, as mqadmin and pyrmq's admin send it.
-            if broker_id == 0 and (changed or first):
+            # Unchanged data updates no topic (a drained broker stays drained), but adds those
+            # missing here: an increment may have been the first this name server heard.
+            if broker_id == 0:
                 for topic, conf in topic_config.items():
-                    self.topic_queues.setdefault(topic, {})[broker_name] = QueueData(
+                    by_broker = self.topic_queues.setdefault(topic, {})
+                    if not (changed or first) and broker_name in by_broker:
+                        continue
+                    by_broker[broker_name] = QueueData(
                         broker_name=broker_name,
                         read_queue_nums=int(conf.get("readQueueNums", 0)),
                         write_queue_nums=int(conf.get("writeQueueNums", 0)),
