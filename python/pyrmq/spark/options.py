@@ -82,8 +82,8 @@ STRATEGIES = ("error", "latest")
 GROUP_PREFIX = "spark-pyrmq-source"
 # RocketMQ's rule for group names (as for topics, up to 255 characters).
 _GROUP = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
-# Comparisons, parentheses and quotes: a SQL92 filter taken for tags would match nothing.
-_SQL_LIKE = re.compile(r"[=<>()']")
+# Comparisons and parentheses: a SQL92 filter taken for tags would match nothing.
+_SQL_LIKE = re.compile(r"[=<>()]")
 MAX_TRIGGER_DELAY = "15m"
 # RocketMQ's system topics that users may still write, and the sink's own records.
 _NOT_USERS = frozenset({AUTO_CREATE_TOPIC, "RMQ_SYS_TRACE_TOPIC", COMMIT_TOPIC})
@@ -237,7 +237,7 @@ def _position(
     if raw.lower() in allowed:
         return raw.lower()
     if raw.lower() in ("earliest", "latest"):
-        # As Spark's Kafka source: a batch starting at the end would read nothing.
+        # As Spark's Kafka source: a batch neither starts at the end nor ends at the start.
         raise ConfigError(f"option {key} can't be {raw.lower()} for a {mode} read")
     if not raw.startswith("{"):
         raise ConfigError(f"option {key} must be {' or '.join(allowed)} or offsets JSON: {raw!r}")

@@ -586,7 +586,9 @@ impl CommitLog {
     /// Validates the log from `validate_from` (a group boundary at or before `start`, or a
     /// record inside the group that starts there) to its end, calls `on_record` with its
     /// group's start, its offset and its bytes for every record at or after `start` in every
-    /// intact group, then truncates the torn tail. Runs before any reader or writer exists.
+    /// intact group, then truncates the torn tail. A damaged group followed by intact ones is
+    /// kept in place with `keep_corrupt`, and is where the log is cut without it (a slave's,
+    /// whose master sends the rest again). Runs before any reader or writer exists.
     pub fn recover(
         &self,
         validate_from: u64,
