@@ -418,9 +418,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start = _starts(brokers, queues, o, "latest")
             # A start past a queue's end begins at the end: left past it, the first batch
             # would take the queue for one made again and read it from its first offset.
+            # Only an offset the JSON names can be past it (a mark or a time resolves within).
+            named = o.starting if isinstance(o.starting, dict) else {}
             for mq, at in start.items():
-                end = brokers.max_offset(mq)
-                if at > end:
+                if named.get(mq, -1) >= 0 and at > (end := brokers.max_offset(mq)):
                     log.warning("%s starts at its end %d, not at %d past it", mq, end, at)
                     start[mq] = end
         return offsets.to_json(start)
