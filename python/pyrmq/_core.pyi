@@ -353,14 +353,17 @@ class MessageStore:
         """The message whose record starts at ``phy_offset``, or None."""
     def look_record(self, phy_offset: int) -> bytes | None:
         """The stored record at ``phy_offset``, byte for byte, or None."""
-    def read_replica(self, from_offset: int, max_bytes: int) -> tuple[bytes, int] | None:
+    def read_replica(self, from_offset: int, max_bytes: int) -> tuple[bytes, int, int] | None:
         """Published CommitLog bytes from ``from_offset`` for a slave: whole append groups of
         about ``max_bytes`` (at least one), or a segment's closing blank alone; with the offset
-        after them. None when nothing is published past ``from_offset``."""
-    def append_replica(self, from_offset: int, data: bytes) -> int:
+        after them and 0. Where this log is damaged, the damaged bytes as they are and what
+        ends them (an intact group, the closing blank, or the segment's end), with the number
+        of damaged bytes. None when nothing is published past ``from_offset``."""
+    def append_replica(self, from_offset: int, data: bytes, damaged: int = 0) -> int:
         """A slave's store takes bytes its master's :meth:`read_replica` gave for
         ``from_offset``: checks, writes and dispatches them; returns the new CommitLog end.
-        Raises ReplicationError (nothing written) when they do not continue this log."""
+        The first ``damaged`` bytes are written as they are and dispatch nothing. Raises
+        ReplicationError (nothing written) when they do not continue this log."""
     def view_message_by_id(self, msg_id: str) -> StoredMessage | None:
         """The message named by an offset message id, or None."""
     def query_message(

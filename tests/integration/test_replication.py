@@ -347,6 +347,44 @@ def test_a_slave_cuts_a_damaged_record_and_gets_it_again_from_its_master(
     run(scenario, timeout_s=120)
 
 
+def test_a_record_damaged_on_the_master_does_not_stop_replication(cluster: Cluster) -> None:
+    """A byte flipped on the master's disk: its slave copies the damaged group as it is, as the
+    master keeps it, and goes on. A SYNC_MASTER's sends are answered, and once the master is
+    gone the slave serves every other message. (Refused by the slave, the group stopped
+    replication for good, and every send got SLAVE_NOT_AVAILABLE.)"""
+    cluster.start("master", "ASYNC_MASTER")
+    topic = "TopicHAMasterDamaged"
+    bodies = [b"master-damaged-%03d-" % i * 20 for i in range(40)]
+    later = [b"later-%02d" % i for i in range(10)]
+
+    async def scenario() -> None:
+        sent = await send_all(cluster.namesrv, topic, bodies)
+        assert cluster.procs["master"].stop() == 0
+        # The first segment (the next one may be made ahead).
+        segment = min((cluster.root / "master" / "commitlog").iterdir())
+        at = int(sent[10].offset_msg_id[-16:], 16) + 150  # in its body
+        data = bytearray(segment.read_bytes())
+        data[at] ^= 0x5A
+        segment.write_bytes(data)
+        master = await asyncio.to_thread(cluster.start, "master", "SYNC_MASTER")
+        slave = await asyncio.to_thread(cluster.start, "slave", "SLAVE")
+        ends = await max_offsets(master, topic)
+
+        async def copied() -> bool:
+            return await max_offsets(slave, topic) == ends
+
+        await until(copied, 20, "the slave's copy")
+        assert "damaged on the master: copied as it is" in cluster.log("slave")
+        results = await send_all(cluster.namesrv, topic, later)
+        assert [r.status for r in results] == [SendStatus.OK] * len(later)
+        cluster.procs["master"].kill()
+        want = [b for i, b in enumerate(bodies) if i != 10] + later
+        got = await consume(cluster.namesrv, "CG_HA_MASTER_DAMAGED", topic, len(want))
+        assert sorted(set(got)) == sorted(want)
+
+    run(scenario, timeout_s=120)
+
+
 def test_garbage_on_the_ha_port_drops_that_connection_only(cluster: Cluster) -> None:
     master = cluster.start("master", "ASYNC_MASTER")
     log = cluster.log("master")

@@ -29,8 +29,8 @@ def copy(master: MessageStore, slave: MessageStore, *, start: int = 0, batch: in
     number of frames."""
     pos, frames = start, 0
     while (chunk := master.read_replica(pos, batch)) is not None:
-        data, after = chunk
-        assert slave.append_replica(pos, data) == after
+        data, after, damaged = chunk
+        assert slave.append_replica(pos, data, damaged) == after
         pos, frames = after, frames + 1
     return frames
 
@@ -86,7 +86,8 @@ def test_frames_carry_whole_groups_and_a_frame_larger_than_asked_for_one_batch(
     master.put(TOPIC, b"small", queue_id=0)
     chunk = master.read_replica(0, 100)
     assert chunk is not None
-    data, after = chunk
+    data, after, damaged = chunk
+    assert damaged == 0
     # The batch's group (20 records and its fence) is sent whole, and nothing after it.
     assert after == len(data)
     assert 20 * 1000 < len(data) < master.max_phy_offset
@@ -154,7 +155,7 @@ def test_only_a_slave_takes_replicated_bytes_and_a_slave_takes_no_put(
     master, slave = pair
     master.put(TOPIC, b"one")
     other = open_store(tmp_path / "other", mapped_file_size_commit_log=SEGMENT)
-    data, _ = master.read_replica(0, 4096) or (b"", 0)
+    data, _, _ = master.read_replica(0, 4096) or (b"", 0, 0)
     with pytest.raises(ReplicationError, match="only a slave"):
         other.append_replica(0, data)
     with pytest.raises(StoreReadOnlyError):
@@ -229,7 +230,7 @@ def test_a_frame_whose_queue_cannot_be_written_is_not_written_at_all(
     master.put("T1", b"second", queue_id=0)
     blocker = tmp_path / "slave" / "consumequeue" / "T2"
     blocker.write_bytes(b"not a directory")
-    data, after = master.read_replica(end, 1 << 20) or (b"", 0)
+    data, after, _ = master.read_replica(end, 1 << 20) or (b"", 0, 0)
     with pytest.raises(Exception):  # noqa: B017, PT011 (the OS error the store maps)
         slave.append_replica(end, data)
     assert slave.max_phy_offset == end
@@ -270,3 +271,167 @@ def test_a_slave_tells_arrivals_with_every_tag_of_a_frame(
     assert arrivals[-1][2] == 3
     tags = {code for a in arrivals for code in (a[3] or [])}
     assert tags == {ord("A"), ord("B"), ord("C")}
+
+
+# --- damage on the master -----------------------------------------------------------------------
+
+
+def flip(root: Path, phy: int) -> None:
+    """Flips a byte of the CommitLog at ``phy`` while its store is closed."""
+    with open(root / "commitlog" / f"{phy - phy % SEGMENT:020d}", "r+b") as f:
+        f.seek(phy % SEGMENT)
+        byte = f.read(1)
+        f.seek(phy % SEGMENT)
+        f.write(bytes([byte[0] ^ 0x5A]))
+
+
+def copy_counting_damage(master: MessageStore, slave: MessageStore, start: int = 0) -> list[int]:
+    """Like copy(), but returns the offsets of the frames marked damaged."""
+    pos, damaged_at = start, []
+    while (chunk := master.read_replica(pos, 4096)) is not None:
+        data, after, damaged = chunk
+        if damaged:
+            damaged_at.append(pos)
+        assert slave.append_replica(pos, data, damaged) == after
+        pos = after
+    return damaged_at
+
+
+def same_log(master_root: Path, slave_root: Path, end: int) -> bool:
+    for segment in sorted((master_root / "commitlog").iterdir()):
+        start = int(segment.name)
+        if start < end:
+            length = min(SEGMENT, end - start)
+            copied = (slave_root / "commitlog" / segment.name).read_bytes()[:length]
+            if copied != segment.read_bytes()[:length]:
+                return False
+    return True
+
+
+def queue_reads(store: MessageStore, topic: str, queue_id: int) -> tuple[list[bytes], list[int]]:
+    """A queue's bodies and the offsets reported corrupt."""
+    bodies: list[bytes] = []
+    corrupt: list[int] = []
+    offset = 0
+    while (got := store.get(topic, queue_id, offset)).status is GetMessageStatus.FOUND or (
+        got.corrupt_offsets
+    ):
+        bodies += [m.body for m in got.messages()]
+        corrupt += got.corrupt_offsets
+        offset = got.next_begin_offset
+    return bodies, corrupt
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param(lambda phy, size: phy + size // 2, id="body"),
+        pytest.param(lambda phy, size: phy, id="record-size"),
+        pytest.param(lambda phy, size: phy + size - 3, id="fence"),
+    ],
+)
+def test_a_group_damaged_on_the_master_is_copied_as_it_is_and_what_follows_too(
+    open_store: Any, tmp_path: Path, where: Any
+) -> None:
+    """A byte flipped on a master's disk: its slave takes the damaged group as it is, as the
+    master's own recovery keeps it, and goes on with the groups after it. Its reads report the
+    damaged message corrupt and serve every other. (Refused, it stopped replication for good.)"""
+    root = tmp_path / "master"
+    master = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    sent = [master.put(TOPIC, b"m%03d-" % i * 100, queue_id=i % 4) for i in range(40)]
+    master.close()
+    bad = sent[21]
+    flip(root, where(bad.phy_offset, bad.wrote_bytes))
+    master = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    slave_root = tmp_path / "slave"
+    config = {"mapped_file_size_commit_log": SEGMENT, "broker_role": "SLAVE"}
+    slave = open_store(slave_root, **config)
+
+    assert copy_counting_damage(master, slave) == [bad.phy_offset]
+    assert slave.max_phy_offset == master.max_phy_offset
+    assert same_log(root, slave_root, master.max_phy_offset)
+    for queue_id in range(4):
+        bodies, corrupt = queue_reads(slave, TOPIC, queue_id)
+        expected = [b"m%03d-" % i * 100 for i in range(queue_id, 40, 4) if i != 21]
+        assert bodies == expected
+        assert corrupt == ([bad.queue_offset] if queue_id == bad.queue_ids[0] else [])
+        if where(0, 100) == 50:
+            # The record's own checks fail on the master too.
+            assert queue_reads(master, TOPIC, queue_id) == (bodies, corrupt)
+    # Replication goes on past it.
+    end = master.max_phy_offset
+    master.put(TOPIC, b"after", queue_id=1)
+    assert copy_counting_damage(master, slave, end) == []
+    assert slave.get(TOPIC, 1, 10).messages()[0].body == b"after"
+
+    # A slave that crashed cuts its log at the damage (recovery's rule for a slave), and takes
+    # it again.
+    slave.close()
+    mark = slave_root / "abort"
+    mark.write_bytes(b"")
+    (slave_root / "checkpoint").unlink()
+    slave = open_store(slave_root, **config)
+    assert slave.max_phy_offset == bad.phy_offset
+    assert copy_counting_damage(master, slave, bad.phy_offset) == [bad.phy_offset]
+    assert same_log(root, slave_root, master.max_phy_offset)
+
+
+@pytest.mark.parametrize("what", ["last-record", "closing-blank"])
+def test_damage_at_a_segments_end_is_copied_up_to_the_next_segment(
+    open_store: Any, tmp_path: Path, what: str
+) -> None:
+    root = tmp_path / "master"
+    master = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    sent = []
+    while not sent or sent[-1].phy_offset < SEGMENT:
+        sent.append(master.put(TOPIC, b"%05d" % len(sent) * 300, queue_id=0))
+    last = sent[-2]
+    master.close()
+    blank_at = last.phy_offset + last.wrote_bytes
+    assert blank_at < SEGMENT
+    flip(root, last.phy_offset + 200 if what == "last-record" else blank_at + 5)
+    master = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    slave_root = tmp_path / "slave"
+    slave = open_store(slave_root, mapped_file_size_commit_log=SEGMENT, broker_role="SLAVE")
+
+    damaged_at = last.phy_offset if what == "last-record" else blank_at
+    assert copy_counting_damage(master, slave) == [damaged_at]
+    assert slave.max_phy_offset == master.max_phy_offset
+    assert same_log(root, slave_root, master.max_phy_offset)
+    bodies, corrupt = queue_reads(slave, TOPIC, 0)
+    bad = len(sent) - 2
+    assert corrupt == ([bad] if what == "last-record" else [])
+    assert bodies == [b"%05d" % i * 300 for i in range(len(sent)) if i != bad or not corrupt]
+
+
+def test_damaged_bytes_are_taken_only_before_an_intact_end(open_store: Any, tmp_path: Path) -> None:
+    root = tmp_path / "master"
+    master = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    sent = [master.put(TOPIC, b"x%d" % i * 50, queue_id=0) for i in range(3)]
+    master.close()
+    flip(root, sent[1].phy_offset + 100)
+    master = open_store(root, mapped_file_size_commit_log=SEGMENT)
+    slave = open_store(tmp_path / "slave", mapped_file_size_commit_log=SEGMENT, broker_role="SLAVE")
+    first = master.read_replica(0, 1)
+    assert first is not None
+    data, start, damaged = first
+    assert damaged == 0
+    slave.append_replica(0, data)
+    chunk = master.read_replica(start, 1)
+    assert chunk is not None
+    data, after, damaged = chunk
+    assert damaged == sent[2].phy_offset - start
+
+    def refused(frame: bytes, count: int, words: str) -> None:
+        with pytest.raises(ReplicationError, match=words):
+            slave.append_replica(start, frame, count)
+        assert slave.max_phy_offset == start
+
+    # Not marked damaged, the frame fails its checks.
+    refused(data, 0, "does not seal|does not decode|claims")
+    refused(data, len(data) + 1, "damaged bytes")
+    # Damage must end at an intact group (or the segment's end).
+    refused(data[:damaged], damaged, "followed by an intact group")
+    refused(data[:-1], damaged, "fence|claims|no record")
+    assert slave.append_replica(start, data, damaged) == after
+    assert queue_reads(slave, TOPIC, 0) == ([b"x0" * 50, b"x2" * 50], [1])

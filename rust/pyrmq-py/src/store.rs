@@ -861,24 +861,34 @@ impl PyMessageStore {
     }
 
     /// Published CommitLog bytes from `from_offset` for a slave: whole append groups of about
-    /// `max_bytes` (at least one), or a segment's closing blank alone. Returns the bytes and
-    /// the offset after them, or None when nothing is published past `from_offset`.
+    /// `max_bytes` (at least one), or a segment's closing blank alone; or, where this log is
+    /// damaged, the damaged bytes and what ends them. Returns the bytes, the offset after them
+    /// and how many of the first are damaged; None when nothing is published past
+    /// `from_offset`.
     fn read_replica<'py>(
         &self,
         py: Python<'py>,
         from_offset: u64,
         max_bytes: usize,
-    ) -> PyResult<Option<(Bound<'py, PyBytes>, u64)>> {
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, u64, usize)>> {
         let store = &self.store;
         let chunk = gil::run(py, || store.read_replica(from_offset, max_bytes))?;
-        Ok(chunk.map(|(data, next)| (PyBytes::new(py, &data), next)))
+        Ok(chunk.map(|c| (PyBytes::new(py, &c.data), c.next, c.damaged)))
     }
 
     /// Writes bytes a master's `read_replica` gave for `from_offset` into a slave's store
-    /// and dispatches their records; returns the new end of the CommitLog.
-    fn append_replica(&self, py: Python<'_>, from_offset: u64, data: &[u8]) -> PyResult<u64> {
+    /// and dispatches their records (none of the first `damaged`); returns the new end of the
+    /// CommitLog.
+    #[pyo3(signature = (from_offset, data, damaged=0))]
+    fn append_replica(
+        &self,
+        py: Python<'_>,
+        from_offset: u64,
+        data: &[u8],
+        damaged: usize,
+    ) -> PyResult<u64> {
         let store = &self.store;
-        gil::run(py, || store.append_replica(from_offset, data))
+        gil::run(py, || store.append_replica(from_offset, data, damaged))
     }
 
     /// The message named by an offset message id, or None.

@@ -112,6 +112,16 @@ pub struct CommitLog {
     populator: Populator,
 }
 
+/// CommitLog bytes for a slave (see [`CommitLog::read_replica`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaChunk {
+    pub data: Vec<u8>,
+    /// The offset after `data` (for a closing blank, the next segment's start).
+    pub next: u64,
+    /// How many of `data`'s first bytes are damaged in this log, sent as they are.
+    pub damaged: usize,
+}
+
 /// What the recovery scan found.
 #[derive(Debug, Default)]
 pub struct RecoveryReport {
@@ -348,9 +358,13 @@ impl CommitLog {
 
     /// Published bytes from `from` for a slave: whole append groups, at least one and then as
     /// many as fit in `max_bytes`, all in one segment; or, where a segment's closing blank
-    /// lies, its 8-byte header alone. Returns the bytes and the offset after them (for a blank,
-    /// the next segment's start); `None` when nothing is published past `from`.
-    pub fn read_replica(&self, from: u64, max_bytes: usize) -> StoreResult<Option<(Vec<u8>, u64)>> {
+    /// lies, its 8-byte header alone. `None` when nothing is published past `from`.
+    ///
+    /// A group here that fails its checks is sent as it is, marked `damaged`, together with
+    /// what ends it: the next intact group, or the segment's closing blank (or nothing, when the
+    /// damage runs to the segment's end). A slave keeps it in place as this log does, rather than
+    /// refusing it for good. Damage with nothing intact published after it yet is an error.
+    pub fn read_replica(&self, from: u64, max_bytes: usize) -> StoreResult<Option<ReplicaChunk>> {
         let published = self.max_offset();
         if from >= published {
             return Ok(None);
@@ -367,60 +381,76 @@ impl CommitLog {
         let base = file.file_from_offset();
         let rel = from - base;
         let limit = (published - base).min(size);
-        let mut pos = rel;
-        let mut boundary = None;
-        while pos + 8 <= limit {
-            let head = file.slice(pos, 8);
+        if rel + 8 <= limit {
+            let head = file.slice(rel, 8);
             let total = u64::from(u32::from_be_bytes(head[..4].try_into().expect("4 bytes")));
             let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
-            match magic {
-                MESSAGE_MAGIC_CODE if total >= 8 && pos + total <= limit => pos += total,
-                FENCE_MAGIC_CODE if total == FENCE_LEN as u64 && pos + total <= limit => {
-                    pos += total;
-                    boundary = Some(pos);
-                    if pos - rel >= max_bytes as u64 {
-                        break;
-                    }
-                }
-                BLANK_MAGIC_CODE if pos == rel && total == size - rel => {
-                    return Ok(Some((head.to_vec(), base + size)));
-                }
-                _ if boundary.is_some() => break,
-                _ => {
-                    return Err(StoreError::Corrupt {
-                        phy_offset: base + pos,
-                        reason: format!(
-                            "no record or fence here (size {total}, magic {magic:#010x}): \
-                             the group cannot be sent to a slave"
-                        ),
-                    })
-                }
+            if magic == BLANK_MAGIC_CODE && total == size - rel {
+                return Ok(Some(ReplicaChunk {
+                    data: head.to_vec(),
+                    next: base + size,
+                    damaged: 0,
+                }));
             }
         }
-        let Some(end) = boundary else {
-            return Err(StoreError::Corrupt {
-                phy_offset: from,
-                reason: "no fence seals the published bytes here".to_owned(),
-            });
+        if let Some(end) = intact_run(&file, rel, limit, max_bytes) {
+            return Ok(Some(ReplicaChunk {
+                data: file.slice(rel, (end - rel) as usize).to_vec(),
+                next: base + end,
+                damaged: 0,
+            }));
+        }
+        let magic = FENCE_MAGIC_CODE.to_be_bytes();
+        let finder = memchr::memmem::Finder::new(&magic);
+        // Where the damage ends, where the chunk ends, and the offset after it.
+        let (damaged_end, end, next) = match search_region(&finder, &file, rel, limit, from) {
+            Some(g) => {
+                let g_rel = g - base;
+                let end =
+                    intact_run(&file, g_rel, limit, max_bytes).expect("the group's fence verifies");
+                (g_rel, end, base + end)
+            }
+            None if published >= base + size => match closing_blank(&file, rel, size) {
+                Some(p) => (p, p + END_FILE_MIN_BLANK_LENGTH, base + size),
+                None => (size, size, base + size),
+            },
+            None => {
+                return Err(StoreError::Corrupt {
+                    phy_offset: from,
+                    reason: "damaged, and no intact group follows yet: it cannot be sent to a \
+                             slave"
+                        .to_owned(),
+                })
+            }
         };
-        Ok(Some((
-            file.slice(rel, (end - rel) as usize).to_vec(),
-            base + end,
-        )))
+        log::warn!(
+            "commit log damaged between offsets {from} and {}: sent to a slave as it is",
+            base + damaged_end
+        );
+        Ok(Some(ReplicaChunk {
+            data: file.slice(rel, (end - rel) as usize).to_vec(),
+            next,
+            damaged: (damaged_end - rel) as usize,
+        }))
     }
 
     /// Writes `data` received from the master at the write position `from` (the caller holds
     /// the put lock and checked that it is `st.wrote`, and that `data` is whole verified
-    /// groups or a closing blank that fits the segment), and publishes it. Returns the new end.
-    pub fn write_replica(&self, st: &mut WriteState, from: u64, data: &[u8]) -> StoreResult<u64> {
+    /// groups, or ends the segment with its closing blank or damage up to its end, as `roll`
+    /// says), and publishes it. Returns the new end.
+    pub fn write_replica(
+        &self,
+        st: &mut WriteState,
+        from: u64,
+        data: &[u8],
+        roll: bool,
+    ) -> StoreResult<u64> {
         let size = self.segment_size();
         let rel = from % size;
         let file = self.files.get_or_create(from - rel)?;
-        let blank = data.len() == 8
-            && u32::from_be_bytes(data[4..8].try_into().expect("4 bytes")) == BLANK_MAGIC_CODE;
         file.ensure_writable(rel, rel + data.len() as u64)?;
         file.write_through(rel, data)?;
-        let end = if blank {
+        let end = if roll {
             let next = from - rel + size;
             // Created now, so that recovery finds the roll complete.
             self.files.get_or_create(next)?;
@@ -897,6 +927,64 @@ fn fence(group_start: u64, records: &[u8]) -> [u8; FENCE_LEN] {
     fence[8..16].copy_from_slice(&group_start.to_be_bytes());
     fence[16..20].copy_from_slice(&crc32fast::hash(records).to_be_bytes());
     fence
+}
+
+/// The end (relative to `file`) of the intact groups from `rel`, stopping once `max_bytes`
+/// are covered or at anything else; `None` when the first group is not intact. A fence alone
+/// at `rel` counts: it is what a slave that resumes there compares with its own.
+fn intact_run(file: &MappedFile, rel: u64, limit: u64, max_bytes: usize) -> Option<u64> {
+    let base = file.file_from_offset();
+    let (mut pos, mut group) = (rel, rel);
+    let mut boundary = None;
+    while pos + 8 <= limit {
+        let head = file.slice(pos, 8);
+        let total = u64::from(u32::from_be_bytes(head[..4].try_into().expect("4 bytes")));
+        let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
+        match magic {
+            MESSAGE_MAGIC_CODE if total >= 8 && pos + total <= limit => pos += total,
+            FENCE_MAGIC_CODE
+                if total == FENCE_LEN as u64
+                    && pos + total <= limit
+                    && (pos == rel || fence_verifies(file, pos, base + group)) =>
+            {
+                pos += total;
+                boundary = Some(pos);
+                group = pos;
+                if pos - rel >= max_bytes as u64 {
+                    break;
+                }
+            }
+            _ => break,
+        }
+    }
+    boundary
+}
+
+/// The position of the blank record that closes `file`'s segment of `size` bytes, searched
+/// after `rel` in the data it holds.
+fn closing_blank(file: &MappedFile, rel: u64, size: u64) -> Option<u64> {
+    let magic = BLANK_MAGIC_CODE.to_be_bytes();
+    let finder = memchr::memmem::Finder::new(&magic);
+    let mut at = rel + 1;
+    while let Some(start) = file.next_data_from(at) {
+        let end = file.data_end_from(start).min(size);
+        if end <= start {
+            break;
+        }
+        for hit in finder.find_iter(file.slice(start, (end - start) as usize)) {
+            let magic_rel = start + hit as u64;
+            if magic_rel <= rel + 4 {
+                continue;
+            }
+            let p = magic_rel - 4;
+            let total = u32::from_be_bytes(file.slice(p, 4).try_into().expect("4 bytes"));
+            if u64::from(total) == size - p {
+                return Some(p);
+            }
+        }
+        at = end;
+    }
+    None
 }
 
 /// Looks for a verifying fence in `start..end` of `file` whose group starts after `from`.

@@ -22,7 +22,7 @@ use smallvec::SmallVec;
 
 use crate::checkpoint::{Checkpoint, CheckpointFile};
 use crate::clock;
-use crate::commit_log::{CommitLog, RecoveryReport, FENCE_LEN};
+use crate::commit_log::{CommitLog, RecoveryReport, ReplicaChunk, FENCE_LEN};
 use crate::config::{BrokerRole, FlushDiskType, Retention, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::deleted_topics::DeletedTopics;
@@ -423,19 +423,21 @@ impl MessageStore {
     }
 
     /// Published CommitLog bytes from `from` for a slave, in whole append groups of about
-    /// `max_bytes` (see [`CommitLog::read_replica`]), and the offset after them.
-    pub fn read_replica(&self, from: u64, max_bytes: usize) -> StoreResult<Option<(Vec<u8>, u64)>> {
+    /// `max_bytes`, and the offset after them (see [`CommitLog::read_replica`]).
+    pub fn read_replica(&self, from: u64, max_bytes: usize) -> StoreResult<Option<ReplicaChunk>> {
         self.inner.check_open()?;
         self.inner.commit_log.read_replica(from, max_bytes)
     }
 
     /// A slave's store takes `data`, read by its master's [`Self::read_replica`] at `from`:
     /// checks it, writes it byte for byte, and dispatches its records to their queues and the
-    /// index as the master did. Returns the new end of the CommitLog. `from` must be that end
-    /// (or any offset, to start an empty store); nothing is written when a check fails.
-    pub fn append_replica(&self, from: u64, data: &[u8]) -> StoreResult<u64> {
+    /// index as the master did. Its first `damaged` bytes are those the master holds damaged:
+    /// written as they are, with nothing dispatched, as recovery keeps a damaged group.
+    /// Returns the new end of the CommitLog. `from` must be that end (or any offset, to start
+    /// an empty store); nothing is written when a check fails.
+    pub fn append_replica(&self, from: u64, data: &[u8], damaged: usize) -> StoreResult<u64> {
         self.inner.check_open()?;
-        self.inner.append_replica(from, data)
+        self.inner.append_replica(from, data, damaged)
     }
 
     /// Delivers the delayed messages due at `now_ms` to their real topics (the store's
@@ -1448,7 +1450,7 @@ impl Inner {
         })
     }
 
-    fn append_replica(&self, from: u64, data: &[u8]) -> StoreResult<u64> {
+    fn append_replica(&self, from: u64, data: &[u8], damaged: usize) -> StoreResult<u64> {
         if self.config.broker_role != BrokerRole::Slave {
             return Err(StoreError::Replication {
                 offset: from,
@@ -1460,13 +1462,36 @@ impl Inner {
             reason,
         };
         let delays = &self.config.message_delay_level_ms;
-        let records = crate::commit_log::check_replica(from, data, self.commit_log.segment_size())
-            .map_err(refuse)?;
+        let size = self.commit_log.segment_size();
+        let intact_from = from + damaged as u64;
+        if damaged > data.len() || from % size + damaged as u64 > size {
+            return Err(refuse(format!(
+                "{damaged} damaged bytes in a frame of {}, or past the segment's end",
+                data.len()
+            )));
+        }
+        let (records, roll) = if damaged == data.len() {
+            // Damage up to the segment's end, its closing blank included.
+            if damaged == 0 || !intact_from.is_multiple_of(size) {
+                return Err(refuse(
+                    "damaged bytes must be followed by an intact group or a closing blank"
+                        .to_owned(),
+                ));
+            }
+            (Vec::new(), true)
+        } else {
+            let records = crate::commit_log::check_replica(intact_from, &data[damaged..], size)
+                .map_err(refuse)?;
+            // No records: a closing blank.
+            let roll = records.is_empty();
+            (records, roll)
+        };
         // Each record's dispatch, and its queue unit's tag code (transaction halves and
         // rollbacks have none).
         let items: Vec<(Dispatch<'_>, Option<i64>)> = records
             .iter()
-            .map(|&(at, len, group)| {
+            .map(|&(at, len, group)| (at + damaged, len, group + damaged))
+            .map(|(at, len, group)| {
                 let rec = message::decode(&data[at..at + len], false).expect("checked above");
                 let tx = rec.sys_flag & SYSFLAG_TRANSACTION_MASK;
                 let unit = (tx != SYSFLAG_TRANSACTION_PREPARED
@@ -1541,7 +1566,13 @@ impl Inner {
                 .ensure_capacity(s.first, s.first + s.units.len() as u64)?;
         }
 
-        let end = self.commit_log.write_replica(&mut st, from, data)?;
+        let end = self.commit_log.write_replica(&mut st, from, data, roll)?;
+        if damaged > 0 {
+            log::warn!(
+                "commit log between offsets {from} and {intact_from} is damaged on the master: \
+                 copied as it is; reads of the records there report corruption"
+            );
+        }
         if let Some(index) = self.index.as_ref() {
             for (d, _) in &items {
                 if !self.deleted.covers(d.topic, d.phy) {

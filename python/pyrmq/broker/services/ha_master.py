@@ -6,7 +6,10 @@ master answers with frames of a 12-byte header, the CommitLog offset of the data
 its length (4), followed by that many bytes of its CommitLog; a frame of length 0 is a
 heartbeat. A slave that reports 0 has nothing: it is sent the master's last segment onward, as
 RocketMQ does, not years of history. pyrmq's frames carry whole append groups, fences included,
-so that the slave checks each group as its recovery would before it writes a byte. A slave that
+so that the slave checks each group as its recovery would before it writes a byte. Where the
+master's log is damaged (a group that fails its checks, kept in place as its recovery keeps it),
+the frame's length is negated and a 4-byte count of the damaged bytes leads the data: the slave
+copies them as they are, then checks what ends them as usual. A slave that
 resumes is first sent the fence that ends the master's log where the slave's ends, to compare
 with its own: a log that is not a prefix of the master's (a master rebuilt empty, another
 master's slave) is refused, not continued.
@@ -33,12 +36,14 @@ from pyrmq.remoting.protocol import ResponseCode
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
 
-__all__ = ["FENCE_LEN", "HEADER", "REPORT", "HAService", "SlaveLink"]
+__all__ = ["DAMAGED", "FENCE_LEN", "HEADER", "REPORT", "HAService", "SlaveLink"]
 
 log = logging.getLogger(__name__)
 
 HEADER = struct.Struct(">qi")
 """A master's frame header: the data's CommitLog offset, its length."""
+DAMAGED = struct.Struct(">i")
+"""Leads a frame of negated length: how many of its bytes are damaged on the master."""
 REPORT = struct.Struct(">q")
 """A slave's report: the end of its CommitLog."""
 FENCE_LEN = 20
@@ -308,7 +313,7 @@ class HAService:
             chunk = self.broker.store.read_replica(start - FENCE_LEN, FENCE_LEN)
         except PyrmqError:
             chunk = None
-        if chunk is None or chunk[1] != start or chunk[0][4:8] != FENCE_MAGIC:
+        if chunk is None or chunk[1:] != (start, 0) or chunk[0][4:8] != FENCE_MAGIC:
             return b""
         return chunk[0]
 
@@ -334,8 +339,12 @@ class HAService:
                           link.next, e)  # fmt: skip
                 return
             if chunk is not None:
-                data, after = chunk
-                writer.write(HEADER.pack(link.next, len(data)))
+                data, after, damaged = chunk
+                if damaged:
+                    writer.write(HEADER.pack(link.next, -len(data)))
+                    writer.write(DAMAGED.pack(damaged))
+                else:
+                    writer.write(HEADER.pack(link.next, len(data)))
                 writer.write(data)
                 link.next = after
                 await writer.drain()

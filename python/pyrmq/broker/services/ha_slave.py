@@ -20,7 +20,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pyrmq.broker.services.ha_master import HEADER, REPORT
+from pyrmq.broker.services.ha_master import DAMAGED, HEADER, REPORT
 from pyrmq.broker.state.topics import PERM_READ, PERM_WRITE, TopicConfig
 from pyrmq.errors import PyrmqError, RemotingError, ReplicationError
 from pyrmq.remoting.command import RemotingCommand
@@ -115,7 +115,15 @@ class HAClient:
             while True:
                 async with asyncio.timeout(timeout_s):
                     offset, size = HEADER.unpack(await reader.readexactly(HEADER.size))
-                    if not 0 <= size <= largest or offset < 0:
+                    damaged = 0
+                    if size < 0:
+                        size = -size
+                        (damaged,) = DAMAGED.unpack(await reader.readexactly(DAMAGED.size))
+                        if not 0 < damaged <= size:
+                            raise ReplicationError(
+                                f"a frame of {size} bytes at offset {offset} with {damaged} damaged"
+                            )
+                    if size > largest or offset < 0:
                         raise ReplicationError(f"a frame of {size} bytes at offset {offset}")
                     data = await reader.readexactly(size) if size else b""
                 if data and offset < end:
@@ -123,9 +131,11 @@ class HAClient:
                 elif data:
                     if len(data) <= INLINE_APPEND_BYTES:
                         # A page-cache write and its dispatch: sooner done than a thread hop.
-                        end = store.append_replica(offset, data)
+                        end = store.append_replica(offset, data, damaged)
                     else:
-                        end = await loop.run_in_executor(None, store.append_replica, offset, data)
+                        end = await loop.run_in_executor(
+                            None, store.append_replica, offset, data, damaged
+                        )
                     self.frames += 1
                     self.broker.hold.answer_ready()
                 if data or loop.time() - reported >= heartbeat_s:
@@ -143,7 +153,7 @@ class HAClient:
         own = (
             self.broker.store.read_replica(offset, len(data)) if offset + len(data) == end else None
         )
-        if own is None or own != (data, end):
+        if own is None or own != (data, end, 0):
             raise ReplicationError(
                 f"this slave's CommitLog differs from its master's before offset {end}: it "
                 "holds data the master does not (rebuild this slave's store to follow it)"
