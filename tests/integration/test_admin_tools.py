@@ -350,6 +350,32 @@ def test_update_order_conf_puts_gets_and_deletes(addrs: tuple[str, str]) -> None
     assert "'b:0' is not brokerName:num, num 1 or more" in none.stderr
 
 
+def test_update_topic_with_order_sets_the_order_conf(addrs: tuple[str, str]) -> None:
+    """As mqadmin's updateTopic -o: the topic's queue count on its brokers goes to the name
+    servers' ORDER_TOPIC_CONFIG, merged into what they hold for one broker (-b), for every
+    broker of the cluster (-c)."""
+    namesrv, broker = addrs
+    topic = "TopicToolsOrdered"
+    admin_ok(namesrv, "update-order-conf", "-t", topic, "-m", "put", "-v", "broker-z:2")
+    out = admin_ok(namesrv, "update-topic", "-t", topic, "-r", "3", "-o", "-b", broker)
+    assert out == (
+        f"create topic to {broker} success.\n"
+        f"set broker orderConf. isOrder=true, orderConf=[broker-z:2;{BROKER}:3]\n"
+    )
+    got = admin_ok(namesrv, "update-order-conf", "-t", topic, "-m", "get")
+    assert got == f"get orderConf success. topic=[{topic}], orderConf=[broker-z:2;{BROKER}:3]\n"
+
+    other = "TopicToolsOrderedCluster"
+    out = admin_ok(namesrv, "update-topic", "-t", other, "-r", "4", "-o", "-c", "DefaultCluster")
+    assert out.splitlines()[-1] == f"set cluster orderConf. isOrder=true, orderConf=[{BROKER}:4]"
+    got = admin_ok(namesrv, "update-order-conf", "-t", other, "-m", "get")
+    assert got == f"get orderConf success. topic=[{other}], orderConf=[{BROKER}:4]\n"
+    # Without -o the order conf is not touched.
+    plain = "TopicToolsUnordered"
+    assert admin_ok(namesrv, "update-topic", "-t", plain, "-b", broker).count("\n") == 1
+    assert pyrmq_admin("update-order-conf", "-n", namesrv, "-t", plain, "-m", "get").returncode
+
+
 def test_allocate_mq_prints_the_averagely_split(addrs: tuple[str, str]) -> None:
     namesrv, broker = addrs
     topic = "TopicToolsAllocate"

@@ -120,6 +120,12 @@ class EndTransactionProcessor:
             return False
         topic = stored.property(transactions.REAL_TOPIC) or stored.topic
         queue_id = int(stored.property(transactions.REAL_QID) or 0)
+        # The producer sees how many times it has been asked, as RocketMQ's checks tell it.
+        half = self.broker.transactions.open.get(stored.queue_offset)
+        properties = {
+            **stored.properties,
+            transactions.CHECK_TIMES: str(half.checks if half is not None else 1),
+        }
         unique = stored.property(UNIQ_KEY) or ""
         request = RemotingCommand.request(
             RequestCode.CHECK_TRANSACTION_STATE,
@@ -132,7 +138,7 @@ class EndTransactionProcessor:
                 topic=topic,
                 broker_name=self.broker.config.broker_name,
             ).to_ext(),
-            transactions.as_real_topic(record, topic, queue_id),
+            transactions.as_real_topic(record, topic, queue_id, properties),
             oneway=True,
         )
         random.choice(connections).send(request)

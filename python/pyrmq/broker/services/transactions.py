@@ -42,7 +42,14 @@ from sortedcontainers import SortedList
 
 from pyrmq.broker.state.json_file import load_json, store_json
 from pyrmq.errors import ConfigError, MessageIllegalError
-from pyrmq.properties import CHECK_IMMUNITY, DELAYING, PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
+from pyrmq.properties import (
+    CHECK_IMMUNITY,
+    DELAYING,
+    PRODUCER_GROUP,
+    TRAN_MSG,
+    UNIQ_KEY,
+    encode_properties,
+)
 from pyrmq.store import GetMessageStatus, MessageStore, PutResult, StoredMessage
 
 if TYPE_CHECKING:
@@ -366,6 +373,9 @@ class TransactionService:
             props = dict(stored.properties)
             topic = props.pop(REAL_TOPIC, "")
             queue_id = int(props.pop(REAL_QID, "0") or 0)
+            # No longer a half, as RocketMQ's commit says: a Java consumer sending it back to
+            # its retry topic copies its properties, and its producer would store a half.
+            props.pop(TRAN_MSG, None)
             broker.put_now(
                 lambda: broker.store.put(
                     topic,
@@ -509,12 +519,14 @@ class TransactionService:
     def _give_up(self, stored: StoredMessage, half: HalfMessage) -> None:
         broker = self.broker
         broker.topics.create_system(GIVEN_UP_TOPIC, 1)
+        # The copy counts the checks it had, as RocketMQ's does.
+        props = {**stored.properties, CHECK_TIMES: str(half.checks)}
         put = broker.put_now(
             lambda: broker.store.put(
                 GIVEN_UP_TOPIC,
                 stored.body,
                 queue_id=0,
-                properties=dict(stored.properties),
+                properties=props,
                 flag=stored.flag,
                 sys_flag=stored.sys_flag,
                 born_timestamp_ms=stored.born_timestamp_ms,
@@ -535,9 +547,12 @@ class TransactionService:
         )
 
 
-def as_real_topic(record: bytes, topic: str, queue_id: int) -> bytes:
-    """A stored half record rewritten under its real topic and queue id: RocketMQ's stored
-    layout, with the topic after the body and the total size first."""
+def as_real_topic(
+    record: bytes, topic: str, queue_id: int, properties: dict[str, str] | None = None
+) -> bytes:
+    """A stored half record rewritten under its real topic and queue id (and with
+    ``properties``, when given): RocketMQ's stored layout, with the topic and the properties
+    after the body and the total size first."""
     sys_flag = struct.unpack_from(">i", record, 36)[0]
     # total, magic, body CRC, queue id, flag, queue offset, physical offset, sys flag, born
     # timestamp; then the hosts, IPv6 ones 12 bytes longer each.
@@ -553,7 +568,15 @@ def as_real_topic(record: bytes, topic: str, queue_id: int) -> bytes:
     out = bytearray(record[:topic_at])
     out.append(len(encoded))
     out += encoded
-    out += record[topic_at + 1 + old_len :]
+    props_at = topic_at + 1 + old_len
+    if properties is None:
+        out += record[props_at:]
+    else:
+        old_props = struct.unpack_from(">H", record, props_at)[0]
+        encoded = encode_properties(properties).encode()
+        out += struct.pack(">H", len(encoded))
+        out += encoded
+        out += record[props_at + 2 + old_props :]
     struct.pack_into(">i", out, 0, len(out))
     struct.pack_into(">i", out, 12, queue_id)
     return bytes(out)

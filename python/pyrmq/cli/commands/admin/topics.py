@@ -99,24 +99,47 @@ def update_topic(
     perm: int,
     order: bool,
 ) -> None:
-    """Create a topic, or change its queues and permission."""
+    """Create a topic, or change its queues and permission. With -o, the name servers'
+    ORDER_TOPIC_CONFIG gets the topic's queue count on each broker it was made on (merged
+    into what they hold, with -b), as mqadmin sets it."""
 
-    def show(addrs: list[str]) -> None:
-        for addr in addrs:
-            click.echo(f"create topic to {addr} success.")
-
-    ask(
-        namesrv_addr,
-        lambda a: a.create_topic(
+    async def question(a: Admin) -> tuple[list[str], str | None]:
+        addrs = await a.create_topic(
             topic,
             queue_nums=queue_nums,
             perm=perm,
             order=order,
             cluster=cluster,
             broker_addr=broker_addr,
-        ),
-        show,
-    )
+        )
+        if not order:
+            return addrs, None
+        brokers = await a.clusters()
+        if broker_addr:
+            names = [b.broker_name for b in brokers if broker_addr in b.addrs.values()]
+            if not names:
+                raise PyrmqError(f"broker {broker_addr} is not known to the name servers")
+            confs = {}
+            for part in (await a.kv_config(ORDER_TOPIC_CONFIG, topic) or "").split(";"):
+                if part.strip():
+                    confs[part.split(":")[0]] = part
+            confs[names[0]] = f"{names[0]}:{queue_nums}"
+            value = ";".join(confs.values())
+        else:
+            names = sorted({b.broker_name for b in brokers if cluster in (None, b.cluster)})
+            value = ";".join(f"{name}:{queue_nums}" for name in names)
+        await a.put_kv_config(ORDER_TOPIC_CONFIG, topic, value)
+        return addrs, value
+
+    def show(answer: tuple[list[str], str | None]) -> None:
+        addrs, order_conf = answer
+        for addr in addrs:
+            click.echo(f"create topic to {addr} success.")
+        if order_conf is not None:
+            scope = "broker" if broker_addr else "cluster"
+            click.echo(f"set {scope} orderConf. isOrder=true, orderConf=[{order_conf}]")
+
+    ask(namesrv_addr, question, show)
 
 
 @admin.command("delete-topic")
