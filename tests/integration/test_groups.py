@@ -87,3 +87,60 @@ def test_a_groups_retry_max_times_decides_when_a_handed_back_message_is_dead(
         # topic, and it has no dead-letter topic at all.
         with pytest.raises(BrokerError, match="not exist"):
             asyncio.run(pull_head(broker, "broker-a", "%DLQ%GID_DEFAULT", 0))
+
+
+def test_a_groups_retry_queue_nums_spreads_its_retries_and_zero_turns_them_off(
+    tmp_path: Path,
+) -> None:
+    """As RocketMQ: the group's retryQueueNums is its retry topic's queue count (made by its
+    consumers' heartbeat), a message handed back goes to one of them at random, and with 0 it
+    is dropped (SUCCESS, nothing stored)."""
+    with serving(tmp_path) as server:
+        namesrv, broker = server.addresses()
+        for group, queues in (("GID_SPREAD", "4"), ("GID_OFF", "0")):
+            done = pyrmq_admin("update-group", "-n", namesrv, "-g", group, "-q", queues)
+            assert done.returncode == 0, done.stderr
+        topic = "TopicGroupSpread"
+        for i in range(16):
+            assert send_raw(broker, topic, b"spread-%d" % i).code == ResponseCode.SUCCESS
+        stored = asyncio.run(pull_head(broker, "broker-a", topic, 0)).messages
+        assert len(stored) == 16
+        heartbeat = {
+            "clientID": "127.0.0.1@spread",
+            "producerDataSet": [],
+            "consumerDataSet": [
+                {"groupName": "GID_SPREAD", "consumeType": "CONSUME_PASSIVELY",
+                 "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                 "subscriptionDataSet": [], "unitMode": False}
+            ],
+        }  # fmt: skip
+        beat = remoting_call(broker, RequestCode.HEART_BEAT, {}, json.dumps(heartbeat).encode())
+        assert beat.code == ResponseCode.SUCCESS, beat.remark
+
+        route = pyrmq_admin("topic-route", "-n", namesrv, "-t", "%RETRY%GID_SPREAD")
+        assert route.returncode == 0, route.stderr
+        [queue_data] = json.loads(route.stdout)["queueDatas"]
+        assert (queue_data["readQueueNums"], queue_data["writeQueueNums"]) == (4, 4)
+        for group in ("GID_SPREAD", "GID_OFF"):
+            for message in stored:
+                back = remoting_call(
+                    broker,
+                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    {
+                        "offset": str(message.commit_log_offset),
+                        "group": group,
+                        "delayLevel": "0",
+                        "originMsgId": message.msg_id,
+                        "originTopic": topic,
+                    },
+                )
+                assert back.code == ResponseCode.SUCCESS, back.remark
+        # Parked until due in SCHEDULE_TOPIC_XXXX, each names the retry queue it goes to.
+        parked = asyncio.run(pull_head(broker, "broker-a", "SCHEDULE_TOPIC_XXXX", 2)).messages
+        queues = [int(m.properties["REAL_QID"]) for m in parked]
+        assert len(queues) == 16
+        assert {m.properties["REAL_TOPIC"] for m in parked} == {"%RETRY%GID_SPREAD"}
+        assert set(queues) <= {0, 1, 2, 3}
+        assert len(set(queues)) > 1
+        with pytest.raises(BrokerError, match="not exist"):
+            asyncio.run(pull_head(broker, "broker-a", "%DLQ%GID_OFF", 0))

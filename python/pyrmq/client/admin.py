@@ -475,13 +475,16 @@ class Admin:
         *,
         orderly: bool = False,
         retry_max_times: int = 16,
+        retry_queue_nums: int = 1,
         cluster: str | None = None,
         broker_addr: str | None = None,
     ) -> list[str]:
         """Sets consumer group ``group``'s settings (``mqadmin updateSubGroup``) on
         ``broker_addr``, or on every master of ``cluster`` (default: of every cluster);
         returns the brokers' addresses. ``orderly``: its RocketMQ 5 clients consume FIFO
-        messages in order; ``retry_max_times``: redeliveries before its DLQ."""
+        messages in order; ``retry_max_times``: redeliveries before its DLQ;
+        ``retry_queue_nums``: the queues of its retry topic when the broker makes it, over
+        which its retries are spread (0: no retries, a message handed back is dropped)."""
         body = json.dumps(
             {
                 "groupName": group,
@@ -489,7 +492,7 @@ class Admin:
                 "consumeFromMinEnable": True,
                 "consumeBroadcastEnable": True,
                 "consumeMessageOrderly": orderly,
-                "retryQueueNums": 1,
+                "retryQueueNums": retry_queue_nums,
                 "retryMaxTimes": retry_max_times,
                 "brokerId": 0,
                 "whichBrokerWhenConsumeSlowly": 1,

@@ -53,8 +53,11 @@ class ClientManageProcessor:
             if not group:
                 continue
             try:
+                # With the group's retryQueueNums queues, as RocketMQ (one at least: a group
+                # whose retries are off still has the topic).
+                queues = max(1, broker.group_config(group).retry_queue_nums)
                 _, created = broker.topics.create_system(
-                    RETRY_PREFIX + group, 1, PERM_READ | PERM_WRITE
+                    RETRY_PREFIX + group, queues, PERM_READ | PERM_WRITE
                 )
             except OSError as e:
                 # The topic table could not be saved (a full disk): the consumer still joins

@@ -354,9 +354,15 @@ class SendProcessor:
             check_group_name(header.group)
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, f"group {header.group!r}: {e}")
+        settings = broker.group_config(header.group)
+        if settings.retry_queue_nums <= 0:
+            # The group's retries are off: RocketMQ answers SUCCESS and stores nothing.
+            return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
         # As RocketMQ: the retry topic exists, and takes messages, even for one bound for the DLQ.
         retry_topic = RETRY_PREFIX + header.group
-        retry_config, created = broker.topics.create_system(retry_topic, 1, PERM_READ | PERM_WRITE)
+        retry_config, created = broker.topics.create_system(
+            retry_topic, settings.retry_queue_nums, PERM_READ | PERM_WRITE
+        )
         if created:
             broker.request_registration(retry_topic)
         if not retry_config.perm & PERM_WRITE:
@@ -385,15 +391,21 @@ class SendProcessor:
             props["ORIGIN_MESSAGE_ID"] = original.msg_id
         props["WAIT"] = "false"
         props.pop("DELAY", None)
-        max_times = broker.group_config(group).retry_max_times
+        max_times = settings.retry_max_times
         if (
             request.version >= MAX_RECONSUME_TIMES_MIN_VERSION
             and header.max_reconsume_times is not None
         ):
             max_times = header.max_reconsume_times
         topic = retry_topic
+        # A queue of the group's retryQueueNums at random, as RocketMQ spreads retries over its
+        # consumers; within the topic's queues (made before the setting grew, it has fewer).
+        queue_id = random.randrange(
+            max(1, min(settings.retry_queue_nums, retry_config.write_queue_nums))
+        )
         if original.reconsume_times >= max_times or header.delay_level < 0:
             topic = DLQ_PREFIX + group
+            queue_id = 0
             _, created = broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
             if created:
                 broker.request_registration(topic)
@@ -409,7 +421,7 @@ class SendProcessor:
                 lambda: broker.store.put(
                     topic,
                     original.body,
-                    queue_id=0,
+                    queue_id=queue_id,
                     properties=props,
                     flag=original.flag,
                     sys_flag=original.sys_flag & ~SYSFLAG_TRANSACTION_MASK,

@@ -71,6 +71,14 @@ def _progress(stats: ConsumeStats) -> None:
     type=click.IntRange(0),
     help="Redeliveries before the group's DLQ.",
 )
+@click.option(
+    "-q",
+    "--retry-queue-nums",
+    default=1,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Queues of the group's retry topic, made with them (0: no retries).",
+)
 def update_group(
     namesrv_addr: str,
     group: str,
@@ -78,6 +86,7 @@ def update_group(
     broker_addr: str | None,
     orderly: bool,
     retry_max_times: int,
+    retry_queue_nums: int,
 ) -> None:
     """Create or change a consumer group's settings."""
 
@@ -91,6 +100,7 @@ def update_group(
             group,
             orderly=orderly,
             retry_max_times=retry_max_times,
+            retry_queue_nums=retry_queue_nums,
             cluster=cluster,
             broker_addr=broker_addr,
         ),
