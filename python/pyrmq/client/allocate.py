@@ -62,27 +62,40 @@ def allocate_averagely_by_circle(
 
 class AllocateConsistentHash:
     """A hash ring with ``virtual_nodes`` points per consumer: a consumer joining or leaving
-    moves only the queues next to its points."""
+    moves only the queues next to its points. The ring is RocketMQ's (a point per
+    ``{client id}-{i}``, a queue keyed by Java's ``MessageQueue.toString()``, the first four
+    bytes of an MD5, a later point replacing an equal one), so that members of one group on
+    pyrmq and on RocketMQ's Java client agree on who takes which queue."""
 
     def __init__(self, virtual_nodes: int = 10) -> None:
         self.virtual_nodes = virtual_nodes
 
     @staticmethod
     def _hash(key: str) -> int:
-        return int.from_bytes(hashlib.md5(key.encode(), usedforsecurity=False).digest()[:8])
+        return int.from_bytes(hashlib.md5(key.encode(), usedforsecurity=False).digest()[:4])
+
+    @staticmethod
+    def _key(mq: object) -> str:
+        try:
+            topic, broker, queue_id = mq.topic, mq.broker_name, mq.queue_id  # type: ignore[attr-defined]
+        except AttributeError:
+            # Not a message queue: its own text.
+            return str(mq)
+        return f"MessageQueue [topic={topic}, brokerName={broker}, queueId={queue_id}]"
 
     def __call__(
         self, group: str, client_id: str, mqs: Sequence[Q], cids: Sequence[str]
     ) -> list[Q]:
         if client_id not in cids:
             return []
-        ring = sorted(
-            (self._hash(f"{cid}-{i}"), cid) for cid in cids for i in range(self.virtual_nodes)
-        )
-        points = [p for p, _ in ring]
+        ring: dict[int, str] = {}
+        for cid in cids:
+            for i in range(self.virtual_nodes):
+                ring[self._hash(f"{cid}-{i}")] = cid
+        points = sorted(ring)
         out = []
         for mq in mqs:
-            at = bisect.bisect_left(points, self._hash(str(mq))) % len(ring)
-            if ring[at][1] == client_id:
+            at = bisect.bisect_left(points, self._hash(self._key(mq))) % len(points)
+            if ring[points[at]] == client_id:
                 out.append(mq)
         return out
