@@ -8,20 +8,37 @@ into the names they send; 5.x clients send it beside each name, and the broker f
 ('ns%TopicA', '%RETRY%ns%GID_A', 'ns%TopicA')
 >>> split("%DLQ%ns%GID_A"), split("TopicA")
 (('ns', '%DLQ%GID_A'), ('', 'TopicA'))
+>>> wrap("ns", "RMQ_SYS_TRACE_TOPIC"), wrap("ns", "TBW102"), wrap("ns", "CID_RMQ_SYS_X")
+('RMQ_SYS_TRACE_TOPIC', 'TBW102', 'CID_RMQ_SYS_X')
 """
 
 from pyrmq import _core
 from pyrmq.errors import MessageIllegalError, SystemTopicError
 
-__all__ = ["SEPARATOR", "split", "wrap"]
+__all__ = ["SEPARATOR", "SYSTEM_TOPICS", "split", "wrap"]
 
 SEPARATOR = "%"
+SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+"""RocketMQ 4.9's system topics (``TopicValidator``): in no namespace, and named by
+GET_SYSTEM_TOPIC_LIST_FROM_BROKER whether a broker has created them or not."""
 _PREFIXES = ("%RETRY%", "%DLQ%")
 _SYSTEM_PREFIXES = ("rmq_sys_", "CID_RMQ_SYS_")
 
 
 def _system(resource: str) -> bool:
-    if resource.startswith(_SYSTEM_PREFIXES):
+    if resource in SYSTEM_TOPICS or resource.startswith(_SYSTEM_PREFIXES):
         return True
     try:
         _core.validate_topic(resource)

@@ -42,6 +42,8 @@ def test_exactly_once_options_are_read_in_any_case() -> None:
         # A commit keeps 5 s of the immunity in hand: 5 s left none, every write rolled back.
         ({"checkImmunitySeconds": "5"}, "checkImmunitySeconds must be at least 10"),
         ({"deliveryGuarante": "exactly_once"}, r"unknown option\(s\) deliveryguarante"),
+        ({"producerGroup": "spark sink"}, "option producerGroup: .*illegal characters"),
+        ({"producerGroup": "DEFAULT_PRODUCER"}, "option producerGroup: .*name another"),
     ],
 )
 def test_bad_write_options_are_refused(options: dict[str, str], message: str) -> None:

@@ -24,6 +24,10 @@ from pyrmq.proxy.proto import messaging_pb2 as pb
         ("ns", "rmq_sys_TRACE", "rmq_sys_TRACE", ""),
         ("ns", "SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX", ""),
         ("ns", "CID_RMQ_SYS_TRANS", "CID_RMQ_SYS_TRANS", ""),
+        # Those that take producers' messages too: trace data, the benchmark, auto-creation.
+        ("ns", "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRACE_TOPIC", ""),
+        ("ns", "BenchmarkTest", "BenchmarkTest", ""),
+        ("ns", "TBW102", "TBW102", ""),
     ],
 )
 def test_wrap_and_split_as_rocketmq(ns: str, resource: str, wrapped: str, found: str) -> None:

@@ -39,8 +39,8 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from pyrmq.broker.state.topics import SYSTEM_TOPICS
 from pyrmq.errors import ConfigError
+from pyrmq.namespace import SYSTEM_TOPICS
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.remoting.protocol import RequestCode, ResponseCode, version_desc
 

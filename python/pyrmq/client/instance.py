@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import socket
 import ssl
 import weakref
@@ -133,6 +134,34 @@ def _local_ip() -> str:
         return "127.0.0.1"
 
 
+GROUP_MAX_LENGTH = 255
+_GROUP_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
+# Groups RocketMQ's clients keep for themselves.
+_DEFAULT_GROUPS = {False: "DEFAULT_PRODUCER", True: "DEFAULT_CONSUMER"}
+
+
+def check_group(group: str, *, consumer: bool) -> None:
+    """Raises ConfigError for a group name RocketMQ's clients refuse to start with: blank, over
+    255 characters, outside ``[%|a-zA-Z0-9_-]``, or their default group's name.
+
+    >>> check_group("GID_orders", consumer=True)
+    >>> check_group("DEFAULT_PRODUCER", consumer=False)
+    Traceback (most recent call last):
+    pyrmq.errors.ConfigError: the producer group cannot be DEFAULT_PRODUCER: name another one
+    """
+    kind = "consumer" if consumer else "producer"
+    if not group.strip():
+        raise ConfigError(f"the {kind} group name is blank")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise ConfigError(f"the group {group[:40]!r}... is over {GROUP_MAX_LENGTH} characters")
+    if not _GROUP_NAME.fullmatch(group):
+        raise ConfigError(
+            f"the group {group!r} contains illegal characters, allowing only [%|a-zA-Z0-9_-]"
+        )
+    if group == _DEFAULT_GROUPS[consumer]:
+        raise ConfigError(f"the {kind} group cannot be {group}: name another one")
+
+
 class ProducerMember(Protocol):
     group: str
 
@@ -204,7 +233,9 @@ class ClientInstance:
     @classmethod
     def acquire(cls, config: ClientConfig, group: str, *, consumer: bool) -> "ClientInstance":
         """The loop's instance for ``config``'s client id; a fresh id if ``group`` is taken
-        there already (two consumers of one group in one process need two instances)."""
+        there already (two consumers of one group in one process need two instances).
+        Raises ConfigError for a group name RocketMQ's clients refuse at start."""
+        check_group(group, consumer=consumer)
         in_loop = _INSTANCES.setdefault(asyncio.get_running_loop(), {})
         base = config.client_id()
         for n in itertools.count():

@@ -15,7 +15,7 @@ from pyrmq import _core
 from pyrmq.acl.signing import Credentials
 from pyrmq.broker.state.topics import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX
 from pyrmq.client.admin import Admin
-from pyrmq.client.instance import ClientConfig
+from pyrmq.client.instance import ClientConfig, check_group
 from pyrmq.client.message import MessageQueue
 from pyrmq.errors import ConfigError, PyrmqError
 from pyrmq.remoting.addresses import split_addresses
@@ -453,12 +453,17 @@ class WriteOptions:
         selector = options.get("queueselector", "round_robin").strip().lower()
         if selector not in SELECTORS:
             raise ConfigError(f"option queueSelector must be {' or '.join(SELECTORS)}")
+        producer_group = options.get("producergroup", "spark-pyrmq-sink")
+        try:
+            check_group(producer_group, consumer=False)
+        except ConfigError as e:
+            raise ConfigError(f"option producerGroup: {e}") from None
         return cls(
             name_server=_name_server(options),
             credentials=_credentials(options),
             tls=_tls(options),
             topic=topic,
-            producer_group=options.get("producergroup", "spark-pyrmq-sink"),
+            producer_group=producer_group,
             include_properties=_bool(options, "includeProperties", False),
             delivery_guarantee=delivery,
             commit_topic=commit_topic,

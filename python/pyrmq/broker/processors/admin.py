@@ -9,8 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
-from pyrmq.broker.state.topics import SYSTEM_TOPICS, TopicConfig
+from pyrmq.broker.state.topics import TopicConfig
 from pyrmq.errors import MessageIllegalError, PyrmqError, StoreError, SystemTopicError
+from pyrmq.namespace import SYSTEM_TOPICS
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.fastjson import dumps_queue_map
 from pyrmq.remoting.headers import (

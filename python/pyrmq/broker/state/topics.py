@@ -38,21 +38,6 @@ NAMED_TOPIC_QUEUE_NUMS = 16
 RECALL_TOPIC = "rmq_sys_wheel_timer"
 """The store's own queue of recall markers (RocketMQ 5's timer wheel topic)."""
 LMQ_PREFIX = "%LMQ%"
-SYSTEM_TOPICS = frozenset(
-    {
-        AUTO_CREATE_TOPIC,
-        SCHEDULE_TOPIC,
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        SELF_TEST_TOPIC,
-        "OFFSET_MOVED_EVENT",
-    }
-)
-"""RocketMQ 4.9's system topics (``TopicValidator``), whether this broker has created them or
-not: GET_SYSTEM_TOPIC_LIST_FROM_BROKER names them."""
 
 
 @dataclasses.dataclass(slots=True)
