@@ -18,12 +18,14 @@ import lz4.frame
 import pytest
 import zstandard
 from tests import helpers
-from tests.helpers import eventually
+from tests.helpers import eventually, fast_config
 from tests.integration.client_cluster import client_cluster
 
 from pyrmq import _core
+from pyrmq.broker.state.topics import PERM_READ
 from pyrmq.client import fault as fault_module
 from pyrmq.client import producer as producer_module
+from pyrmq.client.admin import Admin
 from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
@@ -33,6 +35,7 @@ from pyrmq.errors import (
     InvalidTopicError,
     MessageIllegalError,
     MessageTooLargeError,
+    NoRouteError,
     PropertiesTooLargeError,
     RemotingError,
     SendError,
@@ -124,7 +127,8 @@ def test_send_to_an_unknown_topic_goes_through_tbw102_then_uses_the_registered_r
     async def scenario() -> None:
         async with client_cluster(tmp_path) as c:
             assert c.routed_queues("TopicFresh") == {}
-            async with producer(c, default_topic_queue_nums=3) as p:
+            config = fast_config(c.namesrv_addr)
+            async with Producer("PG", client_config=config, default_topic_queue_nums=3) as p:
                 first = await p.send(Message("TopicFresh", b"first"))
                 assert first.status is SendStatus.OK
                 assert first.message_queue.queue_id < 3
@@ -134,12 +138,89 @@ def test_send_to_an_unknown_topic_goes_through_tbw102_then_uses_the_registered_r
                 await eventually(
                     lambda: c.routed_queues("TopicFresh") == {"broker-a": 3}, 5, "registration"
                 )
+                # The next route refresh finds it.
+                await eventually(lambda: "TopicFresh" in p.instance.routes, 5, "route refresh")
                 second = await p.send(Message("TopicFresh", b"second"))
                 assert second.status is SendStatus.OK
                 assert "TopicFresh" in p.instance.routes
                 queues = await p.fetch_publish_queues("TopicFresh")
                 assert queues == [MessageQueue("TopicFresh", "broker-a", i) for i in range(3)]
                 assert sorted(m.body for m in c.stored("TopicFresh")) == [b"first", b"second"]
+
+    run(scenario)
+
+
+def test_a_new_topic_is_created_on_every_broker_that_auto_creates_topics(tmp_path: Path) -> None:
+    """As RocketMQ's producer, TBW102's route stands for an unknown topic until the next route
+    refresh, so the first sends reach, and create the topic on, every such broker (the route
+    of the first broker to register it no longer takes the others' place at once)."""
+
+    async def scenario() -> None:
+        async with client_cluster(tmp_path, brokers=2) as c, producer(c) as p:
+            for i in range(8):
+                await p.send(Message("TopicSpread", b"spread-%d" % i))
+            assert [b.topics.get("TopicSpread") is not None for b in c.brokers] == [True, True]
+            await eventually(
+                lambda: c.routed_queues("TopicSpread") == {"broker-a": 4, "broker-b": 4},
+                5,
+                "both registrations",
+            )
+            assert len(c.stored("TopicSpread")) == 8
+
+    run(scenario)
+
+
+def test_a_topic_whose_queues_take_no_sends_is_refused_not_created_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """A topic the name servers route with no writable queue gets "no route" at the producer,
+    as in RocketMQ; it is not sent through TBW102, which had another broker create it."""
+
+    async def scenario() -> None:
+        async with client_cluster(tmp_path, brokers=2) as c:
+            await c.create_topic("TopicReadOnly", brokers=["broker-a"], perm=PERM_READ)
+            async with producer(c) as p:
+                with pytest.raises(NoRouteError, match="none of its queues takes sends"):
+                    await p.send(Message("TopicReadOnly", b"nowhere"))
+            assert c.broker("broker-b").topics.get("TopicReadOnly") is None
+            assert c.routed_queues("TopicReadOnly") == {"broker-a": 4}
+
+    run(scenario)
+
+
+def test_a_broker_drained_with_wipe_write_perm_takes_no_more_sends(tmp_path: Path) -> None:
+    """Once the route refresh brings the name servers' read-only route, the producer stops
+    sending to the topic's queues there (it kept the old route, and kept writing)."""
+
+    async def scenario() -> None:
+        async with client_cluster(tmp_path) as c:
+            await c.create_topic("TopicDrained", queue_nums=2)
+            config = fast_config(c.namesrv_addr)
+            async with Producer("PG", client_config=config) as p, Admin(c.namesrv_addr) as a:
+                assert (await p.send(Message("TopicDrained", b"before"))).status is SendStatus.OK
+
+                async def until_sends(taken: bool) -> None:
+                    """Sends until a send is taken (or refused), for 5 s at most."""
+                    for _ in range(50):
+                        try:
+                            await p.send(Message("TopicDrained", b"probe"))
+                        except NoRouteError:
+                            if not taken:
+                                return
+                        else:
+                            if taken:
+                                return
+                        await asyncio.sleep(0.1)
+                    raise AssertionError(f"sends not {'taken' if taken else 'refused'} in 5 s")
+
+                await a.wipe_write_perm("broker-a")
+                await until_sends(taken=False)
+                drained = len(c.stored("TopicDrained"))
+                with pytest.raises(NoRouteError):
+                    await p.send(Message("TopicDrained", b"still during"))
+                assert len(c.stored("TopicDrained")) == drained
+                await a.add_write_perm("broker-a")
+                await until_sends(taken=True)
 
     run(scenario)
 

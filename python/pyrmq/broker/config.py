@@ -25,6 +25,7 @@ _ALIASES = {
     "brokerClusterName": "broker_cluster_name",
     "brokerId": "broker_id",
     "brokerIP1": "broker_ip1",
+    "bindAddress": "bind_address",
     "listenPort": "listen_port",
     "serverChannelMaxIdleTimeSeconds": "server_channel_max_idle_s",
     "namesrvAddr": "namesrv_addr",
@@ -83,6 +84,9 @@ class BrokerConfig:
     broker_id: int = 0
     # Address clients reach this broker on; written into every stored message.
     broker_ip1: str = "127.0.0.1"
+    # Where the broker's ports listen (RocketMQ 5's bindAddress): brokerIP1 when empty;
+    # 0.0.0.0 for every interface, as behind NAT, where brokerIP1 is not this host's own.
+    bind_address: str = ""
     listen_port: int = 10911
     # Connections idle this long are closed (0: never).
     server_channel_max_idle_s: int = 120
@@ -236,6 +240,11 @@ class BrokerConfig:
             problems.append(f"innerClientAuthenticationCredentials: {e}")
         if problems:
             raise ConfigError("; ".join(problems), problems=problems)
+
+    @property
+    def listen_host(self) -> str:
+        """The address the broker's ports listen on."""
+        return self.bind_address or self.broker_ip1
 
     @property
     def is_slave(self) -> bool:

@@ -67,9 +67,9 @@ class BrokerController:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        # Listen on the advertised address: the one clients reach and stored messages name.
+        # Clients reach it at brokerIP1 (stored messages name it); it listens on bindAddress.
         self.server = RemotingServer(
-            config.broker_ip1, config.listen_port, max_idle_s=config.server_channel_max_idle_s
+            config.listen_host, config.listen_port, max_idle_s=config.server_channel_max_idle_s
         )
         self.clients = ClientTable()
         # Name servers and peer brokers (whose ACLs may want this broker's own account).
@@ -114,7 +114,7 @@ class BrokerController:
         # not checked.
         self.acl: AclFile | None = None
         if config.grpc_server_port >= 0:
-            self.grpc = GrpcServer(self, config.broker_ip1, config.grpc_server_port)
+            self.grpc = GrpcServer(self, config.listen_host, config.grpc_server_port)
         self.metrics: BrokerMetrics | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
         if config.metrics_exporter_type == "PROM":
@@ -163,6 +163,17 @@ class BrokerController:
     @property
     def address(self) -> str:
         return f"{self.config.broker_ip1}:{self.server.port}"
+
+    @property
+    def ha_address(self) -> str:
+        """Where slaves reach a master's HA port."""
+        port = self.ha.port if self.ha is not None else self.server.port + 1
+        return f"{self.config.broker_ip1}:{port}"
+
+    @property
+    def grpc_address(self) -> str | None:
+        """Where RocketMQ 5 clients reach the broker, when it serves them."""
+        return None if self.grpc is None else f"{self.config.broker_ip1}:{self.grpc.port}"
 
     def group_config(self, group: str) -> GroupConfig:
         """A group's settings: those an operator set, or RocketMQ's defaults with the broker's
@@ -241,7 +252,7 @@ class BrokerController:
             if ha_port == -1:
                 # RocketMQ's: the listen port + 1; with a port picked by the system, any.
                 ha_port = self.server.port + 1 if self.config.listen_port else 0
-            self.ha = HAService(self, self.config.broker_ip1, ha_port)
+            self.ha = HAService(self, self.config.listen_host, ha_port)
             await self.ha.start()
         await self.server.serve()
         if self.grpc is not None:
@@ -250,7 +261,7 @@ class BrokerController:
             endpoint = MetricsEndpoint(
                 self.metrics,
                 # As RocketMQ: the broker's own address when none is given.
-                self.config.metrics_prom_exporter_host or self.config.broker_ip1,
+                self.config.metrics_prom_exporter_host or self.config.listen_host,
                 self.config.metrics_prom_exporter_port,
             )
             await loop.run_in_executor(None, endpoint.start)
@@ -281,14 +292,16 @@ class BrokerController:
             self.config.broker_id,
             self.config.store.broker_role,
             self.address,
-            f" ha={self.ha.address}" if self.ha is not None else "",
+            f" ha={self.ha_address}" if self.ha is not None else "",
         )
 
     @property
     def metrics_address(self) -> str | None:
         """``host:port`` Prometheus scrapes, when metrics are served."""
         endpoint = self._metrics_endpoint
-        return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"
+        if endpoint is None:
+            return None
+        return f"{self.config.metrics_prom_exporter_host or self.config.broker_ip1}:{endpoint.port}"
 
     async def stop(self) -> None:
         """Stops a running broker; nothing for one that is not (never started, its start
@@ -476,11 +489,7 @@ class BrokerController:
         ).encode()
 
     async def _register_all(self, topics: set[str] | None = None) -> None:
-        ha_addr = (
-            self.ha.address
-            if self.ha is not None
-            else f"{self.config.broker_ip1}:{self.server.port + 1}"
-        )
+        ha_addr = self.ha_address
         header = RegisterBrokerRequestHeader(
             broker_name=self.config.broker_name,
             broker_addr=self.address,

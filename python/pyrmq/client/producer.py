@@ -227,30 +227,39 @@ class Producer(ClientLifecycle):
         return list(self._publish)
 
     def on_route(self, topic: str, route: TopicRoute) -> None:
-        queues = route.publish_queues()
-        if queues:
-            self._publish[topic] = _PublishInfo(route, queues, False)
+        # As RocketMQ's producer, the name servers' route replaces what was known, even one
+        # whose queues all lost write permission (a broker drained with wipeWritePerm).
+        self._publish[topic] = _PublishInfo(route, route.publish_queues(), False)
 
     # --- routes --------------------------------------------------------------------------
 
     async def _publish_info(self, topic: str) -> _PublishInfo:
         info = self._publish.get(topic)
-        if info is not None and not info.from_default:
-            return info
+        if info is None or not info.queues:
+            info = await self._fetch_publish_info(topic, info)
+        if not info.queues:
+            raise NoRouteError(f"no route info of topic {topic}: none of its queues takes sends")
+        return info
+
+    async def _fetch_publish_info(self, topic: str, info: _PublishInfo | None) -> _PublishInfo:
+        """The queues of ``topic``'s route from the name servers; TBW102's, as RocketMQ's
+        producer takes them, only while no name server knows the topic. Those are kept until
+        the periodic route refresh finds the topic, so its first sends spread over every broker
+        that auto-creates it."""
         inst = self.instance
         try:
             route = await inst.update_route(topic)
         except NoRouteError:
             if info is None:
                 raise
-            route = None  # no name server answered: keep sending where we did
-        if route is not None and (queues := route.publish_queues()):
-            info = self._publish[topic] = _PublishInfo(route, queues, False)
+            return info  # no name server answered: keep what was known
+        if route is not None:
+            info = self._publish[topic] = _PublishInfo(route, route.publish_queues(), False)
             return info
         if info is not None:
             return info
-        # Unknown topic: send to the brokers that auto-create topics (TBW102's route); the
-        # broker creates the topic and registers it, and a later lookup finds it.
+        # Unknown topic: send to the brokers that auto-create topics (TBW102's route); each
+        # creates the topic and registers it.
         default = await inst.update_route(DEFAULT_TOPIC)
         if default is None:
             raise NoRouteError(f"no route info of topic {topic}, nor of {DEFAULT_TOPIC}")

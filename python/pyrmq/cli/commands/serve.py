@@ -42,14 +42,21 @@ class EmbeddedServers:
     what = "name server and broker"
 
     def __init__(self, namesrv_port: int, broker: BrokerConfig) -> None:
-        # One TLS setting for both: the name server listens as the broker does.
-        self.namesrv = NameServer(NamesrvConfig(listen_port=namesrv_port, tls=broker.tls))
+        # One TLS setting and one listen address for both: the name server listens as the
+        # broker does, and is reached at the broker's address.
+        self.namesrv = NameServer(
+            NamesrvConfig(listen_host=broker.listen_host, listen_port=namesrv_port, tls=broker.tls)
+        )
         self._broker_config = broker
         self.broker: BrokerController | None = None
 
+    @property
+    def namesrv_address(self) -> str:
+        return f"{self._broker_config.broker_ip1}:{self.namesrv.server.port}"
+
     async def start(self) -> None:
         await self.namesrv.start()
-        config = dataclasses.replace(self._broker_config, namesrv_addr=self.namesrv.address)
+        config = dataclasses.replace(self._broker_config, namesrv_addr=self.namesrv_address)
         if self.namesrv.server.tls_only:
             # The broker registers with a name server that takes TLS only.
             config = dataclasses.replace(config, tls=dataclasses.replace(config.tls, enable=True))
@@ -66,7 +73,7 @@ class EmbeddedServers:
 
     def ready_line(self) -> str:
         assert self.broker is not None
-        line = f"pyrmq ready: name server {self.namesrv.address}, broker {self.broker.address}"
+        line = f"pyrmq ready: name server {self.namesrv_address}, broker {self.broker.address}"
         return line + _grpc_part(self.broker)
 
 
@@ -92,7 +99,7 @@ class _Single:
 
 def _grpc_part(broker: BrokerController) -> str:
     """The broker's other ports: gRPC, and metrics when served."""
-    part = "" if broker.grpc is None else f", gRPC {broker.grpc.address}"
+    part = "" if broker.grpc_address is None else f", gRPC {broker.grpc_address}"
     metrics = broker.metrics_address
     return part if metrics is None else f"{part}, metrics {metrics}"
 
@@ -260,17 +267,26 @@ def serve(
 @click.command("namesrv")
 @click.option("--port", default=9876, show_default=True, type=PORT, help="Listen port; 0: any.")
 @click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Listen address; 0.0.0.0 for every interface (brokers and clients on other hosts).",
+)
+@click.option(
     "--tls-config",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="TLS settings: a RocketMQ tls.properties (tls.config.file).",
 )
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), help="Also log here.")
-def namesrv(port: int, tls_config: Path | None, log_level: str, log_file: Path | None) -> None:
+def namesrv(
+    port: int, host: str, tls_config: Path | None, log_level: str, log_file: Path | None
+) -> None:
     """A name server."""
     _setup_logging(log_level, log_file)
     tls = TlsConfig() if tls_config is None else TlsConfig(config_file=str(tls_config))
-    _run(lambda: _Single(NameServer(NamesrvConfig(listen_port=port, tls=tls)), "name server"))
+    config = NamesrvConfig(listen_host=host, listen_port=port, tls=tls)
+    _run(lambda: _Single(NameServer(config), "name server"))
 
 
 @click.command("broker")
