@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from tests import helpers
 from tests.compat.servers import create_topic, serving
-from tests.helpers import fast_config, pyrmq_admin
+from tests.helpers import fast_config, pull_head, pyrmq_admin, send_raw
 
 from pyrmq.client.admin import Admin
 from pyrmq.client.message import Message, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.errors import BrokerError
+from pyrmq.remoting.protocol import ResponseCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -163,3 +164,51 @@ def test_without_a_configuration_file_a_change_lasts_until_the_broker_stops(
 
         run(scenario)
     assert not list(tmp_path.glob("*.conf*"))
+
+
+def test_broker_permission_makes_a_broker_read_only_or_write_only_while_it_runs(
+    tmp_path: Path,
+) -> None:
+    """``updateBrokerConfig -k brokerPermission``, RocketMQ's way to drain a broker: its topics
+    are registered again with the permission over theirs, so producers send elsewhere; an
+    ordered topic's sends and, on a write-only broker, pulls are refused by the broker."""
+    with serving(tmp_path) as server:
+        namesrv, broker = server.addresses()
+        create_topic(broker, "TopicPerm", 2)
+        ordered = pyrmq_admin("update-topic", "-n", namesrv, "-t", "TopicPermOrdered", "-o")
+        assert ordered.returncode == 0, ordered.stderr
+
+        async def perms(admin: Admin) -> set[int]:
+            route = await admin.route("TopicPerm")
+            assert route is not None
+            return {q.perm for q in route.queues}
+
+        async def scenario() -> None:
+            config = fast_config(namesrv)
+            async with Admin(namesrv) as admin, Producer("PG_PERM", client_config=config) as p:
+                assert (await p.send(Message("TopicPerm", b"before"))).status is SendStatus.OK
+                await admin.update_broker_config(broker, {"brokerPermission": 4})
+                # Registered again before the answer.
+                assert await perms(admin) == {4}
+                assert (await admin.broker_config(broker))["brokerPermission"] == "4"
+                refused = await asyncio.to_thread(send_raw, broker, "TopicPermOrdered", b"o")
+                assert refused.code == ResponseCode.NO_PERMISSION
+                assert "sending message is forbidden" in (refused.remark or "")
+                # Other topics' sends are not refused at the broker, as in RocketMQ: the route
+                # keeps producers away.
+                direct = await asyncio.to_thread(send_raw, broker, "TopicPerm", b"direct")
+                assert direct.code == ResponseCode.SUCCESS
+                assert len((await pull_head(broker, "broker-a", "TopicPerm", 0)).messages) >= 1
+
+                await admin.update_broker_config(broker, {"brokerPermission": 2})
+                assert await perms(admin) == {2}
+                with pytest.raises(BrokerError, match="pulling message is forbidden"):
+                    await pull_head(broker, "broker-a", "TopicPerm", 0)
+
+                await admin.update_broker_config(broker, {"brokerPermission": 6})
+                assert await perms(admin) == {6}
+                assert len((await pull_head(broker, "broker-a", "TopicPerm", 0)).messages) >= 1
+                with pytest.raises(BrokerError, match="brokerPermission 5"):
+                    await admin.update_broker_config(broker, {"brokerPermission": 5})
+
+        run(scenario)

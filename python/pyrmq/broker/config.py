@@ -32,6 +32,7 @@ _ALIASES = {
     "autoCreateTopicEnable": "auto_create_topic_enable",
     "clusterTopicEnable": "cluster_topic_enable",
     "brokerTopicEnable": "broker_topic_enable",
+    "brokerPermission": "broker_permission",
     "defaultTopicQueueNums": "default_topic_queue_nums",
     "longPollingEnable": "long_polling_enable",
     "shortPollingTimeMills": "short_polling_time_ms",
@@ -102,6 +103,9 @@ class BrokerConfig:
     # sends to the broker's).
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
+    # What the broker lets clients do, over every topic's own permission: 6 read and write,
+    # 4 read only (sends go elsewhere: its topics are routed read-only), 2 write only.
+    broker_permission: int = 6
     default_topic_queue_nums: int = 8
     long_polling_enable: bool = True
     # Consumers may filter by SQL92 over message properties (RocketMQ's default: off).
@@ -189,6 +193,10 @@ class BrokerConfig:
             problems.append("lock_queue_timeout_ms must be >= 0")
         if self.default_topic_queue_nums <= 0:
             problems.append("default_topic_queue_nums must be positive")
+        if self.broker_permission not in (2, 4, 6):
+            problems.append(
+                f"brokerPermission {self.broker_permission} is not 2 (write), 4 (read) or 6 (both)"
+            )
         if self.broker_id < 0:
             problems.append("broker_id must be >= 0")
         elif self.is_slave and self.broker_id == 0:

@@ -38,7 +38,7 @@ from pyrmq.broker.services.transactions import TransactionService
 from pyrmq.broker.state.groups import GroupConfig, GroupTable
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.queue_locks import QueueLockTable
-from pyrmq.broker.state.topics import TopicConfig, TopicTable
+from pyrmq.broker.state.topics import PERM_READ, PERM_WRITE, TopicConfig, TopicTable
 from pyrmq.errors import ConfigError, PyrmqError, RemotingError
 from pyrmq.proxy.server import GrpcServer
 from pyrmq.remoting.client import RemotingClient
@@ -463,6 +463,10 @@ class BrokerController:
         for group in self.clients.drop_connection(conn):
             self.notify_consumer_ids_changed(group)
 
+    async def register_all(self) -> None:
+        """Registers every topic with the name servers now."""
+        await self._register_all()
+
     async def register_topics(self, *topics: str) -> None:
         """Registers ``topics`` with the name servers now, as RocketMQ's broker does before it
         answers an admin's topic change: a client routed right after finds them."""
@@ -477,6 +481,9 @@ class BrokerController:
             table = {name: config for name, config in table.items() if name in topics}
             if not table:
                 return None
+        if (allowed := self.config.broker_permission) != PERM_READ | PERM_WRITE:
+            # A read-only broker's topics are routed read-only (RocketMQ's brokerPermission).
+            table = {name: {**c, "perm": c["perm"] & allowed} for name, c in table.items()}
         return json.dumps(
             {
                 "filterServerList": [],

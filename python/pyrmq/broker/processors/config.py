@@ -2,9 +2,10 @@
 getBrokerConfig`` shows them, and the ones it changes while it runs (``updateBrokerConfig``);
 DELETE_EXPIRED_COMMITLOG: retention at once, whatever the hour (``deleteExpiredCommitLog``).
 
-The store's retention settings and the switches read on each request (``LIVE_SETTINGS``:
-``recallMessageEnable``, ``slaveReadEnable``, ``storeReplyMessageEnable``) change at once and
-are written to the broker's configuration file, so that a restart keeps them. Any other setting
+The store's retention settings, the switches read on each request (``LIVE_SETTINGS``:
+``recallMessageEnable``, ``slaveReadEnable``, ``storeReplyMessageEnable``) and
+``brokerPermission`` (registered again at once) change at once and are written to the broker's
+configuration file, so that a restart keeps them. Any other setting
 takes effect only when the broker starts, and a request to change one is refused whole, rather
 than accepted and silently not applied.
 """
@@ -35,6 +36,7 @@ LIVE_SETTINGS = frozenset(
         "recallMessageEnable",
         "slaveReadEnable",
         "storeReplyMessageEnable",
+        "brokerPermission",
     }
 )
 """The settings (RocketMQ keys) a running broker changes."""
@@ -121,3 +123,7 @@ class ConfigProcessor:
                 ", ".join(f"{key}={value}" for key, value in sorted(changed.items())),
                 f" (saved to {old.broker_config_path})" if old.broker_config_path else "",
             )
+            if "brokerPermission" in changed:
+                # The routes say it at once, as RocketMQ's broker registers again.
+                self.broker.topics.next_version()
+                await self.broker.register_all()

@@ -141,6 +141,12 @@ class PullProcessor:
                 )
                 park_until = time.monotonic() + max(timeout_ms, 0) / 1000
         broker = self.broker
+        if not broker.config.broker_permission & PERM_READ:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.NO_PERMISSION,
+                remark=f"the broker[{broker.config.broker_ip1}] pulling message is forbidden",
+            )
         config = broker.topic(header.topic, header.queue_id)
         if config is None:
             return RemotingCommand.response_to(

@@ -269,6 +269,14 @@ class SendProcessor:
             return self._error(
                 request, ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending is forbidden"
             )
+        if config.order and not broker.config.broker_permission & PERM_WRITE:
+            # RocketMQ's rule: an ordered topic's producers pick queues themselves, and a
+            # read-only broker's route does not keep them away.
+            return self._error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.broker_ip1}] sending message is forbidden",
+            )
         queue_id = header.queue_id
         if queue_id < 0:
             queue_id = random.randrange(config.write_queue_nums)

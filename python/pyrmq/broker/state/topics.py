@@ -180,6 +180,12 @@ class TopicTable:
         }
         store_json(self.path, self.to_json())
 
+    def next_version(self) -> None:
+        """Moves the data version on (and saves the table), so that the name servers take
+        the next registration whole: what it says of the topics changed otherwise."""
+        with self._lock:
+            self._persist()
+
     def to_json(self) -> dict[str, Any]:
         return {
             "dataVersion": self.data_version,
