@@ -1311,3 +1311,45 @@ def test_a_register_body_of_another_shape_gets_a_clear_refusal(tmp_path: Path) -
             assert b"broker-x" not in route.body
 
     run(scenario)
+
+
+def test_a_silent_broker_expires_from_the_routes_and_loses_its_connection() -> None:
+    """As RocketMQ's name server: a broker silent past brokerChannelExpiredTime is dropped
+    from the routes and its connection closed (kept, it held a socket for nothing)."""
+    from pyrmq.remoting.headers import RegisterBrokerRequestHeader
+
+    async def scenario() -> None:
+        config = NamesrvConfig(
+            listen_port=0,
+            kv_config_path=None,
+            scan_not_active_broker_interval_ms=100,
+            broker_channel_expired_time_ms=500,
+        )
+        namesrv = NameServer(config)
+        await namesrv.start()
+        host, port = namesrv.address.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            header = RegisterBrokerRequestHeader(
+                broker_name="broker-silent", broker_addr="127.0.0.1:10911", cluster_name="C",
+                ha_server_addr="127.0.0.1:10912", broker_id=0,
+            )  # fmt: skip
+            topics = {"TopicSilent": {"readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
+            body = {"topicConfigSerializeWrapper": {"dataVersion": {"counter": 1},
+                                                    "topicConfigTable": topics}}  # fmt: skip
+            request = RemotingCommand.request(
+                RequestCode.REGISTER_BROKER, header.to_ext(), json.dumps(body).encode()
+            )
+            writer.write(encode(request))
+            await writer.drain()
+            (length,) = struct.unpack(">i", await reader.readexactly(4))
+            await reader.readexactly(length)
+            assert namesrv.routes.route("TopicSilent") is not None
+            # Then silence: no registration again.
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            assert namesrv.routes.route("TopicSilent") is None
+        finally:
+            writer.close()
+            await namesrv.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

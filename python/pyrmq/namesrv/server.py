@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pyrmq.errors import ConfigError
-from pyrmq.remoting.server import RemotingServer
+from pyrmq.remoting.server import Connection, RemotingServer
 from pyrmq.remoting.tls import TlsConfig, TlsMode
 
 from .kv_config import KvConfig
@@ -155,9 +155,15 @@ class NameServer:
             # Read each time: UPDATE_NAMESRV_CONFIG may have changed it.
             await asyncio.sleep(self.config.scan_not_active_broker_interval_ms / 1000)
             try:
-                self.routes.expire(
+                connections = {a: live.connection for a, live in self.routes.live.items()}
+                gone = self.routes.expire(
                     int(time.time() * 1000), self.config.broker_channel_expired_time_ms
                 )
+                # As RocketMQ's: a broker silent that long loses its connection too, so that
+                # one that comes back registers afresh.
+                for addr in gone:
+                    if isinstance(conn := connections.get(addr), Connection):
+                        conn.close()
             except Exception:
                 log.exception("broker expiry scan failed")
 
