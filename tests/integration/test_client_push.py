@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import logging
 import os
 import random
 import threading
@@ -1694,3 +1695,33 @@ def test_a_broker_killed_and_restarted_loses_no_acknowledged_message(tmp_path: P
         for proc in brokers.values():
             proc.stop()
         namesrv_proc.stop()
+
+
+def test_a_listener_answer_that_is_no_status_is_a_failure_and_said_so(
+    addrs: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A listener returning the text "CONSUME_SUCCESS" (or a bool) has its messages delivered
+    again, as for RECONSUME_LATER, and a warning says why, once (before, nothing was said)."""
+    namesrv, broker = addrs
+    topic, group = "TopicOddAnswer", "CG_ODD_ANSWER"
+    create_topic(broker, topic, 1)
+    deliveries: list[int] = []
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> Any:
+        deliveries.extend(m.reconsume_times for m in msgs)
+        ctx.delay_level_when_next_consume = 1  # back in 1 s
+        return "CONSUME_SUCCESS" if msgs[0].reconsume_times < 2 else None
+
+    async def scenario() -> None:
+        c = consumer(
+            namesrv, group, topic, listener, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+        )
+        async with c, Producer("PG_ODD_ANSWER", client_config=fast_config(namesrv)) as producer:
+            await producer.send(Message(topic, b"odd"))
+            await eventually(lambda: deliveries == [0, 1, 2], what="three deliveries")
+
+    with caplog.at_level(logging.WARNING, logger="pyrmq.client.consume_service"):
+        run(scenario)
+    told = [r for r in caplog.records if "no consume status" in r.getMessage()]
+    assert len(told) == 1
+    assert "'CONSUME_SUCCESS'" in told[0].getMessage()

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from pyrmq.client.consume_service import DEAD_LETTER_LEVEL, ConsumeStatus, awaits
+from pyrmq.client.consume_service import DEAD_LETTER_LEVEL, ConsumeStatus, awaits, succeeded
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue, unreadable
 from pyrmq.client.process_queue import OrderlyProcessQueue
 from pyrmq.errors import PyrmqError
@@ -86,10 +86,6 @@ def _unreadable_listener(msgs: list[MessageExt], ctx: object) -> None:
     """Stands for the listener of a message whose body does not inflate, which is not called."""
 
 
-def _succeeded(status: object) -> bool:
-    return status is None or status == ConsumeOrderlyStatus.SUCCESS
-
-
 class OrderlyConsumeService:
     """Runs one push consumer's listeners queue by queue, in order.
 
@@ -102,6 +98,8 @@ class OrderlyConsumeService:
     def __init__(self, consumer: "PushConsumer", loop: asyncio.AbstractEventLoop) -> None:
         self._consumer = consumer
         self._loop = loop
+        # The kinds of odd listener answers logged already (see succeeded).
+        self._told: set[str] = set()
         self._batch = max(1, consumer.consume_message_batch_max_size)
         # A plain pool: a run keeps its thread while its queue has messages, so runs of
         # other queues need threads of their own rather than a turn after it.
@@ -335,7 +333,7 @@ class OrderlyConsumeService:
         except Exception:
             self._log_failure(msgs, ctx.message_queue)
             return False
-        return _succeeded(status)
+        return succeeded(status, self._consumer.group, self._told)
 
     async def _run_async(self, pq: OrderlyProcessQueue, mq: MessageQueue) -> None:
         """A consume run in the loop, for a queue whose listener is a coroutine function."""
@@ -383,7 +381,7 @@ class OrderlyConsumeService:
         except Exception:
             self._log_failure(msgs, ctx.message_queue)
             return False
-        return _succeeded(status)
+        return succeeded(status, self._consumer.group, self._told)
 
     def _log_failure(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
         log.exception(

@@ -73,6 +73,8 @@ class ConsumeContext:
 SyncListener = Callable[[list[MessageExt], ConsumeContext], ConsumeStatus | None]
 AsyncListener = Callable[[list[MessageExt], ConsumeContext], Awaitable[ConsumeStatus | None]]
 Listener = SyncListener | AsyncListener
+"""``(messages, context) -> ConsumeStatus``; returning None counts as CONSUME_SUCCESS and
+raising as RECONSUME_LATER."""
 
 
 def awaits(listener: object) -> bool:
@@ -83,8 +85,30 @@ def awaits(listener: object) -> bool:
     )
 
 
-"""``(messages, context) -> ConsumeStatus``; returning None counts as CONSUME_SUCCESS and
-raising as RECONSUME_LATER."""
+def succeeded(status: object, group: str, told: set[str]) -> bool:
+    """Whether a listener's answer commits its batch: None, or a status of success (0). An
+    answer that is no status (a string, a bool) is a failure, logged once per type in
+    ``told``: taken silently, it had the batch redelivered until its dead-letter queue.
+
+    >>> succeeded(ConsumeStatus.CONSUME_SUCCESS, "G", set()), succeeded(None, "G", set())
+    (True, True)
+    >>> succeeded("CONSUME_SUCCESS", "G", set())
+    False
+    """
+    if status is None:
+        return True
+    if isinstance(status, int) and not isinstance(status, bool):
+        return status == 0
+    kind = type(status).__name__
+    if kind not in told:
+        told.add(kind)
+        log.warning(
+            "a listener of %s returned %r, which is no consume status: its messages are "
+            "consumed again later (return ConsumeStatus.CONSUME_SUCCESS or None)",
+            group,
+            status,
+        )
+    return False
 
 
 def _user_cpu_s() -> float:
@@ -343,6 +367,8 @@ class ConcurrentConsumeService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = threading.Event()
+        # The kinds of odd listener answers logged already (see succeeded).
+        self._told: set[str] = set()
         self._last_kind: tuple[object, bool] = (None, False)
         """The last listener asked about, and whether it is a coroutine function: asked twice
         per pull, of the same listener but for consumers of several topics."""
@@ -544,9 +570,7 @@ class ConcurrentConsumeService:
                 "listener of %s failed on %d message(s) of %s", self._group, len(msgs), mq
             )
             status = ConsumeStatus.RECONSUME_LATER
-        if status is None:
-            status = ConsumeStatus.CONSUME_SUCCESS
-        if status == ConsumeStatus.CONSUME_SUCCESS:
+        if succeeded(status, self._group, self._told):
             self._done(msgs, pq, mq)
             return
         if self._closed.is_set():
@@ -617,7 +641,7 @@ class ConcurrentConsumeService:
                 "listener of %s failed on %d message(s)", self._group, len(msgs), exc_info=error
             )
             status = ConsumeStatus.RECONSUME_LATER
-        if status is None or status == ConsumeStatus.CONSUME_SUCCESS:
+        if succeeded(status, self._group, self._told):
             self._done(msgs, pq, mq)
         elif not self._closed.is_set():
             task = self._loop.create_task(self._handle_failure(msgs, ctx, pq, mq))
