@@ -623,3 +623,61 @@ def test_docstring_examples_of_the_producer_and_fault_modules() -> None:
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0, module.__name__
         assert result.failed == 0, module.__name__
+
+
+def test_routes_come_from_one_name_server_while_it_answers() -> None:
+    """As RocketMQ's client, routes are asked of one name server while it answers, then of the
+    next: two that disagree for a while (one restarted and not yet told of every broker) do
+    not make a topic's route flap between their answers."""
+    import json
+
+    from pyrmq.namesrv import NameServer, NamesrvConfig
+    from pyrmq.remoting.client import RemotingClient
+    from pyrmq.remoting.command import RemotingCommand
+    from pyrmq.remoting.headers import RegisterBrokerRequestHeader
+    from pyrmq.remoting.protocol import RequestCode
+
+    async def register(client: RemotingClient, namesrv: NameServer, broker: str) -> None:
+        header = RegisterBrokerRequestHeader(
+            broker_name=broker, broker_addr="127.0.0.1:1", cluster_name="C",
+            ha_server_addr="127.0.0.1:2", broker_id=0,
+        )  # fmt: skip
+        topics = {"TopicTwoViews": {"readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
+        body = {"topicConfigSerializeWrapper": {"dataVersion": {"counter": 1},
+                                                "topicConfigTable": topics}}  # fmt: skip
+        request = RemotingCommand.request(
+            RequestCode.REGISTER_BROKER, header.to_ext(), json.dumps(body).encode()
+        )
+        await client.invoke(namesrv.address, request, 5.0)
+
+    async def scenario() -> None:
+        servers = [NameServer(NamesrvConfig(listen_port=0, kv_config_path=None)) for _ in "ab"]
+        for ns in servers:
+            await ns.start()
+        client = RemotingClient()
+        try:
+            # The brokers registered while each name server was away from the other.
+            await register(client, servers[0], "broker-seen-by-a")
+            await register(client, servers[1], "broker-seen-by-b")
+            addrs = ";".join(ns.address for ns in servers)
+            async with Producer("PG_TWO_VIEWS", addrs) as p:
+                views = {
+                    tuple((await p.instance.fetch_route("TopicTwoViews")).brokers)  # type: ignore[union-attr]
+                    for _ in range(12)
+                }
+                assert len(views) == 1
+                [(in_use,)] = views
+                # That one goes away: the other answers, and is kept to.
+                await servers[0 if in_use == "broker-seen-by-a" else 1].stop()
+                later = {
+                    tuple((await p.instance.fetch_route("TopicTwoViews")).brokers)  # type: ignore[union-attr]
+                    for _ in range(6)
+                }
+                assert len(later) == 1
+                assert later != views
+        finally:
+            await client.close()
+            for ns in servers:
+                await ns.stop()
+
+    run(scenario)

@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import os
+import random
 import re
 import socket
 import ssl
@@ -203,7 +204,10 @@ class ClientInstance:
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producers: dict[str, ProducerMember] = {}
         self.consumers: dict[str, ConsumerMember] = {}
-        self._namesrv_index = itertools.count()
+        # The name server routes are asked of while it answers, as RocketMQ's client keeps
+        # to one: two that disagree for a while (one just restarted) do not make the routes
+        # flap. A random first one spreads clients over them.
+        self._namesrv_at = random.randrange(max(1, len(config.namesrv_list)))
         self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
         self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}
@@ -321,18 +325,22 @@ class ClientInstance:
     # --- routes --------------------------------------------------------------------------
 
     async def fetch_route(self, topic: str) -> TopicRoute | None:
-        """Asks the name servers (starting with the next in turn) for the topic's route."""
+        """Asks the name server in use for the topic's route; the next ones, in turn, when it
+        does not answer (and keeps to the first that does)."""
         addrs = self.config.namesrv_list
         if not addrs:
             raise NoRouteError("no name server address configured")
-        start = next(self._namesrv_index)
+        start = self._namesrv_at
         last: Exception | None = None
         for i in range(len(addrs)):
-            addr = addrs[(start + i) % len(addrs)]
+            at = (start + i) % len(addrs)
             try:
-                return await self.api.get_route(addr, topic, self.config.request_timeout_s)
+                route = await self.api.get_route(addrs[at], topic, self.config.request_timeout_s)
             except PyrmqError as e:
                 last = e
+                continue
+            self._namesrv_at = at
+            return route
         raise NoRouteError(f"no name server answered for topic {topic}: {last}") from last
 
     async def update_route(self, topic: str) -> TopicRoute | None:
