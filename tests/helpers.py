@@ -23,7 +23,7 @@ from pyrmq.client.instance import ClientConfig
 from pyrmq.client.message import MessageQueue
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.headers import PullMessageRequestHeader
+from pyrmq.remoting.headers import PullMessageRequestHeader, RegisterBrokerRequestHeader
 from pyrmq.remoting.protocol import RequestCode
 
 __all__ = [
@@ -206,3 +206,28 @@ def send_raw(
         "unitMode": "false",
     }
     return remoting_call(broker, RequestCode.SEND_MESSAGE, ext, body)
+
+
+def register_broker_request(
+    broker_name: str, broker_addr: str, topics: dict[str, int], *, counter: int = 1
+) -> RemotingCommand:
+    """REGISTER_BROKER for a master of cluster "C" serving ``topics`` (name -> queue count,
+    read and write) at data version ``counter``."""
+    host, _, port = broker_addr.rpartition(":")
+    header = RegisterBrokerRequestHeader(
+        broker_name=broker_name,
+        broker_addr=broker_addr,
+        cluster_name="C",
+        ha_server_addr=f"{host}:{int(port) + 1}",
+        broker_id=0,
+    )
+    table = {t: {"readQueueNums": n, "writeQueueNums": n, "perm": 6} for t, n in topics.items()}
+    body = {
+        "topicConfigSerializeWrapper": {
+            "dataVersion": {"counter": counter},
+            "topicConfigTable": table,
+        }
+    }
+    return RemotingCommand.request(
+        RequestCode.REGISTER_BROKER, header.to_ext(), json.dumps(body).encode()
+    )

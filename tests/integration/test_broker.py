@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import consumer_heartbeat
+from tests.helpers import consumer_heartbeat, register_broker_request
 
 from pyrmq import _core
 from pyrmq.broker.config import BrokerConfig
@@ -1059,8 +1059,6 @@ def test_the_name_server_keeps_kv_config_and_routes_order_topics(tmp_path: Path)
     """mqadmin updateKvConfig/getKvConfig/deleteKvConfig and updateOrderConf: values by
     namespace, kept across a restart; an ORDER_TOPIC_CONFIG value rides on its topic's route
     with orderMessageEnable, and on every registration's answer as RocketMQ's KVTable."""
-    from pyrmq.remoting.headers import RegisterBrokerRequestHeader
-
     kv_path = tmp_path / "namesrv" / "kvConfig.json"
 
     async def scenario() -> None:
@@ -1088,16 +1086,8 @@ def test_the_name_server_keeps_kv_config_and_routes_order_topics(tmp_path: Path)
             got = await call(RequestCode.GET_KV_CONFIG, order)
             assert (got.code, got.ext_fields["value"]) == (ResponseCode.SUCCESS, "broker-a:4")
 
-            header = RegisterBrokerRequestHeader(
-                broker_name="broker-a", broker_addr="127.0.0.1:10911", cluster_name="C",
-                ha_server_addr="127.0.0.1:10912", broker_id=0,
-            )  # fmt: skip
-            topics = {"TopicOrder": {"readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}
-            body = {"topicConfigSerializeWrapper": {"dataVersion": {"counter": 1},
-                                                    "topicConfigTable": topics}}  # fmt: skip
-            registered = await call(
-                RequestCode.REGISTER_BROKER, header.to_ext(), json.dumps(body).encode()
-            )
+            request = register_broker_request("broker-a", "127.0.0.1:10911", {"TopicOrder": 4})
+            registered = await client.invoke(namesrv.address, request, 5.0)
             assert json.loads(registered.body) == {"table": {"TopicOrder": "broker-a:4"}}
             route = await call(
                 RequestCode.GET_ROUTEINFO_BY_TOPIC,
@@ -1316,7 +1306,6 @@ def test_a_register_body_of_another_shape_gets_a_clear_refusal(tmp_path: Path) -
 def test_a_silent_broker_expires_from_the_routes_and_loses_its_connection() -> None:
     """As RocketMQ's name server: a broker silent past brokerChannelExpiredTime is dropped
     from the routes and its connection closed (kept, it held a socket for nothing)."""
-    from pyrmq.remoting.headers import RegisterBrokerRequestHeader
 
     async def scenario() -> None:
         config = NamesrvConfig(
@@ -1330,15 +1319,8 @@ def test_a_silent_broker_expires_from_the_routes_and_loses_its_connection() -> N
         host, port = namesrv.address.rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
-            header = RegisterBrokerRequestHeader(
-                broker_name="broker-silent", broker_addr="127.0.0.1:10911", cluster_name="C",
-                ha_server_addr="127.0.0.1:10912", broker_id=0,
-            )  # fmt: skip
-            topics = {"TopicSilent": {"readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
-            body = {"topicConfigSerializeWrapper": {"dataVersion": {"counter": 1},
-                                                    "topicConfigTable": topics}}  # fmt: skip
-            request = RemotingCommand.request(
-                RequestCode.REGISTER_BROKER, header.to_ext(), json.dumps(body).encode()
+            request = register_broker_request(
+                "broker-silent", "127.0.0.1:10911", {"TopicSilent": 1}
             )
             writer.write(encode(request))
             await writer.drain()

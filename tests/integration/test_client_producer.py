@@ -18,7 +18,7 @@ import lz4.frame
 import pytest
 import zstandard
 from tests import helpers
-from tests.helpers import eventually, fast_config
+from tests.helpers import eventually, fast_config, register_broker_request
 from tests.integration.client_cluster import client_cluster
 
 from pyrmq import _core
@@ -629,25 +629,11 @@ def test_routes_come_from_one_name_server_while_it_answers() -> None:
     """As RocketMQ's client, routes are asked of one name server while it answers, then of the
     next: two that disagree for a while (one restarted and not yet told of every broker) do
     not make a topic's route flap between their answers."""
-    import json
-
     from pyrmq.namesrv import NameServer, NamesrvConfig
     from pyrmq.remoting.client import RemotingClient
-    from pyrmq.remoting.command import RemotingCommand
-    from pyrmq.remoting.headers import RegisterBrokerRequestHeader
-    from pyrmq.remoting.protocol import RequestCode
 
     async def register(client: RemotingClient, namesrv: NameServer, broker: str) -> None:
-        header = RegisterBrokerRequestHeader(
-            broker_name=broker, broker_addr="127.0.0.1:1", cluster_name="C",
-            ha_server_addr="127.0.0.1:2", broker_id=0,
-        )  # fmt: skip
-        topics = {"TopicTwoViews": {"readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
-        body = {"topicConfigSerializeWrapper": {"dataVersion": {"counter": 1},
-                                                "topicConfigTable": topics}}  # fmt: skip
-        request = RemotingCommand.request(
-            RequestCode.REGISTER_BROKER, header.to_ext(), json.dumps(body).encode()
-        )
+        request = register_broker_request(broker, "127.0.0.1:1", {"TopicTwoViews": 1})
         await client.invoke(namesrv.address, request, 5.0)
 
     async def scenario() -> None:
