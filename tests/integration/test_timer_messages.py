@@ -52,14 +52,13 @@ def _bodies(broker: str, topic: str) -> list[bytes]:
     [
         "TIMER_DELAY_SEC\x01abc",
         "TIMER_DELAY_SEC\x01",
-        "TIMER_DELAY_SEC\x01-5",
-        "TIMER_DELAY_MS\x01-1",
         "TIMER_DELAY_SEC\x01300000",
         f"TIMER_DELIVER_MS\x01{2**63 - 1}",
         # Read as the store reads it: what it cannot read, it would ignore.
         "TIMER_DELAY_SEC\x015_0",
         "TIMER_DELAY_SEC\x01\uff15",
-        f"TIMER_DELIVER_MS\x01{2**64}\x02TIMER_DELAY_SEC\x012",
+        # TIMER_DELAY_SEC is the one read first, as RocketMQ reads it.
+        f"TIMER_DELAY_SEC\x01abc\x02TIMER_DELIVER_MS\x01{2**40}",
     ],
 )
 def test_a_bad_timer_is_refused_and_stores_nothing(tmp_path: Path, timer: str) -> None:
@@ -71,6 +70,34 @@ def test_a_bad_timer_is_refused_and_stores_nothing(tmp_path: Path, timer: str) -
         assert "timer message illegal" in (refused.remark or "")
         assert send_raw(broker, "TopicBadTimer", b"good").code == ResponseCode.SUCCESS
         assert _bodies(broker, "TopicBadTimer") == [b"good"]
+
+
+def test_the_timer_a_message_goes_by_is_the_one_rocketmq_goes_by(tmp_path: Path) -> None:
+    """A delay level wins over a timer (RocketMQ drops the timer), TIMER_DELAY_SEC over
+    TIMER_DELIVER_MS, and a timer already past is delivered at once, as RocketMQ stores it
+    (refused, before, when negative)."""
+    topic = "TopicTimerChoice"
+    far = int(time.time() * 1000) + 600_000
+    sends = {
+        b"level": "DELAY\x011\x02TIMER_DELAY_SEC\x01600",
+        b"seconds": f"TIMER_DELIVER_MS\x01{far}\x02TIMER_DELAY_SEC\x011",
+        b"past-sec": "TIMER_DELAY_SEC\x01-5",
+        b"past-ms": "TIMER_DELAY_MS\x01-1",
+    }
+    with serving(tmp_path) as server:
+        broker = server.addresses()[1]
+        create_topic(broker, topic, 1)
+        for body, props in sends.items():
+            sent = send_raw(broker, topic, body, properties=props)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+        assert sorted(_bodies(broker, topic)) == [b"past-ms", b"past-sec"]
+        deadline = time.monotonic() + 15
+        while len(_bodies(broker, topic)) < len(sends):
+            assert time.monotonic() < deadline, _bodies(broker, topic)
+            time.sleep(0.2)
+        messages = asyncio.run(pull_head(broker, "broker-a", topic, 0)).messages
+        level = next(m for m in messages if m.body == b"level")
+        assert not any(name.startswith("TIMER_") for name in level.properties)
 
 
 def test_a_batch_with_a_bad_timer_is_refused_whole(tmp_path: Path) -> None:
@@ -92,7 +119,7 @@ def test_a_batch_with_a_bad_timer_is_refused_whole(tmp_path: Path) -> None:
     with serving(tmp_path) as server:
         broker = server.addresses()[1]
         create_topic(broker, topic, 1)
-        for bad in ("-5", "abc", "300000"):
+        for bad in ("abc", "300000"):
             refused = remoting_call_command(broker, batch(None, bad, "1"))
             assert refused.code == ResponseCode.MESSAGE_ILLEGAL, refused.remark
             assert "timer message illegal" in (refused.remark or "")

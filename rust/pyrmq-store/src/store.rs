@@ -2294,18 +2294,19 @@ fn index_record(index: &IndexService, d: &Dispatch<'_>, behind: &AtomicU64) -> b
     true
 }
 
-/// A timer message's delivery time in epoch milliseconds: `TIMER_DELIVER_MS`, else
-/// `TIMER_DELAY_SEC` or `TIMER_DELAY_MS` after `now_ms`; None for any other message.
+/// A timer message's delivery time in epoch milliseconds: `TIMER_DELAY_SEC` or, else,
+/// `TIMER_DELAY_MS` after `now_ms`, else `TIMER_DELIVER_MS`; None for any other message.
 pub(crate) fn timer_due(properties: &[u8], now_ms: i64) -> Option<i64> {
     let number =
         |name| message::property(properties, name).and_then(|v| v.trim().parse::<i64>().ok());
-    if let Some(at) = number(PROPERTY_TIMER_DELIVER_MS) {
-        return Some(at);
-    }
+    // RocketMQ's order. A parked timer message keeps TIMER_DELIVER_MS alone.
     if let Some(seconds) = number(PROPERTY_TIMER_DELAY_SEC) {
         return Some(now_ms.saturating_add(seconds.saturating_mul(1000)));
     }
-    number(PROPERTY_TIMER_DELAY_MS).map(|ms| now_ms.saturating_add(ms))
+    if let Some(ms) = number(PROPERTY_TIMER_DELAY_MS) {
+        return Some(now_ms.saturating_add(ms));
+    }
+    number(PROPERTY_TIMER_DELIVER_MS)
 }
 
 /// The level (1-based) a timer message `remaining_ms` from due is parked in: the longest delay

@@ -54,7 +54,8 @@ SYSFLAG_TRANSACTION_MASK = 0xC
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 TIMER_PREFIX = "TIMER_"
 # In the order the store reads them.
-TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
+# In the order RocketMQ's broker reads them: the first present is the message's timer.
+TIMER_PROPERTIES = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS)
 _DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+")
 # From this MQVersion ordinal (V3_4_9) on, a client's maxReconsumeTimes is honoured.
 MAX_RECONSUME_TIMES_MIN_VERSION = 121
@@ -114,6 +115,7 @@ class SendProcessor:
             # needs it.
             properties = _with_cluster(properties, broker.config.broker_cluster_name)
         if not batch and TIMER_PREFIX in properties:
+            properties = _timer_chosen(properties)
             illegal = _timer_problem(properties, broker.config.timer_max_delay_s)
             if illegal is not None:
                 return self._error(request, ResponseCode.MESSAGE_ILLEGAL, illegal)
@@ -478,28 +480,44 @@ def _batch_timer_problem(body: bytes, max_delay_s: int) -> str | None:
     return None
 
 
+def _timer_chosen(properties: str) -> str:
+    r"""``properties`` with the one timer RocketMQ's broker goes by: none when a delay level is
+    set (the level wins), else the first of :data:`TIMER_PROPERTIES` present.
+
+    >>> _timer_chosen("DELAY\x012\x02TIMER_DELAY_SEC\x0160\x02")
+    'DELAY\x012'
+    >>> _timer_chosen("TIMER_DELIVER_MS\x01123\x02TIMER_DELAY_SEC\x0160\x02")
+    'TIMER_DELAY_SEC\x0160'
+    """
+    props = parse_properties(properties)
+    present = [name for name in TIMER_PROPERTIES if name in props]
+    level = _i64(props.get("DELAY", ""))
+    drop = present if level is not None and level > 0 else present[1:]
+    if not drop:
+        return properties
+    for name in drop:
+        del props[name]
+    return encode_properties(props)
+
+
 def _timer_problem(properties: str, max_delay_s: int) -> str | None:
-    """What is wrong with a timer message's timer (RocketMQ's checks), or None. Each timer
-    property must be a 64-bit integer, read as the store reads it; the store then goes by the
-    first of them, and so does this check."""
+    """What is wrong with a timer message's timer (RocketMQ's checks), or None: the first
+    timer property present must be a 64-bit integer, read as the store reads it, and not
+    more than ``max_delay_s`` ahead. One in the past is no timer: the message is delivered at
+    once, as RocketMQ stores it."""
     props = parse_properties(properties)
     present = [(name, props[name]) for name in TIMER_PROPERTIES if name in props]
-    values = []
-    for name, raw in present:
-        value = _i64(raw)
-        if value is None:
-            return f"timer message illegal: {name} {raw!r} is not a 64-bit integer"
-        values.append(value)
     if not present:
         return None
-    (name, _), value = present[0], values[0]
+    name, raw = present[0]
+    value = _i64(raw)
+    if value is None:
+        return f"timer message illegal: {name} {raw!r} is not a 64-bit integer"
     now_ms = int(time.time() * 1000)
-    if name == "TIMER_DELIVER_MS":
+    if name == TIMER_DELIVER_MS:
         due_ms = value
-    elif value < 0:
-        return f"timer message illegal: {name} {value} is negative"
     else:
-        due_ms = now_ms + (value * 1000 if name == "TIMER_DELAY_SEC" else value)
+        due_ms = now_ms + (value * 1000 if name == TIMER_DELAY_SEC else value)
     if due_ms - now_ms > max_delay_s * 1000:
         return (
             f"timer message illegal: {name} is more than timerMaxDelaySec ({max_delay_s} s) ahead"
