@@ -500,3 +500,76 @@ def test_pull_consumer_remembers_offsets_and_filters_tags(
         consumer.shutdown()
     with pytest.raises(rmq_exceptions.PullConsumerFetchMessageFailed, match="not started"):
         list(consumer.pull(topic))
+
+
+def test_a_selector_written_for_the_official_client_reads_its_arg_as_a_c_int(
+    namesrv: str, new_topic: Callable[[str], str]
+) -> None:
+    """The official client hands a queue selector the address of a C int holding ``arg``, and
+    the message with bytes accessors: a selector written for it runs (it crashed the
+    process, reading a plain int as an address)."""
+    import ctypes
+
+    topic = new_topic("BlockingSelector")
+    seen: list[tuple[bytes, bytes]] = []
+
+    def selector(mq_size: int, msg: Any, arg: Any) -> int:
+        seen.append((msg.keys, msg.get_property("KEYS")))
+        return ctypes.cast(arg, ctypes.POINTER(ctypes.c_int))[0] % mq_size
+
+    with make_producer(namesrv, "PG-selector") as producer:
+        msg = Message(topic)
+        msg.set_keys("selected")
+        msg.set_body("to queue 3")
+        producer.send_orderly(msg, 7, queue_selector=selector)
+        producer.send_oneway_orderly(msg, 6, queue_selector=selector)
+    assert seen == [(b"selected", b"selected")] * 2
+    wait_for(lambda: len(pull_all(namesrv, topic)) == 2, "both messages")
+    assert sorted(m.queue_id for m in pull_all(namesrv, topic)) == [2, 3]
+
+
+def test_each_send_of_one_message_object_is_a_message_of_its_own(
+    namesrv: str, new_topic: Callable[[str], str]
+) -> None:
+    """As with the official client, sending one Message object again sends a new message with
+    an id of its own (it was sent again with the first one's id, which consumers that drop
+    duplicates by id took for a redelivery), and the object is left as it was."""
+    topic = new_topic("BlockingResend")
+    with make_producer(namesrv, "PG-resend") as producer:
+        msg = Message(topic)
+        msg.set_body("again")
+        ids = [producer.send_sync(msg).msg_id for _ in range(3)]
+        batch = producer.send_batch([msg, msg])
+        assert "UNIQ_KEY" not in msg.properties
+    assert len(set(ids)) == 3
+    assert len(set(batch.msg_id.split(","))) == 2
+    wait_for(lambda: len(pull_all(namesrv, topic)) == 5, "five messages")
+    assert len({m.id for m in pull_all(namesrv, topic)}) == 5
+
+
+def test_a_callback_returning_true_has_its_message_consumed(
+    namesrv: str, new_topic: Callable[[str], str]
+) -> None:
+    """0.4.4 ignores what a callback returns: only raising, or returning RECONSUME_LATER
+    itself, brings a message back. (True equals RECONSUME_LATER's 1, and was taken for it.)"""
+    topic = new_topic("BlockingReturnsTrue")
+    got: list[int] = []
+
+    def callback(msg: RecvMessage) -> bool:
+        got.append(msg.reconsume_times)
+        return True
+
+    consumer = PushConsumer("CG-returns-true")
+    consumer.set_namesrv_addr(namesrv)
+    consumer.subscribe(topic, callback)
+    consumer.start()
+    try:
+        with make_producer(namesrv, "PG-returns-true") as producer:
+            msg = Message(topic)
+            msg.set_body("handled")
+            producer.send_sync(msg)
+        wait_for(lambda: got, "the delivery")
+        time.sleep(3)  # redeliveries come back after 1 s here
+    finally:
+        consumer.shutdown()
+    assert got == [0]

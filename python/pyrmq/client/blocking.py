@@ -14,7 +14,14 @@ What matches the official client, beyond names and signatures:
   (``ProducerSendSyncFailed``, ...), with the pyrmq error as ``__cause__``.
 * A push callback's message is consumed unless the callback raises or returns
   ``ConsumeStatus.RECONSUME_LATER``; the message then comes back through the group's retry
-  topic with ``reconsume_times`` one higher. Returning None counts as success (0.4.4).
+  topic with ``reconsume_times`` one higher. Anything else it returns counts as success, as
+  0.4.4 ignores it (``True`` too, although it equals ``RECONSUME_LATER``'s 1).
+* Each send of a :class:`Message` sends a copy: sent twice, it is two messages with ids of
+  their own, and the object keeps no id.
+* A queue selector gets the message as a :class:`SentMessage` and, for an int ``arg``, the
+  address of a C int holding it, as the official client hands them over (its selectors read
+  ``ctypes.cast(arg, POINTER(c_int))[0]``). The default, :func:`hashing_queue_selector`,
+  is given ``arg`` itself.
 
 >>> from pyrmq.client import Message, Producer
 >>> producer = Producer("PG", timeout=5000)
@@ -31,6 +38,7 @@ What matches the official client, beyond names and signatures:
 """
 
 import concurrent.futures
+import ctypes
 import enum
 import logging
 import ssl
@@ -516,7 +524,7 @@ class Producer(_Client):
                 broker took it.
         """
         cls = exceptions.ProducerSendSyncFailed
-        return _run(self._producer(cls).send(msg), cls)
+        return _run(self._producer(cls).send(_own(msg)), cls)
 
     def send_async(
         self,
@@ -558,19 +566,28 @@ class Producer(_Client):
                 log.warning("send_async to %s failed: %s", msg.topic, e)
 
         async def start_send() -> None:
-            producer.send_async(msg, on_success, on_exception)
+            producer.send_async(_own(msg), on_success, on_exception)
 
         _run(start_send(), exceptions.ProducerSendSyncFailed)
 
     def send_oneway(self, msg: Message) -> None:
         """Sends without waiting for an answer."""
         cls = exceptions.ProducerSendOnewayFailed
-        _run(self._producer(cls).send_oneway(msg), cls)
+        _run(self._producer(cls).send_oneway(_own(msg)), cls)
 
     @staticmethod
     def _select(queue_selector: QueueSelector) -> Callable[..., MessageQueue]:
+        """A selector as the official client calls it: with the message as a
+        :class:`SentMessage` and, for an int ``arg``, the address of a C int holding it (its
+        selectors read it with ``ctypes.cast(arg, POINTER(c_int))[0]``)."""
+
         def select(mqs: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
-            return mqs[queue_selector(len(mqs), msg, arg) % len(mqs)]
+            if queue_selector is hashing_queue_selector or not isinstance(arg, int):
+                index = queue_selector(len(mqs), SentMessage(msg), arg)
+            else:
+                cell = ctypes.c_int(arg)
+                index = queue_selector(len(mqs), SentMessage(msg), ctypes.addressof(cell))
+            return mqs[index % len(mqs)]
 
         return select
 
@@ -593,7 +610,7 @@ class Producer(_Client):
         select = self._select(queue_selector)
         for attempt in range(max(1, retry_times)):
             try:
-                return runtime.run(producer.send_orderly(msg, arg, select))
+                return runtime.run(producer.send_orderly(_own(msg), arg, select))
             except SendError as e:
                 if attempt + 1 >= retry_times:
                     _raise_as(cls, e)
@@ -606,7 +623,8 @@ class Producer(_Client):
         """rocketmq-client-python 2.x: an ordered send to the queue at
         ``hash(sharding_key) % queue count`` (Java's ``String.hashCode``)."""
         cls = exceptions.ProducerSendOrderlyFailed
-        return _run(self._producer(cls).send_orderly(msg, _text(sharding_key), select_by_hash), cls)
+        sent = self._producer(cls).send_orderly
+        return _run(sent(_own(msg), _text(sharding_key), select_by_hash), cls)
 
     def send_oneway_orderly(
         self, msg: Message, arg: Any, queue_selector: QueueSelector = hashing_queue_selector
@@ -617,8 +635,9 @@ class Producer(_Client):
         select = self._select(queue_selector)
 
         async def send() -> None:
-            mqs = await producer.fetch_publish_queues(msg.topic)
-            await producer.send_oneway(msg, queue=select(mqs, msg, arg))
+            own = _own(msg)
+            mqs = await producer.fetch_publish_queues(own.topic)
+            await producer.send_oneway(own, queue=select(mqs, own, arg))
 
         _run(send(), cls)
 
@@ -628,7 +647,16 @@ class Producer(_Client):
         cls = exceptions.ProducerSendSyncFailed
         if not msgs:
             raise cls("a batch needs at least one message")
-        return _run(self._producer(cls).send_batch(msgs), cls)
+        return _run(self._producer(cls).send_batch([_own(m) for m in msgs]), cls)
+
+
+def _own(msg: Message) -> Message:
+    """The copy of ``msg`` a send takes: as the official client sends a copy, every send of one
+    :class:`Message` is a message of its own, with an id of its own, and ``msg`` is left as it
+    was (an id set on it stays)."""
+    own = Message(msg.topic, msg.body, properties=msg.properties)
+    own.flag = msg.flag
+    return own
 
 
 class SentMessage(_MessageView):
@@ -711,6 +739,7 @@ class TransactionMQProducer(Producer):
         cls = exceptions.ProducerSendSyncFailed
         producer = self._producer(cls)
         assert isinstance(producer, AsyncTransactionProducer)
+        message = _own(message)
         result, half = _run(producer.send_half(message), cls)
         if result.status is SendStatus.OK:
             state = TransactionState(local_execute(SentMessage(message), user_args))
@@ -840,7 +869,9 @@ def _per_message(
 ) -> Callable[[list[MessageExt], ConsumeContext], ConsumeStatus]:
     def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
         for m in msgs:
-            if callback(RecvMessage(m)) == ConsumeStatus.RECONSUME_LATER:
+            # Only the status itself: 0.4.4 ignores what a callback returns, and a callback
+            # returning True ("handled") must not have its message delivered again.
+            if callback(RecvMessage(m)) is ConsumeStatus.RECONSUME_LATER:
                 return ConsumeStatus.RECONSUME_LATER
         return ConsumeStatus.CONSUME_SUCCESS
 
