@@ -496,10 +496,23 @@ def test_pull_consumer_remembers_offsets_and_filters_tags(
         consumer.set_message_queue_offset(queues[0], 0)
         again = [m.body for m in consumer.pull(topic)]
         assert again, "queue 0 is read again from offset 0"
+        # A topic no name server knows has nothing, as with the official client.
+        assert list(consumer.pull("BlockingPullNoSuchTopic")) == []
     finally:
         consumer.shutdown()
     with pytest.raises(rmq_exceptions.PullConsumerFetchMessageFailed, match="not started"):
         list(consumer.pull(topic))
+    # The group's offsets outlive the object, as the official client's class-wide table: a
+    # pull consumer made again goes on where the last stopped.
+    send(["TagA"], 12)
+    renewed = PullConsumer("CG-pull")
+    renewed.set_namesrv_addr(namesrv)
+    with renewed:
+        assert [m.body for m in renewed.pull(topic)] == [b"TagA-12"]
+    other = PullConsumer("CG-pull-other")
+    other.set_namesrv_addr(namesrv)
+    with other:
+        assert len(list(other.pull(topic))) == 13
 
 
 def test_a_selector_written_for_the_official_client_reads_its_arg_as_a_c_int(

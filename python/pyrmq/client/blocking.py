@@ -45,7 +45,7 @@ import ssl
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Final, NoReturn, Self, TypeVar
+from typing import Any, ClassVar, Final, NoReturn, Self, TypeVar
 
 from pyrmq import _core
 from pyrmq.acl.signing import Credentials
@@ -926,8 +926,10 @@ class PullConsumer(_Client):
     """The official client's simple pull consumer: :meth:`pull` yields every message of a
     topic from the offsets this object remembers (0 at first) until each queue is caught up.
 
-    Offsets live only in this object (:attr:`offset_table`); nothing is committed to the
-    broker.
+    Offsets live in this process only (:attr:`offset_table`, shared by the group's pull
+    consumers, as the official client's class-wide table is: one made again for each poll goes
+    on where the last stopped); nothing is committed to the broker. A topic no name server
+    knows yields nothing, as with the official client.
 
     >>> consumer = PullConsumer("CID_PULL")
     >>> consumer.set_namesrv_addr("127.0.0.1:9876")
@@ -937,12 +939,18 @@ class PullConsumer(_Client):
     >>> consumer.shutdown()  # doctest: +SKIP
     """
 
+    _tables: ClassVar[dict[str, dict[str, int]]] = {}
+    """Each group's offsets (see :attr:`offset_table`)."""
+
     def __init__(self, group_id: str | bytes) -> None:
         super().__init__(group_id)
-        self.offset_table: dict[str, int] = {}
-        """Next offset per queue, keyed by ``topic@broker@queue id``."""
         self._instance: ClientInstance | None = None
         self._member: _PullMember | None = None
+
+    @property
+    def offset_table(self) -> dict[str, int]:
+        """The group's next offset per queue, keyed by ``topic@broker@queue id``."""
+        return PullConsumer._tables.setdefault(self._group, {})
 
     def set_group(self, group_id: str | bytes) -> None:
         self._group = _text(group_id)
@@ -1013,7 +1021,7 @@ class PullConsumer(_Client):
         the offsets move on as it goes.
 
         Raises:
-            PullConsumerFetchMQFailed: The topic has no route.
+            PullConsumerFetchMQFailed: No name server answered.
             PullConsumerFetchMessageFailed: A pull failed (the offsets stay where the last
                 yielded message left them).
         """
@@ -1021,7 +1029,10 @@ class PullConsumer(_Client):
         topic = _text(topic)
         expression = _text(expression)
         tags = _tag_filter(expression)
-        for mq in self.fetch_message_queues(topic):
+        route = _run(inst.update_route(topic), exceptions.PullConsumerFetchMQFailed)
+        if route is None:
+            return
+        for mq in route.subscribe_queues():
             while True:
                 offset = self.get_message_queue_offset(mq)
                 header = PullMessageRequestHeader.immediate(
