@@ -977,8 +977,10 @@ fn closing_blank(file: &MappedFile, rel: u64, size: u64) -> Option<u64> {
                 continue;
             }
             let p = magic_rel - 4;
-            let total = u32::from_be_bytes(file.slice(p, 4).try_into().expect("4 bytes"));
-            if u64::from(total) == size - p {
+            let total = u64::from(u32::from_be_bytes(
+                file.slice(p, 4).try_into().expect("4 bytes"),
+            ));
+            if total >= END_FILE_MIN_BLANK_LENGTH && total == size - p {
                 return Some(p);
             }
         }
