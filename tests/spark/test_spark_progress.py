@@ -80,5 +80,5 @@ def test_without_a_group_each_run_makes_one_up() -> None:
     assert RocketMQStreamReader(prefixed).group.startswith("etl-")
     fixed = ReadOptions.parse(options | {"consumerGroup": "CG_ETL"}, "stream")
     assert RocketMQStreamReader(fixed).group == "CG_ETL"
-    with pytest.raises(Exception, match="consumerGroup must be 1-255 characters"):
+    with pytest.raises(Exception, match=r"option consumerGroup: .*illegal characters"):
         ReadOptions.parse(options | {"consumerGroup": "bad group"}, "stream")

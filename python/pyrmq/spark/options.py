@@ -81,7 +81,6 @@ COMMIT_TOPIC = "PYRMQ_SPARK_SINK_COMMITS"
 STRATEGIES = ("error", "latest")
 GROUP_PREFIX = "spark-pyrmq-source"
 # RocketMQ's rule for group names (as for topics, up to 255 characters).
-_GROUP = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
 # Comparisons and parentheses: a SQL92 filter taken for tags would match nothing.
 _SQL_LIKE = re.compile(r"[=<>()]")
 MAX_TRIGGER_DELAY = "15m"
@@ -352,8 +351,14 @@ class ReadOptions:
             raise ConfigError("option maxTriggerDelay needs minOffsetsPerTrigger")
         groups = {k: options.get(k.lower()) for k in ("consumerGroup", "consumerGroupPrefix")}
         for key, group in groups.items():
-            if group is not None and _GROUP.fullmatch(group) is None:
-                raise ConfigError(f"option {key} must be 1-255 characters of [%|a-zA-Z0-9_-]")
+            if group is None:
+                continue
+            # A prefix names groups "{prefix}-{16 hex digits}" (source.py).
+            named = group if key == "consumerGroup" else f"{group}-{'0' * 16}"
+            try:
+                check_group(named, consumer=True)
+            except ConfigError as e:
+                raise ConfigError(f"option {key}: {e}") from None
         # As Spark's Kafka source: a stream refuses an end, a batch read ignores trigger limits.
         if mode == "stream":
             endings = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")

@@ -5,7 +5,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
@@ -115,8 +115,10 @@ class SendProcessor:
             # needs it.
             properties = _with_cluster(properties, broker.config.broker_cluster_name)
         if not batch and TIMER_PREFIX in properties:
-            properties = _timer_chosen(properties)
-            illegal = _timer_problem(properties, broker.config.timer_max_delay_s)
+            timer_props = parse_properties(properties)
+            if _drop_unread_timers(timer_props):
+                properties = encode_properties(timer_props)
+            illegal = _timer_problem(timer_props, broker.config.timer_max_delay_s)
             if illegal is not None:
                 return self._error(request, ResponseCode.MESSAGE_ILLEGAL, illegal)
         reconsume_times = header.reconsume_times
@@ -474,38 +476,37 @@ def _waits_for_store(properties: str) -> bool:
 def _batch_timer_problem(body: bytes, max_delay_s: int) -> str | None:
     """The first timer problem among the messages of a client batch body."""
     for properties in _core.batch_timer_properties(body):
-        problem = _timer_problem(properties, max_delay_s)
+        problem = _timer_problem(parse_properties(properties), max_delay_s)
         if problem is not None:
             return problem
     return None
 
 
-def _timer_chosen(properties: str) -> str:
-    r"""``properties`` with the one timer RocketMQ's broker goes by: none when a delay level is
-    set (the level wins), else the first of :data:`TIMER_PROPERTIES` present.
+def _drop_unread_timers(props: dict[str, str]) -> bool:
+    r"""Keeps in ``props`` the one timer RocketMQ's broker goes by: none when a delay level is
+    set (the level wins), else the first of :data:`TIMER_PROPERTIES` present. Returns whether
+    any was dropped.
 
-    >>> _timer_chosen("DELAY\x012\x02TIMER_DELAY_SEC\x0160\x02")
-    'DELAY\x012'
-    >>> _timer_chosen("TIMER_DELIVER_MS\x01123\x02TIMER_DELAY_SEC\x0160\x02")
-    'TIMER_DELAY_SEC\x0160'
+    >>> props = {"DELAY": "2", "TIMER_DELAY_SEC": "60"}
+    >>> _drop_unread_timers(props), props
+    (True, {'DELAY': '2'})
+    >>> props = {"TIMER_DELIVER_MS": "123", "TIMER_DELAY_SEC": "60"}
+    >>> _drop_unread_timers(props), props
+    (True, {'TIMER_DELAY_SEC': '60'})
     """
-    props = parse_properties(properties)
     present = [name for name in TIMER_PROPERTIES if name in props]
     level = _i64(props.get("DELAY", ""))
     drop = present if level is not None and level > 0 else present[1:]
-    if not drop:
-        return properties
     for name in drop:
         del props[name]
-    return encode_properties(props)
+    return bool(drop)
 
 
-def _timer_problem(properties: str, max_delay_s: int) -> str | None:
+def _timer_problem(props: Mapping[str, str], max_delay_s: int) -> str | None:
     """What is wrong with a timer message's timer (RocketMQ's checks), or None: the first
     timer property present must be a 64-bit integer, read as the store reads it, and not
     more than ``max_delay_s`` ahead. One in the past is no timer: the message is delivered at
     once, as RocketMQ stores it."""
-    props = parse_properties(properties)
     present = [(name, props[name]) for name in TIMER_PROPERTIES if name in props]
     if not present:
         return None
