@@ -401,6 +401,20 @@ def test_what_remoting_requests_need() -> None:
     assert not need(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "X"}).admin
     with pytest.raises(AclError, match="bad heartbeat"):
         need(RequestCode.HEART_BEAT, {}, b"{not json")
+    for code in (
+        RequestCode.POP_MESSAGE,
+        RequestCode.ACK_MESSAGE,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+    ):
+        popped = need(code, {"topic": "TopicA", "consumerGroup": "GID_A"})
+        assert popped.topics == {"TopicA": Permission.SUB}
+        assert popped.groups == {"GID_A": Permission.SUB}
+    acks = {"acks": [{"c": "GID_A", "t": "TopicA"}, {"consumerGroup": "GID_B", "topic": "T2"}]}
+    batch = need(RequestCode.BATCH_ACK_MESSAGE, {}, json.dumps(acks).encode())
+    assert batch.topics == {"TopicA": Permission.SUB, "T2": Permission.SUB}
+    assert batch.groups == {"GID_A": Permission.SUB, "GID_B": Permission.SUB}
+    with pytest.raises(AclError, match="bad batch ack"):
+        need(RequestCode.BATCH_ACK_MESSAGE, {}, b"[1]")
 
 
 def test_a_grpc_recall_needs_to_publish_to_its_topic() -> None:

@@ -4,6 +4,7 @@ RocketMQ's plain ACL reads it, checked against the accounts of ``plain_acl.yml``
 A refused request is answered NO_PERMISSION with the reason and is not served.
 """
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -42,6 +43,16 @@ ADMIN_CODES = frozenset(
     }
 )
 
+# Consumers' reads: a topic and a group in the header, both subscribed to.
+_POP_CODES = frozenset(
+    {
+        RequestCode.PULL_MESSAGE,
+        RequestCode.POP_MESSAGE,
+        RequestCode.ACK_MESSAGE,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+    }
+)
+
 
 def acl_file_path(config: "BrokerConfig") -> Path:
     """``plainAclFile``, else RocketMQ's place for it: ``$ROCKETMQ_HOME/conf/plain_acl.yml``."""
@@ -71,9 +82,11 @@ def remoting_request(host: str, request: RemotingCommand) -> AccessRequest:
         access.need_topic(fields.get("topic"), Permission.PUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         access.need_group(fields.get("group"), sub)
-    elif code == RequestCode.PULL_MESSAGE:
+    elif code in _POP_CODES:
         access.need_topic(fields.get("topic"), sub)
         access.need_group(fields.get("consumerGroup"), sub)
+    elif code == RequestCode.BATCH_ACK_MESSAGE:
+        _need_batch_ack(access, request.body)
     elif code == RequestCode.QUERY_MESSAGE:
         access.need_topic(fields.get("topic"), sub)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
@@ -91,6 +104,16 @@ def remoting_request(host: str, request: RemotingCommand) -> AccessRequest:
         except (ValueError, TypeError, AttributeError, UnicodeDecodeError, RecursionError) as e:
             raise AclError(f"bad heartbeat: {e}") from None
     return access
+
+
+def _need_batch_ack(access: AccessRequest, body: bytes) -> None:
+    try:
+        acks = json.loads(body)["acks"]
+        for ack in acks:
+            access.need_group(str(ack.get("c", ack.get("consumerGroup", ""))), Permission.SUB)
+            access.need_topic(str(ack.get("t", ack.get("topic", ""))), Permission.SUB)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
+        raise AclError(f"bad batch ack: {e}") from None
 
 
 def _need_send(access: AccessRequest, topic: str | None) -> None:

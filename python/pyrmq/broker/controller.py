@@ -23,6 +23,7 @@ from pyrmq.broker.processors.connections import ConnectionsProcessor
 from pyrmq.broker.processors.consumer_calls import ConsumerCallsProcessor
 from pyrmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processors.groups import GroupProcessor
+from pyrmq.broker.processors.pop import PopProcessor
 from pyrmq.broker.processors.pull import PullProcessor
 from pyrmq.broker.processors.recall import RecallProcessor
 from pyrmq.broker.processors.reply import ReplyProcessor
@@ -41,6 +42,7 @@ from pyrmq.broker.state.queue_locks import QueueLockTable
 from pyrmq.broker.state.topics import PERM_READ, PERM_WRITE, TopicConfig, TopicTable
 from pyrmq.errors import ConfigError, PyrmqError, RemotingError
 from pyrmq.proxy.server import GrpcServer
+from pyrmq.proxy.service import MessagingService
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
@@ -113,6 +115,8 @@ class BrokerController:
         # Accounts and permissions of the plain ACL, read at start; None when requests are
         # not checked.
         self.acl: AclFile | None = None
+        # What pop consumers (gRPC's and 4.x's) hold in flight, with the gRPC front's calls.
+        self.pops = MessagingService(self, config.grpc_server_port)
         if config.grpc_server_port >= 0:
             self.grpc = GrpcServer(self, config.listen_host, config.grpc_server_port)
         self.metrics: BrokerMetrics | None = None
@@ -140,6 +144,7 @@ class BrokerController:
             ConfigProcessor(self),
             EndTransactionProcessor(self),
             self.recalls,
+            PopProcessor(self),
         ):
             processor.install(self.server)
         self.server.on_disconnect.append(self._client_disconnected)
@@ -226,15 +231,13 @@ class BrokerController:
             await self.grpc.start(tls, serve=False)
             # Peers ask for it (GET_BROKER_CONFIG) to route 5.x clients here: the bound port.
             self.config = dataclasses.replace(self.config, grpc_server_port=self.grpc.port)
-            assert self.grpc.service is not None
-            self.transactions.askers.append(self.grpc.service.ask_producer)
+            self.transactions.askers.append(self.pops.ask_producer)
         store_config = dataclasses.replace(self.config.store, store_host=self.address)
         self._loop = loop = asyncio.get_running_loop()
         self._store = await loop.run_in_executor(None, MessageStore.open, self._root, store_config)
         self.topics.save_system_topics()
         await loop.run_in_executor(None, self.transactions.load)
-        if self.grpc is not None and self.grpc.service is not None:
-            self.grpc.service.restore(self._root / "config" / "popState.json")
+        self.pops.restore(self._root / "config" / "popState.json")
         interval = (
             HOLD_CHECK_INTERVAL_S
             if self.config.long_polling_enable
@@ -275,9 +278,8 @@ class BrokerController:
         ]
         if self.acl is not None:
             self._tasks.append(loop.create_task(self._acl_watch_loop()))
-        if self.grpc is not None and self.grpc.service is not None:
-            period = self.config.flush_consumer_offset_interval_ms / 1000
-            self._tasks.append(loop.create_task(self.grpc.service.persist_loop(period)))
+        period = self.config.flush_consumer_offset_interval_ms / 1000
+        self._tasks.append(loop.create_task(self.pops.persist_loop(period)))
         if self.ha_client is not None and self.slave_sync is not None:
             self._tasks += [
                 loop.create_task(self.ha_client.run()),
@@ -345,9 +347,9 @@ class BrokerController:
         except OSError as e:
             log.error("saving consumer offsets at stop failed: %s", e)
             failures.append(e)
-        if served and self.grpc is not None and self.grpc.service is not None:
+        if served:
             try:
-                self.grpc.service.save()
+                self.pops.save()
             except OSError as e:
                 log.error("saving the gRPC groups' in-flight state at stop failed: %s", e)
                 failures.append(e)
@@ -595,8 +597,7 @@ class BrokerController:
             now = int(time.time() * 1000)
             for group in self.clients.expire(now, self.config.channel_expired_timeout_ms):
                 self.notify_consumer_ids_changed(group)
-            if self.grpc is not None and self.grpc.service is not None:
-                self.grpc.service.expire_clients()
+            self.pops.expire_clients()
 
     async def _acl_watch_loop(self) -> None:
         acl = self.acl

@@ -455,9 +455,7 @@ class BrokerMetrics(Collector):
         return (commits, rollbacks, halves)
 
     def _grpc_clients(self) -> list[Any]:
-        grpc = self.broker.grpc
-        service = None if grpc is None else grpc.service
-        return [] if service is None else list(service.clients.values())
+        return list(self.broker.pops.clients.values())
 
     def _counts(self) -> Iterable[Metric]:
         broker = self.broker
@@ -556,8 +554,7 @@ class BrokerMetrics(Collector):
         store, offsets = broker.store, broker.offsets
         labels = ("topic", "consumer_group", "is_retry", "is_system")
         families = [self._family(GaugeMetricFamily, n, d, *labels) for n, d in _CONSUMER_GAUGES]
-        grpc = broker.grpc
-        pops = None if grpc is None else grpc.service
+        pops = broker.pops
         now_ms = time.time_ns() // 1_000_000
         done = 0
         for (group, topic), (popping, tags) in self._subscriptions().items():
@@ -570,7 +567,7 @@ class BrokerMetrics(Collector):
             for queue_id in broker.queue_ids(config.read_queue_nums):
                 done += 1
                 top = store.max_offset(topic, queue_id)
-                if popping and pops is not None:
+                if popping:
                     committed, cursor, holding = pops.pop_position(group, topic, queue_id)
                 else:
                     stored = offsets.query(group, topic, queue_id)

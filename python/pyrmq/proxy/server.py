@@ -180,7 +180,8 @@ class GrpcServer:
         pem = None if tls is None else tls.server_pem()
         mode = tls.server_mode if tls is not None and pem is not None else None
         native = self.broker.config.grpc_transport == "native"
-        service = MessagingService(self.broker, self.port)
+        # The broker keeps it: its 4.x pops share the groups' pop state with gRPC's.
+        service = self.broker.pops
         table = methods(service)
         if native:
             over = native_tls(tls, pem) if tls is not None and pem is not None else None

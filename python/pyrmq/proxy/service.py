@@ -18,7 +18,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +53,7 @@ from pyrmq.store import GetMessageStatus, StoredMessage
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
 
-__all__ = ["MessagingService"]
+__all__ = ["Client", "MessagingService", "Receive"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,8 @@ ACCEPTED_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
 COMMIT, ROLLBACK = 1, 2
 # The topic new topics take their settings from (RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC).
 DEFAULT_TOPIC = "TBW102"
+# Generations below this are the pop times (ms) of 4.x-protocol pops; gRPC's count µs.
+POP_TIME_LIMIT = 10**14
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 """Consumer groups the broker keeps for itself (RocketMQ's ``MixAll.CID_RMQ_SYS_PREFIX``)."""
 
@@ -124,8 +126,8 @@ class Client:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Receive:
-    """One ReceiveMessage request, checked."""
+class Receive:
+    """One ReceiveMessage request (or one POP_MESSAGE), checked."""
 
     client: Client
     group: str
@@ -140,6 +142,12 @@ class _Receive:
     orderly: bool
     max_attempts: int
     sql: SqlFilter | None = None
+    # A 4.x-protocol pop (:mod:`pyrmq.broker.processors.pop`): every delivery takes this
+    # generation, the pop time its handles carry; bodies go as stored (its clients inflate
+    # them); a group new to a queue starts at the queue's first message.
+    pop_time: int = 0
+    raw_bodies: bool = False
+    start_at_min: bool = False
 
     @property
     def hold_s(self) -> float:
@@ -155,6 +163,8 @@ class MessagingService:
         self._queues: dict[tuple[str, str, int], PopQueue] = {}
         self.cluster = ClusterRoutes(broker)
         self._generations = new_generations()
+        # The last pop time given to a 4.x-protocol pop (see next_pop_time).
+        self._last_pop_time = 0
         self._round_robin = itertools.count()
         # Receives waiting for a message, by (group, topic): woken by an arrival, a nack or a
         # client that left.
@@ -707,14 +717,20 @@ class MessagingService:
 
     # -- receiving -------------------------------------------------------------------------
 
-    def _pop_queue(self, group: str, topic: str, queue_id: int) -> PopQueue:
+    def _pop_queue(
+        self, group: str, topic: str, queue_id: int, *, start_at_min: bool = False
+    ) -> PopQueue:
         key = (group, topic, queue_id)
         queue = self._queues.get(key)
         if queue is None:
             offsets = self.broker.offsets
             start = offsets.query(group, topic, queue_id)
             if start is None:
-                start = self._first_offset(topic, queue_id)
+                start = (
+                    self.broker.store.min_offset(topic, queue_id)
+                    if start_at_min
+                    else self._first_offset(topic, queue_id)
+                )
                 offsets.commit(group, topic, queue_id, start)
             queue = self._queues[key] = PopQueue(start)
         return queue
@@ -741,7 +757,7 @@ class MessagingService:
         stored = result.messages()[0]
         return stored if stored.queue_offset == offset else None
 
-    def _pop(self, r: "_Receive") -> list[tuple[StoredMessage, Delivery]]:
+    def _pop(self, r: "Receive") -> list[tuple[StoredMessage, Delivery]]:
         """Takes up to ``r.batch`` messages: due redeliveries first, then new ones, from the
         queue asked for or every readable queue of the topic, starting at a different queue
         each time."""
@@ -757,7 +773,7 @@ class MessagingService:
             )
         return out
 
-    def _same_attempt(self, r: "_Receive") -> list[tuple[StoredMessage, Delivery]]:
+    def _same_attempt(self, r: "Receive") -> list[tuple[StoredMessage, Delivery]]:
         """The deliveries of the client's last receive, again, if this receive repeats its
         attempt id and they are still the client's: that answer was lost on the way."""
         if not r.attempt_id:
@@ -776,7 +792,7 @@ class MessagingService:
                 out += self._redeliver(r, queue_id, queue, [entry], 1, now, count=False)
         return out
 
-    def _pop_queues(self, r: "_Receive") -> list[tuple[StoredMessage, Delivery]]:
+    def _pop_queues(self, r: "Receive") -> list[tuple[StoredMessage, Delivery]]:
         queue_ids = self._queue_ids(r)
         if not queue_ids:
             return []
@@ -787,7 +803,7 @@ class MessagingService:
         topic = r.config.topic_name
         out: list[tuple[StoredMessage, Delivery]] = []
         for queue_id in queue_ids:
-            queue = self._pop_queue(r.group, topic, queue_id)
+            queue = self._pop_queue(r.group, topic, queue_id, start_at_min=r.start_at_min)
             room = r.batch - len(out)
             if r.orderly:
                 out += self._pop_orderly(r, queue_id, queue, room, now, present)
@@ -801,7 +817,7 @@ class MessagingService:
                 break
         return out
 
-    def _queue_ids(self, r: "_Receive") -> list[int]:
+    def _queue_ids(self, r: "Receive") -> list[int]:
         readable = self.broker.queue_ids(r.config.read_queue_nums)
         if r.queue_id >= 0:
             return [r.queue_id] if r.queue_id in readable else []
@@ -809,7 +825,7 @@ class MessagingService:
 
     def _pop_orderly(
         self,
-        r: "_Receive",
+        r: "Receive",
         queue_id: int,
         queue: PopQueue,
         room: int,
@@ -829,7 +845,7 @@ class MessagingService:
 
     def _redeliver(
         self,
-        r: "_Receive",
+        r: "Receive",
         queue_id: int,
         queue: PopQueue,
         entries: Iterable[InFlight],
@@ -858,12 +874,12 @@ class MessagingService:
                 if self._to_dead_letters(r.group, stored, entry.attempt):
                     queue.finish(entry.offset)
                 continue
-            body = self._body(r.group, stored)
+            body = stored.body if r.raw_bodies else self._body(r.group, stored)
             if body is None:
                 if self._to_dead_letters(r.group, stored, entry.attempt):
                     queue.finish(entry.offset)
                 continue
-            generation = next(self._generations)
+            generation = r.pop_time or next(self._generations)
             visible_at = now + r.hold_s
             queue.redelivered(
                 entry,
@@ -879,7 +895,7 @@ class MessagingService:
         return out
 
     def _pop_new(
-        self, r: "_Receive", queue_id: int, queue: PopQueue, room: int, now: float
+        self, r: "Receive", queue_id: int, queue: PopQueue, room: int, now: float
     ) -> list[tuple[StoredMessage, Delivery]]:
         store = self.broker.store
         topic = r.config.topic_name
@@ -892,7 +908,7 @@ class MessagingService:
                 if r.sql is not None and not r.sql.matches(stored.properties):
                     # Not this group's: read past, as the store reads past other tags.
                     continue
-                body = self._body(r.group, stored)
+                body = stored.body if r.raw_bodies else self._body(r.group, stored)
                 if body is None:
                     if self._to_dead_letters(r.group, stored, 0):
                         continue
@@ -901,7 +917,7 @@ class MessagingService:
                     break
                 entry = queue.delivered(
                     stored.queue_offset,
-                    next(self._generations),
+                    r.pop_time or next(self._generations),
                     now + r.hold_s,
                     r.client.client_id,
                     auto_renew=r.auto_renew,
@@ -997,7 +1013,7 @@ class MessagingService:
         for event in self._waiters.get((group, topic), ()):
             event.set()
 
-    async def _wait(self, r: "_Receive", timeout_s: float) -> None:
+    async def _wait(self, r: "Receive", timeout_s: float) -> None:
         """Waits until a message may have arrived on a queue the receive reads, a message of
         the group became visible again or an orderly queue's batch was finished, or
         ``timeout_s`` passed."""
@@ -1024,7 +1040,7 @@ class MessagingService:
                 if not waiters:
                     del self._waiters[key]
 
-    def _next_visible_in(self, r: "_Receive", now: float) -> float | None:
+    def _next_visible_in(self, r: "Receive", now: float) -> float | None:
         """Seconds until something in flight on the queues ``r`` reads may be delivered again:
         a message of a normal group, a whole batch of an orderly one. None if nothing will be
         (what is due already and was not taken waits for another wake-up, not a spin)."""
@@ -1042,32 +1058,21 @@ class MessagingService:
         self, request: pb.ReceiveMessageRequest, context: Any
     ) -> AsyncIterator[pb.ReceiveMessageResponse]:
         if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
-            r: _Receive | pb.Status = refused
+            r: Receive | pb.Status = refused
         else:
             r = self._check_receive(request, self._client(context))
         if isinstance(r, pb.Status):
             yield pb.ReceiveMessageResponse(status=r)
             yield pb.ReceiveMessageResponse(delivery_timestamp=messages.timestamp(_now_ms()))
             return
-        loop = self.broker.loop
         remaining = context.time_remaining()
         window = DEFAULT_LONG_POLLING_S
         if request.HasField("long_polling_timeout"):
             window = min(messages.duration_s(request.long_polling_timeout), MAX_LONG_POLLING_S)
         if remaining is not None:
             window = min(window, remaining - DEADLINE_MARGIN_S)
-        end = loop.time() + max(0.0, window)
         topic = r.config.topic_name
-        popped = self._pop(r)
-        while not popped:
-            left = end - loop.time()
-            if left <= 0:
-                break
-            visible_in = self._next_visible_in(r, time.monotonic())
-            if visible_in is not None:
-                left = min(left, visible_in + 0.001)
-            await self._wait(r, left)
-            popped = self._pop(r)
+        popped = await self.pop(r, window)
         if popped and (on_cancelled := getattr(context, "on_cancelled", None)) is not None:
             # Handed to the transport is not yet delivered: a client that leaves before the
             # answer is out never got these.
@@ -1095,6 +1100,22 @@ class MessagingService:
             self._release(r.group, topic, popped)
             raise
 
+    async def pop(self, r: "Receive", window_s: float) -> list[tuple[StoredMessage, Delivery]]:
+        """Pops for ``r``, waiting up to ``window_s`` for something to deliver."""
+        loop = self.broker.loop
+        end = loop.time() + max(0.0, window_s)
+        popped = self._pop(r)
+        while not popped:
+            left = end - loop.time()
+            if left <= 0:
+                break
+            visible_in = self._next_visible_in(r, time.monotonic())
+            if visible_in is not None:
+                left = min(left, visible_in + 0.001)
+            await self._wait(r, left)
+            popped = self._pop(r)
+        return popped
+
     def _release(
         self, group: str, topic: str, popped: Iterable[tuple[StoredMessage, Delivery]]
     ) -> None:
@@ -1113,7 +1134,7 @@ class MessagingService:
 
     def _check_receive(
         self, request: pb.ReceiveMessageRequest, client: Client | None
-    ) -> "_Receive | pb.Status":
+    ) -> "Receive | pb.Status":
         if client is None:
             return _status(pb.CLIENT_ID_REQUIRED)
         group = request.group.name
@@ -1154,7 +1175,7 @@ class MessagingService:
                 )
         settings = self.broker.group_config(group)
         orderly = settings.consume_message_orderly
-        return _Receive(
+        return Receive(
             client=client,
             group=group,
             config=config,
@@ -1247,6 +1268,9 @@ class MessagingService:
                 restored += 1
             self._commit(group, topic, queue_id, queue)
         self._generations = new_generations(after=top)
+        self._last_pop_time = max(
+            (g for q in self._queues.values() for g in _pop_times(q)), default=0
+        )
         if restored:
             log.info("gRPC groups have %d messages in flight from before the restart", restored)
 
@@ -1333,18 +1357,85 @@ class MessagingService:
         found = self._in_flight(group, topic, request.receipt_handle)
         if isinstance(found, pb.Status):
             return pb.ChangeInvisibleDurationResponse(status=found)
-        queue, entry, receipt = found
-        self._dirty = True
-        queue.hidden(entry, next(self._generations), time.monotonic() + seconds)
+        _, entry, receipt = found
+        self._hide(group, topic, receipt.queue_id, entry, next(self._generations), seconds)
         handle = Receipt(receipt.queue_id, entry.offset, entry.generation).encode()
+        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+
+    def _hide(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        entry: InFlight,
+        generation: int,
+        seconds: float,
+    ) -> None:
+        """Makes ``entry`` come back ``seconds`` from now, under ``generation``."""
+        queue = self._queues[(group, topic, queue_id)]
+        self._dirty = True
+        queue.hidden(entry, generation, time.monotonic() + seconds)
         # As in RocketMQ, a message out of deliveries goes to the DLQ when it comes due, not
         # now: the client may be extending the one it is still working on, and acks it later.
-        stored = self._read_one(topic, receipt.queue_id, entry.offset)
+        stored = self._read_one(topic, queue_id, entry.offset)
         if stored is not None and _spent(entry, stored, self._max_attempts(group)):
-            self._watch((group, topic, receipt.queue_id), entry)
+            self._watch((group, topic, queue_id), entry)
         # A receive waiting on this group re-checks when the message comes due.
         self._wake(group, topic)
-        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+
+    # -- the 4.x protocol's pop (pyrmq.broker.processors.pop) ------------------------------
+
+    def next_pop_time(self) -> int:
+        """A pop time for one 4.x-protocol pop: the clock in ms, but above every one given
+        before, so that it tells this pop's deliveries from any other's (it is their
+        generation). Far below the gRPC handles' generations, which count microseconds."""
+        self._last_pop_time = max(time.time_ns() // 1_000_000, self._last_pop_time + 1)
+        return self._last_pop_time
+
+    def _delivered_at(
+        self, group: str, topic: str, queue_id: int, offset: int, pop_time: int
+    ) -> InFlight | None:
+        queue = self._queues.get((group, topic, queue_id))
+        if queue is None:
+            return None
+        return queue.current(Receipt(queue_id, offset, pop_time), time.monotonic())
+
+    def ack(self, group: str, topic: str, queue_id: int, offset: int, pop_time: int) -> bool:
+        """Ends the delivery of a message that a pop at ``pop_time`` (or a change of its
+        invisible time) made; False if that is not the message's latest delivery, or it
+        came visible again."""
+        entry = self._delivered_at(group, topic, queue_id, offset, pop_time)
+        if entry is None:
+            return False
+        self._finish(group, topic, queue_id, self._queues[(group, topic, queue_id)], offset)
+        return True
+
+    def change_invisible(
+        self, group: str, topic: str, queue_id: int, offset: int, pop_time: int, seconds: float
+    ) -> int | None:
+        """Makes a message delivered at ``pop_time`` come back ``seconds`` from now; returns
+        the pop time of its new handle, None as :meth:`ack` refuses."""
+        entry = self._delivered_at(group, topic, queue_id, offset, pop_time)
+        if entry is None:
+            return None
+        new_pop_time = self.next_pop_time()
+        self._hide(group, topic, queue_id, entry, new_pop_time, seconds)
+        return new_pop_time
+
+    def rest(self, r: Receive) -> int:
+        """Messages not yet read in the queues ``r`` pops from."""
+        store, topic = self.broker.store, r.config.topic_name
+        total = 0
+        for queue_id in self._queue_ids(r):
+            queue = self._queues.get((r.group, topic, queue_id))
+            if queue is not None:
+                total += max(0, store.max_offset(topic, queue_id) - queue.cursor)
+        return total
+
+    def connection_closed(self, client_id: str) -> None:
+        """Forgets the last pops of a 4.x-protocol client that left (their attempt ids)."""
+        for key in [k for k in self._attempts if k[0] == client_id]:
+            del self._attempts[key]
 
     async def forward_message_to_dead_letter_queue(
         self, request: pb.ForwardMessageToDeadLetterQueueRequest, context: Any
@@ -1384,6 +1475,11 @@ class MessagingService:
 _MESSAGE_TYPES = {pb.FIFO: "fifo", pb.DELAY: "delay", pb.TRANSACTION: "transaction"}
 
 
+def _pop_times(queue: PopQueue) -> Iterator[int]:
+    """The generations of ``queue``'s deliveries that are 4.x-protocol pop times."""
+    return (e.generation for e in queue.inflight.values() if e.generation < POP_TIME_LIMIT)
+
+
 def _recall_code(code: int) -> "pb.Code":
     """RocketMQ's proxy's status for a broker's answer to a recall."""
     if code == ResponseCode.TOPIC_NOT_EXIST:
@@ -1417,7 +1513,7 @@ def _names_tags(expression: str) -> bool:
     return text in ("", "*") or any(tag.strip() for tag in text.split("||"))
 
 
-def _attempt_key(r: _Receive) -> tuple[str, str, str, int]:
+def _attempt_key(r: Receive) -> tuple[str, str, str, int]:
     return (r.client.client_id, r.group, r.config.topic_name, r.queue_id)
 
 

@@ -32,7 +32,10 @@ from pyrmq.errors import HeaderError
 from pyrmq.remoting.protocol import PullSysFlag
 
 __all__ = [
+    "AckMessageRequestHeader",
     "BrokerWritePermRequestHeader",
+    "ChangeInvisibleTimeRequestHeader",
+    "ChangeInvisibleTimeResponseHeader",
     "CheckTransactionStateRequestHeader",
     "CloneGroupOffsetRequestHeader",
     "ConsumeMessageDirectlyResultRequestHeader",
@@ -55,6 +58,8 @@ __all__ = [
     "GetTopicStatsInfoRequestHeader",
     "GetTopicsByClusterRequestHeader",
     "KvConfigRequestHeader",
+    "PopMessageRequestHeader",
+    "PopMessageResponseHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueryConsumeQueueRequestHeader",
@@ -1624,5 +1629,213 @@ class GetBrokerAclConfigResponseHeader:
                 ("brokerName", self.broker_name),
                 ("brokerAddr", self.broker_addr),
                 ("clusterName", self.cluster_name),
+            ]
+        )
+
+
+# --- pop (RocketMQ 5) ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PopMessageRequestHeader:
+    """POP_MESSAGE (200050): take messages of a group's queue (or of every queue, ``queue_id``
+    -1) and keep them invisible to the group until acked or ``invisible_time`` ms pass.
+
+    >>> PopMessageRequestHeader.from_ext({"consumerGroup": "G", "topic": "T", "queueId": "-1",
+    ...     "maxMsgNums": "8", "invisibleTime": "60000", "pollTime": "0", "bornTime": "1",
+    ...     "initMode": "0", "order": "false"}).max_msg_nums
+    8
+    """
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    max_msg_nums: int
+    invisible_time: int
+    poll_time: int
+    """How long the broker may hold the pop when nothing is there, in ms."""
+    born_time: int
+    """The client's clock when it sent the pop, in ms."""
+    init_mode: int
+    """Where a group new to a queue starts: 0 its first message, 1 its end."""
+    exp_type: str | None = None
+    exp: str | None = None
+    order: bool = False
+    attempt_id: str | None = None
+    """The same id again: the client never got the answer to its last pop."""
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            consumer_group=f.text("consumerGroup"),
+            topic=f.text("topic"),
+            queue_id=f.i32("queueId"),
+            max_msg_nums=f.i32("maxMsgNums"),
+            invisible_time=f.i64("invisibleTime"),
+            poll_time=f.i64("pollTime"),
+            born_time=f.i64("bornTime"),
+            init_mode=f.i32("initMode"),
+            exp_type=f.opt_text("expType"),
+            exp=f.opt_text("exp"),
+            order=f.flag("order"),
+            attempt_id=f.opt_text("attemptId"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("consumerGroup", self.consumer_group),
+                ("topic", self.topic),
+                ("queueId", self.queue_id),
+                ("maxMsgNums", self.max_msg_nums),
+                ("invisibleTime", self.invisible_time),
+                ("pollTime", self.poll_time),
+                ("bornTime", self.born_time),
+                ("initMode", self.init_mode),
+                ("expType", self.exp_type),
+                ("exp", self.exp),
+                ("order", self.order),
+                ("attemptId", self.attempt_id),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PopMessageResponseHeader:
+    """Answer to POP_MESSAGE. A client makes each message's handle (its ``POP_CK``) from these:
+    the start offset of its queue in the answer, ``pop_time``, ``invisible_time``,
+    ``revive_qid``, the broker name, the queue id and the message's offset. The infos are
+    ``;``-separated ``<retry mark> <queue id> <value>`` entries."""
+
+    pop_time: int
+    invisible_time: int
+    revive_qid: int
+    rest_num: int
+    """Messages left to read in the queues the pop read."""
+    start_offset_info: str | None = None
+    msg_offset_info: str | None = None
+    order_count_info: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            pop_time=f.i64("popTime"),
+            invisible_time=f.i64("invisibleTime"),
+            revive_qid=f.i32("reviveQid"),
+            rest_num=f.i64("restNum"),
+            start_offset_info=f.opt_text("startOffsetInfo"),
+            msg_offset_info=f.opt_text("msgOffsetInfo"),
+            order_count_info=f.opt_text("orderCountInfo"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("popTime", self.pop_time),
+                ("invisibleTime", self.invisible_time),
+                ("reviveQid", self.revive_qid),
+                ("restNum", self.rest_num),
+                ("startOffsetInfo", self.start_offset_info),
+                ("msgOffsetInfo", self.msg_offset_info),
+                ("orderCountInfo", self.order_count_info),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AckMessageRequestHeader:
+    """ACK_MESSAGE (200051): a popped message is consumed. ``extra_info`` is its ``POP_CK``."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    extra_info: str
+    offset: int
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            consumer_group=f.text("consumerGroup"),
+            topic=f.text("topic"),
+            queue_id=f.i32("queueId"),
+            extra_info=f.text("extraInfo"),
+            offset=f.i64("offset"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("consumerGroup", self.consumer_group),
+                ("topic", self.topic),
+                ("queueId", self.queue_id),
+                ("extraInfo", self.extra_info),
+                ("offset", self.offset),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeInvisibleTimeRequestHeader:
+    """CHANGE_MESSAGE_INVISIBLETIME (200053): a popped message comes back ``invisible_time``
+    ms from now, unless acked first under the handle the answer makes."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    extra_info: str
+    offset: int
+    invisible_time: int
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            consumer_group=f.text("consumerGroup"),
+            topic=f.text("topic"),
+            queue_id=f.i32("queueId"),
+            extra_info=f.text("extraInfo"),
+            offset=f.i64("offset"),
+            invisible_time=f.i64("invisibleTime"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("consumerGroup", self.consumer_group),
+                ("topic", self.topic),
+                ("queueId", self.queue_id),
+                ("extraInfo", self.extra_info),
+                ("offset", self.offset),
+                ("invisibleTime", self.invisible_time),
+            ]
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeInvisibleTimeResponseHeader:
+    """Answer to CHANGE_MESSAGE_INVISIBLETIME: the message's new handle takes ``pop_time``."""
+
+    pop_time: int
+    invisible_time: int
+    revive_qid: int
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str]) -> Self:
+        f = _Fields(cls.__name__, ext)
+        return cls(
+            pop_time=f.i64("popTime"),
+            invisible_time=f.i64("invisibleTime"),
+            revive_qid=f.i32("reviveQid"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        return _ext(
+            [
+                ("popTime", self.pop_time),
+                ("invisibleTime", self.invisible_time),
+                ("reviveQid", self.revive_qid),
             ]
         )

@@ -200,6 +200,12 @@ class RequestCode(enum.IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     DELETE_EXPIRED_COMMITLOG = 329
     RECALL_MESSAGE = 370
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    BATCH_ACK_MESSAGE = 200151
 
 
 SYSFLAG_COMPRESSED: Final = 0x1
@@ -275,6 +281,8 @@ class ResponseCode(enum.IntEnum):
     """Pull: the filter data of the subscription is missing (Java clients only)."""
     FILTER_DATA_NOT_LATEST = 28
     """Pull: the filter data is older than the broker's (Java clients only)."""
+    INVALID_PARAMETER = 29
+    """A field of the request is out of range (a 5.x code)."""
     TRANSACTION_SHOULD_COMMIT = 200
     """Transaction check: commit the half message."""
     TRANSACTION_SHOULD_ROLLBACK = 201
@@ -295,8 +303,12 @@ class ResponseCode(enum.IntEnum):
     """No message matches the request."""
     UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
     """ACL: creating or updating an account failed."""
+    POLLING_FULL = 209
+    """Pop: too many pops wait on the broker already (5.x reuses the 4.x ACL code)."""
     DELETE_ACL_CONFIG_FAILED = 210
     """ACL: deleting an account failed."""
+    POLLING_TIMEOUT = 210
+    """Pop: nothing to deliver before the pop's poll time ran out (a reused 4.x code)."""
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     """ACL: updating the global white list failed."""
     FLOW_CONTROL = 215

@@ -145,8 +145,7 @@ class AdminProcessor:
         broker.stats_items.forget(lambda _, key: key == topic or key.startswith(f"{topic}@"))
         if broker.metrics is not None:
             broker.metrics.forget_topic(topic)
-        if broker.grpc is not None and broker.grpc.service is not None:
-            broker.grpc.service.forget_topic(topic)
+        broker.pops.forget_topic(topic)
         offsets = broker.offsets.encode(force=True)
 
         def delete() -> None:
