@@ -13,6 +13,11 @@ directory, ephemeral ports) serves every row:
   average, p50, p99 and max round trip, and msgs/s over the timed loop. Target: average <= 0.3 ms.
 - ``send``, pyrmq's own asyncio ``RemotingClient``: the same sends, one in flight, from this
   process. Reported only: it tells the broker's share from the C++ client's.
+- consume: the ``send`` row's messages read back one at a time, one request in flight, from
+  this process. PULL_MESSAGE of one message (no commit, no suspend) is the baseline of the same
+  run for POP_MESSAGE of one message followed by its ACK_MESSAGE (two round trips, as a pop
+  consumer makes them); the pop row's note gives its time per message as a ratio of the pull's.
+  Reported only.
 - long-poll wake-up: client A parks a PULL_MESSAGE with the suspend flag (sysFlag 2|4,
   suspendTimeoutMillis 15000) at the queue's max offset; after ``PARK_S`` client B (a second
   ``RemotingClient``, so a second connection) sends one message to that queue. Two rows: from
@@ -81,6 +86,9 @@ TARGET_WAKE_P99_MS = 1.0
 SEND_NAME = f"send_sync {BODY_BYTES} B, official C++ client (rocketmq 0.4.4), 1 thread"
 SEND_TARGET = f"avg <= {TARGET_SEND_AVG_MS:g} ms"
 REF_NAME = f"send {BODY_BYTES} B, pyrmq asyncio RemotingClient, 1 in flight"
+PULL_NAME = f"consume {BODY_BYTES} B: pull 1, pyrmq asyncio RemotingClient, 1 in flight"
+POP_NAME = f"consume {BODY_BYTES} B: pop 1 + ack, pyrmq asyncio RemotingClient, 1 in flight"
+POP_GROUP = "CG_BENCH_POP"
 WAKE_NAMES = (
     "long-poll wake-up: send answered -> held pull answered",
     "long-poll wake-up: send written -> held pull answered",
@@ -436,6 +444,90 @@ async def py_send(broker: str, broker_pid: int, plan: Plan) -> dict[str, Any]:
     )
 
 
+def pop_request(topic: str) -> Any:
+    from pyrmq.remoting.command import RemotingCommand
+    from pyrmq.remoting.headers import PopMessageRequestHeader
+    from pyrmq.remoting.protocol import RequestCode
+
+    header = PopMessageRequestHeader(
+        consumer_group=POP_GROUP,
+        topic=topic,
+        queue_id=-1,
+        max_msg_nums=1,
+        invisible_time=60_000,
+        poll_time=0,
+        born_time=time.time_ns() // 1_000_000,
+        init_mode=0,
+    )
+    return RemotingCommand.request(RequestCode.POP_MESSAGE, header.to_ext())
+
+
+def ack_request(topic: str, response: Any) -> Any:
+    """The ACK_MESSAGE of the one message a pop answered, with the handle a Java client makes."""
+    from pyrmq import _core
+    from pyrmq.remoting.command import RemotingCommand
+    from pyrmq.remoting.headers import AckMessageRequestHeader, PopMessageResponseHeader
+    from pyrmq.remoting.protocol import RequestCode, ResponseCode
+
+    if response.code != ResponseCode.SUCCESS:
+        raise RowFailed(f"pop answered code {response.code}: {response.remark}")
+    header = PopMessageResponseHeader.from_ext(response.ext_fields)
+    (message,) = _core.decode_messages(response.body)
+    queue_id, offset = message.queue_id, message.queue_offset
+    extra = (
+        f"{offset} {header.pop_time} {header.invisible_time} {header.revive_qid} 0 "
+        f"broker-a {queue_id} {offset}"
+    )
+    ack = AckMessageRequestHeader(
+        consumer_group=POP_GROUP, topic=topic, queue_id=queue_id, extra_info=extra, offset=offset
+    )
+    return RemotingCommand.request(RequestCode.ACK_MESSAGE, ack.to_ext())
+
+
+async def py_consume(broker: str, broker_pid: int, plan: Plan) -> tuple[dict[str, Any], ...]:
+    """Reads the ``send`` row's messages back: pulls of one, then pops of one with their acks."""
+    from pyrmq.remoting.client import RemotingClient
+    from pyrmq.remoting.protocol import ResponseCode
+
+    client = RemotingClient()
+    count = plan.send_count
+    rows = []
+    try:
+        for name, pops in ((PULL_NAME, False), (POP_NAME, True)):
+            rtt: list[int] = []
+            cpu0 = process_cpu_s(broker_pid)
+            started = time.perf_counter()
+            deadline = started + plan.send_max_s
+            for i in range(count):
+                t0 = time.perf_counter_ns()
+                if pops:
+                    popped = await client.invoke(broker, pop_request(REF_TOPIC), timeout_s=5.0)
+                    answer = await client.invoke(
+                        broker, ack_request(REF_TOPIC, popped), timeout_s=5.0
+                    )
+                else:
+                    request = pull_request(REF_TOPIC, i % SEND_QUEUES, i // SEND_QUEUES, 0)
+                    request.ext_fields["maxMsgNums"] = "1"
+                    answer = await client.invoke(broker, request, timeout_s=5.0)
+                rtt.append(time.perf_counter_ns() - t0)
+                if answer.code != ResponseCode.SUCCESS:
+                    raise RowFailed(f"{name} {i}: code {answer.code}: {answer.remark}")
+                if time.perf_counter() > deadline:
+                    break
+            loop_s = time.perf_counter() - started
+            cpu1 = process_cpu_s(broker_pid)
+            extra = {"loop_s": loop_s, "broker_cpu_us_per_msg": per_msg_us(cpu0, cpu1, len(rtt))}
+            rows.append(
+                row(name, rtt, target=None, met=None, msgs_per_s=len(rtt) / loop_s, extra=extra)
+            )
+    finally:
+        await client.close()
+    pull, pop = rows
+    if pull.get("avg_ms") and pop.get("avg_ms"):
+        pop["note"] = f"{pop['avg_ms'] / pull['avg_ms']:.2f}x the pull row's time per message"
+    return tuple(rows)
+
+
 async def _timed(awaitable: Any) -> tuple[Any, int]:
     """Awaits ``awaitable``; returns its result and when this coroutine resumed with it."""
     result = await awaitable
@@ -601,6 +693,7 @@ def run_all(plan: Plan, scratch: Path) -> tuple[list[dict[str, Any]], list[str],
 
         attempt((SEND_NAME,), SEND_TARGET, lambda: cpp_send_sync(namesrv, pid, plan, scratch))
         attempt((REF_NAME,), None, lambda: asyncio.run(py_send(broker, pid, plan)))
+        attempt((PULL_NAME, POP_NAME), None, lambda: asyncio.run(py_consume(broker, pid, plan)))
         attempt(WAKE_NAMES, WAKE_TARGET, lambda: asyncio.run(long_poll(broker, pid, plan)))
     finally:
         code = server.stop()

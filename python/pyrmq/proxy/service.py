@@ -1101,7 +1101,8 @@ class MessagingService:
             raise
 
     async def pop(self, r: "Receive", window_s: float) -> list[tuple[StoredMessage, Delivery]]:
-        """Pops for ``r``, waiting up to ``window_s`` for something to deliver."""
+        """Pops for ``r``, waiting up to ``window_s`` for something to deliver. A 4.x pop's
+        deliveries take a pop time from when they are made (their ``generation``)."""
         loop = self.broker.loop
         end = loop.time() + max(0.0, window_s)
         popped = self._pop(r)
@@ -1113,6 +1114,10 @@ class MessagingService:
             if visible_in is not None:
                 left = min(left, visible_in + 0.001)
             await self._wait(r, left)
+            if r.pop_time:
+                # A pop's time is when it delivers, as a 4.x client counts the invisible
+                # time from it.
+                r = dataclasses.replace(r, pop_time=self.next_pop_time())
             popped = self._pop(r)
         return popped
 

@@ -117,7 +117,7 @@ class PopProcessor:
         window_s = min(max(header.poll_time, 0) / 1000, MAX_POLL_S)
         popped = await pops.pop(checked, window_s)
         answer = PopMessageResponseHeader(
-            pop_time=checked.pop_time,
+            pop_time=popped[0][1].generation if popped else checked.pop_time,
             invisible_time=header.invisible_time,
             revive_qid=ORDER_REVIVE_QID if header.order else 0,
             rest_num=pops.rest(checked),
