@@ -20,6 +20,7 @@ from tests.compat.servers import ServerProcess, create_topic, start_serve
 from tests.helpers import remoting_call, send_raw
 
 from pyrmq import _core
+from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
     ChangeInvisibleTimeResponseHeader,
     PopMessageResponseHeader,
@@ -87,6 +88,7 @@ def pop(
     exp: str | None = None,
     exp_type: str | None = None,
     born_ms: int | None = None,
+    attempt_id: str | None = None,
 ) -> PopAnswer:
     ext = {
         "consumerGroup": group,
@@ -99,6 +101,8 @@ def pop(
         "initMode": "0",
         "order": "true" if order else "false",
     }
+    if attempt_id is not None:
+        ext["attemptId"] = attempt_id
     if exp is not None:
         ext["exp"] = exp
         ext["expType"] = exp_type or "TAG"
@@ -237,6 +241,8 @@ def test_popped_messages_stay_invisible_and_acked_ones_never_come_back(broker: s
         assert ack(broker, group, m) == (ResponseCode.SUCCESS, "")
     assert batch_ack(broker, group, first.messages[3:]) == ResponseCode.SUCCESS
     assert [committed(broker, group, q) for q in range(4)] == [2, 2, 2, 2]
+    # An ack of a message done already succeeds again.
+    assert ack(broker, group, first.messages[0]) == (ResponseCode.SUCCESS, "")
     time.sleep(1.8)
     assert pop(broker, group).messages == []
     # Another group gets them all.
@@ -323,6 +329,8 @@ def test_bad_pops_and_acks_get_rocketmq_s_answers_and_the_broker_stays_up(broker
     assert pop(broker, group, topic="NoSuchTopic").code == ResponseCode.TOPIC_NOT_EXIST
     assert pop(broker, group, queue_id=4).code == ResponseCode.INVALID_PARAMETER
     assert pop(broker, group, invisible_ms=0).code == ResponseCode.INVALID_PARAMETER
+    assert pop(broker, group, max_nums=0).code == ResponseCode.INVALID_PARAMETER
+    assert pop(broker, group, queue_id=-7).code == ResponseCode.INVALID_PARAMETER
     late = pop(broker, group, born_ms=time.time_ns() // 1_000_000 - 5000)
     assert late.code == ResponseCode.POLLING_TIMEOUT
     assert "timeout too much" in (late.remark or "")
@@ -367,3 +375,47 @@ def test_handles_outlive_a_broker_restart(tmp_path: Path) -> None:
         assert later.header.pop_time > first.header.pop_time
     finally:
         assert server.stop() == 0
+
+
+def test_a_repeated_attempt_gets_its_messages_again_on_any_connection(broker: str) -> None:
+    group, topic = "GID_POP_ATTEMPT", "TopicPopAttempt"
+    create_topic(broker, topic, 1)
+    for i in range(3):
+        send(broker, f"a{i}".encode(), 0, topic=topic)
+
+    def attempt(attempt_id: str) -> list[bytes]:
+        answer = pop(broker, group, topic=topic, queue_id=0, order=True, attempt_id=attempt_id)
+        return [m.body for m in answer.messages]
+
+    # Each call comes over a new connection, as a proxy's retry may.
+    assert attempt("att-1") == [b"a0", b"a1", b"a2"]
+    assert attempt("att-1") == [b"a0", b"a1", b"a2"]
+    last = pop(broker, group, topic=topic, queue_id=0, order=True, attempt_id="att-1")
+    assert [m.body for m in last.messages] == [b"a0", b"a1", b"a2"]
+    # A repeat is the same delivery, no new attempt.
+    assert [m.reconsume_times for m in last.messages] == [0, 0, 0]
+    # Another attempt while the batch is out gets nothing.
+    assert attempt("att-2") == []
+    assert batch_ack(broker, group, last.messages, topic=topic) == ResponseCode.SUCCESS
+    assert committed(broker, group, 0, topic=topic) == 3
+
+
+def test_a_batch_ack_of_a_huge_bit_set_is_answered_and_bounded(broker: str) -> None:
+    group, topic = "GID_POP_BITS", "TopicPopBits"
+    create_topic(broker, topic, 1)
+    send(broker, b"bit", 0, topic=topic)
+    [message] = pop(broker, group, topic=topic).messages
+    start, pop_time = (int(x) for x in message.pop_ck.split(" ")[:2])
+
+    def batch(bits: bytes) -> RemotingCommand:
+        entry = {"c": group, "t": topic, "r": "0", "so": start, "q": 0, "rq": 0,
+                 "pt": pop_time, "it": 60000, "b": base64.b64encode(bits).decode()}  # fmt: skip
+        body = json.dumps({"brokerName": BROKER_NAME, "acks": [entry]}).encode()
+        return remoting_call(broker, RequestCode.BATCH_ACK_MESSAGE, {}, body)
+
+    # Every bit of 64 KiB set: one pass over the queue's few offsets, not over the bits.
+    assert batch(b"\xff" * 65536).code == ResponseCode.SUCCESS
+    assert committed(broker, group, 0, topic=topic) == 1
+    too_many = batch(b"\xff" * 65537)
+    assert too_many.code == ResponseCode.SYSTEM_ERROR
+    assert "bit sets of more than" in (too_many.remark or "")

@@ -415,6 +415,11 @@ def test_what_remoting_requests_need() -> None:
     assert batch.groups == {"GID_A": Permission.SUB, "GID_B": Permission.SUB}
     with pytest.raises(AclError, match="bad batch ack"):
         need(RequestCode.BATCH_ACK_MESSAGE, {}, b"[1]")
+    query = {"topic": "TopicA", "consumerGroup": "GID_A", "clientId": "c"}
+    assigned = need(RequestCode.QUERY_ASSIGNMENT, {}, json.dumps(query).encode())
+    assert assigned.topics == {"TopicA": Permission.SUB}
+    assert assigned.groups == {"GID_A": Permission.SUB}
+    assert need(RequestCode.SET_MESSAGE_REQUEST_MODE, {}, b"{}").admin
 
 
 def test_a_grpc_recall_needs_to_publish_to_its_topic() -> None:

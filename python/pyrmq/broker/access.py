@@ -33,6 +33,7 @@ ADMIN_CODES = frozenset(
         RequestCode.DELETE_TOPIC_IN_BROKER,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.SET_MESSAGE_REQUEST_MODE,
         # Not admin requests to RocketMQ's plain ACL, which lets any signed account change
         # the accounts (its own admin flag included) and read every secret: here only admins.
         RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
@@ -87,6 +88,13 @@ def remoting_request(host: str, request: RemotingCommand) -> AccessRequest:
         access.need_group(fields.get("consumerGroup"), sub)
     elif code == RequestCode.BATCH_ACK_MESSAGE:
         _need_batch_ack(access, request.body)
+    elif code == RequestCode.QUERY_ASSIGNMENT:
+        try:
+            body = json.loads(request.body)
+            access.need_group(str(body.get("consumerGroup", "")), sub)
+            access.need_topic(str(body.get("topic", "")), sub)
+        except (ValueError, TypeError, AttributeError, RecursionError) as e:
+            raise AclError(f"bad assignment query: {e}") from None
     elif code == RequestCode.QUERY_MESSAGE:
         access.need_topic(fields.get("topic"), sub)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):

@@ -42,6 +42,9 @@ _ALIASES = {
     "grpcServerPort": "grpc_server_port",
     "grpcTransport": "grpc_transport",
     "enablePropertyFilter": "enable_property_filter",
+    "defaultMessageRequestMode": "default_message_request_mode",
+    "defaultPopShareQueueNum": "default_pop_share_queue_num",
+    "serverLoadBalancerEnable": "server_load_balancer_enable",
     "timerMaxDelaySec": "timer_max_delay_s",
     "recallMessageEnable": "recall_message_enable",
     "metricsExporterType": "metrics_exporter_type",
@@ -110,6 +113,13 @@ class BrokerConfig:
     long_polling_enable: bool = True
     # Consumers may filter by SQL92 over message properties (RocketMQ's default: off).
     enable_property_filter: bool = False
+    # What QUERY_ASSIGNMENT answers consumers that leave their rebalance to the broker
+    # (clientRebalance=false) for a group and topic no one set a mode for (SET_MESSAGE_REQUEST
+    # _MODE): PULL or POP, and in POP how many other members' queues each one also pops (-1:
+    # every queue). serverLoadBalancerEnable off: every member gets every queue.
+    default_message_request_mode: str = "PULL"
+    default_pop_share_queue_num: int = -1
+    server_load_balancer_enable: bool = True
     # How long a pull waits when long polling is off.
     short_polling_time_ms: int = 1000
     register_name_server_period_ms: int = 30_000
@@ -193,6 +203,11 @@ class BrokerConfig:
             problems.append("lock_queue_timeout_ms must be >= 0")
         if self.default_topic_queue_nums <= 0:
             problems.append("default_topic_queue_nums must be positive")
+        if self.default_message_request_mode not in ("PULL", "POP"):
+            problems.append(
+                f"defaultMessageRequestMode {self.default_message_request_mode!r} is not PULL "
+                "or POP"
+            )
         if self.broker_permission not in (2, 4, 6):
             problems.append(
                 f"brokerPermission {self.broker_permission} is not 2 (write), 4 (read) or 6 (both)"

@@ -16,6 +16,7 @@ from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.metrics import BrokerMetrics, MetricsEndpoint
 from pyrmq.broker.processors.acl import AclProcessor
 from pyrmq.broker.processors.admin import AdminProcessor
+from pyrmq.broker.processors.assignment import AssignmentProcessor
 from pyrmq.broker.processors.cleanup import CleanupProcessor
 from pyrmq.broker.processors.client_manage import ClientManageProcessor
 from pyrmq.broker.processors.config import ConfigProcessor
@@ -39,6 +40,7 @@ from pyrmq.broker.services.transactions import TransactionService
 from pyrmq.broker.state.groups import GroupConfig, GroupTable
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.queue_locks import QueueLockTable
+from pyrmq.broker.state.request_modes import RequestModes
 from pyrmq.broker.state.topics import PERM_READ, PERM_WRITE, TopicConfig, TopicTable
 from pyrmq.errors import ConfigError, PyrmqError, RemotingError
 from pyrmq.proxy.server import GrpcServer
@@ -89,6 +91,7 @@ class BrokerController:
         self.offsets = OffsetTable(self._root / "config" / "consumerOffset.json")
         self.queue_locks = QueueLockTable(self._root / "config" / "queueLocks.json")
         self.groups = GroupTable(self._root / "config" / "subscriptionGroup.json")
+        self.request_modes = RequestModes(self._root / "config" / "messageRequestMode.json")
         self.transactions = TransactionService(self, self._root / "config" / "transactions.json")
         self.stats = BrokerStats()
         self.stats_items = StatsItems()
@@ -145,6 +148,7 @@ class BrokerController:
             EndTransactionProcessor(self),
             self.recalls,
             PopProcessor(self),
+            AssignmentProcessor(self),
         ):
             processor.install(self.server)
         self.server.on_disconnect.append(self._client_disconnected)

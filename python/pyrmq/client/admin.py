@@ -506,6 +506,33 @@ class Admin:
             _targets,
         )
 
+    async def set_consume_mode(
+        self,
+        topic: str,
+        group: str,
+        mode: str,
+        *,
+        pop_share_queue_num: int = 0,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+    ) -> list[str]:
+        """Sets how ``group`` reads ``topic`` when its consumers leave the rebalance to the
+        brokers (``mqadmin setConsumeMode``): ``PULL`` or ``POP``, and in pop how many other
+        members' queues each member also pops, on ``broker_addr`` or every master of
+        ``cluster`` (default: of every cluster); returns the brokers' addresses."""
+        body = json.dumps(
+            {
+                "topic": topic,
+                "consumerGroup": group,
+                "mode": mode,
+                "popShareQueueNum": pop_share_queue_num,
+            }
+        ).encode()
+        addrs = [broker_addr] if broker_addr else await self._masters(cluster)
+        return await self._each(
+            addrs, self._asking(RequestCode.SET_MESSAGE_REQUEST_MODE, body=body), _targets
+        )
+
     async def groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
         """Every consumer group's settings on one broker, by name, in RocketMQ's JSON form."""
         response = await self._call(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)

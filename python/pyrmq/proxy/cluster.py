@@ -61,7 +61,7 @@ class ClusterRoutes:
         (``local``), others' as the name servers route them; this broker's alone when no name
         server answers."""
         out = [] if local is None else [self.local(local)]
-        route = await self._route(topic)
+        route = await self.route(topic)
         if route is None:
             return out
         me = self.broker.address
@@ -81,7 +81,7 @@ class ClusterRoutes:
     async def recall(self, topic: str, broker_name: str, handle: str) -> Recalled:
         """Passes a recall on to the master of ``broker_name``, as the name servers route
         ``topic``; its answer, or SERVICE_NOT_AVAILABLE when it cannot be reached."""
-        route = await self._route(topic)
+        route = await self.route(topic)
         brokers = None if route is None else route.brokers.get(broker_name)
         master = None if brokers is None else brokers.master
         if master is None:
@@ -101,7 +101,9 @@ class ClusterRoutes:
             return Recalled(ResponseCode.SERVICE_NOT_AVAILABLE, f"recall failed: {e}")
         return Recalled(response.code, response.remark or "", response.ext_fields.get("msgId", ""))
 
-    async def _route(self, topic: str) -> TopicRoute | None:
+    async def route(self, topic: str) -> TopicRoute | None:
+        """``topic``'s route, from the first name server that answers; None when none does
+        or the topic has none."""
         broker = self.broker
         ext = {"topic": topic, "acceptStandardJsonOnly": "true"}
         for addr in broker.config.namesrv_addrs:

@@ -762,11 +762,12 @@ class MessagingService:
         queue asked for or every readable queue of the topic, starting at a different queue
         each time."""
         self._dirty = True
-        again = self._same_attempt(r)
-        if again:
-            return again
-        out = self._pop_queues(r)
+        out = self._same_attempt(r)
+        if not out:
+            out = self._pop_queues(r)
         if r.attempt_id and out:
+            # A redelivery of the same attempt gets new generations: a further repeat names
+            # them.
             self._attempts[_attempt_key(r)] = (
                 r.attempt_id,
                 [(d.queue_id, stored.queue_offset, d.generation) for stored, d in out],
@@ -1407,11 +1408,13 @@ class MessagingService:
 
     def ack(self, group: str, topic: str, queue_id: int, offset: int, pop_time: int) -> bool:
         """Ends the delivery of a message that a pop at ``pop_time`` (or a change of its
-        invisible time) made; False if that is not the message's latest delivery, or it
-        came visible again."""
+        invisible time) made; True too for a message that is done already. False if that is
+        not the message's latest delivery, or it came visible again."""
         entry = self._delivered_at(group, topic, queue_id, offset, pop_time)
         if entry is None:
-            return False
+            queue = self._queues.get((group, topic, queue_id))
+            # Below the cursor and not in flight: acked (or read past) already.
+            return queue is not None and offset < queue.cursor and offset not in queue.inflight
         self._finish(group, topic, queue_id, self._queues[(group, topic, queue_id)], offset)
         return True
 
@@ -1436,11 +1439,6 @@ class MessagingService:
             if queue is not None:
                 total += max(0, store.max_offset(topic, queue_id) - queue.cursor)
         return total
-
-    def connection_closed(self, client_id: str) -> None:
-        """Forgets the last pops of a 4.x-protocol client that left (their attempt ids)."""
-        for key in [k for k in self._attempts if k[0] == client_id]:
-            del self._attempts[key]
 
     async def forward_message_to_dead_letter_queue(
         self, request: pb.ForwardMessageToDeadLetterQueueRequest, context: Any

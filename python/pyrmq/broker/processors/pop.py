@@ -18,6 +18,7 @@ import json
 import logging
 import struct
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pyrmq.broker.clients import Subscription
@@ -57,6 +58,10 @@ ORDER_REVIVE_QID = 999
 NORMAL_MARK = "0"
 INIT_MIN = 0
 _NOT_DELIVERED = "the handle is unknown, expired, or replaced by a later one"
+# Every 4.x pop is this client's: a pop repeating an attempt id (RocketMQ's proxy retrying a
+# receive whose answer was lost) gets that attempt's messages again whatever connection it
+# comes over, as RocketMQ keys attempts by group, topic and queue.
+_POPPER = Client("4.x pop")
 _NO_POP = PopMessageResponseHeader(pop_time=0, invisible_time=0, revive_qid=0, rest_num=0)
 
 
@@ -104,7 +109,6 @@ class PopProcessor:
         server.register_inline(RequestCode.ACK_MESSAGE, self.ack)
         server.register_inline(RequestCode.BATCH_ACK_MESSAGE, self.batch_ack)
         server.register_inline(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible)
-        server.on_disconnect.append(self._disconnected)
 
     # -- pop ---------------------------------------------------------------------------------
 
@@ -175,6 +179,12 @@ class PopProcessor:
                 ResponseCode.INVALID_PARAMETER,
                 f"the broker[{config.broker_ip1}] pop message's num is greater than 32",
             )
+        if header.max_msg_nums < 1 or header.queue_id < -1 or not header.consumer_group:
+            return refused(
+                ResponseCode.INVALID_PARAMETER,
+                f"maxMsgNums {header.max_msg_nums}, queueId {header.queue_id} or consumerGroup "
+                f"{header.consumer_group!r} is illegal",
+            )
         if not 0 < header.invisible_time <= MAX_INVISIBLE_S * 1000:
             return refused(
                 ResponseCode.INVALID_PARAMETER,
@@ -211,15 +221,15 @@ class PopProcessor:
         except FilterRefused as e:
             return refused(e.code, e.remark)
         return Receive(
-            client=Client(_client_id(conn)),
+            client=_POPPER,
             group=header.consumer_group,
             config=topic,
             expression="*" if sql is not None else subscription.expression,
             sql=sql,
-            batch=max(header.max_msg_nums, 1),
+            batch=header.max_msg_nums,
             invisible_s=header.invisible_time / 1000,
             auto_renew=False,
-            queue_id=max(header.queue_id, -1),
+            queue_id=header.queue_id,
             attempt_id=header.attempt_id or "",
             orderly=header.order,
             max_attempts=settings.retry_max_times + 1,
@@ -262,9 +272,6 @@ class PopProcessor:
         )
         return b"".join(records), header
 
-    def _disconnected(self, conn: Connection) -> None:
-        self.broker.pops.connection_closed(_client_id(conn))
-
     # -- ack and change of invisible time ------------------------------------------------------
 
     def ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -281,25 +288,31 @@ class PopProcessor:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     def batch_ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Acks each offset a BatchAck's bit set names, as RocketMQ does: the answer is
-        SUCCESS whatever each ack found, and NO_MESSAGE for a body with no ack in it."""
+        """Acks each offset a BatchAck's bit set names within its queue's offsets, as RocketMQ
+        does: the answer is SUCCESS whatever each ack found, and NO_MESSAGE for a body with no
+        ack in it."""
         try:
             acks = _batch_acks(request.body)
-        except (ValueError, TypeError, KeyError) as e:
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, f"bad batch ack body: {e}"
             )
         if not acks:
             return RemotingCommand.response_to(request, ResponseCode.NO_MESSAGE)
-        pops, store = self.broker.pops, self.broker.store
+        broker = self.broker
+        pops, store = broker.pops, broker.store
         for ack in acks:
-            if ack.retry_mark != NORMAL_MARK or self.broker.topics.get(ack.topic) is None:
+            config = _topic(broker, ack.topic)
+            if (
+                ack.retry_mark != NORMAL_MARK
+                or config is None
+                or not 0 <= ack.queue_id < config.read_queue_nums
+            ):
                 continue
             low = store.min_offset(ack.topic, ack.queue_id)
             high = store.max_offset(ack.topic, ack.queue_id)
-            for offset in ack.offsets():
-                if low <= offset <= high:
-                    pops.ack(ack.group, ack.topic, ack.queue_id, offset, ack.pop_time)
+            for offset in ack.offsets(low, high):
+                pops.ack(ack.group, ack.topic, ack.queue_id, offset, ack.pop_time)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     def change_invisible(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -312,7 +325,7 @@ class PopProcessor:
                 f"[0, {int(MAX_INVISIBLE_S * 1000)}]",
             )
         found = self._delivery(
-            request, header.topic, header.queue_id, header.offset, header.extra_info
+            request, header.topic, header.queue_id, header.offset, header.extra_info, last=False
         )
         if isinstance(found, RemotingCommand):
             return found
@@ -334,9 +347,17 @@ class PopProcessor:
         )
 
     def _delivery(
-        self, request: RemotingCommand, topic: str, queue_id: int, offset: int, extra_info: str
+        self,
+        request: RemotingCommand,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        extra_info: str,
+        *,
+        last: bool = True,
     ) -> "PopHandle | RemotingCommand":
-        """The handle of an ack or a change, or the answer refusing it (RocketMQ's checks)."""
+        """The handle of an ack or a change, or the answer refusing it (RocketMQ's checks; an
+        ack may name the queue's max offset, ``last``, a change may not)."""
         config = _topic(self.broker, topic)
         if config is None:
             return RemotingCommand.response_to(
@@ -353,7 +374,7 @@ class PopProcessor:
             )
         store = self.broker.store
         low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
-        if not low <= offset <= high:
+        if not low <= offset <= (high if last else high - 1):
             return RemotingCommand.response_to(
                 request,
                 ResponseCode.NO_MESSAGE,
@@ -379,17 +400,20 @@ class _BatchAck:
     pop_time: int
     bits: bytes
 
-    def offsets(self) -> list[int]:
-        """The offsets the bit set names (Java's ``BitSet.toByteArray``: little-endian)."""
-        value = int.from_bytes(self.bits, "little")
-        out = []
-        bit = 0
-        while value:
-            if value & 1:
-                out.append(self.start_offset + bit)
-            value >>= 1
-            bit += 1
-        return out
+    def offsets(self, low: int, high: int) -> Iterator[int]:
+        """The offsets within ``[low, high]`` the bit set names (Java's
+        ``BitSet.toByteArray``: bit ``i`` is bit ``i % 8`` of byte ``i // 8``)."""
+        bits, start = self.bits, self.start_offset
+        first = max(0, (low - start) // 8)
+        last = min(len(bits), (high - start) // 8 + 1)
+        for at in range(first, last):
+            byte = bits[at]
+            while byte:
+                bit = byte & -byte
+                offset = start + at * 8 + bit.bit_length() - 1
+                if low <= offset <= high:
+                    yield offset
+                byte ^= bit
 
 
 # A BatchAck's fields: fastjson writes the short names, and reads the long ones too.
@@ -402,15 +426,21 @@ _BATCH_FIELDS = {
     "pop_time": ("pt", "popTime"),
     "bits": ("b", "bitSet"),
 }
-# More offsets than a pop can deliver at once are not one batch's.
+# What one request may ask, in bytes of bit sets: far more than pops deliver at once (32
+# messages each), and a bounded pass for the event loop.
 _MAX_BITS_BYTES = 1 << 16
 
 
 def _batch_acks(body: bytes) -> list[_BatchAck]:
     """The acks of a BATCH_ACK_MESSAGE body (BatchAckMessageRequestBody as JSON)."""
     data = json.loads(body) if body else {}
+    if not isinstance(data, dict):
+        raise TypeError("the body is not a JSON object")
     out = []
+    total = 0
     for entry in data.get("acks") or []:
+        if not isinstance(entry, dict):
+            raise TypeError("an ack is not a JSON object")
         values: dict[str, object] = {}
         for name, keys in _BATCH_FIELDS.items():
             found = next((entry[k] for k in keys if k in entry), None)
@@ -418,8 +448,9 @@ def _batch_acks(body: bytes) -> list[_BatchAck]:
                 raise KeyError(f"a batch ack has no {keys[1]}")
             values[name] = found
         bits = base64.b64decode(str(values["bits"]), validate=True)
-        if len(bits) > _MAX_BITS_BYTES:
-            raise ValueError(f"a bit set of {len(bits)} bytes")
+        total += len(bits)
+        if total > _MAX_BITS_BYTES:
+            raise ValueError(f"bit sets of more than {_MAX_BITS_BYTES} bytes")
         out.append(
             _BatchAck(
                 group=str(values["group"]),
@@ -449,10 +480,6 @@ def with_reconsume_times(record: bytes, times: int) -> bytes:
 
 def _topic(broker: "BrokerController", topic: str) -> TopicConfig | None:
     return broker.topics.get(topic)
-
-
-def _client_id(conn: Connection) -> str:
-    return f"remoting {conn.peer_address}"
 
 
 def _now_ms() -> int:

@@ -1,7 +1,7 @@
 """``pyrmq admin`` for consumer and producer groups: ``consumerProgress``, ``updateSubGroup``,
 ``deleteSubGroup``, ``consumerConnection``, ``producerConnection``, ``getConsumerStatus``,
-``resetOffsetByTime``, ``cloneGroupOffset``, ``brokerConsumeStats`` and the correction offsets
-of a group (QUERY_CORRECTION_OFFSET)."""
+``resetOffsetByTime``, ``cloneGroupOffset``, ``brokerConsumeStats``, ``setConsumeMode`` and the
+correction offsets of a group (QUERY_CORRECTION_OFFSET)."""
 
 import click
 
@@ -101,6 +101,53 @@ def update_group(
             orderly=orderly,
             retry_max_times=retry_max_times,
             retry_queue_nums=retry_queue_nums,
+            cluster=cluster,
+            broker_addr=broker_addr,
+        ),
+        show,
+    )
+
+
+@admin.command("set-consume-mode")
+@NAMESRV
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option(
+    "-m", "--mode", required=True, type=click.Choice(["PULL", "POP"]), help="How it reads."
+)
+@click.option(
+    "-q",
+    "--pop-share-queue-num",
+    default=0,
+    show_default=True,
+    type=int,
+    help="In POP: other members' queues each member also pops (0 or less: every queue).",
+)
+@click.option("-c", "--cluster", help="On every master of this cluster [default: of all].")
+@click.option("-b", "--broker-addr", callback=host_port, help="On this broker only, host:port.")
+def set_consume_mode(
+    namesrv_addr: str,
+    topic: str,
+    group: str,
+    mode: str,
+    pop_share_queue_num: int,
+    cluster: str | None,
+    broker_addr: str | None,
+) -> None:
+    """How a group reads a topic when its consumers leave the rebalance to the brokers (Java's
+    clientRebalance=false): by pull or by pop."""
+
+    def show(addrs: list[str]) -> None:
+        for addr in addrs:
+            click.echo(f"set consume mode to {addr} success.")
+
+    ask(
+        namesrv_addr,
+        lambda a: a.set_consume_mode(
+            topic,
+            group,
+            mode,
+            pop_share_queue_num=pop_share_queue_num,
             cluster=cluster,
             broker_addr=broker_addr,
         ),
