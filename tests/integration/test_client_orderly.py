@@ -274,12 +274,15 @@ def test_a_message_out_of_retries_goes_to_the_dead_letter_queue_and_its_queue_mo
     create_topic(broker, topic, 1)
     rec = OrderRecorder()
     rec.fail = {1: 1_000}
+    sent: list[str] = []
 
     async def scenario() -> None:
         async with Producer("PG_ORDERLY_DLQ", client_config=fast_config(namesrv)) as producer:
             for i in range(4):
                 msg = Message(topic, f"m{i}".encode(), tags="T", keys=f"k{i}")
-                assert (await producer.send_orderly(msg, 0)).status is SendStatus.OK
+                result = await producer.send_orderly(msg, 0)
+                assert result.status is SendStatus.OK
+                sent.append(result.msg_id)
         c = orderly(
             namesrv,
             group,
@@ -297,6 +300,13 @@ def test_a_message_out_of_retries_goes_to_the_dead_letter_queue_and_its_queue_mo
         assert rec.done_offsets()[MessageQueue(topic, BROKER, 0)] == [0, 1, 1, 1, 2, 3]
         dead = await pull_all(broker, f"%DLQ%{group}")
         assert [(m.body, m.keys, m.tags) for m in dead] == [(b"m1", "k1", "T")]
+        # As Java's orderly consumer sends it: its own retries counted, the producer's id kept
+        # as the message's and named as the original.
+        [copy] = dead
+        assert copy.reconsume_times == 2
+        assert copy.id == sent[1]
+        assert copy.get_property("ORIGIN_MESSAGE_ID") == sent[1]
+        assert copy.get_property("RETRY_TOPIC") == topic
         assert await committed_offset(broker, group, MessageQueue(topic, BROKER, 0)) == 4
 
     run(scenario)

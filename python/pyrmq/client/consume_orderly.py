@@ -261,7 +261,11 @@ class OrderlyConsumeService:
         if consumer.clustering:
             try:
                 for m in msgs:
-                    await consumer.send_back(m, DEAD_LETTER_LEVEL)
+                    if unreadable(m):
+                        # The broker copies the stored bytes, which no listener could read.
+                        await consumer.send_back(m, DEAD_LETTER_LEVEL)
+                    else:
+                        await consumer.send_to_dead_letters(m, min(self.retry_limit, 2**31 - 1))
             except PyrmqError as e:
                 log.warning("%s cannot send a message of %s to its DLQ: %s", consumer.group, mq, e)
                 self._suspend(msgs, ctx, pq, mq)

@@ -26,7 +26,7 @@ from typing import Any, Final, Literal, Self
 
 from pyrmq import _core
 from pyrmq.client.allocate import AllocateStrategy, allocate_averagely
-from pyrmq.client.api import PullStatus
+from pyrmq.client.api import PullStatus, SendRequest
 from pyrmq.client.consume_directly import ConsumeMessageDirectlyResult, consume_directly
 from pyrmq.client.consume_orderly import (
     ConsumeOrderlyContext,
@@ -52,6 +52,7 @@ from pyrmq.client.process_queue import OrderlyProcessQueue, ProcessQueue
 from pyrmq.client.route import TopicRoute
 from pyrmq.client.subscription import MessageSelector, Subscription, consumer_data
 from pyrmq.errors import BrokerError, ClientStateError, PyrmqError
+from pyrmq.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, TRAN_MSG, encode_properties
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
 
@@ -67,6 +68,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# The producer group of the producer a client keeps for itself (RocketMQ's).
+INNER_PRODUCER_GROUP: Final = "CLIENT_INNER_PRODUCER"
 
 ConsumeFromWhere = Literal[
     "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"
@@ -1068,6 +1072,31 @@ class PushConsumer(ClientLifecycle):
             self.reconsume_limit,
             name_in(self.namespace, msg.topic),
         )
+
+    async def send_to_dead_letters(self, msg: MessageExt, max_reconsume_times: int) -> None:
+        """Sends an orderly group's message out of retries on, as Java's orderly consumer
+        does: a copy to the group's retry topic through the client's inner producer, with its
+        properties (its UNIQ_KEY among them), its retries counted here and the limit they
+        reached, which the broker stores in the group's DLQ. The copy names the message's
+        original id and topic."""
+        inst = self._instance or self._stopping or self.instance
+        addr = await inst.master_addr(msg.broker_name, msg.stored.topic)
+        props = msg.properties
+        props.setdefault(ORIGIN_MESSAGE_ID, msg.id)
+        props[RETRY_TOPIC] = name_in(self.namespace, msg.topic)
+        props[DELAY] = str(3 + msg.reconsume_times)
+        props.pop(TRAN_MSG, None)
+        request = SendRequest(
+            producer_group=INNER_PRODUCER_GROUP,
+            queue=MessageQueue(RETRY_PREFIX + self.group, msg.broker_name, 0),
+            body=msg.body,
+            properties=encode_properties(props),
+            flag=msg.flag,
+            reconsume_times=msg.reconsume_times,
+            max_reconsume_times=max_reconsume_times,
+        )
+        # Stored with a caveat (a flush or a slave late) is sent, as Java's producer answers.
+        await inst.api.send(addr, request, msg.id, inst.config.request_timeout_s)
 
     @property
     def reconsume_limit(self) -> int:
