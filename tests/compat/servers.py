@@ -142,7 +142,7 @@ def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
         assert server.stop() == 0, (root / "serve.log").read_text()[-3000:]
 
 
-def create_topic(broker_addr: str, topic: str, queue_nums: int = 4) -> None:
+def create_topic(broker_addr: str, topic: str, queue_nums: int = 4, *, perm: int = 6) -> None:
     """UPDATE_AND_CREATE_TOPIC on one broker, as an operator does before consumers start."""
     import asyncio
 
@@ -159,7 +159,7 @@ def create_topic(broker_addr: str, topic: str, queue_nums: int = 4) -> None:
                 default_topic="TBW102",
                 read_queue_nums=queue_nums,
                 write_queue_nums=queue_nums,
-                perm=6,
+                perm=perm,
             )
             request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())
             response = await client.invoke(broker_addr, request, timeout_s=5)

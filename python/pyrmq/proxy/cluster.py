@@ -104,6 +104,10 @@ class ClusterRoutes:
     async def route(self, topic: str) -> TopicRoute | None:
         """``topic``'s route, from the first name server that answers; None when none does
         or the topic has none."""
+        return (await self.lookup(topic))[1]
+
+    async def lookup(self, topic: str) -> tuple[bool, TopicRoute | None]:
+        """(whether a name server answered, ``topic``'s route or None when it has none)."""
         broker = self.broker
         ext = {"topic": topic, "acceptStandardJsonOnly": "true"}
         for addr in broker.config.namesrv_addrs:
@@ -114,13 +118,13 @@ class ClusterRoutes:
                 log.warning("route of %s from name server %s failed: %s", topic, addr, e)
                 continue
             if response.code == ResponseCode.TOPIC_NOT_EXIST:
-                return None
+                return True, None
             if response.code == ResponseCode.SUCCESS and response.body:
                 try:
-                    return TopicRoute.parse(topic, response.body)
+                    return True, TopicRoute.parse(topic, response.body)
                 except (ValueError, KeyError, TypeError) as e:
                     log.warning("route of %s from name server %s unreadable: %s", topic, addr, e)
-        return None
+        return False, None
 
     async def _grpc_port(self, addr: str) -> int | None:
         known = self._ports.get(addr)

@@ -3,20 +3,24 @@ leaves to a broker when it is built with ``clientRebalance=false``, and the mode
 in which each group reads each topic (``mqadmin setConsumeMode``).
 
 A consumer asks any broker of its topic which queues are its own. The broker takes the topic's
-readable queues on every broker, as the name servers route them, and shares them among the
-group's members it knows from their heartbeats, by the consumer's strategy (``AVG`` or
+readable queues on every broker, as the name servers route them (kept, and refreshed in the
+background every 30 s, as RocketMQ's TopicRouteInfoManager keeps them: a name server that stops
+answering leaves the last route in use), and shares them among the group's members it knows
+from their heartbeats, by the consumer's strategy (``AVG`` or
 ``AVG_BY_CIRCLE``, the two RocketMQ's broker has). In pop mode a member pops a whole broker (a
 queue id of -1) when ``popShareQueueNum`` is not positive or leaves no one out, and otherwise
 its own share and the shares of the next ``popShareQueueNum`` members, as RocketMQ's
 ``allocate4Pop``. An answer without assignments tells the consumer to keep what it has.
 """
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyrmq.broker.state.request_modes import MODES, RequestMode
+from pyrmq.broker.state.request_modes import MODES, RequestMode, share_num
 from pyrmq.broker.state.topics import PERM_READ, RETRY_PREFIX
 from pyrmq.client.allocate import AllocateStrategy, allocate_averagely, allocate_averagely_by_circle
 from pyrmq.remoting.command import RemotingCommand
@@ -32,6 +36,13 @@ log = logging.getLogger(__name__)
 
 Queue = tuple[str, str, int]
 """(topic, broker name, queue id): sorted as Java sorts MessageQueues."""
+
+# How long a topic's route serves before it is fetched again (RocketMQ's
+# loadBalancePollNameServerInterval), and how many topics' routes are kept.
+ROUTE_TTL_S = 30.0
+MAX_ROUTES = 4096
+# messageModel as a number: Java's MessageModel ordinals.
+_MODELS = {"0": "BROADCASTING", "1": "CLUSTERING"}
 
 STRATEGIES: dict[str, AllocateStrategy[Any]] = {
     "AVG": allocate_averagely,
@@ -72,10 +83,14 @@ def allocate_for_pop(
 class AssignmentProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
+        # Topic -> (its readable queues on every broker, when they were fetched).
+        self._routes: dict[str, tuple[list[Queue], float]] = {}
+        self._refreshing: dict[str, asyncio.Task[list[Queue] | None]] = {}
 
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.QUERY_ASSIGNMENT, self.query_assignment)
         server.register(RequestCode.SET_MESSAGE_REQUEST_MODE, self.set_mode)
+        server.register(RequestCode.GET_ALL_MESSAGE_REQUEST_MODE, self.get_all_modes)
 
     async def query_assignment(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         try:
@@ -83,7 +98,8 @@ class AssignmentProcessor:
             topic, group = str(body["topic"]), str(body["consumerGroup"])
             client_id = str(body.get("clientId") or "")
             strategy_name = str(body.get("strategyName") or "")
-            model = str(body.get("messageModel") or "CLUSTERING")
+            model = str(body.get("messageModel", "CLUSTERING"))
+            model = _MODELS.get(model, model)
         except (ValueError, KeyError) as e:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"bad QUERY_ASSIGNMENT body: {e}"
@@ -125,7 +141,11 @@ class AssignmentProcessor:
         """The queues of ``client_id``; None when the broker cannot tell (the consumer then
         keeps its queues), as RocketMQ's ``doLoadBalance``."""
         mqs = await self._readable_queues(topic)
-        if mqs is None or model == "BROADCASTING":
+        if not mqs or not client_id.strip():
+            # As RocketMQ's strategies refuse them: the consumer keeps its queues (a topic
+            # made write-only for a while, say).
+            return None
+        if model == "BROADCASTING":
             return mqs
         if model != "CLUSTERING":
             return None
@@ -144,24 +164,40 @@ class AssignmentProcessor:
         return list(strategy(group, client_id, mqs, cids))
 
     async def _readable_queues(self, topic: str) -> list[Queue] | None:
-        """The topic's readable queues on every broker the name servers route it to; this
-        broker's alone when no name server answers; None for a topic no one has."""
-        broker = self.broker
-        route = await broker.pops.cluster.route(topic)
-        shares: list[tuple[str, int, int]] = []
-        if route is not None:
-            shares = [(q.broker_name, q.read_queue_nums, q.perm) for q in route.queues]
-        else:
-            local = broker.topics.get(topic)
-            if local is None:
-                return None
-            shares = [(broker.config.broker_name, local.read_queue_nums, local.perm)]
-        return sorted(
-            (topic, name, queue_id)
-            for name, read_nums, perm in shares
-            if perm & PERM_READ
-            for queue_id in broker.queue_ids(read_nums)
+        """The topic's readable queues on every broker the name servers route it to, as last
+        fetched; None for a topic they do not route, or while none has answered yet."""
+        cached = self._routes.get(topic)
+        if cached is None:
+            return await self._refresh(topic)
+        if time.monotonic() - cached[1] > ROUTE_TTL_S and topic not in self._refreshing:
+            task = self.broker.loop.create_task(self._refresh(topic))
+            self._refreshing[topic] = task
+            task.add_done_callback(lambda _: self._refreshing.pop(topic, None))
+        return cached[0]
+
+    async def _refresh(self, topic: str) -> list[Queue] | None:
+        answered, route = await self.broker.pops.cluster.lookup(topic)
+        if not answered:
+            cached = self._routes.get(topic)
+            return None if cached is None else cached[0]
+        if route is None:
+            self._routes.pop(topic, None)
+            return None
+        queues = sorted(
+            (topic, q.broker_name, queue_id)
+            for q in route.queues
+            if q.perm & PERM_READ
+            for queue_id in self.broker.queue_ids(q.read_queue_nums)
         )
+        if len(self._routes) >= MAX_ROUTES and topic not in self._routes:
+            self._routes.clear()
+        self._routes[topic] = (queues, time.monotonic())
+        return queues
+
+    async def get_all_modes(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_MESSAGE_REQUEST_MODE: the whole table, for a slave to copy."""
+        body = json.dumps(self.broker.request_modes.to_json()).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def set_mode(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         try:
@@ -198,7 +234,7 @@ class AssignmentProcessor:
 def _mode_body(body: bytes) -> tuple[str, str, RequestMode]:
     """(topic, group, mode) of a SET_MESSAGE_REQUEST_MODE body."""
     value = _object(body)
-    mode = RequestMode(str(value.get("mode") or "PULL"), int(value.get("popShareQueueNum") or 0))
+    mode = RequestMode(str(value.get("mode") or "PULL"), share_num(value.get("popShareQueueNum")))
     if mode.mode not in MODES:
         raise ValueError(f"mode {mode.mode!r} is not PULL or POP")
     return str(value["topic"]), str(value["consumerGroup"]), mode

@@ -240,6 +240,13 @@ class SlaveSync:
         if not all(0 < level < 1 << 31 and 0 <= n < 1 << 63 for level, n in progress.items()):
             raise ValueError(f"GET_ALL_DELAY_OFFSET answered {table}")
         broker.store.copy_delay_offsets(progress)
+        try:
+            modes = await self._get(addr, RequestCode.GET_ALL_MESSAGE_REQUEST_MODE)
+        except RemotingError as e:
+            # A master without pop's request modes (RocketMQ 4.x): nothing to copy.
+            log.debug("request modes not copied from %s: %s", addr, e)
+        else:
+            broker.request_modes.replace_from_master(modes)
 
     async def _get(self, addr: str, code: int) -> dict[str, Any]:
         request = RemotingCommand.request(code, {})

@@ -16,7 +16,7 @@ from typing import Any
 
 from pyrmq.broker.state.json_file import load_json, object_in, store_json
 
-__all__ = ["MODES", "RequestMode", "RequestModes"]
+__all__ = ["MODES", "RequestMode", "RequestModes", "share_num"]
 
 MODES = ("PULL", "POP")
 
@@ -35,13 +35,21 @@ class RequestModes:
     def get(self, topic: str, group: str) -> RequestMode | None:
         return self._modes.get((topic, group))
 
+    def replace_from_master(self, data: Any) -> None:
+        """Takes the master's whole table (GET_ALL_MESSAGE_REQUEST_MODE's answer), as a
+        RocketMQ slave does; saves it when it differs."""
+        modes = _decode(data)
+        if modes != self._modes:
+            store_json(self.path, _table_json(modes))
+            self._modes = modes
+
     def set(self, topic: str, group: str, mode: RequestMode) -> None:
         """Sets and saves (raises OSError when the file cannot be written, keeping the mode
         as it was)."""
         before = self._modes.get((topic, group))
         self._modes[(topic, group)] = mode
         try:
-            store_json(self.path, self._to_json())
+            store_json(self.path, self.to_json())
         except OSError:
             if before is None:
                 del self._modes[(topic, group)]
@@ -49,16 +57,21 @@ class RequestModes:
                 self._modes[(topic, group)] = before
             raise
 
-    def _to_json(self) -> dict[str, Any]:
-        table: dict[str, dict[str, Any]] = {}
-        for (topic, group), mode in sorted(self._modes.items()):
-            table.setdefault(topic, {})[group] = {
-                "consumerGroup": group,
-                "mode": mode.mode,
-                "popShareQueueNum": mode.pop_share_queue_num,
-                "topic": topic,
-            }
-        return {"messageRequestModeMap": table}
+    def to_json(self) -> dict[str, Any]:
+        """The table as RocketMQ writes it (and answers GET_ALL_MESSAGE_REQUEST_MODE)."""
+        return _table_json(self._modes)
+
+
+def _table_json(modes: dict[tuple[str, str], RequestMode]) -> dict[str, Any]:
+    table: dict[str, dict[str, Any]] = {}
+    for (topic, group), mode in sorted(modes.items()):
+        table.setdefault(topic, {})[group] = {
+            "consumerGroup": group,
+            "mode": mode.mode,
+            "popShareQueueNum": mode.pop_share_queue_num,
+            "topic": topic,
+        }
+    return {"messageRequestModeMap": table}
 
 
 def _decode(data: Any) -> dict[tuple[str, str], RequestMode]:
@@ -70,5 +83,18 @@ def _decode(data: Any) -> dict[tuple[str, str], RequestMode]:
             mode = str(body.get("mode", "PULL"))
             if mode not in MODES:
                 raise ValueError(f"mode {mode!r} of {group} on {topic}")
-            out[(str(topic), str(group))] = RequestMode(mode, int(body.get("popShareQueueNum", 0)))
+            out[(str(topic), str(group))] = RequestMode(
+                mode, share_num(body.get("popShareQueueNum"))
+            )
     return out
+
+
+def share_num(value: Any) -> int:
+    """A ``popShareQueueNum`` as RocketMQ's int; ValueError for anything else."""
+    try:
+        number = int(value or 0)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"popShareQueueNum {value!r}") from e
+    if not -(2**31) <= number < 2**31:
+        raise ValueError(f"popShareQueueNum {value!r} is not an int32")
+    return number
