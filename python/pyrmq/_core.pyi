@@ -542,11 +542,17 @@ def decode_messages(buffer: Buffer) -> list[StoredMessage]:
     """Decodes records laid end to end (a PULL body, or ``GetResult.buffer``)."""
 
 def decode_received(
-    buffer: Buffer, broker_name: str, namespace: str | None = None
+    buffer: Buffer,
+    broker_name: str,
+    namespace: str | None = None,
+    min_offset: int | None = None,
+    max_offset: int | None = None,
 ) -> list[MessageExt]:
     """Decodes a PULL body from ``broker_name`` into received messages, each kept out of
     the cycle collector (they refer only to strings and bytes). Their topics are shown without
-    ``namespace`` (``ns%TopicA`` as ``TopicA``)."""
+    ``namespace`` (``ns%TopicA`` as ``TopicA``). With the pull answer's ``min_offset`` and
+    ``max_offset``, each shows them as its ``MIN_OFFSET`` and ``MAX_OFFSET`` properties, as
+    Java's consumers add them."""
 
 def received_extent(msgs: list[Any]) -> tuple[int, int, bool, int] | None:
     """``(first queue offset, last queue offset, consecutive, total store size)`` of a pulled

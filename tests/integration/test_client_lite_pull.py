@@ -109,6 +109,10 @@ def test_assign_polls_every_message_once_in_queue_order(tmp_path: Path) -> None:
                         f"{mq.queue_id}-{n}".encode() for n in range(10)
                     ]
                     assert all(m.topic == "LiteAssign" and m.broker_name == BROKER for m in mine)
+                    # The queue's offsets at the pull, as Java's consumers add them.
+                    assert {m.get_property("MIN_OFFSET") for m in mine} == {"0"}
+                    assert {m["MAX_OFFSET"] for m in mine} == {"10"}
+                    assert mine[0].properties["MAX_OFFSET"] == "10"
                 assert c.broker(0).clients.members("CG_ASSIGN") == []
 
     run(scenario)

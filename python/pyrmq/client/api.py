@@ -242,13 +242,17 @@ class ClientAPI:
             raise BrokerError(response.code, response.remark, addr)
         fields = response.ext_fields
         messages = []
+        min_offset = int(fields.get("minOffset", 0))
+        max_offset = int(fields.get("maxOffset", 0))
         if status is PullStatus.FOUND:
-            messages = _core.decode_received(response.body, broker_name, namespace or None)
+            messages = _core.decode_received(
+                response.body, broker_name, namespace or None, min_offset, max_offset
+            )
         return PullResult(
             status=status,
             next_begin_offset=int(fields.get("nextBeginOffset", queue_offset)),
-            min_offset=int(fields.get("minOffset", 0)),
-            max_offset=int(fields.get("maxOffset", 0)),
+            min_offset=min_offset,
+            max_offset=max_offset,
             messages=messages,
             suggest_which_broker_id=int(fields.get("suggestWhichBrokerId", 0)),
         )

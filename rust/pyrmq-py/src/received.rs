@@ -18,6 +18,10 @@ const RETRY_PREFIX: &str = "%RETRY%";
 /// Where a retried message keeps the topic it was first sent to.
 const PROPERTY_RETRY_TOPIC: &str = "RETRY_TOPIC";
 const SYSFLAG_COMPRESSED: i32 = 0x1;
+/// Properties a Java consumer adds to each pulled message: the queue's offsets as the pull's
+/// answer gave them (`PullAPIWrapper.processPullResult`).
+const PROPERTY_MIN_OFFSET: &str = "MIN_OFFSET";
+const PROPERTY_MAX_OFFSET: &str = "MAX_OFFSET";
 
 /// A received message: every stored field, the producer's id, and the broker it came from.
 ///
@@ -35,6 +39,9 @@ pub struct PyMessageExt {
     inflated: PyOnceLock<Py<PyBytes>>,
     /// Deliveries an orderly consumer repeated in memory, which the broker never counted.
     local_retries: AtomicI32,
+    /// The queue's min and max offsets when it was pulled, shown as `MIN_OFFSET` and
+    /// `MAX_OFFSET` properties.
+    queue_offsets: Option<(i64, i64)>,
 }
 
 impl PyMessageExt {
@@ -45,6 +52,7 @@ impl PyMessageExt {
         m: PyStoredMessage,
         broker_name: Py<PyString>,
         namespace: Option<&str>,
+        queue_offsets: Option<(i64, i64)>,
     ) -> Self {
         let stored = m.topic.bind(py);
         let mut topic = match stored.to_str() {
@@ -76,6 +84,7 @@ impl PyMessageExt {
             queue_topic,
             inflated: PyOnceLock::new(),
             local_retries: AtomicI32::new(0),
+            queue_offsets,
         }
     }
 }
@@ -108,6 +117,7 @@ impl PyMessageExt {
             stored.get().clone_ref(py),
             broker_name.clone().unbind(),
             namespace,
+            None,
         )
     }
 
@@ -131,6 +141,7 @@ impl PyMessageExt {
                     m.get().clone_ref(py),
                     broker_name.clone().unbind(),
                     namespace,
+                    None,
                 ))
             })
             .collect()
@@ -285,7 +296,12 @@ impl PyMessageExt {
     /// Every property, as a new dict on each access.
     #[getter]
     fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.m.properties(py)
+        let d = self.m.properties(py)?;
+        if let Some((min, max)) = self.queue_offsets {
+            d.set_item(PROPERTY_MIN_OFFSET, min.to_string())?;
+            d.set_item(PROPERTY_MAX_OFFSET, max.to_string())?;
+        }
+        Ok(d)
     }
 
     /// One property (a `str` or `bytes` name), or None.
@@ -294,6 +310,13 @@ impl PyMessageExt {
             Ok(b) => String::from_utf8_lossy(b.as_bytes()).into_owned(),
             Err(_) => prop.extract::<String>()?,
         };
+        if let Some((min, max)) = self.queue_offsets {
+            match name.as_str() {
+                PROPERTY_MIN_OFFSET => return Ok(Some(min.to_string())),
+                PROPERTY_MAX_OFFSET => return Ok(Some(max.to_string())),
+                _ => {}
+            }
+        }
         Ok(self.m.prop(py, &name))
     }
 
@@ -328,23 +351,34 @@ impl PyMessageExt {
     }
 }
 
-/// Decodes a PULL body from `broker_name` into a list of received messages.
+/// Decodes a PULL body from `broker_name` into a list of received messages; with the
+/// answer's `min_offset` and `max_offset`, each shows them as properties, as Java's consumers
+/// add them.
 ///
 /// The messages are kept out of the cycle collector: they refer only to strings and bytes,
 /// so no cycle can pass through one, and a consumer with a backlog holds thousands in flight
 /// that every collection would otherwise traverse (and promote, until full collections).
 #[pyfunction]
-#[pyo3(signature = (buffer, broker_name, namespace=None))]
+#[pyo3(signature = (buffer, broker_name, namespace=None, min_offset=None, max_offset=None))]
 pub fn decode_received<'py>(
     py: Python<'py>,
     buffer: &Bound<'py, PyAny>,
     broker_name: &Bound<'py, PyString>,
     namespace: Option<&str>,
+    min_offset: Option<i64>,
+    max_offset: Option<i64>,
 ) -> PyResult<Bound<'py, PyList>> {
     let stored = crate::message::decode_messages(py, buffer)?;
+    let queue_offsets = min_offset.zip(max_offset);
     let mut received = Vec::with_capacity(stored.len());
     for m in stored {
-        let ext = PyMessageExt::new(py, m, broker_name.clone().unbind(), namespace);
+        let ext = PyMessageExt::new(
+            py,
+            m,
+            broker_name.clone().unbind(),
+            namespace,
+            queue_offsets,
+        );
         let msg = Bound::new(py, ext)?;
         // SAFETY: `msg` is a live object of a GC type, tracked since its allocation;
         // untracking only takes it off the collector's lists (its dealloc copes with that).
