@@ -1,8 +1,9 @@
 """RocketMQ's SQL92 message filter: a boolean expression over a message's properties.
 
 The grammar is RocketMQ's (a subset of SQL92's WHERE clause), each condition a property on the
-left and literals on the right: ``= <> !=`` against any literal, ``> >= < <=`` and
-``BETWEEN a AND b`` against numbers (RocketMQ refuses strings there), ``IN (...)``,
+left and literals on the right: ``= <> !=`` against any literal but NULL, ``> >= < <=`` and
+``BETWEEN a AND b`` against numbers (RocketMQ refuses strings there, and a BETWEEN whose low
+bound is above its high one), ``IN (...)`` of strings,
 ``IS [NOT] NULL``, RocketMQ 5's ``CONTAINS``, ``STARTSWITH`` and ``ENDSWITH``, each with
 ``NOT``, combined with ``AND``, ``OR``, ``NOT`` and parentheses. Literals are strings in single
 quotes (``''`` is a quote), integers, decimals, ``TRUE``, ``FALSE`` and ``NULL``. Properties are
@@ -287,6 +288,11 @@ class _Parser:
             low = self.ordered_literal()
             self.expect("keyword", "AND")
             high = self.ordered_literal()
+            if low > high:
+                raise SqlFilterError(
+                    f"Illegal values of between, left value({low}) must less than or equal to "
+                    f"right value({high})"
+                )
 
             def between(m: _Message) -> Truth:
                 above = _compare(m, name, low, lambda o: o >= 0)
@@ -298,32 +304,16 @@ class _Parser:
             return between
         if self.keyword("IN"):
             self.expect("op", "(")
-            values = [self.literal()]
+            texts = {self.text_literal("IN")}
             while self.peek().kind == "op" and self.peek().text == ",":
                 self.take()
                 self.term()
-                values.append(self.literal())
+                texts.add(self.text_literal("IN"))
             self.expect("op", ")")
-            texts = {v for v in values if isinstance(v, str)}
-            numbers = {v for v in values if isinstance(v, Decimal)}
-            flags = {v for v in values if isinstance(v, bool)}
-            has_null = None in values
 
             def within(m: _Message) -> Truth:
                 prop = m.props.get(name)
-                if prop is None:
-                    return None
-                if prop in texts:
-                    return True
-                number = m.number(name) if numbers else None
-                if number is not None and number in numbers:
-                    return True
-                lowered = prop.lower() if flags else ""
-                if lowered in ("true", "false") and (lowered == "true") in flags:
-                    return True
-                if has_null or (numbers and number is None):
-                    return None
-                return False
+                return None if prop is None else prop in texts
 
             return within
         for word, test in (
@@ -332,9 +322,7 @@ class _Parser:
             ("ENDSWITH", str.endswith),
         ):
             if self.keyword(word):
-                value = self.literal()
-                if not isinstance(value, str):
-                    raise SqlFilterError(f"{word} takes a string")
+                value = self.text_literal(word)
 
                 def text_test(
                     m: _Message,
@@ -361,10 +349,24 @@ class _Parser:
         if token.kind != "op" or token.text not in tests:
             raise SqlFilterError(f"expected a comparison at {token.at}, found {token.text!r}")
         compare = tests[token.text]
-        value = self.literal() if token.text in ("=", "<>", "!=") else self.ordered_literal()
+        if token.text in ("=", "<>", "!="):
+            at = self.peek().at
+            value = self.literal()
+            if value is None:
+                raise SqlFilterError(f"'NULL' at {at} cannot be compared: use IS [NOT] NULL")
+        else:
+            value = self.ordered_literal()
         return lambda m: _compare(m, name, value, compare)
 
-    def ordered_literal(self) -> Value:
+    def text_literal(self, after: str) -> str:
+        """A string literal, as RocketMQ's grammar takes after IN and the text tests."""
+        at = self.peek().at
+        value = self.literal()
+        if not isinstance(value, str):
+            raise SqlFilterError(f"{after} takes strings, found {value!r} at {at}")
+        return value
+
+    def ordered_literal(self) -> Decimal:
         """A literal an ordering compares with: a number (RocketMQ: "cannot be compared")."""
         at = self.peek().at
         value = self.literal()
