@@ -349,14 +349,15 @@ class _Parser:
         if token.kind != "op" or token.text not in tests:
             raise SqlFilterError(f"expected a comparison at {token.at}, found {token.text!r}")
         compare = tests[token.text]
+        literal: Value
         if token.text in ("=", "<>", "!="):
             at = self.peek().at
-            value = self.literal()
-            if value is None:
+            literal = self.literal()
+            if literal is None:
                 raise SqlFilterError(f"'NULL' at {at} cannot be compared: use IS [NOT] NULL")
         else:
-            value = self.ordered_literal()
-        return lambda m: _compare(m, name, value, compare)
+            literal = self.ordered_literal()
+        return lambda m: _compare(m, name, literal, compare)
 
     def text_literal(self, after: str) -> str:
         """A string literal, as RocketMQ's grammar takes after IN and the text tests."""
