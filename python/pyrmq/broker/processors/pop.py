@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from pyrmq.broker.clients import Subscription
 from pyrmq.broker.processors.pull import FilterRefused, compile_filter
-from pyrmq.broker.state.topics import PERM_READ, TopicConfig
+from pyrmq.broker.records import reconsume_times_at, sys_flag_of
+from pyrmq.broker.state.topics import PERM_READ
 from pyrmq.errors import HeaderError
 from pyrmq.proxy.messages import Delivery
 from pyrmq.proxy.service import MAX_INVISIBLE_S, Client, Receive
@@ -69,18 +70,18 @@ _NO_POP = PopMessageResponseHeader(pop_time=0, invisible_time=0, revive_qid=0, r
 class PopHandle:
     """A ``POP_CK`` (RocketMQ's extraInfo), as acks and changes of invisible time carry it.
 
+    Its other fields (start offset, invisible time, broker, queue id, offset) are the
+    request header's to give, or RocketMQ's revive bookkeeping.
+
     >>> PopHandle.parse("5 1700000000000 60000 0 0 broker-a 1 7")
-    PopHandle(start_offset=5, pop_time=1700000000000, revive_qid=0, retry_mark='0', offset=7)
+    PopHandle(pop_time=1700000000000, revive_qid=0, retry_mark='0')
     >>> PopHandle.parse("5 x") is None
     True
     """
 
-    start_offset: int
     pop_time: int
     revive_qid: int
     retry_mark: str
-    # The message's offset: the header's offset stands when the handle has none.
-    offset: int | None
 
     @classmethod
     def parse(cls, text: str) -> "PopHandle | None":
@@ -88,13 +89,9 @@ class PopHandle:
         if len(parts) < 7:
             return None
         try:
-            return cls(
-                start_offset=int(parts[0]),
-                pop_time=int(parts[1]),
-                revive_qid=int(parts[3]),
-                retry_mark=parts[4],
-                offset=int(parts[7]) if len(parts) > 7 else None,
-            )
+            # The start offset is read too, only to refuse a handle RocketMQ cannot read.
+            _start, pop_time, revive_qid = int(parts[0]), int(parts[1]), int(parts[3])
+            return cls(pop_time=pop_time, revive_qid=revive_qid, retry_mark=parts[4])
         except ValueError:
             return None
 
@@ -191,7 +188,7 @@ class PopProcessor:
                 f"invisibleTime {header.invisible_time} ms is outside "
                 f"(0, {int(MAX_INVISIBLE_S * 1000)}]",
             )
-        topic = _topic(broker, header.topic)
+        topic = broker.topic(header.topic)
         if topic is None:
             return refused(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -302,7 +299,7 @@ class PopProcessor:
         broker = self.broker
         pops, store = broker.pops, broker.store
         for ack in acks:
-            config = _topic(broker, ack.topic)
+            config = broker.topic(ack.topic)
             if (
                 ack.retry_mark != NORMAL_MARK
                 or config is None
@@ -358,7 +355,7 @@ class PopProcessor:
     ) -> "PopHandle | RemotingCommand":
         """The handle of an ack or a change, or the answer refusing it (RocketMQ's checks; an
         ack may name the queue's max offset, ``last``, a change may not)."""
-        config = _topic(self.broker, topic)
+        config = self.broker.topic(topic)
         if config is None:
             return RemotingCommand.response_to(
                 request,
@@ -467,19 +464,12 @@ def _batch_acks(body: bytes) -> list[_BatchAck]:
 
 def with_reconsume_times(record: bytes, times: int) -> bytes:
     """``record`` (RocketMQ's stored layout) with its reconsume times set to ``times``."""
-    sys_flag = struct.unpack_from(">i", record, 36)[0]
-    # total, magic, body CRC, queue id, flag, queue offset, physical offset, sys flag, born
-    # timestamp; then the hosts, IPv6 ones 12 bytes longer each, around the store timestamp.
-    at = 48 + (20 if sys_flag & 0x10 else 8) + 8 + (20 if sys_flag & 0x20 else 8)
+    at = reconsume_times_at(sys_flag_of(record))
     if struct.unpack_from(">i", record, at)[0] == times:
         return record
     out = bytearray(record)
     struct.pack_into(">i", out, at, times)
     return bytes(out)
-
-
-def _topic(broker: "BrokerController", topic: str) -> TopicConfig | None:
-    return broker.topics.get(topic)
 
 
 def _now_ms() -> int:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
 
+from pyrmq.broker.records import reconsume_times_at, sys_flag_of
 from pyrmq.broker.state.json_file import load_json, store_json
 from pyrmq.errors import ConfigError, MessageIllegalError
 from pyrmq.properties import (
@@ -553,14 +554,8 @@ def as_real_topic(
     """A stored half record rewritten under its real topic and queue id (and with
     ``properties``, when given): RocketMQ's stored layout, with the topic and the properties
     after the body and the total size first."""
-    sys_flag = struct.unpack_from(">i", record, 36)[0]
-    # total, magic, body CRC, queue id, flag, queue offset, physical offset, sys flag, born
-    # timestamp; then the hosts, IPv6 ones 12 bytes longer each.
-    at = 48
-    at += 20 if sys_flag & 0x10 else 8  # born host
-    at += 8  # store timestamp
-    at += 20 if sys_flag & 0x20 else 8  # store host
-    at += 4 + 8  # reconsume times, prepared transaction offset
+    # Past the reconsume times and the prepared transaction offset: the body's length.
+    at = reconsume_times_at(sys_flag_of(record)) + 4 + 8
     body_len = struct.unpack_from(">i", record, at)[0]
     topic_at = at + 4 + body_len
     old_len = record[topic_at]
