@@ -120,6 +120,8 @@ class StoredMessage:
         """The producer's message id (``UNIQ_KEY``)."""
     def property(self, name: str) -> str | None:
         """One property, or None (cheaper than building :attr:`properties`)."""
+    def record(self, reconsume_times: int | None = None) -> bytes:
+        """The record byte for byte as stored; with ``reconsume_times``, that field set to it."""
 
 @final
 class GrpcTransport:

@@ -269,6 +269,26 @@ def test_lookups_by_offset_and_id(open_store):
     assert store.view_message_by_id(offset_msg_id(STORE_HOST, store.max_phy_offset)) is None
 
 
+def test_a_read_message_gives_its_record_with_or_without_new_reconsume_times(open_store):
+    store = open_store(store_host=STORE_HOST)
+    store.put("TopicRecord", b"four", reconsume_times=2)
+    store.put("TopicRecord", b"six", born_host="[::1]:8080", properties={"p": "v"})
+    store.put("TopicRecord", b"last")
+    # Messages of one read share its buffer: each record is cut out at its own place.
+    messages = store.get("TopicRecord", 0, 0).messages()
+    for m in messages:
+        assert m.record() == store.look_record(m.phy_offset)
+        assert m.record(m.reconsume_times) == m.record()
+    four, six, _ = messages
+    for m, at in ((four, 72), (six, 84)):
+        again = _core.decode_messages(m.record(7))[0]
+        assert again.reconsume_times == 7
+        assert m.record(7)[at : at + 4] == (7).to_bytes(4, "big")
+        # Only that field changed.
+        assert m.record(7)[:at] + m.record(7)[at + 4 :] == m.record()[:at] + m.record()[at + 4 :]
+    assert four.reconsume_times == 2
+
+
 def test_query_message_by_keys_and_uniq_key_within_a_time_range(open_store):
     store = open_store()
     a = store.put("TopicQ", b"a", keys=["shared", "only-a"], properties={"UNIQ_KEY": "U-A"})

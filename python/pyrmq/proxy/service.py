@@ -1073,7 +1073,7 @@ class MessagingService:
         if remaining is not None:
             window = min(window, remaining - DEADLINE_MARGIN_S)
         topic = r.config.topic_name
-        popped = await self.pop(r, window)
+        popped = self.pop_now(r) or await self.pop_later(r, window)
         if popped and (on_cancelled := getattr(context, "on_cancelled", None)) is not None:
             # Handed to the transport is not yet delivered: a client that leaves before the
             # answer is out never got these.
@@ -1101,12 +1101,19 @@ class MessagingService:
             self._release(r.group, topic, popped)
             raise
 
-    async def pop(self, r: "Receive", window_s: float) -> list[tuple[StoredMessage, Delivery]]:
-        """Pops for ``r``, waiting up to ``window_s`` for something to deliver. A 4.x pop's
-        deliveries take a pop time from when they are made (their ``generation``)."""
+    def pop_now(self, r: "Receive") -> list[tuple[StoredMessage, Delivery]]:
+        """Pops for ``r`` what there is to deliver now."""
+        return self._pop(r)
+
+    async def pop_later(
+        self, r: "Receive", window_s: float
+    ) -> list[tuple[StoredMessage, Delivery]]:
+        """Pops for ``r`` once something can be delivered, within ``window_s``, after a
+        :meth:`pop_now` found nothing. A 4.x pop's deliveries take a pop time from when they
+        are made (their ``generation``)."""
         loop = self.broker.loop
         end = loop.time() + max(0.0, window_s)
-        popped = self._pop(r)
+        popped: list[tuple[StoredMessage, Delivery]] = []
         while not popped:
             left = end - loop.time()
             if left <= 0:

@@ -111,6 +111,9 @@ impl PyStoredMessage {
     }
 }
 
+/// Reconsume times, prepared transaction offset and body length end the fixed fields.
+const RECONSUME_TIMES_FROM_END_OF_FIXED: usize = 4 + 8 + 4;
+
 #[pymethods]
 impl PyStoredMessage {
     /// The message properties, as a new dict on each access.
@@ -170,6 +173,31 @@ impl PyStoredMessage {
     /// One property, or None.
     fn property(&self, py: Python<'_>, name: &str) -> Option<String> {
         self.prop(py, name)
+    }
+
+    /// The record byte for byte as stored, copied out of its buffer; with `reconsume_times`,
+    /// that field set to it (what a broker serves a message again with).
+    #[pyo3(signature = (reconsume_times=None))]
+    fn record<'py>(
+        &self,
+        py: Python<'py>,
+        reconsume_times: Option<i32>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let buf = self.buf.bind(py).as_bytes();
+        // Properties close the record.
+        let end = self.props_start + self.props_len;
+        let raw = &buf[end - self.store_size as usize..end];
+        match reconsume_times {
+            Some(times) if times != self.reconsume_times => {
+                let at = message::fixed_len(self.sys_flag) - RECONSUME_TIMES_FROM_END_OF_FIXED;
+                PyBytes::new_with(py, raw.len(), |out| {
+                    out.copy_from_slice(raw);
+                    out[at..at + 4].copy_from_slice(&times.to_be_bytes());
+                    Ok(())
+                })
+            }
+            _ => Ok(PyBytes::new(py, raw)),
+        }
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

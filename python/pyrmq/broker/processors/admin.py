@@ -183,7 +183,7 @@ class AdminProcessor:
                 ResponseCode.QUERY_NOT_FOUND,
                 remark="can not find message, maybe time range not correct",
             )
-        body = b"".join(store.look_record(m.phy_offset) or b"" for m in found)
+        body = b"".join(m.record() for m in found)
         return RemotingCommand.response_to(
             request,
             ResponseCode.SUCCESS,

@@ -16,14 +16,12 @@ import base64
 import dataclasses
 import json
 import logging
-import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING
 
 from pyrmq.broker.clients import Subscription
 from pyrmq.broker.processors.pull import FilterRefused, compile_filter
-from pyrmq.broker.records import reconsume_times_at, sys_flag_of
 from pyrmq.broker.state.topics import PERM_READ
 from pyrmq.errors import HeaderError
 from pyrmq.proxy.messages import Delivery
@@ -101,22 +99,46 @@ class PopProcessor:
         self.broker = broker
 
     def install(self, server: RemotingServer) -> None:
-        server.register(RequestCode.POP_MESSAGE, self.pop)
-        # Never wait: answered when they arrive.
+        server.register_inline(RequestCode.POP_MESSAGE, self.pop)
         server.register_inline(RequestCode.ACK_MESSAGE, self.ack)
         server.register_inline(RequestCode.BATCH_ACK_MESSAGE, self.batch_ack)
         server.register_inline(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible)
 
     # -- pop ---------------------------------------------------------------------------------
 
-    async def pop(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def pop(
+        self, conn: Connection, request: RemotingCommand
+    ) -> "RemotingCommand | Awaitable[RemotingCommand]":
         header = PopMessageRequestHeader.from_ext(request.ext_fields)
         checked = self._check_pop(conn, request, header)
         if isinstance(checked, RemotingCommand):
             return checked
-        pops = self.broker.pops
+        # Answered at once when there is something to deliver or no time to wait, as most
+        # pops of a busy topic are; a task only for a pop that is held.
+        popped = self.broker.pops.pop_now(checked)
         window_s = min(max(header.poll_time, 0) / 1000, MAX_POLL_S)
-        popped = await pops.pop(checked, window_s)
+        if popped or window_s <= 0:
+            return self._popped(request, header, checked, popped)
+        return self._held(request, header, checked, window_s)
+
+    async def _held(
+        self,
+        request: RemotingCommand,
+        header: PopMessageRequestHeader,
+        checked: "Receive",
+        window_s: float,
+    ) -> RemotingCommand:
+        popped = await self.broker.pops.pop_later(checked, window_s)
+        return self._popped(request, header, checked, popped)
+
+    def _popped(
+        self,
+        request: RemotingCommand,
+        header: PopMessageRequestHeader,
+        checked: "Receive",
+        popped: list[tuple[StoredMessage, Delivery]],
+    ) -> RemotingCommand:
+        pops = self.broker.pops
         answer = PopMessageResponseHeader(
             pop_time=popped[0][1].generation if popped else checked.pop_time,
             invisible_time=header.invisible_time,
@@ -243,17 +265,13 @@ class PopProcessor:
     ) -> tuple[bytes, PopMessageResponseHeader]:
         """The body (the records, each with its deliveries counted in its reconsume times)
         and the infos a client makes the handles from."""
-        store = self.broker.store
         records: list[bytes] = []
         starts: dict[int, int] = {}
         offsets: dict[int, list[int]] = {}
         counts: list[str] = []
         for stored, delivery in popped:
-            record = store.look_record(stored.phy_offset)
-            if record is None:
-                continue
             times = stored.reconsume_times + delivery.attempt - 1
-            records.append(with_reconsume_times(record, times))
+            records.append(stored.record(times))
             queue_id, offset = delivery.queue_id, stored.queue_offset
             starts[queue_id] = min(starts.get(queue_id, offset), offset)
             offsets.setdefault(queue_id, []).append(offset)
@@ -460,16 +478,6 @@ def _batch_acks(body: bytes) -> list[_BatchAck]:
             )
         )
     return out
-
-
-def with_reconsume_times(record: bytes, times: int) -> bytes:
-    """``record`` (RocketMQ's stored layout) with its reconsume times set to ``times``."""
-    at = reconsume_times_at(sys_flag_of(record))
-    if struct.unpack_from(">i", record, at)[0] == times:
-        return record
-    out = bytearray(record)
-    struct.pack_into(">i", out, at, times)
-    return bytes(out)
 
 
 def _now_ms() -> int:

@@ -115,8 +115,7 @@ class EndTransactionProcessor:
         connections = [
             m.connection for m in members.values() if isinstance(m.connection, Connection)
         ]
-        record = self.broker.store.look_record(stored.phy_offset)
-        if not connections or record is None:
+        if not connections:
             return False
         topic = stored.property(transactions.REAL_TOPIC) or stored.topic
         queue_id = int(stored.property(transactions.REAL_QID) or 0)
@@ -138,7 +137,7 @@ class EndTransactionProcessor:
                 topic=topic,
                 broker_name=self.broker.config.broker_name,
             ).to_ext(),
-            transactions.as_real_topic(record, topic, queue_id, properties),
+            transactions.as_real_topic(stored.record(), topic, queue_id, properties),
             oneway=True,
         )
         random.choice(connections).send(request)
