@@ -651,6 +651,30 @@ def test_delayed_message_goes_to_the_schedule_topic(open_store, tmp_path, rebuil
     assert unit == (0, sent.phy_offset, got.sizes[0], sent.store_timestamp_ms + 10_000)
 
 
+def test_a_consume_queue_file_missing_between_others_is_written_again(open_store, tmp_path):
+    """The queue's other files and the other queues keep working: the units after the gap are
+    rebuilt from the CommitLog (before, the store refused to open)."""
+    root = tmp_path / "store"
+    config = {"mapped_file_size_consume_queue": 20 * 10}
+    store = open_store(root, **config)
+    for i in range(50):
+        store.put("TopicGap", b"gap-%d" % i, keys=f"g{i}")
+    # Written after, so the furthest queue ends past every record of TopicGap.
+    store.put("TopicLater", b"later")
+    units = store.consume_queue_units("TopicGap", 0, 0, 50)
+    store.close()
+    (root / "consumequeue" / "TopicGap" / "0" / f"{20 * 20:020d}").unlink()
+
+    store = open_store(root, **config)
+    assert (store.min_offset("TopicGap", 0), store.max_offset("TopicGap", 0)) == (0, 50)
+    assert store.consume_queue_units("TopicGap", 0, 0, 50) == units
+    bodies = [m.body for m in read_all(store, "TopicGap", 0)]
+    assert bodies == [b"gap-%d" % i for i in range(50)]
+    assert [m.body for m in read_all(store, "TopicLater", 0)] == [b"later"]
+    assert [m.body for m in store.query_message("TopicGap", "g25")] == [b"gap-25"]
+    assert store.put("TopicGap", b"next").queue_offset == 50
+
+
 def test_delay_levels_beyond_the_table_use_the_last_level(open_store):
     store = open_store(message_delay_level="1s 5s")
     sent = store.put("TopicDelay", b"x", properties={"DELAY": "9"})

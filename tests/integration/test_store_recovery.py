@@ -134,6 +134,69 @@ def test_flipped_body_byte_is_reported_and_never_truncated(
     assert (r.phy_offset, r.queue_offset) == (max_phy, 60)
 
 
+# Offsets in a record with IPv4 hosts: the flag, the last byte of the queue offset, and (from
+# the record's end) a byte of the last property's value.
+HEADER_BYTES = {"flag": 16, "queue offset": 27, "property": -3}
+
+
+@pytest.mark.parametrize("field", HEADER_BYTES, ids=lambda f: f.replace(" ", "-"))
+@pytest.mark.parametrize("reopen", ["clean", "crash"])
+def test_a_flipped_byte_outside_the_body_is_reported_and_never_served(
+    open_store, tmp_path, field, reopen
+):
+    """The body CRC does not cover the other fields: the checksum of the record's append group
+    does, and reads check it."""
+    root = tmp_path / "store"
+    config = {"mapped_file_size_commit_log": SEGMENT}
+    store = open_store(root, **config)
+    sent = [
+        store.put("TopicHead", b"body-%d" % i, keys=f"k{i}", properties={"color": "blue"})
+        for i in range(20)
+    ]
+    bad = sent[10]
+    size = store.look_message_by_offset(bad.phy_offset).store_size
+    store.close()
+    at = bad.phy_offset + (HEADER_BYTES[field] % size)
+    patch(root, at, bytes([read_log(root, at, at + 1)[0] ^ 0x01]))
+    if reopen == "crash":
+        mark_crashed(root, lose_checkpoint=False)
+
+    store = open_store(root, **config)
+    got = store.get("TopicHead", 0, 8, max_count=5)
+    assert got.status is GetMessageStatus.FOUND
+    assert got.corrupt_offsets == [10]
+    assert got.queue_offsets == [8, 9, 11, 12]
+    assert [m.body for m in got.messages()] == [b"body-8", b"body-9", b"body-11", b"body-12"]
+    assert all(m.property("color") == "blue" for m in got.messages())
+    with pytest.raises(CorruptRecordError):
+        store.look_message_by_offset(bad.phy_offset)
+    with pytest.raises(CorruptRecordError):
+        store.view_message_by_id(bad.msg_id)
+    assert store.query_message("TopicHead", "k10") == []
+    assert [m.body for m in store.query_message("TopicHead", "k11")] == [b"body-11"]
+    # Nothing was cut: the store appends after the damage.
+    assert store.put("TopicHead", b"after").queue_offset == 20
+
+
+def test_a_unit_naming_another_queue_s_record_is_reported_not_served(open_store, tmp_path):
+    root = tmp_path / "store"
+    store = open_store(root)
+    for i in range(20):
+        store.put("TopicSwap", b"q%d-%d" % (i % 2, i // 2), queue_id=i % 2)
+    store.close()
+    queue = root / "consumequeue" / "TopicSwap"
+    unit = (queue / "1" / f"{0:020d}").read_bytes()[7 * 20 : 8 * 20]
+    with open(queue / "0" / f"{0:020d}", "r+b") as f:
+        f.seek(5 * 20)
+        f.write(unit)
+
+    store = open_store(root)
+    got = store.get("TopicSwap", 0, 4, max_count=3)
+    assert got.corrupt_offsets == [5]
+    assert [m.body for m in got.messages()] == [b"q0-4", b"q0-6"]
+    assert [m.body for m in store.get("TopicSwap", 1, 7, max_count=1).messages()] == [b"q1-7"]
+
+
 def test_a_slave_cuts_its_log_at_a_damaged_record_for_its_master_to_send_again(
     open_store, tmp_path
 ):
@@ -574,6 +637,31 @@ def test_a_shortened_index_file_is_indexed_again(open_store, tmp_path, which, cu
         assert [m.body for m in store.query_message("TopicIdx", f"k{i}")] == [b"idx-%d" % i]
     shared = store.query_message("TopicIdx", "shared", max_count=1000)
     assert sorted(m.body for m in shared) == sorted(b"idx-%d" % i for i in range(120))
+
+
+def test_records_indexed_again_are_found_within_their_own_time_range(open_store, tmp_path):
+    """Indexed again into the last file, begun seconds after them, their times read as that
+    file's beginning, and a query for their time range passed them by."""
+    root = tmp_path / "store"
+    config = {"max_hash_slot_num": 16, "max_index_num": 5}  # 4 entries a file
+    store = open_store(root, **config)
+    for name in "ABC":
+        sent = [store.put("TopicIdx", b"%s%d" % (name.encode(), i), keys=f"{name}{i}")
+                for i in range(4 if name != "C" else 2)]  # fmt: skip
+        if name == "B":
+            b0 = sent[0].store_timestamp_ms
+        time.sleep(1.2 if name != "C" else 0)
+    store.close()
+    files = sorted((root / "index").iterdir())
+    assert len(files) == 3
+    os.truncate(files[1], 20)
+
+    store = open_store(root, **config)
+    for i in range(4):
+        found = store.query_message("TopicIdx", f"B{i}", begin_ms=b0, end_ms=b0 + 999)
+        assert [m.body for m in found] == [b"B%d" % i]
+    assert [m.body for m in store.query_message("TopicIdx", "C1")] == [b"C1"]
+    assert store.query_message("TopicIdx", "B0", begin_ms=b0 + 5_000) == []
 
 
 def test_an_index_file_whose_header_counts_past_its_entries_is_indexed_again(open_store, tmp_path):

@@ -332,8 +332,68 @@ impl CommitLog {
         Some((file, rel))
     }
 
+    /// Checks the append group holding the record at `rel` of `file` (`size` bytes) against
+    /// the checksum of the fence that seals it, reading the mapping. Returns the group's span
+    /// in the log, `[start, end)`: every record in it is as written. A group is written and
+    /// published whole, so a byte changed anywhere in it (a header field the body CRC does not
+    /// cover, a property) fails every record of it.
+    pub fn verify_group(
+        &self,
+        file: &MappedFile,
+        rel: u64,
+        size: u32,
+    ) -> Result<(u64, u64), String> {
+        self.verify_group_with(file, rel, size, |at, len| {
+            Ok(std::borrow::Cow::Borrowed(file.slice(at, len)))
+        })
+    }
+
+    fn verify_group_with<'f>(
+        &self,
+        file: &MappedFile,
+        rel: u64,
+        size: u32,
+        read: impl Fn(u64, usize) -> StoreResult<std::borrow::Cow<'f, [u8]>>,
+    ) -> Result<(u64, u64), String> {
+        let base = file.file_from_offset();
+        let limit = self.max_offset().saturating_sub(base).min(file.file_size());
+        let io = |e: StoreError| e.to_string();
+        let mut pos = rel + u64::from(size);
+        loop {
+            if pos + 8 > limit {
+                return Err("no fence seals the record's group".to_owned());
+            }
+            let head = read(pos, 8).map_err(io)?;
+            let total = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
+            let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
+            match magic {
+                MESSAGE_MAGIC_CODE
+                    if total as usize >= message::FIXED_LEN_V4
+                        && pos + u64::from(total) <= limit =>
+                {
+                    pos += u64::from(total);
+                }
+                FENCE_MAGIC_CODE if total as usize == FENCE_LEN && pos + 20 <= limit => {
+                    let fence = read(pos, FENCE_LEN).map_err(io)?;
+                    let start = u64::from_be_bytes(fence[8..16].try_into().expect("8 bytes"));
+                    let crc = u32::from_be_bytes(fence[16..20].try_into().expect("4 bytes"));
+                    if start < base || start > base + rel {
+                        return Err(format!("the fence after it names a group at {start}"));
+                    }
+                    let group = read(start - base, (pos - (start - base)) as usize).map_err(io)?;
+                    if crc32fast::hash(&group) != crc {
+                        return Err("its group's checksum does not match".to_owned());
+                    }
+                    return Ok((start, base + pos + FENCE_LEN as u64));
+                }
+                _ => return Err("a record after it in its group is damaged".to_owned()),
+            }
+        }
+    }
+
     /// Copies the record at `phy` with `pread` (offsets here may come from clients), checking
-    /// only that it lies inside published data and starts with a message header.
+    /// that it lies inside published data, starts with a message header and its group
+    /// verifies ([`Self::verify_group`]).
     pub fn read_record(&self, phy: u64) -> StoreResult<Option<Vec<u8>>> {
         let Some((file, rel)) = self.record_bytes(phy, 8) else {
             return Ok(None);
@@ -353,6 +413,15 @@ impl CommitLog {
         }
         let mut raw = vec![0u8; size as usize];
         file.read_at(rel, &mut raw)?;
+        self.verify_group_with(&file, rel, size, |at, len| {
+            let mut buf = vec![0u8; len];
+            file.read_at(at, &mut buf)?;
+            Ok(std::borrow::Cow::Owned(buf))
+        })
+        .map_err(|reason| StoreError::Corrupt {
+            phy_offset: phy,
+            reason,
+        })?;
         Ok(Some(raw))
     }
 

@@ -52,13 +52,16 @@ pub struct ConsumeQueue {
     /// Byte offset of the file created ahead of the writer (see [`Populator`]); only the
     /// put-lock holder touches it.
     next_prepared: AtomicU64,
+    /// Set at load when a file was missing between others: the CommitLog offset from which
+    /// recovery dispatches again to write the units after the gap.
+    rebuild_from: Option<u64>,
 }
 
 impl ConsumeQueue {
     /// Opens the queue in `dir` and finds its max offset: past the last written unit of the
     /// last file holding any.
     pub fn load(dir: &Path, topic: &str, queue_id: i32, file_size: u64) -> StoreResult<Self> {
-        let files = MappedFileQueue::load(dir, file_size, Allocation::OnDemand)?;
+        let (files, gap_at) = MappedFileQueue::load_derived(dir, file_size, Allocation::OnDemand)?;
         let units_per_file = file_size / CQ_UNIT_SIZE;
         // A file after that one was created ahead of its writer (or just before a crash) and is
         // empty. The last written unit, not the first unwritten one, ends the queue: a queue
@@ -79,7 +82,7 @@ impl ConsumeQueue {
             }
             None => (0, 0),
         };
-        Ok(Self {
+        let mut queue = Self {
             topic: topic.to_owned(),
             queue_id,
             files,
@@ -88,7 +91,23 @@ impl ConsumeQueue {
             min_offset: AtomicU64::new(min.min(max)),
             flushed: AtomicU64::new(max),
             next_prepared: AtomicU64::new(0),
-        })
+            rebuild_from: None,
+        };
+        if gap_at.is_some() {
+            // The records of the lost units follow the last one kept.
+            queue.rebuild_from = Some(queue.last_record_end().unwrap_or(0));
+            log::warn!(
+                "ConsumeQueue {topic}:{queue_id} has a file missing after queue offset {max}; \
+                 its units are written again from the CommitLog"
+            );
+        }
+        Ok(queue)
+    }
+
+    /// Where recovery must dispatch from for this queue to be whole, when a file of it was
+    /// missing at load.
+    pub fn rebuild_from(&self) -> Option<u64> {
+        self.rebuild_from
     }
 
     pub fn topic(&self) -> &str {

@@ -30,6 +30,7 @@
 //! again.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -191,6 +192,10 @@ pub struct IndexService {
     dropped_paths: Vec<PathBuf>,
     /// Files that filled up since the last flush, which still has to sync their tails.
     filled: Mutex<Vec<Arc<MappedFile>>>,
+    /// Set while the records of dropped files wait to be indexed again: they go to a file of
+    /// their own, begun at their store time. In the last file, begun later, their times would
+    /// read as its beginning, and a query for their time range would pass them by.
+    fresh_file: AtomicBool,
 }
 
 impl IndexService {
@@ -282,6 +287,7 @@ impl IndexService {
             slots,
             entries,
             files: Mutex::new(files),
+            fresh_file: AtomicBool::new(!dropped.is_empty()),
             dropped,
             dropped_paths,
             filled: Mutex::new(Vec::new()),
@@ -327,7 +333,9 @@ impl IndexService {
     ) -> StoreResult<()> {
         let mut files = self.files.lock();
         for key in keys {
-            if files.last().is_none_or(IndexFile::is_full) {
+            let fresh = self.fresh_file.load(Ordering::Relaxed)
+                && self.fresh_file.swap(false, Ordering::Relaxed);
+            if fresh || files.last().is_none_or(IndexFile::is_full) {
                 if let Some(full) = files.last() {
                     self.filled.lock().push(Arc::clone(&full.file));
                 }

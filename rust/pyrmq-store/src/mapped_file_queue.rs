@@ -20,6 +20,26 @@ impl MappedFileQueue {
     /// creation cut short: it never held data and is removed. Any other gap or size mismatch is
     /// an error rather than a guess.
     pub fn load(dir: &Path, file_size: u64, allocation: Allocation) -> StoreResult<Self> {
+        Self::open(dir, file_size, allocation, false).map(|(files, _)| files)
+    }
+
+    /// Like [`Self::load`], for files derived from the CommitLog (a ConsumeQueue's), which can
+    /// be written again: at a gap between files, the files after it are removed, and the byte
+    /// offset where the gap starts is returned for the caller to rebuild from.
+    pub fn load_derived(
+        dir: &Path,
+        file_size: u64,
+        allocation: Allocation,
+    ) -> StoreResult<(Self, Option<u64>)> {
+        Self::open(dir, file_size, allocation, true)
+    }
+
+    fn open(
+        dir: &Path,
+        file_size: u64,
+        allocation: Allocation,
+        derived: bool,
+    ) -> StoreResult<(Self, Option<u64>)> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("creating directory", dir, e))?;
         let mut names: Vec<(u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io("listing", dir, e))? {
@@ -36,8 +56,9 @@ impl MappedFileQueue {
         }
         names.sort_unstable();
         let mut files: Vec<Arc<MappedFile>> = Vec::with_capacity(names.len());
+        let mut gap_at = None;
         let count = names.len();
-        for (i, (offset, path)) in names.into_iter().enumerate() {
+        for (i, (offset, path)) in names.iter().cloned().enumerate() {
             let len = std::fs::metadata(&path)
                 .map_err(|e| StoreError::io("stat", &path, e))?
                 .len();
@@ -64,7 +85,21 @@ impl MappedFileQueue {
                 )));
             }
             if let Some(prev) = files.last() {
-                if prev.file_from_offset() + file_size != offset {
+                let expected = prev.file_from_offset() + file_size;
+                if expected != offset && derived {
+                    for (_, later) in &names[i..] {
+                        log::warn!(
+                            "removing {}: a file before it is missing, and what it holds is \
+                             written again from the CommitLog",
+                            later.display()
+                        );
+                        std::fs::remove_file(later)
+                            .map_err(|e| StoreError::io("removing", later, e))?;
+                    }
+                    gap_at = Some(expected);
+                    break;
+                }
+                if expected != offset {
                     return Err(StoreError::Corrupt {
                         phy_offset: offset,
                         reason: format!("segment gap before {}", path.display()),
@@ -74,12 +109,13 @@ impl MappedFileQueue {
             let file = MappedFile::open(&path, offset, file_size, allocation)?;
             files.push(Arc::new(file));
         }
-        Ok(Self {
+        let files = Self {
             dir: dir.to_owned(),
             file_size,
             allocation,
             files: RwLock::new(files),
-        })
+        };
+        Ok((files, gap_at))
     }
 
     pub fn file_size(&self) -> u64 {

@@ -345,7 +345,9 @@ impl MessageStore {
         // closed are rebuilt from the CommitLog. Records of index files dropped at load (another
         // geometry) are indexed again too: the checkpoint no longer counts them as indexed.
         let checkpointed = loaded.checkpoint.map_or(0, |cp| cp.recovery_start());
-        let start = checkpointed.min(inner.queues_end());
+        let start = checkpointed
+            .min(inner.queues_end())
+            .min(inner.queues_rebuild_from());
         // Validation starts at a group boundary or at a record of the group a fence ahead
         // seals: the checkpoint's offsets are one or the other, a queue's end may fall inside
         // a group, a segment's start is a boundary. Bytes below the checkpoint are durable;
@@ -1005,6 +1007,17 @@ impl Inner {
             .filter_map(|q| q.last_record_end())
             .max()
             .unwrap_or(0)
+    }
+
+    /// The earliest CommitLog offset a queue with a file missing at load must be rebuilt
+    /// from; `u64::MAX` with none.
+    fn queues_rebuild_from(&self) -> u64 {
+        self.queues
+            .read()
+            .values()
+            .filter_map(|q| q.rebuild_from())
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     pub(crate) fn queue(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
@@ -1949,6 +1962,8 @@ impl Inner {
         }
         out.status = GetMessageStatus::NoMatchedMessage;
         out.next_begin_offset = scanned_to;
+        // The last group verified, [start, end): its other records need no second check.
+        let mut verified = (0u64, 0u64);
         for u in units {
             out.in_disk = self.in_disk(log_end, u.phy_offset);
             let (cap_bytes, cap_count) = match disk_limits {
@@ -1982,8 +1997,17 @@ impl Inner {
             let checked = found
                 .ok_or_else(|| "the unit points past the CommitLog's data".to_owned())
                 .and_then(|(file, rel)| {
-                    let problem = match message::decode(file.slice(rel, u.size as usize), true) {
-                        Ok(r) if r.phy_offset as u64 == u.phy_offset && r.topic == req.topic => {
+                    if !(verified.0..verified.1).contains(&u.phy_offset) {
+                        verified = self.commit_log.verify_group(&file, rel, u.size)?;
+                    }
+                    // The group's checksum covers the body: its CRC need not be computed again.
+                    let problem = match message::decode(file.slice(rel, u.size as usize), false) {
+                        Ok(r)
+                            if r.phy_offset as u64 == u.phy_offset
+                                && r.topic == req.topic
+                                && r.queue_id == req.queue_id
+                                && r.queue_offset as u64 == u.queue_offset =>
+                        {
                             None
                         }
                         Ok(_) => Some("the record belongs to another queue".to_owned()),
