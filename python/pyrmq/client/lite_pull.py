@@ -8,8 +8,12 @@ buffers what it finds, up to ``pull_threshold_for_queue`` messages. :meth:`LiteP
 returns one buffered batch at a time, taking the queues in turn.
 
 Offsets: the *consume offset* of a queue is the offset after the last message :meth:`poll`
-handed out. With ``auto_commit`` it is committed every ``auto_commit_interval_s`` and at
-shutdown; otherwise :meth:`LitePullConsumer.commit` commits it. Clustering keeps committed
+handed out. A batch is done with once the application polls again (or, in ``async for``,
+asks for the next message): with ``auto_commit``, what is done with is committed every
+``auto_commit_interval_s``, when a queue goes to another consumer, and at shutdown, as
+RocketMQ's lite pull consumer commits at the next poll; the batch the application holds is
+not, so a crash while it works on it loses nothing. :meth:`LitePullConsumer.commit` commits
+the consume offsets, that batch included. Clustering keeps committed
 offsets on the brokers, broadcasting in a local file per client id
 (``$PYRMQ_OFFSETS_DIR/<client id>/<group>/offsets.json``).
 """
@@ -67,6 +71,7 @@ class _QueueState:
     __slots__ = (
         "batches",
         "consume_offset",
+        "done_offset",
         "epoch",
         "mq",
         "pq",
@@ -84,6 +89,8 @@ class _QueueState:
         """Where the next pull reads; None until the start offset is known."""
         self.consume_offset = -1
         """After the last message handed out; -1 while none was."""
+        self.done_offset = -1
+        """After the last message the application is done with; -1 while none was."""
         self.epoch = 0
         """Raised whenever the pull task is stopped: a task of an older epoch drops its result."""
         self.space = asyncio.Event()
@@ -243,8 +250,9 @@ class LitePullConsumer(ClientLifecycle):
         )
 
     async def shutdown(self) -> None:
-        """Stops pulling, commits (with ``auto_commit``, the consume offsets; otherwise what
-        was committed but not yet persisted), unregisters from the brokers. Idempotent."""
+        """Stops pulling, commits (with ``auto_commit``, the batches done with, not the one the
+        last :meth:`poll` returned; otherwise what was committed but not yet persisted),
+        unregisters from the brokers. Idempotent."""
         inst, self._instance = self._instance, None
         if inst is None:
             return
@@ -261,7 +269,7 @@ class LitePullConsumer(ClientLifecycle):
         store = self._store
         if store is not None:
             if self.auto_commit:
-                self._copy_consume_offsets()
+                self._copy_done_offsets()
             try:
                 await self._persist_sync(store, list(self._assigned))
             except PyrmqError as e:
@@ -436,8 +444,8 @@ class LitePullConsumer(ClientLifecycle):
         store = self._store
         if store is None:
             return None
-        if self.auto_commit and state.consume_offset >= 0:
-            store.update(mq, state.consume_offset, increase_only=False)
+        if self.auto_commit and state.done_offset >= 0:
+            store.update(mq, state.done_offset, increase_only=False)
         return self._spawn(self._persist_dropped(store, mq))
 
     async def _persist_dropped(self, store: OffsetStore, mq: MessageQueue) -> None:
@@ -476,7 +484,7 @@ class LitePullConsumer(ClientLifecycle):
         state.pq = ProcessQueue()
         state.batches.clear()
         state.pull_offset = offset
-        state.consume_offset = offset
+        state.consume_offset = state.done_offset = offset
         # Without auto-commit only commit() moves what the group has stored.
         if self.auto_commit and self._store is not None:
             self._store.update(state.mq, offset, increase_only=False)
@@ -503,7 +511,7 @@ class LitePullConsumer(ClientLifecycle):
                         # consumer before anything of it was polled resumes here, not at that
                         # consumer's own start (the end, by default), which would skip what
                         # arrived meanwhile.
-                        state.consume_offset = offset
+                        state.consume_offset = state.done_offset = offset
                     log.info("group=%s starts %s at offset %d", self.group, mq, offset)
                 started = time.monotonic()
                 result = await self._pull_once(state, state.pull_offset)
@@ -602,12 +610,15 @@ class LitePullConsumer(ClientLifecycle):
         to ``timeout_s`` (default ``poll_timeout_s``) for one; [] if none came or the
         consumer shut down meanwhile. Paused queues' messages are held back.
 
-        The batch counts as consumed: with ``auto_commit`` the next commit covers it.
+        Polling again says the batches handed out before are done with: with ``auto_commit``
+        the next commit covers them, and this batch once the application polls again.
         """
         self._offset_store()  # raises when not started
         timeout = self.poll_timeout_s if timeout_s is None else timeout_s
         if timeout < 0:
             raise ValueError(f"poll timeout must not be negative: {timeout}")
+        for state in self._assigned.values():
+            state.done_offset = state.consume_offset
         taken = await self._take(timeout)
         if taken is None:
             return []
@@ -634,6 +645,7 @@ class LitePullConsumer(ClientLifecycle):
                     finished += 1
             finally:
                 self._mark_consumed(state, pq, msgs[:finished])
+                state.done_offset = state.consume_offset
                 rest = msgs[finished:]
                 if rest and state.pq is pq and self._assigned.get(state.mq) is state:
                     state.batches.appendleft(rest)
@@ -786,6 +798,9 @@ class LitePullConsumer(ClientLifecycle):
             offsets = {queue_in(self.namespace, mq): offset for mq, offset in offsets.items()}
         for mq, offset in offsets.items():
             store.update(mq, offset, increase_only=False)
+            if (state := self._assigned.get(mq)) is not None:
+                # What the application commits it is done with: auto-commit goes on from there.
+                state.done_offset = offset
         await self._persist_sync(store, list(offsets))
 
     @staticmethod
@@ -795,22 +810,22 @@ class LitePullConsumer(ClientLifecycle):
         else:
             await store.persist(mqs)
 
-    def _copy_consume_offsets(self) -> None:
+    def _copy_done_offsets(self) -> None:
         store = self._store
         if store is None:
             return
         for mq, state in self._assigned.items():
-            if state.consume_offset >= 0:
-                store.update(mq, state.consume_offset, increase_only=False)
+            if state.done_offset >= 0:
+                store.update(mq, state.done_offset, increase_only=False)
 
     async def persist_offsets(self) -> None:
         """Sends the offsets this client holds to where the group keeps them (oneway to the
-        brokers); with ``auto_commit``, after taking the consume offsets."""
+        brokers); with ``auto_commit``, after taking those of the batches done with."""
         store = self._store
         if store is None or self._instance is None:
             return
         if self.auto_commit:
-            self._copy_consume_offsets()
+            self._copy_done_offsets()
         await store.persist(list(self._assigned))
 
     async def _auto_commit_loop(self) -> None:
