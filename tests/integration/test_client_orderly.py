@@ -26,6 +26,7 @@ from tests.compat.servers import create_topic, serving, start_serve
 from tests.helpers import committed_offset, fast_config
 
 from pyrmq.client import blocking
+from pyrmq.client.admin import Admin
 from pyrmq.client.api import ClientAPI, PullStatus
 from pyrmq.client.consume_orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
 from pyrmq.client.consume_service import ConsumeStatus
@@ -260,6 +261,48 @@ def test_a_failed_message_is_retried_in_place_and_holds_its_queue_back(
         assert queue1_done < attempts[-1]
         assert await pull_all(broker, f"%RETRY%{group}") == []
         assert await committed_offset(broker, group, MessageQueue(topic, BROKER, 0)) == 6
+
+    run(scenario)
+
+
+def test_an_offset_reset_while_a_listener_call_runs_long_restarts_the_queue(
+    addrs: tuple[str, str],
+) -> None:
+    """The reset drops the queue without waiting for the call (as RocketMQ's does): the call
+    ends, but its result no longer moves the offset over the reset. Before, the queue was kept
+    when the call outlasted the wait, and consumption went on from where it was."""
+    namesrv, broker = addrs
+    topic, group = "TopicOrderlyReset", "CG_ORDERLY_RESET"
+    create_topic(broker, topic, 1)
+    seen: list[int] = []
+    slow_started = threading.Event()
+
+    def listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        for m in msgs:
+            seen.append(m.queue_offset)
+            if m.queue_offset == 2 and seen.count(2) == 1:
+                slow_started.set()
+                time.sleep(2.0)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    async def scenario() -> None:
+        before_ms = time.time_ns() // 1_000_000
+        await asyncio.sleep(0.05)
+        await send_keyed(namesrv, topic, 6, keys=1)
+        c = orderly(namesrv, group, topic, listener)
+        await c.start()
+        try:
+            await eventually(slow_started.is_set, what="the slow call")
+            async with Admin(namesrv) as admin:
+                reset = await admin.reset_offset_by_time(topic, group, before_ms)
+            assert set(reset.values()) == {0}
+            await eventually(lambda: len(seen) >= 9, what="the queue consumed again")
+            await asyncio.sleep(0.5)
+        finally:
+            await c.shutdown()
+        mq = MessageQueue(topic, BROKER, 0)
+        assert seen == [0, 1, 2, 0, 1, 2, 3, 4, 5], seen
+        assert await committed_offset(broker, group, mq) == 6
 
     run(scenario)
 

@@ -493,7 +493,9 @@ class PushConsumer(ClientLifecycle):
             handed = self._handing_over.pop(mq, None)
             if handed is not None:
                 handed.dropped = True  # its hand-over must not commit over the reset
-            await self._drop_queue(mq, persist=False)
+            # Without waiting for a listener call on it, as RocketMQ's reset drops queues: the
+            # call's result must not commit over the reset.
+            await self._drop_queue(mq, persist=False, force=True)
             self.offset_store.update(mq, offset, increase_only=False)
             if isinstance(self.offset_store, RemoteBrokerOffsetStore):
                 try:
@@ -637,16 +639,21 @@ class PushConsumer(ClientLifecycle):
         if inst is not None and self._loop is not None:
             self._loop.call_later(delay_s, inst.rebalance_soon)
 
-    async def _drop_queue(self, mq: MessageQueue, *, persist: bool) -> bool:
+    async def _drop_queue(self, mq: MessageQueue, *, persist: bool, force: bool = False) -> bool:
         """Gives ``mq`` up: stops its pull loop and, with ``persist``, commits its offset.
         An orderly consumer first waits for the listener call on the queue to end, and keeps
-        the queue (False) if it does not within ``DROP_WAIT_S``; once it has committed, it
-        unlocks the queue at the broker for the next owner."""
+        the queue (False) if it does not within ``DROP_WAIT_S``, unless ``force``: then the
+        call runs on, and its result no longer moves the offset. Once it has committed, and
+        no call runs on, it unlocks the queue at the broker for the next owner."""
         pq = self._pqs.get(mq)
+        running = False
         if isinstance(pq, OrderlyProcessQueue) and not await self._stop_consuming(pq):
-            pq.try_unlock_times += 1
-            log.info("%s keeps %s: a listener call on it has not ended", self.group, mq)
-            return False
+            if not force:
+                pq.try_unlock_times += 1
+                log.info("%s keeps %s: a listener call on it has not ended", self.group, mq)
+                return False
+            log.info("%s drops %s while a listener call on it runs on", self.group, mq)
+            running = True
         self._pqs.pop(mq, None)
         self._pull_headers.pop(mq, None)
         if isinstance(pq, ProcessQueue) and persist and self.clustering:
@@ -672,7 +679,13 @@ class PushConsumer(ClientLifecycle):
                 self.offset_store.remove(mq)
             log.info("%s gives up %s", self.group, mq)
         inst = self._instance
-        if isinstance(pq, OrderlyProcessQueue) and self.clustering and committed and inst:
+        if (
+            isinstance(pq, OrderlyProcessQueue)
+            and self.clustering
+            and committed
+            and not running
+            and inst
+        ):
             # Left locked when the commit failed: the broker frees it in 60 s, and the next
             # owner, reading an older offset sooner, would consume messages again.
             await self._unlock_queues(inst, [mq])
