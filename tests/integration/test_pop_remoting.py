@@ -269,6 +269,22 @@ def test_an_unacked_message_comes_back_counted_and_its_old_handle_is_refused(
     assert committed(broker, group, 1, topic=topic) == 1
 
 
+def test_a_late_ack_is_taken_until_the_message_is_delivered_again(broker: str) -> None:
+    """As RocketMQ takes an ack until its revive service puts the message back: a consumer
+    a little late with its ack does not get the message a second time."""
+    group, topic = "GID_POP_LATE", "TopicPopLate"
+    create_topic(broker, topic, 4)
+    send(broker, b"late", 0, topic=topic)
+    send(broker, b"later", 1, topic=topic)
+    late, later = sorted(pop(broker, group, topic=topic, invisible_ms=300).messages,
+                         key=lambda m: m.queue_id)  # fmt: skip
+    time.sleep(0.6)
+    assert ack(broker, group, late, topic=topic)[0] == ResponseCode.SUCCESS
+    assert change_invisible(broker, group, later, 60_000, topic=topic) == ResponseCode.SUCCESS
+    assert pop(broker, group, topic=topic, poll_ms=500).messages == []
+    assert committed(broker, group, 0, topic=topic) == 1
+
+
 def test_a_changed_invisible_time_brings_the_message_back_under_a_new_handle(broker: str) -> None:
     group, topic = "GID_POP_CHANGE", "TopicPopChange"
     create_topic(broker, topic, 4)

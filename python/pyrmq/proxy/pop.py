@@ -241,6 +241,15 @@ class PopQueue:
             return None
         return entry
 
+    def latest(self, receipt: Receipt) -> InFlight | None:
+        """The in-flight message ``receipt`` names, if the handle is still its latest, run out
+        or not: one not delivered again since may still be acked (as RocketMQ takes an ack
+        until its revive service has put the message back)."""
+        entry = self.inflight.get(receipt.offset)
+        if entry is None or entry.generation != receipt.generation:
+            return None
+        return entry
+
     def finish(self, offset: int) -> None:
         """Acked or forwarded to the DLQ: the message is done."""
         entry = self.inflight.pop(offset, None)

@@ -1411,12 +1411,13 @@ class MessagingService:
         queue = self._queues.get((group, topic, queue_id))
         if queue is None:
             return None
-        return queue.current(Receipt(queue_id, offset, pop_time), time.monotonic())
+        return queue.latest(Receipt(queue_id, offset, pop_time))
 
     def ack(self, group: str, topic: str, queue_id: int, offset: int, pop_time: int) -> bool:
         """Ends the delivery of a message that a pop at ``pop_time`` (or a change of its
-        invisible time) made; True too for a message that is done already. False if that is
-        not the message's latest delivery, or it came visible again."""
+        invisible time) made, also once its invisible time ran out, until it is delivered
+        again; True too for a message that is done already. False if that is not the
+        message's latest delivery."""
         entry = self._delivered_at(group, topic, queue_id, offset, pop_time)
         if entry is None:
             queue = self._queues.get((group, topic, queue_id))

@@ -56,7 +56,7 @@ ORDER_REVIVE_QID = 999
 # retry topic (RocketMQ's marks 1 and 2).
 NORMAL_MARK = "0"
 INIT_MIN = 0
-_NOT_DELIVERED = "the handle is unknown, expired, or replaced by a later one"
+_NOT_DELIVERED = "the handle is unknown, or replaced by a later one"
 # Every 4.x pop is this client's: a pop repeating an attempt id (RocketMQ's proxy retrying a
 # receive whose answer was lost) gets that attempt's messages again whatever connection it
 # comes over, as RocketMQ keys attempts by group, topic and queue.
