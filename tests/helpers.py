@@ -12,9 +12,11 @@ import asyncio
 import json
 import os
 import select
+import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -69,6 +71,22 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"{what} not met within {timeout_s} s")
         await asyncio.sleep(interval_s)
+
+
+async def closed_within(sock: socket.socket, timeout_s: float) -> bool:
+    """Whether the server closes ``sock`` within ``timeout_s`` (EOF or a reset)."""
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            data = await asyncio.wait_for(loop.sock_recv(sock, 1), 0.05)
+        except TimeoutError:
+            continue
+        except ConnectionError:
+            return True
+        if not data:
+            return True
+    return False
 
 
 def fast_config(namesrv: str, **overrides: Any) -> ClientConfig:

@@ -9,6 +9,7 @@ import struct
 import time
 
 import pytest
+from tests.helpers import closed_within
 
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.command import RemotingCommand
@@ -18,22 +19,6 @@ from pyrmq.remoting.server import Connection, RemotingServer
 pytestmark = pytest.mark.integration
 
 IDLE_S = 0.6
-
-
-async def closed_within(sock: socket.socket, timeout_s: float) -> bool:
-    """Whether the server closes ``sock`` within ``timeout_s`` (EOF or a reset)."""
-    loop = asyncio.get_running_loop()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            data = await asyncio.wait_for(loop.sock_recv(sock, 1), 0.05)
-        except TimeoutError:
-            continue
-        except ConnectionError:
-            return True
-        if not data:
-            return True
-    return False
 
 
 async def scenario() -> None:

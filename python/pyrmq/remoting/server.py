@@ -53,6 +53,11 @@ HANDSHAKE_TIMEOUT_S = 10.0
 MAX_IDLE_S = 120.0
 """RocketMQ's ``serverChannelMaxIdleTimeSeconds``."""
 
+MAX_PARTIAL_BYTES = 1 << 30
+"""Bytes of frames not yet complete that a server holds over all its connections; a
+connection whose bytes would take it past this is closed (each frame is bounded by the
+largest frame, the sum by this)."""
+
 
 class Handler(Protocol):
     """Answers one request; returns None for requests that get no answer."""
@@ -84,6 +89,8 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: "RemotingServer") -> None:
         self._server = server
         self._decoder = FrameDecoder(server.max_frame_bytes)
+        # What this connection counts in the server's ``partial_bytes``.
+        self._partial = 0
         self._transport: asyncio.Transport | None = None
         # Looked up once: on 3.11 every asyncio.get_running_loop() is a getpid() system call.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -122,12 +129,26 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._activity += 1
+        decoder = self._decoder
         try:
-            commands = self._decoder.feed(data)
+            commands = decoder.feed(data)
         except FrameDecodeError as e:
+            self._count_partial(0)
             tls = looks_like_tls(data)
             hint = " (a TLS handshake: this server has no TLS certificate)" if tls else ""
             log.warning("closing connection peer=%s: %s%s", self.peer_address, e, hint)
+            self.close()
+            return
+        partial = decoder.buffered_bytes
+        if partial != self._partial and self._count_partial(partial):
+            log.warning(
+                "closing connection peer=%s: its %d bytes of an incomplete frame would take "
+                "the server past %d bytes of incomplete frames",
+                self.peer_address,
+                partial,
+                self._server.max_partial_bytes,
+            )
+            self._count_partial(0)
             self.close()
             return
         if self._backlog:
@@ -183,7 +204,17 @@ class Connection(asyncio.Protocol):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _count_partial(self, partial: int) -> bool:
+        """Counts ``partial`` bytes of an incomplete frame for this connection; True if that
+        grew the server's total past its bound."""
+        server = self._server
+        grew = partial > self._partial
+        server.partial_bytes += partial - self._partial
+        self._partial = partial
+        return grew and server.partial_bytes > server.max_partial_bytes
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._count_partial(0)
         self._server.connections.discard(self)
         for fut in self._pending.values():
             if not fut.done():
@@ -338,9 +369,11 @@ class RemotingServer:
         tls: ssl.SSLContext | None = None,
         tls_only: bool = False,
         max_idle_s: float = MAX_IDLE_S,
+        max_partial_bytes: int = MAX_PARTIAL_BYTES,
     ) -> None:
         """``tls``: accept TLS connections with this context, and plain ones too unless
-        ``tls_only``; ``max_idle_s``: close connections idle this long (0: never)."""
+        ``tls_only``; ``max_idle_s``: close connections idle this long (0: never);
+        ``max_partial_bytes``: see :data:`MAX_PARTIAL_BYTES`."""
         self.host = host
         self.port = port
         self.max_frame_bytes = max_frame_bytes
@@ -355,6 +388,9 @@ class RemotingServer:
         self.rpc_observer: RpcObserver | None = None
         """Told of every answered request; set before the server starts."""
         self.max_idle_s = max_idle_s
+        self.max_partial_bytes = max_partial_bytes
+        self.partial_bytes = 0
+        """Bytes of incomplete frames held over all connections."""
         self._server: asyncio.Server | None = None
         self._listener: FirstByteListener | None = None
         self._sweeper: asyncio.Task[None] | None = None
