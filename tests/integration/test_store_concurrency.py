@@ -341,3 +341,38 @@ def test_a_forked_child_cannot_touch_its_parents_store(open_store, tmp_path):
     assert store.put("TopicFork", b"after").queue_offset == 1
     got = store.get("TopicFork", 0, 0)
     assert [m.body for m in got.messages()] == [b"before", b"after"]
+
+
+def test_a_lookup_racing_retention_finds_its_record_or_nothing_never_corruption(open_store):
+    """A lookup holds the segment it found: the segment leaving the list meanwhile makes the
+    record neither torn nor corrupt (it was reported corrupt, from a second lookup)."""
+    store = open_store(mapped_file_size_commit_log=64 * 1024, file_reserved_time_hours=0)
+    for _ in range(200):
+        store.put_batch("TopicRace", [b"x" * 200] * 100)
+    seen = {"found": 0, "gone": 0}
+    errors: list[Exception] = []
+    done = threading.Event()
+
+    def look() -> None:
+        while not done.is_set():
+            try:
+                found = store.look_message_by_offset(store.min_phy_offset)
+            except Exception as e:  # noqa: BLE001 - any error fails the test below
+                errors.append(e)
+                return
+            seen["found" if found is not None else "gone"] += 1
+
+    readers = [threading.Thread(target=look) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        for _ in range(400):
+            if store.max_phy_offset - store.min_phy_offset <= 2 * 64 * 1024:
+                break
+            store.delete_expired_files(force=True)
+    finally:
+        done.set()
+        for t in readers:
+            t.join(10)
+    assert errors == []
+    assert seen["found"] > 0

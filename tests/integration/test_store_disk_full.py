@@ -236,6 +236,30 @@ def test_consume_queues_that_cannot_be_rebuilt_fail_the_open_and_are_rebuilt_lat
         assert store.put("TopicB", b"next").queue_offset == 10
 
 
+def test_a_consume_queue_file_missing_is_written_again_by_a_later_open_if_one_fails(tmp_path):
+    """The files past the gap go only once the checkpoint makes every later open dispatch from
+    the gap too: an open that fails meanwhile loses no unit."""
+    root = tmp_path / "store"
+    config = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 300}
+    from pyrmq.config import StoreConfig
+
+    with MessageStore.open(root, StoreConfig(**config), background_services=False) as store:
+        for i in range(1000):
+            store.put("TopicGap", b"g%d" % i)
+        store.put("TopicLater", b"later")
+    (root / "consumequeue" / "TopicGap" / "0" / f"{20 * 300:020d}").unlink()
+
+    report = run_python("-c", _REBUILD_WITHOUT_ROOM, str(root), json.dumps(config))
+    assert report["error"] is not None
+    assert "consumequeue" in report["error"]
+
+    with MessageStore.open(root, StoreConfig(**config), background_services=False) as store:
+        assert store.max_offset("TopicGap", 0) == 1000
+        got = [m.body for m in store.get("TopicGap", 0, 290, max_count=32).messages()]
+        assert got == [b"g%d" % i for i in range(290, 322)]
+        assert store.put("TopicGap", b"next").queue_offset == 1000
+
+
 @pytest.mark.skipif(not can_mount_tmpfs(), reason="cannot mount a private tmpfs here")
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_full_file_system_gives_disk_full_and_the_data_survives(tmp_path, flush):

@@ -14,8 +14,9 @@
 //!
 //! The offsets are append-group boundaries, except that `index_flushed` may name a record
 //! inside its group (the first record of index files dropped at open, or a checkpoint from
-//! before index failures were counted per group): recovery then finds the group's start in the
-//! fence ahead. A missing or damaged checkpoint makes recovery scan the CommitLog from its first
+//! before index failures were counted per group), and `logics_flushed` too (the end of the last
+//! unit kept before a ConsumeQueue file found missing at open): recovery then finds the group's
+//! start in the fence ahead. A missing or damaged checkpoint makes recovery scan the CommitLog from its first
 //! segment: slower, never wrong.
 
 use std::path::{Path, PathBuf};

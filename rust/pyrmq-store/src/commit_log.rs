@@ -57,6 +57,9 @@ const STAGING_KEEP_BYTES: usize = 1 << 20;
 const ZEROED_ROUND_MAX_BYTES: u64 = 16 * 1024;
 /// Space a segment must keep free for its closing blank record.
 pub const END_FILE_MIN_BLANK_LENGTH: u64 = 8;
+/// Groups at least this large are remembered once verified (see [`CommitLog::verify_group`]).
+const LARGE_GROUP_BYTES: u64 = 256 * 1024;
+const LARGE_GROUPS_KEPT: usize = 16;
 
 /// The magic code of a message stored by RocketMQ 5 (two-byte topic length), which pyrmq does
 /// not write; RocketMQ 4's is [`MESSAGE_MAGIC_CODE`].
@@ -109,6 +112,8 @@ pub struct CommitLog {
     last_flush_us: AtomicU64,
     /// Bytes a group-commit round wrote, as a moving average (written by that thread only).
     round_bytes: AtomicU64,
+    /// Spans `[start, end)` of the last large groups [`Self::verify_group`] verified.
+    large_groups: Mutex<std::collections::VecDeque<(u64, u64)>>,
     populator: Populator,
 }
 
@@ -160,6 +165,7 @@ impl CommitLog {
             last_cover: AtomicUsize::new(0),
             last_flush_us: AtomicU64::new(0),
             round_bytes: AtomicU64::new(0),
+            large_groups: Mutex::new(std::collections::VecDeque::new()),
             populator: Populator::default(),
         })
     }
@@ -333,37 +339,34 @@ impl CommitLog {
     }
 
     /// Checks the append group holding the record at `rel` of `file` (`size` bytes) against
-    /// the checksum of the fence that seals it, reading the mapping. Returns the group's span
-    /// in the log, `[start, end)`: every record in it is as written. A group is written and
-    /// published whole, so a byte changed anywhere in it (a header field the body CRC does not
-    /// cover, a property) fails every record of it.
+    /// the checksum of the fence that seals it. Returns the group's span in the log,
+    /// `[start, end)`: every record in it is as written. A group is written and published
+    /// whole, so a byte changed anywhere in it (a header field the body CRC does not cover, a
+    /// property) fails every record of it. Large groups verified lately are remembered, so
+    /// that a batch of thousands of records read a few at a time is checked once.
     pub fn verify_group(
         &self,
         file: &MappedFile,
         rel: u64,
         size: u32,
     ) -> Result<(u64, u64), String> {
-        self.verify_group_with(file, rel, size, |at, len| {
-            Ok(std::borrow::Cow::Borrowed(file.slice(at, len)))
-        })
-    }
-
-    fn verify_group_with<'f>(
-        &self,
-        file: &MappedFile,
-        rel: u64,
-        size: u32,
-        read: impl Fn(u64, usize) -> StoreResult<std::borrow::Cow<'f, [u8]>>,
-    ) -> Result<(u64, u64), String> {
         let base = file.file_from_offset();
+        let phy = base + rel;
+        if let Some(span) = self
+            .large_groups
+            .lock()
+            .iter()
+            .find(|(a, b)| (*a..*b).contains(&phy))
+        {
+            return Ok(*span);
+        }
         let limit = self.max_offset().saturating_sub(base).min(file.file_size());
-        let io = |e: StoreError| e.to_string();
         let mut pos = rel + u64::from(size);
         loop {
             if pos + 8 > limit {
                 return Err("no fence seals the record's group".to_owned());
             }
-            let head = read(pos, 8).map_err(io)?;
+            let head = file.slice(pos, 8);
             let total = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
             let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
             match magic {
@@ -374,17 +377,25 @@ impl CommitLog {
                     pos += u64::from(total);
                 }
                 FENCE_MAGIC_CODE if total as usize == FENCE_LEN && pos + 20 <= limit => {
-                    let fence = read(pos, FENCE_LEN).map_err(io)?;
+                    let fence = file.slice(pos, FENCE_LEN);
                     let start = u64::from_be_bytes(fence[8..16].try_into().expect("8 bytes"));
                     let crc = u32::from_be_bytes(fence[16..20].try_into().expect("4 bytes"));
-                    if start < base || start > base + rel {
+                    if start < base || start > phy {
                         return Err(format!("the fence after it names a group at {start}"));
                     }
-                    let group = read(start - base, (pos - (start - base)) as usize).map_err(io)?;
-                    if crc32fast::hash(&group) != crc {
+                    let group_rel = start - base;
+                    if crc32fast::hash(file.slice(group_rel, (pos - group_rel) as usize)) != crc {
                         return Err("its group's checksum does not match".to_owned());
                     }
-                    return Ok((start, base + pos + FENCE_LEN as u64));
+                    let span = (start, base + pos + FENCE_LEN as u64);
+                    if span.1 - span.0 >= LARGE_GROUP_BYTES {
+                        let mut large = self.large_groups.lock();
+                        if large.len() == LARGE_GROUPS_KEPT {
+                            large.pop_front();
+                        }
+                        large.push_back(span);
+                    }
+                    return Ok(span);
                 }
                 _ => return Err("a record after it in its group is damaged".to_owned()),
             }
@@ -405,7 +416,11 @@ impl CommitLog {
         if magic != MESSAGE_MAGIC_CODE || size < 8 {
             return Ok(None);
         }
-        if self.record_bytes(phy, size).is_none() {
+        // Against the segment already found: retention may remove it from the list meanwhile,
+        // and the record is still whole in it.
+        if rel + u64::from(size) > file.file_size()
+            || file.file_from_offset() + rel + u64::from(size) > self.max_offset()
+        {
             return Err(StoreError::Corrupt {
                 phy_offset: phy,
                 reason: format!("record size {size} runs past the end of its segment or the log"),
@@ -413,15 +428,11 @@ impl CommitLog {
         }
         let mut raw = vec![0u8; size as usize];
         file.read_at(rel, &mut raw)?;
-        self.verify_group_with(&file, rel, size, |at, len| {
-            let mut buf = vec![0u8; len];
-            file.read_at(at, &mut buf)?;
-            Ok(std::borrow::Cow::Owned(buf))
-        })
-        .map_err(|reason| StoreError::Corrupt {
-            phy_offset: phy,
-            reason,
-        })?;
+        self.verify_group(&file, rel, size)
+            .map_err(|reason| StoreError::Corrupt {
+                phy_offset: phy,
+                reason,
+            })?;
         Ok(Some(raw))
     }
 
@@ -862,6 +873,7 @@ impl CommitLog {
     /// Zeroes the written bytes at and after `end` and removes later segments. Returns the
     /// number of non-zero bytes discarded.
     fn truncate_to(&self, end: u64) -> StoreResult<u64> {
+        self.large_groups.lock().clear();
         let size = self.segment_size();
         let mut discarded = 0u64;
         if let Some(file) = self.files.find(end) {

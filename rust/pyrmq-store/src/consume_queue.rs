@@ -23,7 +23,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::mapped_file::{Allocation, MappedFile};
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::populate::Populator;
@@ -55,6 +55,8 @@ pub struct ConsumeQueue {
     /// Set at load when a file was missing between others: the CommitLog offset from which
     /// recovery dispatches again to write the units after the gap.
     rebuild_from: Option<u64>,
+    /// The files after that gap, not opened, until [`Self::remove_past_gap`].
+    past_gap: parking_lot::Mutex<Vec<std::path::PathBuf>>,
 }
 
 impl ConsumeQueue {
@@ -92,14 +94,17 @@ impl ConsumeQueue {
             flushed: AtomicU64::new(max),
             next_prepared: AtomicU64::new(0),
             rebuild_from: None,
+            past_gap: parking_lot::Mutex::new(Vec::new()),
         };
-        if gap_at.is_some() {
+        if let Some(gap) = gap_at {
             // The records of the lost units follow the last one kept.
             queue.rebuild_from = Some(queue.last_record_end().unwrap_or(0));
             log::warn!(
-                "ConsumeQueue {topic}:{queue_id} has a file missing after queue offset {max}; \
-                 its units are written again from the CommitLog"
+                "ConsumeQueue {topic}:{queue_id} has no file at byte {} (after queue offset \
+                 {max}): its units from there on are written again from the CommitLog",
+                gap.at
             );
+            *queue.past_gap.get_mut() = gap.after;
         }
         Ok(queue)
     }
@@ -108,6 +113,21 @@ impl ConsumeQueue {
     /// missing at load.
     pub fn rebuild_from(&self) -> Option<u64> {
         self.rebuild_from
+    }
+
+    /// Removes the files found after a missing one, which recovery writes again. Call it once
+    /// the checkpoint makes the next open dispatch from [`Self::rebuild_from`] too, so that a
+    /// crash before the units are written again loses none of them.
+    pub fn remove_past_gap(&self) -> StoreResult<()> {
+        let mut files = self.past_gap.lock();
+        while let Some(path) = files.pop() {
+            log::warn!(
+                "removing {}: it is written again from the CommitLog",
+                path.display()
+            );
+            std::fs::remove_file(&path).map_err(|e| StoreError::io("removing", &path, e))?;
+        }
+        Ok(())
     }
 
     pub fn topic(&self) -> &str {

@@ -15,6 +15,15 @@ pub struct MappedFileQueue {
     files: RwLock<Vec<Arc<MappedFile>>>,
 }
 
+/// A file missing between others of a [`MappedFileQueue::load_derived`] queue.
+#[derive(Debug)]
+pub struct Gap {
+    /// Byte offset of the first missing file.
+    pub at: u64,
+    /// The files after it, not opened.
+    pub after: Vec<PathBuf>,
+}
+
 impl MappedFileQueue {
     /// Opens every segment in `dir` (created if missing). A last segment of the wrong size is a
     /// creation cut short: it never held data and is removed. Any other gap or size mismatch is
@@ -24,13 +33,14 @@ impl MappedFileQueue {
     }
 
     /// Like [`Self::load`], for files derived from the CommitLog (a ConsumeQueue's), which can
-    /// be written again: at a gap between files, the files after it are removed, and the byte
-    /// offset where the gap starts is returned for the caller to rebuild from.
+    /// be written again: at a gap between files, the files up to it are opened, and the gap
+    /// is returned with the files after it, for the caller to remove once it has made sure
+    /// they will be written again.
     pub fn load_derived(
         dir: &Path,
         file_size: u64,
         allocation: Allocation,
-    ) -> StoreResult<(Self, Option<u64>)> {
+    ) -> StoreResult<(Self, Option<Gap>)> {
         Self::open(dir, file_size, allocation, true)
     }
 
@@ -39,7 +49,7 @@ impl MappedFileQueue {
         file_size: u64,
         allocation: Allocation,
         derived: bool,
-    ) -> StoreResult<(Self, Option<u64>)> {
+    ) -> StoreResult<(Self, Option<Gap>)> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("creating directory", dir, e))?;
         let mut names: Vec<(u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io("listing", dir, e))? {
@@ -87,16 +97,10 @@ impl MappedFileQueue {
             if let Some(prev) = files.last() {
                 let expected = prev.file_from_offset() + file_size;
                 if expected != offset && derived {
-                    for (_, later) in &names[i..] {
-                        log::warn!(
-                            "removing {}: a file before it is missing, and what it holds is \
-                             written again from the CommitLog",
-                            later.display()
-                        );
-                        std::fs::remove_file(later)
-                            .map_err(|e| StoreError::io("removing", later, e))?;
-                    }
-                    gap_at = Some(expected);
+                    gap_at = Some(Gap {
+                        at: expected,
+                        after: names[i..].iter().map(|(_, p)| p.clone()).collect(),
+                    });
                     break;
                 }
                 if expected != offset {

@@ -285,6 +285,21 @@ impl MessageStore {
             q.truncate_beyond(files_end)?;
         }
         let mut loaded = loaded;
+        // A queue with a file missing is written again from the end of its units before the
+        // gap: the checkpoint says so before the files past the gap go, so that an open cut
+        // short (a crash, a full disk) leaves the work to the next one.
+        let rebuild_from = queues.values().filter_map(|q| q.rebuild_from()).min();
+        if let Some(from) = rebuild_from {
+            if let Some(cp) = loaded.checkpoint.as_mut() {
+                if from < cp.logics_flushed {
+                    cp.logics_flushed = from;
+                    checkpoint.store(cp)?;
+                }
+            }
+            for q in queues.values() {
+                q.remove_past_gap()?;
+            }
+        }
         let index = if config.message_index_enable {
             let mut index = IndexService::load(
                 &config.index_dir(),
@@ -345,9 +360,7 @@ impl MessageStore {
         // closed are rebuilt from the CommitLog. Records of index files dropped at load (another
         // geometry) are indexed again too: the checkpoint no longer counts them as indexed.
         let checkpointed = loaded.checkpoint.map_or(0, |cp| cp.recovery_start());
-        let start = checkpointed
-            .min(inner.queues_end())
-            .min(inner.queues_rebuild_from());
+        let start = checkpointed.min(inner.queues_end());
         // Validation starts at a group boundary or at a record of the group a fence ahead
         // seals: the checkpoint's offsets are one or the other, a queue's end may fall inside
         // a group, a segment's start is a boundary. Bytes below the checkpoint are durable;
@@ -1007,17 +1020,6 @@ impl Inner {
             .filter_map(|q| q.last_record_end())
             .max()
             .unwrap_or(0)
-    }
-
-    /// The earliest CommitLog offset a queue with a file missing at load must be rebuilt
-    /// from; `u64::MAX` with none.
-    fn queues_rebuild_from(&self) -> u64 {
-        self.queues
-            .read()
-            .values()
-            .filter_map(|q| q.rebuild_from())
-            .min()
-            .unwrap_or(u64::MAX)
     }
 
     pub(crate) fn queue(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
