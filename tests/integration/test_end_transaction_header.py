@@ -83,8 +83,10 @@ def test_official_clients_ends_are_taken_and_an_incomplete_one_is_refused(
         assert bad.code == ResponseCode.SYSTEM_ERROR
         assert "commitOrRollback" in (bad.remark or "")
         assert _end(broker, later, b"later").code == ResponseCode.SUCCESS
-        bodies = [m.body for m in asyncio.run(pull_head(broker, "broker-a", TOPIC, 0)).messages]
-        assert bodies == [b"cpp", b"go", b"later"]
+        committed = asyncio.run(pull_head(broker, "broker-a", TOPIC, 0)).messages
+        assert [m.body for m in committed] == [b"cpp", b"go", b"later"]
+        # As RocketMQ's commit: each names where its half is.
+        assert [m.prepared_transaction_offset for m in committed] == [cpp, go, later]
 
 
 def test_a_delayed_half_is_refused_by_the_broker_and_the_client(tmp_path: Path) -> None:

@@ -32,6 +32,15 @@ def _enum_name(value: object, names: dict[int, str]) -> str:
     return str(value)
 
 
+def _sub_version(value: object) -> int:
+    """A heartbeat's subVersion (a number, or a string of one as C++ clients send it); 0 for
+    anything else."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
 TAG = "TAG"
 """The one expression type this broker filters by (RocketMQ's ``enablePropertyFilter`` off)."""
 
@@ -44,22 +53,24 @@ class Subscription:
     tags_codes: tuple[int, ...] | None
     # Another type (SQL92) is kept to be refused at pull, never read as tags.
     expression_type: str = TAG
+    # RocketMQ's subVersion: when the client made the subscription (ms).
+    version: int = 0
 
     @classmethod
     def parse(
-        cls, topic: str, expression: str, expression_type: str | None = None
+        cls, topic: str, expression: str, expression_type: str | None = None, version: int = 0
     ) -> "Subscription":
         kind = (expression_type or TAG).strip().upper() or TAG
         expr = (expression or "").strip()
         if kind != TAG:
-            return cls(topic, expr, None, kind)
+            return cls(topic, expr, None, kind, version)
         if expr in ("", "*"):
-            return cls(topic, "*", None)
+            return cls(topic, "*", None, TAG, version)
         # As RocketMQ: "*" is "all" only as the whole expression; within one it is a tag.
         tags = [t.strip() for t in expr.split("||") if t.strip()]
         if not tags:
-            return cls(topic, "*", None)
-        return cls(topic, expr, tuple(_core.java_string_hash(t) for t in tags))
+            return cls(topic, "*", None, TAG, version)
+        return cls(topic, expr, tuple(_core.java_string_hash(t) for t in tags), TAG, version)
 
     def to_json(self) -> dict[str, object]:
         """RocketMQ's SubscriptionData, as the broker reports a group's subscription."""
@@ -69,7 +80,7 @@ class Subscription:
             "codeSet": list(self.tags_codes or ()),
             "expressionType": self.expression_type,
             "subString": self.expression,
-            "subVersion": 0,
+            "subVersion": self.version,
             "tagsSet": [t for t in tags if t],
             "topic": self.topic,
         }
@@ -130,15 +141,22 @@ class ClientTable:
     ) -> bool:
         """Records one consumer group entry of a heartbeat; returns whether the group's
         membership changed. ``language`` and ``version`` come from the heartbeat command."""
+        members = self.consumers.setdefault(group, {})
+        before = members.get(client_id)
         subs: dict[str, Subscription] = {}
         for sub in data.get("subscriptionDataSet") or []:
             topic = str(sub.get("topic", ""))
             if topic:
-                subs[topic] = Subscription.parse(
-                    topic, str(sub.get("subString", "*")), str(sub.get("expressionType") or TAG)
+                new = Subscription.parse(
+                    topic,
+                    str(sub.get("subString", "*")),
+                    str(sub.get("expressionType") or TAG),
+                    _sub_version(sub.get("subVersion")),
                 )
-        members = self.consumers.setdefault(group, {})
-        before = members.get(client_id)
+                old = before.subscriptions.get(topic) if before is not None else None
+                # As RocketMQ, an older subscription (a heartbeat overtaken by a newer one)
+                # does not replace a newer.
+                subs[topic] = old if old is not None and old.version > new.version else new
         # As RocketMQ, a member whose topics changed is news to the group too: the others
         # rebalance those topics now rather than at their next timer.
         changed = before is None or before.subscriptions.keys() != subs.keys()
@@ -257,8 +275,11 @@ class ClientTable:
         return list(self.consumers.get(group, {}).values())
 
     def subscription(self, group: str, topic: str) -> Subscription | None:
+        """The group's subscription to ``topic``: its members' latest (RocketMQ keeps one per
+        group, replaced by newer versions only)."""
+        found = None
         for info in self.consumers.get(group, {}).values():
             sub = info.subscriptions.get(topic)
-            if sub is not None:
-                return sub
-        return None
+            if sub is not None and (found is None or sub.version > found.version):
+                found = sub
+        return found

@@ -736,13 +736,17 @@ class MessagingService:
         return queue
 
     def _first_offset(self, topic: str, queue_id: int) -> int:
-        """Where a group new to a queue starts: at 0 while the queue still starts there and its
-        head is in memory (so nothing sent before the group's first receive is skipped), at the
-        end otherwise. The broker's rule for 4.x consumers too."""
+        """Where a group new to a queue starts, as RocketMQ's pop does: a retry topic at its
+        first message; another at 0 while the queue still starts there and its head is in
+        memory (so nothing sent before the group's first receive is skipped), at its last
+        message otherwise."""
         store = self.broker.store
-        if store.min_offset(topic, queue_id) == 0 and not store.offset_in_disk(topic, queue_id, 0):
+        first = store.min_offset(topic, queue_id)
+        if topic.startswith(RETRY_PREFIX):
+            return first
+        if first == 0 and not store.offset_in_disk(topic, queue_id, 0):
             return 0
-        return store.max_offset(topic, queue_id)
+        return max(0, store.max_offset(topic, queue_id) - 1)
 
     def _commit(self, group: str, topic: str, queue_id: int, queue: PopQueue) -> None:
         offsets = self.broker.offsets

@@ -147,6 +147,13 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION,
                 remark=f"the broker[{broker.config.broker_ip1}] pulling message is forbidden",
             )
+        settings = broker.group_config(header.consumer_group)
+        if not settings.consume_enable:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.NO_PERMISSION,
+                remark=f"subscription group no permission, {header.consumer_group}",
+            )
         config = broker.topic(header.topic, header.queue_id)
         if config is None:
             return RemotingCommand.response_to(
@@ -173,12 +180,34 @@ class PullProcessor:
                 header.topic, header.subscription or "*", header.expression_type
             )
         else:
-            found = broker.clients.subscription(header.consumer_group, header.topic)
+            clients = broker.clients
+            member = clients.consumer_on(header.consumer_group, conn) or next(
+                iter(clients.members(header.consumer_group)), None
+            )
+            if (
+                not settings.consume_broadcast_enable
+                and member is not None
+                and member.message_model == "BROADCASTING"
+            ):
+                return RemotingCommand.response_to(
+                    request,
+                    ResponseCode.NO_PERMISSION,
+                    remark=f"the consumer group[{header.consumer_group}] can not consume by "
+                    "broadcast way",
+                )
+            found = clients.subscription(header.consumer_group, header.topic)
             if found is None:
                 return RemotingCommand.response_to(
                     request,
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
                     remark=f"the consumer's subscription not exist, group: {header.consumer_group}",
+                )
+            if found.version < header.sub_version:
+                # Subscribed anew: the heartbeat with the new expression is still on its way.
+                return RemotingCommand.response_to(
+                    request,
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                    remark="the consumer's subscription not latest",
                 )
             subscription = found
         try:

@@ -367,6 +367,13 @@ class SendProcessor:
         except MessageIllegalError as e:
             return self._error(request, ResponseCode.SYSTEM_ERROR, f"group {header.group!r}: {e}")
         settings = broker.group_config(header.group)
+        if not broker.config.broker_permission & PERM_WRITE:
+            # Unlike a plain send, refused whatever the topic, as RocketMQ's send-back is.
+            return self._error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.broker_ip1}] sending message is forbidden",
+            )
         if settings.retry_queue_nums <= 0:
             # The group's retries are off: RocketMQ answers SUCCESS and stores nothing.
             return RemotingCommand.response_to(request, ResponseCode.SUCCESS)

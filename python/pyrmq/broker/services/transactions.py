@@ -389,6 +389,8 @@ class TransactionService:
                     born_timestamp_ms=stored.born_timestamp_ms,
                     born_host=stored.born_host,
                     reconsume_times=stored.reconsume_times,
+                    # As RocketMQ's commit: where the half is.
+                    prepared_transaction_offset=phy_offset,
                     internal=True,
                     wait_for_flush=False,
                 )
