@@ -89,6 +89,7 @@ def pop(
     exp_type: str | None = None,
     born_ms: int | None = None,
     attempt_id: str | None = None,
+    init_mode: int = 0,
 ) -> PopAnswer:
     ext = {
         "consumerGroup": group,
@@ -98,7 +99,7 @@ def pop(
         "invisibleTime": str(invisible_ms),
         "pollTime": str(poll_ms),
         "bornTime": str(time.time_ns() // 1_000_000 if born_ms is None else born_ms),
-        "initMode": "0",
+        "initMode": str(init_mode),
         "order": "true" if order else "false",
     }
     if attempt_id is not None:
@@ -283,6 +284,25 @@ def test_a_late_ack_is_taken_until_the_message_is_delivered_again(broker: str) -
     assert change_invisible(broker, group, later, 60_000, topic=topic) == ResponseCode.SUCCESS
     assert pop(broker, group, topic=topic, poll_ms=500).messages == []
     assert committed(broker, group, 0, topic=topic) == 1
+
+
+def test_a_new_group_starts_at_the_last_message_once_the_head_is_on_disk(tmp_path: Path) -> None:
+    """initMode MAX, as RocketMQ's pop: the queue's last message (max - 1), unless the queue
+    still starts at 0 with its first message in memory; initMode MIN: its first message."""
+    config = tmp_path / "broker.conf"
+    config.write_text("accessMessageInMemoryMaxRatio=0\n")
+    server = start_serve(tmp_path, "--grpc-port", "-1", "-c", str(config))
+    try:
+        addr = server.addresses()[1]
+        create_topic(addr, TOPIC, 1)
+        for i in range(3):
+            send(addr, b"m%d" % i, 0)
+        newest = pop(addr, "GID_POP_MAX", init_mode=1)
+        assert [m.body for m in newest.messages] == [b"m2"]
+        oldest = pop(addr, "GID_POP_MIN", init_mode=0)
+        assert [m.body for m in oldest.messages] == [b"m0", b"m1", b"m2"]
+    finally:
+        assert server.stop() == 0
 
 
 def test_a_changed_invisible_time_brings_the_message_back_under_a_new_handle(broker: str) -> None:
