@@ -357,7 +357,7 @@ def test_a_lookup_racing_retention_finds_its_record_or_nothing_never_corruption(
         while not done.is_set():
             try:
                 found = store.look_message_by_offset(store.min_phy_offset)
-            except Exception as e:  # noqa: BLE001 - any error fails the test below
+            except Exception as e:  # any error fails the test below
                 errors.append(e)
                 return
             seen["found" if found is not None else "gone"] += 1
