@@ -342,27 +342,44 @@ impl CommitLog {
     /// the checksum of the fence that seals it. Returns the group's span in the log,
     /// `[start, end)`: every record in it is as written. A group is written and published
     /// whole, so a byte changed anywhere in it (a header field the body CRC does not cover, a
-    /// property) fails every record of it. Large groups verified lately are remembered, so
-    /// that a batch of thousands of records read a few at a time is checked once.
+    /// property) fails every record of it.
+    ///
+    /// `ahead` lists records known to follow (`(offset, size)`, in log order, as a read's queue
+    /// units do): the walk to the fence steps over them without reading their headers, which
+    /// would be a chain of dependent cache misses. Large groups verified lately are remembered,
+    /// so that a batch of thousands of records read a few at a time is checked once.
     pub fn verify_group(
         &self,
         file: &MappedFile,
         rel: u64,
         size: u32,
+        ahead: impl IntoIterator<Item = (u64, u32)>,
     ) -> Result<(u64, u64), String> {
         let base = file.file_from_offset();
         let phy = base + rel;
-        if let Some(span) = self
-            .large_groups
-            .lock()
-            .iter()
-            .find(|(a, b)| (*a..*b).contains(&phy))
-        {
-            return Ok(*span);
-        }
         let limit = self.max_offset().saturating_sub(base).min(file.file_size());
+        let mut ahead = ahead.into_iter().peekable();
         let mut pos = rel + u64::from(size);
+        let mut looked_up = false;
         loop {
+            if let Some(&(next, next_size)) = ahead.peek() {
+                if next < base + pos {
+                    ahead.next();
+                    continue;
+                }
+                if next == base + pos && pos + u64::from(next_size) <= limit {
+                    ahead.next();
+                    pos += u64::from(next_size);
+                    continue;
+                }
+            }
+            if !looked_up && pos - rel >= LARGE_GROUP_BYTES {
+                // Far from the fence yet: a large group, perhaps verified a moment ago.
+                looked_up = true;
+                if let Some(span) = self.large_group(phy) {
+                    return Ok(span);
+                }
+            }
             if pos + 8 > limit {
                 return Err("no fence seals the record's group".to_owned());
             }
@@ -383,23 +400,38 @@ impl CommitLog {
                     if start < base || start > phy {
                         return Err(format!("the fence after it names a group at {start}"));
                     }
+                    let span = (start, base + pos + FENCE_LEN as u64);
+                    let large = span.1 - span.0 >= LARGE_GROUP_BYTES;
+                    if large && !looked_up {
+                        if let Some(span) = self.large_group(phy) {
+                            return Ok(span);
+                        }
+                    }
                     let group_rel = start - base;
                     if crc32fast::hash(file.slice(group_rel, (pos - group_rel) as usize)) != crc {
                         return Err("its group's checksum does not match".to_owned());
                     }
-                    let span = (start, base + pos + FENCE_LEN as u64);
-                    if span.1 - span.0 >= LARGE_GROUP_BYTES {
-                        let mut large = self.large_groups.lock();
-                        if large.len() == LARGE_GROUPS_KEPT {
-                            large.pop_front();
+                    if large {
+                        let mut kept = self.large_groups.lock();
+                        if kept.len() == LARGE_GROUPS_KEPT {
+                            kept.pop_front();
                         }
-                        large.push_back(span);
+                        kept.push_back(span);
                     }
                     return Ok(span);
                 }
                 _ => return Err("a record after it in its group is damaged".to_owned()),
             }
         }
+    }
+
+    /// The span of a large group verified lately that holds `phy`.
+    fn large_group(&self, phy: u64) -> Option<(u64, u64)> {
+        self.large_groups
+            .lock()
+            .iter()
+            .find(|(start, end)| (*start..*end).contains(&phy))
+            .copied()
     }
 
     /// Copies the record at `phy` with `pread` (offsets here may come from clients), checking
@@ -428,7 +460,7 @@ impl CommitLog {
         }
         let mut raw = vec![0u8; size as usize];
         file.read_at(rel, &mut raw)?;
-        self.verify_group(&file, rel, size)
+        self.verify_group(&file, rel, size, [])
             .map_err(|reason| StoreError::Corrupt {
                 phy_offset: phy,
                 reason,

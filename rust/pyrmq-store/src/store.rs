@@ -1966,7 +1966,7 @@ impl Inner {
         out.next_begin_offset = scanned_to;
         // The last group verified, [start, end): its other records need no second check.
         let mut verified = (0u64, 0u64);
-        for u in units {
+        for (i, &u) in units.iter().enumerate() {
             out.in_disk = self.in_disk(log_end, u.phy_offset);
             let (cap_bytes, cap_count) = match disk_limits {
                 Some(limits) if out.in_disk => limits,
@@ -2000,7 +2000,8 @@ impl Inner {
                 .ok_or_else(|| "the unit points past the CommitLog's data".to_owned())
                 .and_then(|(file, rel)| {
                     if !(verified.0..verified.1).contains(&u.phy_offset) {
-                        verified = self.commit_log.verify_group(&file, rel, u.size)?;
+                        let ahead = units[i + 1..].iter().map(|n| (n.phy_offset, n.size));
+                        verified = self.commit_log.verify_group(&file, rel, u.size, ahead)?;
                     }
                     // The group's checksum covers the body: its CRC need not be computed again.
                     let problem = match message::decode(file.slice(rel, u.size as usize), false) {
