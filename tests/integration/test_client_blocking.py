@@ -354,21 +354,46 @@ def test_send_failures_raise_the_official_exceptions(namesrv: str) -> None:
         with pytest.raises(rmq_exceptions.ProducerSendOrderlyFailed):
             producer.send_orderly(Message("TopicX", b"x" * 2048), 1)
         failures: list[BaseException] = []
-        done = threading.Event()
-
-        def on_exception(e: BaseException) -> None:
-            failures.append(e)
-            done.set()
-
-        producer.send_async(Message("TopicX", b"x" * 2048), None, on_exception)
-        assert done.wait(WAIT_S)
-        [failure] = failures
-        assert isinstance(failure, rmq_exceptions.ProducerSendAsyncFailed)
-        assert (failure.error, failure.type) == (-1, "MessageTooLargeError")
+        # As the official client: a message failing the checks raises RocketMQException from
+        # send_async itself, and no callback hears of it.
+        with pytest.raises(rmq_exceptions.RocketMQException) as raised:
+            producer.send_async(Message("TopicX", b"x" * 2048), None, failures.append)
+        assert type(raised.value) is rmq_exceptions.RocketMQException
+        assert isinstance(raised.value.__cause__, MessageTooLargeError)
+        with pytest.raises(rmq_exceptions.RocketMQException, match="empty"):
+            producer.send_async(Message("TopicX"), None, failures.append)
+        time.sleep(0.2)
+        assert failures == []
+        with pytest.raises(TypeError):
+            Message("TopicX").set_body(5)  # type: ignore[arg-type]
+    # The official client's default largest body: 128 KiB.
+    with make_producer(namesrv, "PG-default-size") as sized:
+        with pytest.raises(rmq_exceptions.ProducerSendSyncFailed) as info:
+            sized.send_sync(Message("TopicX", b"x" * (128 * 1024 + 1)))
+        assert isinstance(info.value.__cause__, MessageTooLargeError)
     consumer = PushConsumer("CG-no-subscription")
     consumer.set_namesrv_addr(namesrv)
     with pytest.raises(rmq_exceptions.PushConsumerStartFailed, match="no subscription"):
         consumer.start()
+
+
+def test_without_a_name_server_send_async_raises_and_pull_yields_nothing() -> None:
+    """As the official client: a send_async that finds no route raises from the call and its
+    exception callback hears of it too; a pull yields nothing rather than raising."""
+    dead = "127.0.0.1:1"
+    failures: list[BaseException] = []
+    with make_producer(dead, "PG-no-namesrv") as producer:
+        with pytest.raises(rmq_exceptions.RocketMQException):
+            producer.send_async(Message("TopicNoRoute", b"x"), None, failures.append)
+        deadline = time.monotonic() + WAIT_S
+        while not failures and time.monotonic() < deadline:
+            time.sleep(0.05)
+    [failure] = failures
+    assert isinstance(failure, rmq_exceptions.ProducerSendAsyncFailed)
+    consumer = PullConsumer("CG-no-namesrv")
+    consumer.set_namesrv_addr(dead)
+    with consumer:
+        assert list(consumer.pull("TopicNoRoute")) == []
 
 
 # --- push consumer ------------------------------------------------------------------------

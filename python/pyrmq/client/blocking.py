@@ -62,7 +62,7 @@ from pyrmq.client.route import TopicRoute
 from pyrmq.client.subscription import consumer_data
 from pyrmq.client.transaction import TransactionProducer as AsyncTransactionProducer
 from pyrmq.client.transaction import TransactionState
-from pyrmq.errors import BrokerError, ClientError, PyrmqError, SendError
+from pyrmq.errors import BrokerError, ClientError, MessageIllegalError, PyrmqError, SendError
 from pyrmq.properties import UNIQ_KEY
 from pyrmq.remoting.headers import PullMessageRequestHeader
 
@@ -91,7 +91,8 @@ T = TypeVar("T")
 DEFAULT_NAMESRV: Final = "127.0.0.1:9876"
 DEFAULT_SEND_TIMEOUT_MS: Final = 3000
 DEFAULT_COMPRESS_LEVEL: Final = 5
-DEFAULT_MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
+DEFAULT_MAX_MESSAGE_SIZE: Final = 128 * 1024
+"""The official client's default (its C++ library's ``maxMessageSize``)."""
 DEFAULT_RETRY_TIMES: Final = 2
 NAMESRV_DOMAIN_TIMEOUT_S: Final = 5.0
 
@@ -411,7 +412,7 @@ class Producer(_Client):
         group_id: The producer group.
         timeout: Send timeout in ms (default 3000), retries included.
         compress_level: zlib level for bodies of 4 KiB or more (default 5).
-        max_message_size: Largest body accepted, in bytes (default 4 MiB).
+        max_message_size: Largest body accepted, in bytes (default 128 KiB, as the official client).
         orderly: rocketmq-client-python 2.x's flag for a producer that sends with
             :meth:`send_orderly_with_sharding_key`; every pyrmq producer can, so it changes
             nothing. 2.x code passes it second (``Producer(gid, True)``), where 0.4.4 has
@@ -534,7 +535,12 @@ class Producer(_Client):
     ) -> None:
         """Starts a send and returns; ``success_callback(result)`` or
         ``exception_callback(ProducerSendAsyncFailed)`` runs later on the producer's callback
-        thread. :meth:`shutdown` waits for both."""
+        thread. :meth:`shutdown` waits for both.
+
+        As the official client, what fails before the send starts raises
+        :class:`RocketMQException` here: a message that fails the checks (the callbacks are
+        not called), and a topic without a route (``exception_callback`` is called too).
+        """
         cls = exceptions.ProducerSendAsyncFailed
         producer = self._producer(exceptions.ProducerSendSyncFailed)
         callbacks = self._callbacks
@@ -566,9 +572,17 @@ class Producer(_Client):
                 log.warning("send_async to %s failed: %s", msg.topic, e)
 
         async def start_send() -> None:
-            producer.send_async(_own(msg), on_success, on_exception)
+            own = _own(msg)
+            try:
+                await producer.check(own)
+            except MessageIllegalError:
+                raise
+            except PyrmqError as e:
+                on_exception(e)
+                raise
+            producer.send_async(own, on_success, on_exception)
 
-        _run(start_send(), exceptions.ProducerSendSyncFailed)
+        _run(start_send(), exceptions.RocketMQException)
 
     def send_oneway(self, msg: Message) -> None:
         """Sends without waiting for an answer."""
@@ -1020,8 +1034,9 @@ class PullConsumer(_Client):
         queue after queue, from each queue's remembered offset until it has no new message;
         the offsets move on as it goes.
 
+        Yields nothing, as the official client, while no name server answers (logged).
+
         Raises:
-            PullConsumerFetchMQFailed: No name server answered.
             PullConsumerFetchMessageFailed: A pull failed (the offsets stay where the last
                 yielded message left them).
         """
@@ -1029,7 +1044,11 @@ class PullConsumer(_Client):
         topic = _text(topic)
         expression = _text(expression)
         tags = _tag_filter(expression)
-        route = _run(inst.update_route(topic), exceptions.PullConsumerFetchMQFailed)
+        try:
+            route = runtime.run(inst.update_route(topic))
+        except PyrmqError as e:
+            log.warning("no route for %s to pull: %s", topic, e)
+            return
         if route is None:
             return
         for mq in route.subscribe_queues():

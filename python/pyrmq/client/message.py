@@ -109,7 +109,13 @@ class Message:
             self.properties[KEYS] = KEY_SEPARATOR.join(keys)
 
     def set_body(self, body: str | bytes) -> None:
-        self.body = body.encode() if isinstance(body, str) else bytes(body)
+        if isinstance(body, str):
+            self.body = body.encode()
+        elif isinstance(body, bytes | bytearray | memoryview):
+            self.body = bytes(body)
+        else:
+            # bytes(5) would be five zero bytes: refused, as the official client refuses it.
+            raise TypeError(f"a message body is str or bytes, not {type(body).__name__}")
 
     def set_property(self, key: str | bytes, value: str | bytes) -> None:
         self.properties[_text(key)] = _text(value)

@@ -635,6 +635,13 @@ class Producer(ClientLifecycle):
             self._fault(mq.broker_name, started, failed=True)
             raise SendError(f"oneway send to {mq} failed: {e}") from e
 
+    async def check(self, msg: Message) -> None:
+        """Raises what a send of ``msg`` raises before it sends anything: the client-side
+        checks (:class:`MessageIllegalError`), and :class:`NoRouteError` for a topic without
+        a route (looked up as a send looks it up)."""
+        out = self._encode(msg)
+        await self._publish_info(out.topic)
+
     def send_async(
         self,
         msg: Message,
