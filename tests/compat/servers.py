@@ -23,6 +23,11 @@ class ServerProcess:
     def __init__(self, args: list[str], log_path: Path, *, ready_timeout_s: float = 30.0) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        # A home of its own: what a server keeps under ~ by default (a name server's KV
+        # config) is then the test's, not shared with every other test and run.
+        home = log_path.with_name(log_path.name + ".home")
+        home.mkdir(exist_ok=True)
+        env["HOME"] = str(home)
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(

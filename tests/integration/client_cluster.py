@@ -173,7 +173,7 @@ async def client_cluster(
         store: StoreConfig changes for every broker, over small segment sizes.
         broker_changes: BrokerConfig changes for every broker.
     """
-    namesrv = NameServer(NamesrvConfig(listen_port=0))
+    namesrv = NameServer(NamesrvConfig(listen_port=0, kv_config_path=None))
     await namesrv.start()
     cluster = ClientCluster(namesrv, [], [])
     try:

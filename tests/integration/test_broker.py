@@ -25,6 +25,7 @@ from pyrmq.namesrv import NameServer, NamesrvConfig
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codec import encode
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import CreateTopicRequestHeader, RegisterBrokerRequestHeader
 from pyrmq.remoting.protocol import RequestCode, ResponseCode
 from pyrmq.remoting.server import WRITE_HIGH_WATER_BYTES
 
@@ -126,7 +127,7 @@ def pull_fields(
 async def cluster(
     tmp_path: Path, *, store_changes: dict[str, Any] | None = None, **broker_changes: Any
 ) -> AsyncIterator[Cluster]:
-    namesrv = NameServer(NamesrvConfig(listen_port=0))
+    namesrv = NameServer(NamesrvConfig(listen_port=0, kv_config_path=None))
     await namesrv.start()
     store = StoreConfig(
         store_path_root_dir=str(tmp_path / "store"),
@@ -621,10 +622,10 @@ def test_a_client_that_does_not_read_its_answers_stops_being_read(tmp_path: Path
 
 def test_a_broker_registers_with_every_name_server(tmp_path: Path) -> None:
     async def scenario() -> None:
-        second = NameServer(NamesrvConfig(listen_port=0))
+        second = NameServer(NamesrvConfig(listen_port=0, kv_config_path=None))
         await second.start()
         try:
-            first = NameServer(NamesrvConfig(listen_port=0))
+            first = NameServer(NamesrvConfig(listen_port=0, kv_config_path=None))
             await first.start()
             store = StoreConfig(
                 store_path_root_dir=str(tmp_path / "store"),
@@ -654,7 +655,6 @@ def test_a_broker_registers_with_every_name_server(tmp_path: Path) -> None:
 
 def test_reset_offset_by_time_moves_offsets_back_and_tells_each_consumer(tmp_path: Path) -> None:
     from pyrmq.broker.processors.admin import reset_offset_body
-    from pyrmq.remoting.headers import CreateTopicRequestHeader
 
     topic, group = "TopicReset", "CG_RESET"
 
@@ -856,7 +856,6 @@ def test_topic_creation_refuses_system_topics_and_queue_counts_the_store_cannot_
 ) -> None:
     """A topic of 2**31 - 1 queues made one stats request loop on the event loop for good; TBW102
     with no queues made every auto-created topic unusable."""
-    from pyrmq.remoting.headers import CreateTopicRequestHeader
 
     def create(topic: str, nums: int) -> dict[str, str]:
         header = CreateTopicRequestHeader(
@@ -942,7 +941,6 @@ def test_send_back_names_the_first_copy_and_respects_the_retry_topics_permission
     """As RocketMQ: ORIGIN_MESSAGE_ID is the first copy's offset message id (what finds it by
     offset), not the producer's id a client puts in the header; a read-only retry topic takes
     no send-back, even one bound for the dead-letter queue."""
-    from pyrmq.remoting.headers import CreateTopicRequestHeader
 
     async def scenario() -> None:
         async with cluster(tmp_path) as c:
@@ -1245,7 +1243,6 @@ def test_a_negative_commit_reads_as_none_and_pulls_stop_at_the_read_queues(
     """As RocketMQ: a stored negative offset is answered as no offset (a Java consumer given one
     never pulls its queue), and a queue past readQueueNums is not served even when it is
     written (a topic shrinking its read queues first)."""
-    from pyrmq.remoting.headers import CreateTopicRequestHeader
 
     async def scenario() -> None:
         async with cluster(tmp_path) as c:
@@ -1335,3 +1332,80 @@ def test_a_silent_broker_expires_from_the_routes_and_loses_its_connection() -> N
             await namesrv.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def _compressed_registration(topics: dict[str, int], counter: int) -> bytes:
+    """A REGISTER_BROKER body as a Java broker with compressedRegister makes it: a zlib stream
+    of big-endian, length-prefixed parts."""
+
+    def part(data: bytes) -> bytes:
+        return struct.pack(">i", len(data)) + data
+
+    out = part(json.dumps({"counter": counter, "timestamp": 1}).encode())
+    out += struct.pack(">i", len(topics))
+    for name, nums in topics.items():
+        out += part(f"{name} {nums} {nums} 6 SINGLE_TAG {{}}".encode())
+    out += part(b"[]") + struct.pack(">i", 0)
+    return zlib.compress(out, 9)
+
+
+def test_the_name_server_takes_a_java_broker_s_compressed_registration(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            body = _compressed_registration({"TopicZipped": 3}, 5)
+            header = RegisterBrokerRequestHeader(
+                broker_name="broker-z",
+                broker_addr="127.0.0.1:30911",
+                cluster_name="C",
+                ha_server_addr="127.0.0.1:30912",
+                broker_id=0,
+                compressed=True,
+                body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
+            )
+            ns = c.namesrv.address
+            request = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext(), body)
+            answer = await c.client.invoke(ns, request, timeout_s=5)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            route = c.namesrv.routes.route("TopicZipped")
+            assert route is not None
+            [queues] = route["queueDatas"]
+            assert (queues["brokerName"], queues["readQueueNums"], queues["perm"]) == (
+                "broker-z", 3, 6,
+            )  # fmt: skip
+            bad = dataclasses.replace(header, body_crc32=header.body_crc32 ^ 1)
+            request = RemotingCommand.request(RequestCode.REGISTER_BROKER, bad.to_ext(), body)
+            refused = await c.client.invoke(ns, request, timeout_s=5)
+            assert (refused.code, refused.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
+            garbled = RemotingCommand.request(
+                RequestCode.REGISTER_BROKER,
+                dataclasses.replace(header, body_crc32=0).to_ext(),
+                body[:-3],
+            )
+            refused = await c.client.invoke(ns, garbled, timeout_s=5)
+            assert refused.code == ResponseCode.SYSTEM_ERROR
+
+    run(scenario)
+
+
+def test_the_broker_takes_its_order_topics_from_the_name_server(tmp_path: Path) -> None:
+    """RocketMQ's updateOrderTopicConfig: the ORDER_TOPIC_CONFIG table answering a
+    registration makes its topics orderly on the broker and every other topic not."""
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            for topic, order in (("TopicOrdered", False), ("TopicOnceOrdered", True)):
+                header = CreateTopicRequestHeader(
+                    topic=topic, default_topic="TBW102", read_queue_nums=4, write_queue_nums=4,
+                    perm=6, order=order,
+                )  # fmt: skip
+                answer = await c.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+            assert c.broker.topics.get("TopicOnceOrdered").order
+            ext = {"namespace": "ORDER_TOPIC_CONFIG", "key": "TopicOrdered", "value": "broker-a:4"}
+            put = await c.call(RequestCode.PUT_KV_CONFIG, ext, to="namesrv")
+            assert put.code == ResponseCode.SUCCESS
+            c.broker.request_registration("TopicOrdered")
+            await eventually(lambda: c.broker.topics.get("TopicOrdered").order)
+            assert not c.broker.topics.get("TopicOnceOrdered").order
+
+    run(scenario)

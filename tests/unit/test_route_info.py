@@ -160,3 +160,35 @@ def test_a_registration_of_unchanged_data_adds_missing_topics_and_updates_none()
     assert restarted.route("TopicTest") is None
     register(restarted, "broker-a", "127.0.0.1:10911", topics={**TOPICS, **new}, version="v3")
     assert [perm(restarted, t) for t in ("TopicTest", "TBW102", "TopicNew")] == [6, 7, 6]
+
+
+def test_a_slave_promoted_in_place_applies_its_whole_topic_table() -> None:
+    """Same address, id 1 then 0, and its old master's data version (a slave copies it): its
+    topics replace those of the master that left, as RocketMQ's first registration of an id."""
+    routes = RouteInfo()
+    master = object()
+    register(routes, "broker-a", "127.0.0.1:10911", conn=master, version="v7")
+    slave_topics = {"TopicTest": {**TOPICS["TopicTest"], "readQueueNums": 8, "writeQueueNums": 8}}
+    register(routes, "broker-a", "127.0.0.1:20911", broker_id=1, topics=slave_topics, version="v7")
+    routes.set_write_perm("broker-a", writable=False)
+    routes.connection_closed(master)
+    register(routes, "broker-a", "127.0.0.1:20911", broker_id=0, topics=slave_topics, version="v7")
+    route = routes.route("TopicTest")
+    assert route is not None
+    [queue] = route["queueDatas"]
+    assert (queue["perm"], queue["readQueueNums"], queue["writeQueueNums"]) == (6, 8, 8)
+    assert route["brokerDatas"][0]["brokerAddrs"] == {0: "127.0.0.1:20911"}
+
+
+def test_a_name_registered_in_two_clusters_leaves_both() -> None:
+    routes = RouteInfo()
+    one, two = object(), object()
+    for cluster, addr, conn in (("C1", "127.0.0.1:6000", one), ("C2", "127.0.0.1:6001", two)):
+        routes.register_broker(
+            cluster=cluster, broker_addr=addr, broker_name="dup", broker_id=0,
+            ha_server_addr="", topic_config=TOPICS, data_version="v1", connection=conn,
+            now_ms=1000,
+        )  # fmt: skip
+    routes.connection_closed(one)
+    routes.connection_closed(two)
+    assert routes.cluster_info() == {"brokerAddrTable": {}, "clusterAddrTable": {}}

@@ -514,7 +514,7 @@ class BrokerController:
         if body is None:
             return
 
-        async def register(addr: str) -> dict[str, str] | None:
+        async def register(addr: str) -> RemotingCommand | None:
             request = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext(), body)
             try:
                 response = await self.namesrv.invoke(addr, request, timeout_s=3.0)
@@ -529,19 +529,39 @@ class BrokerController:
                     response.remark,
                 )
                 return None
-            return response.ext_fields
+            return response
 
         # Every name server at once: one that does not answer holds up none of the others.
-        answers = await asyncio.gather(*map(register, self.config.namesrv_addrs))
+        responses = await asyncio.gather(*map(register, self.config.namesrv_addrs))
+        answered = [r for r in responses if r is not None]
+        if answered:
+            self._take_order_topics(answered[0].body)
         if self.ha_client is not None and self.slave_sync is not None:
             # The name servers name this slave's master once it has registered; one that has
             # not heard of it yet names none.
-            named = [a for a in answers if a is not None]
+            named = [r.ext_fields for r in answered]
             master = next((a for a in named if a.get("masterAddr")), None)
             if named:
                 chosen = master if master is not None else named[0]
                 self.ha_client.master_named(chosen.get("haServerAddr") or "")
                 self.slave_sync.master_named(chosen.get("masterAddr") or "")
+
+    def _take_order_topics(self, body: bytes | None) -> None:
+        """The name servers' ORDER_TOPIC_CONFIG table, which answers a registration when they
+        have one: its topics are orderly here, the others not (RocketMQ's
+        updateOrderTopicConfig)."""
+        if not body:
+            return
+        try:
+            table = json.loads(body).get("table")
+        except (ValueError, AttributeError):
+            log.warning("the name server's order topic table is not JSON: %r", body[:200])
+            return
+        if isinstance(table, dict):
+            try:
+                self.topics.set_order_topics(set(map(str, table)))
+            except OSError as e:
+                log.warning("cannot save the order topics the name servers name: %s", e)
 
     async def _unregister_all(self) -> None:
         header = UnregisterBrokerRequestHeader(

@@ -126,6 +126,9 @@ class RouteInfo:
             for bid, addr in list(data.broker_addrs.items()):
                 if addr == broker_addr and bid != broker_id:
                     del data.broker_addrs[bid]
+            # As RocketMQ: an id new to the name (a slave promoted in place, whose data version
+            # is its old master's) applies its whole topic table, whatever its data version.
+            first = first or broker_id not in data.broker_addrs
             data.broker_addrs[broker_id] = broker_addr
             previous = self.live.get(broker_addr)
             changed = previous is None or previous.data_version != data_version
@@ -173,11 +176,11 @@ class RouteInfo:
         if data.broker_addrs:
             return
         del self.brokers[broker_name]
-        names = self.clusters.get(data.cluster)
-        if names is not None:
+        # From every cluster: a name registered in several is in each one's set.
+        for cluster, names in list(self.clusters.items()):
             names.discard(broker_name)
             if not names:
-                del self.clusters[data.cluster]
+                del self.clusters[cluster]
         for topic, by_broker in list(self.topic_queues.items()):
             by_broker.pop(broker_name, None)
             if not by_broker:

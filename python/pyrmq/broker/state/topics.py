@@ -229,6 +229,28 @@ class TopicTable:
         log.info("topic updated name=%s queues=%d/%d perm=%d", config.topic_name,
                  config.read_queue_nums, config.write_queue_nums, config.perm)  # fmt: skip
 
+    def set_order_topics(self, order: set[str]) -> bool:
+        """Marks the topics named in the name servers' ORDER_TOPIC_CONFIG orderly and every other
+        one not, as RocketMQ's broker does with the table its registration gets back; saves
+        (with a new data version) and returns True if that changed any."""
+        with self._lock:
+            changed = {
+                name: dataclasses.replace(config, order=name in order)
+                for name, config in self._topics.items()
+                if config.order != (name in order)
+            }
+            if not changed:
+                return False
+            previous = dict(self._topics)
+            self._topics.update(changed)
+            try:
+                self._persist()
+            except BaseException:
+                self._topics = previous
+                raise
+        log.info("topics now orderly per the name servers: %s", sorted(order & set(changed)))
+        return True
+
     def delete(self, topic: str) -> bool:
         """Removes a topic (DELETE_TOPIC_IN_BROKER); returns whether it existed."""
         with self._lock:

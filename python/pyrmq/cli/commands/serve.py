@@ -43,9 +43,17 @@ class EmbeddedServers:
 
     def __init__(self, namesrv_port: int, broker: BrokerConfig) -> None:
         # One TLS setting and one listen address for both: the name server listens as the
-        # broker does, and is reached at the broker's address.
+        # broker does, and is reached at the broker's address. Its KV config (order topics)
+        # is kept in the store's directory with the broker's tables, so that each store
+        # has its own.
+        kv_path = Path(broker.store.store_path_root_dir) / "namesrv" / "kvConfig.json"
         self.namesrv = NameServer(
-            NamesrvConfig(listen_host=broker.listen_host, listen_port=namesrv_port, tls=broker.tls)
+            NamesrvConfig(
+                listen_host=broker.listen_host,
+                listen_port=namesrv_port,
+                tls=broker.tls,
+                kv_config_path=str(kv_path),
+            )
         )
         self._broker_config = broker
         self.broker: BrokerController | None = None
