@@ -269,20 +269,32 @@ def test_an_offset_reset_while_a_listener_call_runs_long_restarts_the_queue(
     addrs: tuple[str, str],
 ) -> None:
     """The reset drops the queue without waiting for the call (as RocketMQ's does): the call
-    ends, but its result no longer moves the offset over the reset. Before, the queue was kept
-    when the call outlasted the wait, and consumption went on from where it was."""
+    ends, but its result no longer moves the offset over the reset, and the queue taken again
+    waits for it. Before, the queue was kept when the call outlasted the wait, and consumption
+    went on from where it was."""
     namesrv, broker = addrs
     topic, group = "TopicOrderlyReset", "CG_ORDERLY_RESET"
     create_topic(broker, topic, 1)
     seen: list[int] = []
     slow_started = threading.Event()
+    active = [0]
+    overlaps: list[int] = []
+    lock = threading.Lock()
 
     def listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
-        for m in msgs:
-            seen.append(m.queue_offset)
-            if m.queue_offset == 2 and seen.count(2) == 1:
-                slow_started.set()
-                time.sleep(2.0)
+        with lock:
+            active[0] += 1
+            if active[0] > 1:
+                overlaps.extend(m.queue_offset for m in msgs)
+        try:
+            for m in msgs:
+                seen.append(m.queue_offset)
+                if m.queue_offset == 2 and seen.count(2) == 1:
+                    slow_started.set()
+                    time.sleep(2.0)
+        finally:
+            with lock:
+                active[0] -= 1
         return ConsumeOrderlyStatus.SUCCESS
 
     async def scenario() -> None:
@@ -302,6 +314,8 @@ def test_an_offset_reset_while_a_listener_call_runs_long_restarts_the_queue(
             await c.shutdown()
         mq = MessageQueue(topic, BROKER, 0)
         assert seen == [0, 1, 2, 0, 1, 2, 3, 4, 5], seen
+        # The queue taken again waited for the dropped one's call: never two at once.
+        assert overlaps == []
         assert await committed_offset(broker, group, mq) == 6
 
     run(scenario)

@@ -548,8 +548,7 @@ class BrokerController:
 
     def _take_order_topics(self, body: bytes | None) -> None:
         """The name servers' ORDER_TOPIC_CONFIG table, which answers a registration when they
-        have one: its topics are orderly here, the others not (RocketMQ's
-        updateOrderTopicConfig)."""
+        have one: its topics are orderly here (RocketMQ's updateOrderTopicConfig)."""
         if not body:
             return
         try:

@@ -354,7 +354,7 @@ class OrderlyProcessQueue:
         "try_unlock_times",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, consume_lock: "threading.Lock | None" = None) -> None:
         self._lock = threading.Lock()
         self._waiting: collections.deque[MessageExt] = collections.deque()
         self._taken: list[MessageExt] = []
@@ -373,10 +373,11 @@ class OrderlyProcessQueue:
         self.try_unlock_times = 0
         self.queue_lock = threading.Lock()
         """Held by the consume run: one thread at a time consumes the queue."""
-        self.consume_lock = threading.Lock()
+        self.consume_lock = threading.Lock() if consume_lock is None else consume_lock
         """Held around each listener call and its commit; a rebalance takes it before it
         drops the queue, so that the queue never moves mid-call (the next owner would
-        consume the message again)."""
+        consume the message again). One lock per queue, shared by the ProcessQueues the
+        queue has in turn (see ``PushConsumer``)."""
         self.last_pull_ms = self.last_consume_ms = _now_ms()
         self.room_waiter: asyncio.Future[None] | None = None
 

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import logging
 import random
+import threading
 import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from datetime import datetime
@@ -190,6 +191,10 @@ class PushConsumer(ClientLifecycle):
         self._default_listener: Listener | None = None
         self._queues: dict[str, list[MessageQueue]] = {}
         self._pqs: dict[MessageQueue, AnyProcessQueue] = {}
+        # Per queue, the lock each of its orderly ProcessQueues calls the listener under, as
+        # RocketMQ's MessageQueueLock: a queue taken again while a dropped ProcessQueue's call
+        # runs on (an offset reset does not wait for it) waits for that call.
+        self._consume_locks: dict[MessageQueue, threading.Lock] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         # Queues given away whose delivered messages are still being consumed.
         self._handing_over: dict[MessageQueue, ProcessQueue] = {}
@@ -599,7 +604,7 @@ class PushConsumer(ClientLifecycle):
         offset = await self._start_offset(mq)
         if offset is None or self._instance is None:
             return
-        pq = self._pqs[mq] = self._new_process_queue(locked_ms)
+        pq = self._pqs[mq] = self._new_process_queue(mq, locked_ms)
         # Recorded at once: if the queue moves to another consumer before any message
         # of it is consumed, that one starts here. With nothing committed it would start
         # from its own consume_from_where (the queue's end, by default) and skip what was
@@ -626,10 +631,10 @@ class PushConsumer(ClientLifecycle):
             self.offset_store.remove(mq)
             await self._take(mq, locked_ms)
 
-    def _new_process_queue(self, locked_ms: int | None = None) -> AnyProcessQueue:
+    def _new_process_queue(self, mq: MessageQueue, locked_ms: int | None = None) -> AnyProcessQueue:
         if not self.orderly:
             return ProcessQueue()
-        pq = OrderlyProcessQueue()
+        pq = OrderlyProcessQueue(self._consume_locks.setdefault(mq, threading.Lock()))
         if locked_ms is not None:
             pq.locked, pq.last_lock_ms = True, locked_ms
         return pq
@@ -997,7 +1002,7 @@ class PushConsumer(ClientLifecycle):
             # Messages still in flight belong to the old position: a fresh ProcessQueue
             # keeps them from moving the offset when they finish (RocketMQ drops the queue).
             pq.dropped = True
-            fresh = self._pqs[mq] = self._new_process_queue()
+            fresh = self._pqs[mq] = self._new_process_queue(mq)
             if isinstance(pq, OrderlyProcessQueue) and isinstance(fresh, OrderlyProcessQueue):
                 fresh.locked, fresh.last_lock_ms = pq.locked, pq.last_lock_ms
             pq = fresh

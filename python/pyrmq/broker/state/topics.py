@@ -230,14 +230,15 @@ class TopicTable:
                  config.read_queue_nums, config.write_queue_nums, config.perm)  # fmt: skip
 
     def set_order_topics(self, order: set[str]) -> bool:
-        """Marks the topics named in the name servers' ORDER_TOPIC_CONFIG orderly and every other
-        one not, as RocketMQ's broker does with the table its registration gets back; saves
-        (with a new data version) and returns True if that changed any."""
+        """Marks the topics named in the name servers' ORDER_TOPIC_CONFIG orderly, as RocketMQ
+        5's broker does with the table its registration gets back (it no longer clears the
+        flag of the others: a topic made orderly here stays so); saves (with a new data
+        version) and returns True if that changed any."""
         with self._lock:
             changed = {
-                name: dataclasses.replace(config, order=name in order)
+                name: dataclasses.replace(config, order=True)
                 for name, config in self._topics.items()
-                if config.order != (name in order)
+                if name in order and not config.order
             }
             if not changed:
                 return False
