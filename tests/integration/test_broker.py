@@ -1271,8 +1271,6 @@ def test_a_negative_commit_reads_as_none_and_pulls_stop_at_the_read_queues(
 def test_a_register_body_of_another_shape_gets_a_clear_refusal(tmp_path: Path) -> None:
     """A REGISTER_BROKER body that is JSON but not a topic table once failed with an
     AttributeError; it gets SYSTEM_ERROR naming the body, and the name server keeps serving."""
-    from pyrmq.remoting.headers import RegisterBrokerRequestHeader
-
     header = RegisterBrokerRequestHeader(
         broker_name="broker-x",
         broker_addr="127.0.0.1:1",
