@@ -572,15 +572,13 @@ class Producer(_Client):
                 log.warning("send_async to %s failed: %s", msg.topic, e)
 
         async def start_send() -> None:
-            own = _own(msg)
             try:
-                await producer.check(own)
+                await producer.send_async_checked(_own(msg), on_success, on_exception)
             except MessageIllegalError:
                 raise
             except PyrmqError as e:
                 on_exception(e)
                 raise
-            producer.send_async(own, on_success, on_exception)
 
         _run(start_send(), exceptions.RocketMQException)
 

@@ -18,7 +18,7 @@ import random
 import struct
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final
 
 from pyrmq import _core
@@ -635,13 +635,6 @@ class Producer(ClientLifecycle):
             self._fault(mq.broker_name, started, failed=True)
             raise SendError(f"oneway send to {mq} failed: {e}") from e
 
-    async def check(self, msg: Message) -> None:
-        """Raises what a send of ``msg`` raises before it sends anything: the client-side
-        checks (:class:`MessageIllegalError`), and :class:`NoRouteError` for a topic without
-        a route (looked up as a send looks it up)."""
-        out = self._encode(msg)
-        await self._publish_info(out.topic)
-
     def send_async(
         self,
         msg: Message,
@@ -656,9 +649,32 @@ class Producer(ClientLifecycle):
         (a send still running after ``send_timeout_s`` is cancelled, and ``on_exception`` gets
         a CancelledError). A callback that raises is logged."""
         self.instance  # noqa: B018 (raises ClientStateError when not started)
-        task = asyncio.get_running_loop().create_task(
-            self.send(msg, queue=queue, timeout_s=timeout_s)
+        return self._track(
+            self.send(msg, queue=queue, timeout_s=timeout_s), msg, on_success, on_exception
         )
+
+    async def send_async_checked(
+        self,
+        msg: Message,
+        on_success: Callable[[SendResult], None] | None = None,
+        on_exception: Callable[[BaseException], None] | None = None,
+    ) -> "asyncio.Task[SendResult]":
+        """:meth:`send_async`, but what fails before anything is sent raises here instead of
+        reaching ``on_exception``: the client-side checks (:class:`MessageIllegalError`) and a
+        topic without a route (:class:`NoRouteError`), as the official client's async send."""
+        self.instance  # noqa: B018 (raises ClientStateError when not started)
+        out = self._encode(msg)
+        await self._publish_info(out.topic)
+        return self._track(self._send_with_retries(out, None, None), msg, on_success, on_exception)
+
+    def _track(
+        self,
+        send: Coroutine[Any, Any, SendResult],
+        msg: Message,
+        on_success: Callable[[SendResult], None] | None,
+        on_exception: Callable[[BaseException], None] | None,
+    ) -> "asyncio.Task[SendResult]":
+        task = asyncio.get_running_loop().create_task(send)
         self._async_sends.add(task)
 
         def done(t: "asyncio.Task[SendResult]") -> None:

@@ -761,7 +761,7 @@ class MessagingService:
         stored = result.messages()[0]
         return stored if stored.queue_offset == offset else None
 
-    def _pop(self, r: "Receive") -> list[tuple[StoredMessage, Delivery]]:
+    def pop_now(self, r: "Receive") -> list[tuple[StoredMessage, Delivery]]:
         """Takes up to ``r.batch`` messages: due redeliveries first, then new ones, from the
         queue asked for or every readable queue of the topic, starting at a different queue
         each time."""
@@ -1105,10 +1105,6 @@ class MessagingService:
             self._release(r.group, topic, popped)
             raise
 
-    def pop_now(self, r: "Receive") -> list[tuple[StoredMessage, Delivery]]:
-        """Pops for ``r`` what there is to deliver now."""
-        return self._pop(r)
-
     async def pop_later(
         self, r: "Receive", window_s: float
     ) -> list[tuple[StoredMessage, Delivery]]:
@@ -1130,7 +1126,7 @@ class MessagingService:
                 # A pop's time is when it delivers, as a 4.x client counts the invisible
                 # time from it.
                 r = dataclasses.replace(r, pop_time=self.next_pop_time())
-            popped = self._pop(r)
+            popped = self.pop_now(r)
         return popped
 
     def _release(

@@ -147,8 +147,10 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION,
                 remark=f"the broker[{broker.config.broker_ip1}] pulling message is forbidden",
             )
-        settings = broker.group_config(header.consumer_group)
-        if not settings.consume_enable:
+        # Only groups an operator set can be refused: no settings built for the others on
+        # every pull.
+        settings = broker.groups.get(header.consumer_group)
+        if settings is not None and not settings.consume_enable:
             return RemotingCommand.response_to(
                 request,
                 ResponseCode.NO_PERMISSION,
@@ -181,14 +183,14 @@ class PullProcessor:
             )
         else:
             clients = broker.clients
-            member = clients.consumer_on(header.consumer_group, conn) or next(
-                iter(clients.members(header.consumer_group)), None
-            )
-            if (
-                not settings.consume_broadcast_enable
-                and member is not None
-                and member.message_model == "BROADCASTING"
-            ):
+            if settings is not None and not settings.consume_broadcast_enable:
+                member = clients.consumer_on(header.consumer_group, conn) or next(
+                    iter(clients.members(header.consumer_group)), None
+                )
+                broadcasting = member is not None and member.message_model == "BROADCASTING"
+            else:
+                broadcasting = False
+            if broadcasting:
                 return RemotingCommand.response_to(
                     request,
                     ResponseCode.NO_PERMISSION,
