@@ -611,3 +611,91 @@ def test_a_callback_returning_true_has_its_message_consumed(
     finally:
         consumer.shutdown()
     assert got == [0]
+
+
+@pytest.mark.parametrize("sent", ["before start", "after start"])
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrently", "orderly"])
+def test_a_callback_may_shut_its_own_consumer_down(
+    namesrv: str, new_topic: Callable[[str], str], orderly: bool, sent: str
+) -> None:
+    """A callback that shuts its consumer down returns from ``shutdown``: the messages
+    before it are committed, and the one it was handling comes again to the group's next
+    consumer, as with a RocketMQ consumer that does not wait for its listeners. (Shutdown
+    waited for every running callback, this one too, and never returned; called while
+    ``start`` had not returned yet, it did nothing.)"""
+    case = f"{int(orderly)}-{sent.split()[0]}"
+    topic = new_topic(f"BlockingShutdownInCallback{case.replace('-', '')}")
+    group = f"CG-shutdown-in-callback-{case}"
+
+    def send_six() -> None:
+        with make_producer(namesrv, f"PG-shutdown-in-callback-{case}") as producer:
+            for i in range(6):
+                producer.send_orderly(Message(topic, str(i).encode()), 0)
+
+    def consumer_of(callback: Callable[[RecvMessage], ConsumeStatus]) -> PushConsumer:
+        consumer = PushConsumer(group, orderly=orderly)
+        consumer.set_namesrv_addr(namesrv)
+        consumer.set_consume_from_where("CONSUME_FROM_FIRST_OFFSET")
+        consumer.set_thread_count(1)
+        consumer.subscribe(topic, callback)
+        return consumer
+
+    got: list[int] = []
+    returned = threading.Event()
+
+    def shut_down_at_the_third(msg: RecvMessage) -> ConsumeStatus:
+        got.append(int(msg.body))
+        if len(got) == 3:
+            first.shutdown()
+            returned.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    first = consumer_of(shut_down_at_the_third)
+    if sent == "before start":
+        send_six()
+    first.start()
+    try:
+        if sent == "after start":
+            send_six()
+        assert returned.wait(WAIT_S), f"shutdown from a callback did not return; got {got}"
+    finally:
+        first.shutdown()
+    time.sleep(0.5)  # a consumer still running would deliver the rest meanwhile
+    assert got == [0, 1, 2]
+
+    after = Collector()
+    with consumer_of(after):
+        assert [int(m.body) for m in after.wait(4)] == [2, 3, 4, 5]
+
+
+def test_a_send_callback_may_shut_its_producer_down(
+    namesrv: str, new_topic: Callable[[str], str]
+) -> None:
+    """``shutdown`` from a ``send_async`` callback returns, and the callbacks of the sends
+    still queued run afterwards. (It raised RuntimeError: the callback thread joined
+    itself.)"""
+    topic = new_topic("BlockingProducerShutdownInCallback")
+    producer = make_producer(namesrv, "PG-shutdown-in-send-callback")
+    producer.start()
+    statuses: list[SendStatus] = []
+    raised: list[BaseException] = []
+    all_started = threading.Event()
+
+    def on_success(result: Any) -> None:
+        statuses.append(result.status)
+        if len(statuses) == 1:
+            all_started.wait(WAIT_S)
+            try:
+                producer.shutdown()
+            except BaseException as e:
+                raised.append(e)
+
+    try:
+        for i in range(3):
+            producer.send_async(Message(topic, str(i).encode()), on_success, None)
+        all_started.set()
+        wait_for(lambda: len(statuses) == 3, "three send callbacks")
+    finally:
+        producer.shutdown()
+    assert raised == []
+    assert statuses == [SendStatus.OK] * 3

@@ -42,6 +42,7 @@ import ctypes
 import enum
 import logging
 import ssl
+import threading
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
@@ -85,6 +86,14 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class _CallbackThread(threading.local):
+    pool: concurrent.futures.ThreadPoolExecutor | None = None
+    """The producer callback pool whose callback this thread runs, if any."""
+
+
+_callback_thread = _CallbackThread()
 
 T = TypeVar("T")
 
@@ -508,7 +517,8 @@ class Producer(_Client):
                 runtime.run(producer.shutdown())
         finally:
             if callbacks is not None:
-                callbacks.shutdown(wait=True)
+                # From a callback, the callback thread runs the rest once it returns.
+                callbacks.shutdown(wait=_callback_thread.pool is not callbacks)
 
     def _producer(self, cls: type[RocketMQException]) -> AsyncProducer:
         if self._async is None:
@@ -547,10 +557,13 @@ class Producer(_Client):
         assert callbacks is not None
 
         def run_callback(fn: Callable[[Any], object], arg: object) -> None:
+            _callback_thread.pool = callbacks
             try:
                 fn(arg)
             except Exception:
                 log.exception("send_async callback failed topic=%s", msg.topic)
+            finally:
+                _callback_thread.pool = None
 
         def hand_over(fn: Callable[[Any], object], arg: object) -> None:
             try:
@@ -866,14 +879,20 @@ class PushConsumer(_Client):
                 consumer.subscribe(topic, expression, _per_message(callback))
         except PyrmqError as e:
             _raise_as(cls, e)
-        _run(consumer.start(), cls)
+        # Set first: callbacks can run, and shut the consumer down, before start returns.
         self._async = consumer
+        try:
+            _run(consumer.start(), cls)
+        except BaseException:
+            self._async = None
+            raise
 
     def shutdown(self) -> None:
-        """Stops pulling, waits for running callbacks and commits the offsets."""
+        """Stops pulling, waits for running callbacks and commits the offsets. Called from
+        a callback, it does not wait for that callback, whose message is delivered again."""
         consumer, self._async = self._async, None
         if consumer is not None:
-            runtime.run(consumer.shutdown())
+            runtime.run(consumer.shutdown(waiting_thread=threading.get_ident()))
 
 
 def _per_message(

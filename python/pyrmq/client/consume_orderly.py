@@ -109,6 +109,9 @@ class OrderlyConsumeService:
         self._waiting_runs = 0
         """Runs submitted to the pool and not begun: a busy run then yields between batches."""
         self._waiting_lock = threading.Lock()
+        self._running = threading.Condition()
+        self._running_threads: set[int] = set()
+        """Idents of the threads in a run, which shutdown waits for."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = threading.Event()
@@ -140,7 +143,7 @@ class OrderlyConsumeService:
             with self._waiting_lock:
                 self._waiting_runs += 1
             try:
-                self._pool.submit(self._run_sync, pq, mq)
+                self._pool.submit(self._run_in_thread, pq, mq)
             except RuntimeError:  # shut down: left for the next owner
                 with self._waiting_lock:
                     self._waiting_runs -= 1
@@ -289,6 +292,17 @@ class OrderlyConsumeService:
         consumer.moved(pq, mq, pq.commit())
         return True
 
+    def _run_in_thread(self, pq: OrderlyProcessQueue, mq: MessageQueue) -> None:
+        me = threading.get_ident()
+        with self._running:
+            self._running_threads.add(me)
+        try:
+            self._run_sync(pq, mq)
+        finally:
+            with self._running:
+                self._running_threads.discard(me)
+                self._running.notify_all()
+
     def _run_sync(self, pq: OrderlyProcessQueue, mq: MessageQueue) -> None:
         """A consume run on a consume thread."""
         with self._waiting_lock:
@@ -405,12 +419,18 @@ class OrderlyConsumeService:
             msgs[0].topic,
         )
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, leave: int | None = None) -> None:
         """Lets running listener calls finish and commit; later batches are left for the
-        queue's next owner."""
+        queue's next owner. The run on thread ``leave`` (a listener that shuts its consumer
+        down) is not waited for: the messages it was given are delivered again."""
         self._closed.set()
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
-        await asyncio.to_thread(self._pool.shutdown, wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self._wait_for_runs, leave)
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _wait_for_runs(self, leave: int | None) -> None:
+        with self._running:
+            self._running.wait_for(lambda: self._running_threads <= {leave})

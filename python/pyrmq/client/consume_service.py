@@ -316,15 +316,16 @@ class _ConsumeThreads:
             self._begun_wanted = False
             self._begun.set()
 
-    def shutdown(self) -> None:
-        """Drops the calls not started, lets the running ones finish, joins every thread."""
+    def shutdown(self, leave: int | None = None) -> None:
+        """Drops the calls not started, lets the running ones finish, joins every thread but
+        the one whose ident is ``leave``."""
         with self._lock:
             self._closed = True
             self._calls.clear()
             while self._idle:
                 self._awake += 1
                 self._idle.pop().release()
-            threads = list(self._threads)
+            threads = [t for t in self._threads if t.ident != leave]
         for t in threads:
             t.join()
 
@@ -697,14 +698,16 @@ class ConcurrentConsumeService:
         if not pq.dropped and not self._closed.is_set():
             self.submit(msgs, pq, mq)
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, leave: int | None = None) -> None:
         """Lets running listeners (threads and coroutines alike) finish and record their
-        progress; batches not started yet are left uncommitted, to be delivered again."""
+        progress; batches not started yet are left uncommitted, to be delivered again. The
+        call running on thread ``leave`` (a listener that shuts its consumer down) is not
+        waited for: its messages are delivered again."""
         self._closed.set()
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
-        await asyncio.to_thread(self._pool.shutdown)
+        await asyncio.to_thread(self._pool.shutdown, leave)
         # Coroutine batches not started are left uncommitted; those running finish.
         self._async_queued.clear()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)

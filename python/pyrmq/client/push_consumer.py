@@ -344,8 +344,15 @@ class PushConsumer(ClientLifecycle):
             if addr is not None:
                 await inst.api.check_client(addr, self.group, inst.client_id, sub.to_json())
 
-    async def shutdown(self) -> None:
-        """Stops pulling, lets running listeners finish, commits offsets and unregisters."""
+    async def shutdown(self, waiting_thread: int | None = None) -> None:
+        """Stops pulling, lets running listeners finish, commits offsets and unregisters.
+
+        ``waiting_thread`` is the ident of a thread that blocks until this returns: when it
+        is one of this consumer's listener threads (a listener shutting its own consumer
+        down), its call is not waited for, which would never end, and the messages it was
+        given are delivered again, as a RocketMQ consumer shut down without waiting for its
+        listeners does.
+        """
         inst, self._instance = self._instance, None
         if inst is None:
             return
@@ -366,9 +373,9 @@ class PushConsumer(ClientLifecycle):
             # Listeners already running finish and move their queues' offsets; the queues
             # are marked dropped only afterwards, or those offsets would be lost and the
             # messages delivered again after a restart.
-            await self._service.shutdown()
+            await self._service.shutdown(waiting_thread)
         if self._orderly is not None:
-            await self._orderly.shutdown()
+            await self._orderly.shutdown(waiting_thread)
         handing_over, self._handing_over = self._handing_over, {}
         for pq in [*self._pqs.values(), *handing_over.values()]:
             pq.dropped = True
