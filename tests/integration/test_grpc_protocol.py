@@ -13,6 +13,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -42,6 +43,11 @@ CALLS = {
         pb.NotifyClientTerminationResponse,
     ),
     "EndTransaction": (pb.EndTransactionRequest, pb.EndTransactionResponse),
+    "ForwardMessageToDeadLetterQueue": (
+        pb.ForwardMessageToDeadLetterQueueRequest,
+        pb.ForwardMessageToDeadLetterQueueResponse,
+    ),
+    "RecallMessage": (pb.RecallMessageRequest, pb.RecallMessageResponse),
 }
 
 
@@ -321,9 +327,19 @@ def test_requests_without_a_client_id_or_with_bad_names_and_handles_get_their_co
             ),
         )
         assert ack.status.code == pb.INVALID_RECEIPT_HANDLE
-    for transaction_id in ("t", "", "7F0000010000000000000000000000FF"):
+    for transaction_id, resolution in [
+        ("t", 1),
+        ("", 1),
+        (" ", 0),
+        ("7F0000010000000000000000000000FF", 1),
+    ]:
         end = client.call(
-            "EndTransaction", pb.EndTransactionRequest(transaction_id=transaction_id, resolution=1)
+            "EndTransaction",
+            pb.EndTransactionRequest(
+                topic=pb.Resource(name="TopicGrpcBad"),
+                transaction_id=transaction_id,
+                resolution=resolution,  # type: ignore[arg-type]
+            ),
         )
         assert end.status.code == pb.INVALID_TRANSACTION_ID
     # An RPC the broker does not serve is gRPC's UNIMPLEMENTED, as from RocketMQ's proxy.
@@ -331,6 +347,84 @@ def test_requests_without_a_client_id_or_with_bad_names_and_handles_get_their_co
     with pytest.raises(grpc.RpcError) as raised:
         pull(b"", metadata=client.metadata, timeout=5)
     assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    "topic", ["RMQ_SYS_TRACE_TOPIC", "BenchmarkTest", "CHECKPOINT_TOPIC", "rmq_sys_x", "a b"]
+)
+def test_every_call_naming_a_system_topic_or_a_bad_name_is_refused(
+    server: servers.ServerProcess, client: Client, topic: str
+) -> None:
+    """As RocketMQ's proxy, which checks the topic (no system topic) and the group of each
+    call before anything else: a receipt handle, a transaction id, a recall handle."""
+    assert _send(client, _message(topic, b"x")).status.code == pb.ILLEGAL_TOPIC
+    route = client.call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=topic)))
+    assert route.status.code == pb.ILLEGAL_TOPIC
+    assert _code(client.receive(_receive_request(topic, "GID_SYSTEM"))) == pb.ILLEGAL_TOPIC
+    names = {"group": pb.Resource(name="GID_SYSTEM"), "topic": pb.Resource(name=topic)}
+    handle = "p1.0.0.1"
+    calls: list[tuple[str, Any]] = [
+        (
+            "AckMessage",
+            pb.AckMessageRequest(
+                **names, entries=[pb.AckMessageEntry(message_id="01", receipt_handle=handle)]
+            ),
+        ),
+        (
+            "ChangeInvisibleDuration",
+            pb.ChangeInvisibleDurationRequest(
+                **names, receipt_handle=handle, invisible_duration=Duration(seconds=30)
+            ),
+        ),
+        (
+            "ForwardMessageToDeadLetterQueue",
+            pb.ForwardMessageToDeadLetterQueueRequest(**names, receipt_handle=handle),
+        ),
+        (
+            "EndTransaction",
+            pb.EndTransactionRequest(topic=names["topic"], transaction_id="t", resolution=1),
+        ),
+        ("RecallMessage", pb.RecallMessageRequest(topic=names["topic"], recall_handle="x")),
+    ]
+    for method, request in calls:
+        assert client.call(method, request).status.code == pb.ILLEGAL_TOPIC, method
+    for method, request in calls[:3]:
+        request.topic.name = "TopicGrpcBad"
+        request.group.name = "a b"
+        assert client.call(method, request).status.code == pb.ILLEGAL_CONSUMER_GROUP, method
+    anonymous = Client(server.grpc_address(), "")
+    try:
+        recall = anonymous.call("RecallMessage", calls[-1][1])
+        assert recall.status.code == pb.CLIENT_ID_REQUIRED
+    finally:
+        anonymous.close()
+
+
+def test_a_producers_trace_context_and_born_host_reach_the_consumer(client: Client) -> None:
+    """As through RocketMQ's proxy: the producer's own born host (not its connection's) and
+    its trace context arrive; the born time is the broker's, in milliseconds (the official
+    Python client sends whole seconds), and the producer's is kept as ``BORN_TIMESTAMP``."""
+    topic = "TopicGrpcTraceContext"
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    hour_ago_s = int(time.time()) - 3600
+    message = _message(
+        topic,
+        b"traced",
+        trace_context=trace,
+        born_host="10.1.2.3",
+        born_timestamp=Timestamp(seconds=hour_ago_s),
+    )
+    assert _send(client, message).status.code == pb.OK
+    [got] = _messages(client.receive(_receive_request(topic, "GID_TRACE_CONTEXT")))
+    assert got.system_properties.trace_context == trace
+    assert got.system_properties.born_host == "10.1.2.3"
+    assert got.system_properties.born_timestamp.seconds > hour_ago_s + 3000
+    assert dict(got.user_properties) == {}
+    plain = _message(topic, b"untraced")
+    assert _send(client, plain).status.code == pb.OK
+    [got] = _messages(client.receive(_receive_request(topic, "GID_TRACE_CONTEXT")))
+    assert not got.system_properties.trace_context
+    assert got.system_properties.born_host == "127.0.0.1"
 
 
 def test_a_held_receive_is_answered_by_the_message_that_arrives(client: Client) -> None:
@@ -354,44 +448,71 @@ def test_a_held_receive_is_answered_by_the_message_that_arrives(client: Client) 
     assert _code(empty) == pb.MESSAGE_NOT_FOUND
 
 
-def test_messages_a_departed_push_consumer_held_go_to_another_at_once(
-    server: servers.ServerProcess,
+def test_a_push_consumer_keeps_its_messages_across_a_new_stream_and_loses_them_once_gone(
+    tmp_path: Path,
 ) -> None:
+    """A push consumer whose telemetry stream breaks and opens again keeps what it holds:
+    no one else gets it and its acks take, as with RocketMQ's proxy, which keeps renewing
+    a client's messages while it is registered. Once it makes no call for the presence
+    window (here the broker's 2 s channel expiry), they go to another consumer."""
+    (tmp_path / "broker.conf").write_text("channelExpiredTimeout=2000\n")
     topic, group = "TopicGrpcDeparted", "GID_DEPARTED"
-    first = Client(server.grpc_address(), "first@1")
-    second = Client(server.grpc_address(), "second@2")
-    try:
-        for i in range(3):
-            assert _send(first, _message(topic, f"m{i}".encode())).status.code == pb.OK
-        _, (stream, done) = first.telemetry(_push_settings(group))
-        held = _messages(first.receive(_receive_request(topic, group, auto_renew=True)))
-        assert sorted(m.body for m in held) == [b"m0", b"m1", b"m2"]
-        # Auto-renewed: invisible to the group while the holder is connected.
-        assert (
-            _code(second.receive(_receive_request(topic, group, wait_s=1))) == pb.MESSAGE_NOT_FOUND
-        )
-        done.set()
-        stream.cancel()
-        first.close()
-        again: list[Any] = []
-        deadline = time.monotonic() + 10
-        while len(again) < 3 and time.monotonic() < deadline:
-            again += _messages(second.receive(_receive_request(topic, group, wait_s=1)))
-        assert sorted(m.body for m in again) == [b"m0", b"m1", b"m2"]
-        assert {m.system_properties.delivery_attempt for m in again} == {2}
-        # A handle of the departed client's delivery no longer acks.
-        stale = held[0].system_properties.receipt_handle
-        ack = second.call(
-            "AckMessage",
-            pb.AckMessageRequest(
-                group=pb.Resource(name=group),
-                topic=pb.Resource(name=topic),
-                entries=[pb.AckMessageEntry(message_id="x", receipt_handle=stale)],
-            ),
-        )
-        assert ack.status.code == pb.INVALID_RECEIPT_HANDLE
-    finally:
-        second.close()
+    with servers.serving(tmp_path, "-c", str(tmp_path / "broker.conf")) as server:
+        first = Client(server.grpc_address(), "first@1")
+        second = Client(server.grpc_address(), "second@2")
+        try:
+            for i in range(4):
+                assert _send(first, _message(topic, f"m{i}".encode())).status.code == pb.OK
+            _, (stream, done) = first.telemetry(_push_settings(group))
+            held = _messages(first.receive(_receive_request(topic, group, auto_renew=True)))
+            assert sorted(m.body for m in held) == [b"m0", b"m1", b"m2", b"m3"]
+            # The stream breaks (a network blip); the official client opens another only at
+            # its next settings sync, and heartbeats meanwhile.
+            done.set()
+            stream.cancel()
+            heartbeat = pb.HeartbeatRequest(
+                group=pb.Resource(name=group), client_type=pb.PUSH_CONSUMER
+            )
+            for _ in range(4):  # longer than the window
+                assert first.call("Heartbeat", heartbeat).status.code == pb.OK
+                frames = second.receive(_receive_request(topic, group, wait_s=1))
+                assert _code(frames) == pb.MESSAGE_NOT_FOUND
+            with first.opened(_push_settings(group)):
+                ack = first.call(
+                    "AckMessage",
+                    pb.AckMessageRequest(
+                        group=pb.Resource(name=group),
+                        topic=pb.Resource(name=topic),
+                        entries=[
+                            pb.AckMessageEntry(
+                                message_id=held[0].system_properties.message_id,
+                                receipt_handle=held[0].system_properties.receipt_handle,
+                            )
+                        ],
+                    ),
+                )
+                assert [e.status.code for e in ack.entries] == [pb.OK]
+            first.close()
+            again: list[Any] = []
+            deadline = time.monotonic() + 15
+            while len(again) < 3 and time.monotonic() < deadline:
+                again += _messages(second.receive(_receive_request(topic, group, wait_s=1)))
+            assert sorted(m.body for m in again) == sorted(m.body for m in held[1:])
+            assert {m.system_properties.delivery_attempt for m in again} == {2}
+            # A handle of the departed client's delivery no longer acks.
+            stale = held[1].system_properties.receipt_handle
+            ack = second.call(
+                "AckMessage",
+                pb.AckMessageRequest(
+                    group=pb.Resource(name=group),
+                    topic=pb.Resource(name=topic),
+                    entries=[pb.AckMessageEntry(message_id="x", receipt_handle=stale)],
+                ),
+            )
+            assert ack.status.code == pb.INVALID_RECEIPT_HANDLE
+        finally:
+            first.close()
+            second.close()
 
 
 def test_a_nack_to_zero_makes_the_message_visible_again_with_a_new_handle(client: Client) -> None:

@@ -39,6 +39,13 @@ TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 MAX_DELAY_MS = 24 * 3600 * 1000
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+TRACE_CONTEXT = "TRACE_CONTEXT"
+BORN_HOST = "__BORNHOST"
+"""The born host a gRPC producer names (its own address), delivered in place of the
+connection's."""
+BORN_TIMESTAMP = "BORN_TIMESTAMP"
+"""The born time a gRPC producer gives, in ms; the record's is the broker's, as RocketMQ's
+proxy takes the time it forwards the message."""
 
 MAX_USER_PROPERTIES = 128
 MAX_PROPERTIES_BYTES = 16 * 1024
@@ -88,7 +95,7 @@ SYSTEM_PROPERTIES = frozenset(
         "MSG_TYPE",
         "INNER_MULTI_QUEUE_OFFSET",
         "INNER_MULTI_DISPATCH",
-        "TRACE_CONTEXT",
+        TRACE_CONTEXT,
         "TIMER_DELIVER_MS",
         "TIMER_DELAY_SEC",
         "TIMER_DELAY_MS",
@@ -98,11 +105,11 @@ SYSTEM_PROPERTIES = frozenset(
         "TIMER_ROLL_TIMES",
         "TIMER_DEL_UNIQKEY",
         "TIMER_DELAY_LEVEL",
-        "BORN_TIMESTAMP",
+        BORN_TIMESTAMP,
         "__CRC32#",
         "__STARTDELIVERTIME",
         CHECK_IMMUNITY,
-        "__BORNHOST",
+        BORN_HOST,
         MESSAGE_GROUP,
         DLQ_ORIGIN_TOPIC,
         DLQ_ORIGIN_MESSAGE_ID,
@@ -246,6 +253,12 @@ def checked_properties(message: pb.Message, max_body_size: int, now_ms: int) -> 
         props[MESSAGE_GROUP] = group
     elif sp.message_type == pb.FIFO:
         raise SendCheckError(pb.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
+    if sp.trace_context:
+        props[TRACE_CONTEXT] = sp.trace_context
+    if sp.born_host.strip() and not _has_control(sp.born_host):
+        props[BORN_HOST] = sp.born_host
+    if sp.HasField("born_timestamp") and (born_ms := timestamp_ms(sp.born_timestamp)) > 0:
+        props[BORN_TIMESTAMP] = str(born_ms)
     props[UNIQ_KEY] = message_id
     return props
 
@@ -304,7 +317,7 @@ def to_delivered(stored: StoredMessage, delivery: Delivery) -> pb.Message:
         body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper()),
         body_encoding=pb.IDENTITY,
         born_timestamp=timestamp(stored.born_timestamp_ms),
-        born_host=_host(stored.born_host),
+        born_host=props.get(BORN_HOST) or _host(stored.born_host),
         store_timestamp=timestamp(stored.store_timestamp_ms),
         store_host=stored.store_host,
         receipt_handle=delivery.receipt_handle,
@@ -329,6 +342,9 @@ def to_delivered(stored: StoredMessage, delivery: Delivery) -> pb.Message:
         sp.message_type = pb.DELAY
     else:
         sp.message_type = pb.NORMAL
+    trace_context = props.get(TRACE_CONTEXT)
+    if trace_context is not None:
+        sp.trace_context = trace_context
     origin_topic = props.get(DLQ_ORIGIN_TOPIC)
     if origin_topic is not None:
         sp.dead_letter_queue.topic = origin_topic

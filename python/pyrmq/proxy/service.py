@@ -37,6 +37,7 @@ from pyrmq.errors import (
     StoreError,
     SystemTopicError,
 )
+from pyrmq.namespace import SYSTEM_TOPICS
 from pyrmq.properties import RECONSUME_TIME, UNIQ_KEY
 from pyrmq.proxy import messages, pop_state
 from pyrmq.proxy.access import Caller, GrpcAccess, peer_endpoint
@@ -71,7 +72,9 @@ AUTO_RENEW_MAX_S = 3 * 3600.0
 MAX_INFLATED_BYTES = 64 * 1024 * 1024
 # A long poll ends this long before the client's deadline, so its answer arrives in time.
 DEADLINE_MARGIN_S = 0.5
-# A client with no telemetry stream counts as present this long after its last call.
+# A client with no telemetry stream counts as present this long after its last call (at most
+# the broker's channel expiry): three of the official clients' heartbeats, 10 s apart. A
+# stream that broke is not a client gone, as RocketMQ's proxy keeps renewing its messages.
 CLIENT_PRESENT_S = 30.0
 # What a producer is told to retry with: RocketMQ 5's defaults.
 PRODUCER_MAX_ATTEMPTS = 3
@@ -84,6 +87,10 @@ DEFAULT_TOPIC = "TBW102"
 # Generations below this are the pop times (ms) of 4.x-protocol pops; gRPC's count µs.
 POP_TIME_LIMIT = 10**14
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+GRPC_SYSTEM_TOPICS = SYSTEM_TOPICS | {"CHECKPOINT_TOPIC"}
+"""What RocketMQ 5's proxy refuses as system topics (``TopicValidator.isSystemTopic``), with
+the names starting with ``SYSTEM_TOPIC_PREFIX``."""
 """Consumer groups the broker keeps for itself (RocketMQ's ``MixAll.CID_RMQ_SYS_PREFIX``)."""
 
 
@@ -105,8 +112,9 @@ class Client:
     settings: pb.Settings | None = None
     # One per open telemetry stream: commands the broker sends the client on it.
     outboxes: list["asyncio.Queue[pb.TelemetryCommand]"] = dataclasses.field(default_factory=list)
-    streamed: bool = False
     last_seen: float = 0.0
+    away: bool = False
+    """Found absent by :meth:`MessagingService.expire_clients`, its messages given up."""
     # With an ACL: the account ("" for one let in by address) whose calls first named this
     # client id. Other accounts' calls naming it are refused, as they would act on this
     # client's messages and transactions.
@@ -222,13 +230,15 @@ class MessagingService:
         if client is None:
             client = self.clients[client_id] = Client(client_id)
         client.last_seen = time.monotonic()
+        client.away = False
         return client
 
     def _present(self, now: float) -> set[str]:
+        window = min(CLIENT_PRESENT_S, self.broker.config.channel_expired_timeout_ms / 1000)
         return {
             c.client_id
             for c in self.clients.values()
-            if c.streams > 0 or (not c.streamed and now - c.last_seen < CLIENT_PRESENT_S)
+            if c.streams > 0 or now - c.last_seen < window
         }
 
     def _client_left(self, client: Client, *, returned: bool = False) -> None:
@@ -243,23 +253,25 @@ class MessagingService:
                 self._wake(group, topic)
 
     def expire_clients(self) -> None:
-        """Forgets clients silent for longer than the broker's channel expiry."""
-        limit = time.monotonic() - self.broker.config.channel_expired_timeout_ms / 1000
+        """Gives up the messages of clients no longer present (their held receives are woken)
+        and forgets those silent for longer than the broker's channel expiry."""
+        now = time.monotonic()
+        limit = now - self.broker.config.channel_expired_timeout_ms / 1000
+        present = self._present(now)
         for client_id, client in list(self.clients.items()):
             if client.streams == 0 and client.last_seen < limit:
                 del self.clients[client_id]
+                self._client_left(client)
+            elif client_id not in present and not client.away:
+                client.away = True
                 self._client_left(client)
 
     # -- routes ----------------------------------------------------------------------------
 
     def _topic(self, resource: pb.Resource, *, create: bool) -> TopicConfig | pb.Status:
         name = resource.name
-        try:
-            _core.validate_topic(name)
-        except SystemTopicError:
-            return _status(pb.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
-        except MessageIllegalError as e:
-            return _status(pb.ILLEGAL_TOPIC, str(e))
+        if (refused := _check_topic(name)) is not None:
+            return refused
         broker = self.broker
         config = broker.topics.get(name)
         if config is None and create and self._may_create(name):
@@ -451,14 +463,15 @@ class MessagingService:
                 log.debug("telemetry stream of %s ended: %r", client.client_id, reader.exception())
             if outbox in client.outboxes:
                 client.outboxes.remove(outbox)
-                if client.streams == 0:
-                    self._client_left(client)
+                # Present a while longer (see CLIENT_PRESENT_S): a client whose stream broke
+                # opens another, and acks what it holds meanwhile.
+                client.last_seen = time.monotonic()
 
     @staticmethod
     def _open_stream(client: Client, outbox: "asyncio.Queue[pb.TelemetryCommand]") -> None:
         if outbox not in client.outboxes:
             client.outboxes.append(outbox)
-            client.streamed = True
+            client.away = False
 
     async def _read_commands(
         self,
@@ -592,8 +605,6 @@ class MessagingService:
             queue_id = messages.fifo_queue(group, config.write_queue_nums)
         else:
             queue_id = next(self._round_robin) % config.write_queue_nums
-        born = message.system_properties.born_timestamp
-        born_ms = messages.timestamp_ms(born) if born.seconds else None
         store = broker.store
         transaction = message.system_properties.message_type == pb.TRANSACTION
         try:
@@ -607,7 +618,6 @@ class MessagingService:
                     props,
                     config.topic_name,
                     sys_flag=sys_flag,
-                    born_timestamp_ms=born_ms,
                     born_host=born_host,
                 )
                 durable = await broker.durable(result)
@@ -619,7 +629,6 @@ class MessagingService:
                         queue_id=queue_id,
                         properties=props,
                         sys_flag=sys_flag,
-                        born_timestamp_ms=born_ms,
                         born_host=born_host,
                         wait_for_flush=False,
                     )
@@ -668,6 +677,12 @@ class MessagingService:
             return pb.EndTransactionResponse(status=refused)
         if self._client(context) is None:
             return pb.EndTransactionResponse(status=_status(pb.CLIENT_ID_REQUIRED))
+        if (refused := _check_topic(request.topic.name)) is not None:
+            return pb.EndTransactionResponse(status=refused)
+        if not request.transaction_id.strip():
+            return pb.EndTransactionResponse(
+                status=_status(pb.INVALID_TRANSACTION_ID, "no transaction id")
+            )
         if request.resolution not in (COMMIT, ROLLBACK):
             # Not known yet: the half waits for the next check.
             return pb.EndTransactionResponse(status=OK)
@@ -694,7 +709,11 @@ class MessagingService:
     async def recall_message(self, request: pb.RecallMessageRequest, context: Any) -> Any:
         if self.broker.acl is not None and (refused := self._refused(request, context)) is not None:
             return pb.RecallMessageResponse(status=refused)
+        if self._client(context) is None:
+            return pb.RecallMessageResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         topic = request.topic.name
+        if (refused := _check_topic(topic)) is not None:
+            return pb.RecallMessageResponse(status=refused)
         try:
             handle = RecallHandle.decode(request.recall_handle)
         except RecallHandleError as e:
@@ -1242,11 +1261,11 @@ class MessagingService:
         ):
             self._finish(group, topic, queue_id, queue, offset)
 
-    def _forget_queue(self, key: PopKey) -> None:
-        """Drops a group's state of a queue whose topic was deleted (and perhaps made again):
-        the group reads it anew from its offset, which the deletion removed."""
+    def _forget_queue(self, key: PopKey, why: str = "the topic was deleted") -> None:
+        """Drops a group's state of a queue whose topic, or the group's offsets, were deleted:
+        the group reads it anew from where a new group starts."""
         if self._queues.pop(key, None) is not None:
-            log.info("%s forgets what it had in flight on %s:%d: the topic was deleted", *key)
+            log.info("%s forgets what it had in flight on %s:%d: %s", *key, why)
             self._dirty = True
 
     def forget_topic(self, topic: str) -> None:
@@ -1254,6 +1273,13 @@ class MessagingService:
         for key in [k for k in self._queues if k[1] == topic]:
             self._forget_queue(key)
         for attempt in [k for k in self._attempts if k[2] == topic]:
+            del self._attempts[attempt]
+
+    def forget_group(self, group: str) -> None:
+        """A group deleted with its offsets: its in-flight state goes too."""
+        for key in [k for k in self._queues if k[0] == group]:
+            self._forget_queue(key, "its offsets were deleted")
+        for attempt in [k for k in self._attempts if k[1] == group]:
             del self._attempts[attempt]
 
     def restore(self, path: Path) -> None:
@@ -1331,6 +1357,8 @@ class MessagingService:
         if self._client(context) is None:
             return pb.AckMessageResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         group, topic = request.group.name, request.topic.name
+        if (refused := _check_topic(topic) or _check_group(group)) is not None:
+            return pb.AckMessageResponse(status=refused)
         results = []
         for ack in request.entries:
             found = self._in_flight(group, topic, ack.receipt_handle)
@@ -1367,6 +1395,8 @@ class MessagingService:
                 )
             )
         group, topic = request.group.name, request.topic.name
+        if (refused := _check_topic(topic) or _check_group(group)) is not None:
+            return pb.ChangeInvisibleDurationResponse(status=refused)
         found = self._in_flight(group, topic, request.receipt_handle)
         if isinstance(found, pb.Status):
             return pb.ChangeInvisibleDurationResponse(status=found)
@@ -1456,6 +1486,8 @@ class MessagingService:
         if self._client(context) is None:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=_status(pb.CLIENT_ID_REQUIRED))
         group, topic = request.group.name, request.topic.name
+        if (refused := _check_topic(topic) or _check_group(group)) is not None:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=refused)
         found = self._in_flight(group, topic, request.receipt_handle)
         if isinstance(found, pb.Status):
             return pb.ForwardMessageToDeadLetterQueueResponse(status=found)
@@ -1500,6 +1532,19 @@ def _recall_code(code: int) -> "pb.Code":
     if code == ResponseCode.SYSTEM_BUSY:
         return pb.TOO_MANY_REQUESTS
     return pb.INTERNAL_SERVER_ERROR
+
+
+def _check_topic(name: str) -> pb.Status | None:
+    """RocketMQ's proxy takes a valid name of no system topic, in every call naming one."""
+    try:
+        _core.validate_topic(name)
+    except SystemTopicError:
+        return _status(pb.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
+    except MessageIllegalError as e:
+        return _status(pb.ILLEGAL_TOPIC, str(e))
+    if name in GRPC_SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIX):
+        return _status(pb.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
+    return None
 
 
 def _check_group(group: str) -> pb.Status | None:
