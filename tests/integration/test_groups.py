@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.compat.servers import serving
+from tests.compat.servers import serving, start_serve
 from tests.helpers import pull_head, pyrmq_admin, remoting_call, send_raw
 
 from pyrmq.client.admin import Admin
@@ -144,3 +144,52 @@ def test_a_groups_retry_queue_nums_spreads_its_retries_and_zero_turns_them_off(
         assert len(set(queues)) > 1
         with pytest.raises(BrokerError, match="not exist"):
             asyncio.run(pull_head(broker, "broker-a", "%DLQ%GID_OFF", 0))
+
+
+def test_a_group_deleted_with_remove_offset_loses_its_offsets(tmp_path: Path) -> None:
+    """``mqadmin deleteSubGroup -r`` (cleanOffset) deletes the group's offsets on every
+    topic, also across a restart; without it they stay, as in RocketMQ."""
+    topic = "TopicGroupDeleted"
+
+    def offset(broker: str, group: str, queue_id: int) -> int:
+        """The committed offset; 0 for a group without one, as the queue's first message is
+        in memory (RocketMQ's answer for a new group)."""
+        answer = remoting_call(
+            broker,
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)},
+        )
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        return int(answer.ext_fields["offset"])
+
+    server = start_serve(tmp_path)
+    try:
+        namesrv, broker = server.addresses()
+        for i in range(6):
+            assert send_raw(broker, topic, b"m%d" % i, queue_id=i % 2).code == 0
+        for group in ("GID_CLEANED", "GID_KEPT", "OTHER_GID_CLEANED"):
+            for queue_id in (0, 1):
+                committed = remoting_call(
+                    broker,
+                    RequestCode.UPDATE_CONSUMER_OFFSET,
+                    {
+                        "consumerGroup": group,
+                        "topic": topic,
+                        "queueId": str(queue_id),
+                        "commitOffset": "2",
+                    },
+                )
+                assert committed.code == ResponseCode.SUCCESS
+        done = pyrmq_admin("delete-group", "-n", namesrv, "-g", "GID_CLEANED", "-r")
+        assert done.returncode == 0, done.stderr
+        assert pyrmq_admin("delete-group", "-n", namesrv, "-g", "GID_KEPT").returncode == 0
+        assert [offset(broker, "GID_CLEANED", q) for q in (0, 1)] == [0, 0]
+        assert [offset(broker, "GID_KEPT", q) for q in (0, 1)] == [2, 2]
+        # A group whose name holds the deleted one's keeps its offsets.
+        assert [offset(broker, "OTHER_GID_CLEANED", q) for q in (0, 1)] == [2, 2]
+    finally:
+        server.kill()  # no clean shutdown: what was asked for must already be on disk
+    with serving(tmp_path) as server:
+        _, broker = server.addresses()
+        assert [offset(broker, "GID_CLEANED", q) for q in (0, 1)] == [0, 0]
+        assert [offset(broker, "GID_KEPT", q) for q in (0, 1)] == [2, 2]

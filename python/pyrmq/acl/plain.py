@@ -69,6 +69,8 @@ class Permission:
 
     @classmethod
     def parse(cls, text: object, where: str) -> int:
+        """A permission as RocketMQ spells it; any other spelling (``pub``, ``RW``) denies,
+        as in RocketMQ, so a file means here what it means to a RocketMQ broker."""
         spelled = {
             "DENY": cls.DENY,
             "PUB": cls.PUB,
@@ -78,9 +80,10 @@ class Permission:
         }
         if text is None:
             return cls.DENY
-        found = spelled.get(str(text).strip().upper())
+        found = spelled.get(str(text).strip())
         if found is None:
-            raise AclError(f"{where}: {text!r} is not DENY, PUB, SUB or PUB|SUB")
+            log.warning("%s: %r is not DENY, PUB, SUB or PUB|SUB: it denies", where, text)
+            return cls.DENY
         return found
 
 

@@ -540,10 +540,13 @@ class Admin:
         table = loads_loose_json(response.body).get("subscriptionGroupTable") or {}
         return {str(name): dict(value) for name, value in table.items()}
 
-    async def delete_group(self, group: str, *, cluster: str | None = None) -> list[str]:
-        """Deletes group ``group``'s settings from every master of ``cluster`` (default: of
-        every cluster); returns the brokers' addresses."""
-        ext = {"groupName": group}
+    async def delete_group(
+        self, group: str, *, cluster: str | None = None, remove_offsets: bool = False
+    ) -> list[str]:
+        """Deletes group ``group``'s settings (and with ``remove_offsets`` its offsets) from
+        every master of ``cluster`` (default: of every cluster); returns the brokers'
+        addresses."""
+        ext = {"groupName": group, "cleanOffset": "true" if remove_offsets else "false"}
         addrs = await self._masters(cluster)
         return await self._each(
             addrs, self._asking(RequestCode.DELETE_SUBSCRIPTIONGROUP, ext), _targets

@@ -1,6 +1,7 @@
 """Consumer group settings: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG
 and DELETE_SUBSCRIPTIONGROUP, as ``mqadmin updateSubGroup`` and ``deleteSubGroup`` send them."""
 
+import asyncio
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -50,15 +51,34 @@ class GroupProcessor:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     async def delete(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Deletes the group's settings and, with ``cleanOffset`` (``mqadmin deleteSubGroup
+        -r``), its offsets and what it has in flight."""
         group = request.ext_fields.get("groupName", "")
         if not group:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark="the groupName field is missing"
             )
-        if self.broker.groups.delete(group):
+        broker = self.broker
+        if broker.groups.delete(group):
             log.info("group settings deleted group=%s by %s", group, conn.peer_address)
-        if self.broker.metrics is not None:
-            self.broker.metrics.forget_group(group)
+        if broker.metrics is not None:
+            broker.metrics.forget_group(group)
+        if request.ext_fields.get("cleanOffset", "").strip().lower() == "true":
+            broker.offsets.clean_group(group)
+            broker.pulls.access.forget_group(group)
+            broker.pops.forget_group(group)
+            log.info("offsets deleted group=%s by %s", group, conn.peer_address)
+            offsets = broker.offsets.encode(force=True)
+            if offsets is not None:
+                # Now, not at the next periodic save: a restart must not bring them back.
+                try:
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, broker.offsets.write, offsets
+                    )
+                except OSError as e:
+                    return RemotingCommand.response_to(
+                        request, ResponseCode.SYSTEM_ERROR, remark=f"offsets not saved: {e}"
+                    )
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
 

@@ -105,6 +105,13 @@ class OffsetTable:
             "offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self._table.items()}
         }
 
+    def clean_group(self, group: str) -> None:
+        """Forgets ``group``'s offsets on every topic (a group deleted with its offsets)."""
+        with self._lock:
+            for key in [k for k in self._table if k.partition("@")[2] == group]:
+                del self._table[key]
+                self._dirty = True
+
     def clean_topic(self, topic: str) -> None:
         """Forgets every group's offsets on ``topic`` (a deleted topic)."""
         prefix = f"{topic}@"

@@ -161,3 +161,7 @@ class QueueAccessTable:
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._entries if k[1] == topic]:
             del self._entries[key]
+
+    def forget_group(self, group: str) -> None:
+        for key in [k for k in self._entries if k[0] == group]:
+            del self._entries[key]

@@ -159,11 +159,17 @@ def set_consume_mode(
 @NAMESRV
 @click.option("-g", "--group", required=True, help="Consumer group name.")
 @click.option("-c", "--cluster", help="From every master of this cluster [default: of all].")
-def delete_group(namesrv_addr: str, group: str, cluster: str | None) -> None:
-    """Delete a consumer group's settings (its offsets stay)."""
+@click.option(
+    "-r",
+    "--remove-offset",
+    is_flag=True,
+    help="Delete the group's offsets too (a group of that name starts anew).",
+)
+def delete_group(namesrv_addr: str, group: str, cluster: str | None, remove_offset: bool) -> None:
+    """Delete a consumer group's settings (and with -r its offsets)."""
     ask(
         namesrv_addr,
-        lambda a: a.delete_group(group, cluster=cluster),
+        lambda a: a.delete_group(group, cluster=cluster, remove_offsets=remove_offset),
         lambda addrs: click.echo(
             f"delete subscription group [{group}] from {', '.join(addrs) or 'no broker'} success."
         ),
