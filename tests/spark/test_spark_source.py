@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from tests.compat.servers import create_topic
-from tests.helpers import fast_config
+from tests.helpers import fast_config, send_raw
 
 from pyrmq.client.message import Message, SendStatus
 from pyrmq.client.producer import Producer
@@ -241,6 +241,60 @@ def test_a_stream_replays_a_batch_that_did_not_commit_with_the_same_offsets(
     assert seen[1][1] == [[q, o] for q in (0, 1) for o in range(30, 35)]
 
 
+@pytest.mark.parametrize("start", ["one queue named", "past the end", "a time after all"])
+def test_a_first_batch_that_did_not_commit_is_replayed_from_the_same_start(
+    spark: Any, addrs: tuple[str, str], tmp_path: Path, start: str
+) -> None:
+    """Where a start resolves to a queue's end (a queue the offsets JSON does not name, an
+    offset past the end, a start time after every message with strategy latest), the replay
+    of the first batch starts where it first did, though the queue has grown since: it read
+    the queue from its first offset, messages the stream was to skip."""
+    namesrv, broker = addrs
+    topic = f"TopicSparkFirstReplay{start.title().replace(' ', '')}"
+    create_topic(broker, topic, 2)
+    for i in range(10):
+        assert send_raw(broker, topic, b"m%d" % i, queue_id=i % 2).code == 0
+    options = {
+        "one queue named": {"startingOffsets": json.dumps({topic: {"broker-a": {"0": 0}}})},
+        "past the end": {"startingOffsets": json.dumps({topic: {"broker-a": {"0": 0, "1": 99}}})},
+        "a time after all": {
+            "startingTimestamp": str(int(time.time() * 1000) + 3_600_000),
+            "startingOffsetsByTimestampStrategy": "latest",
+        },
+    }[start]
+    checkpoint, log = tmp_path / "checkpoint", tmp_path / "batches.jsonl"
+
+    def record(batch: Any, batch_id: int) -> None:
+        rows = sorted((r.queue_id, r.queue_offset) for r in batch.collect())
+        with log.open("a") as f:
+            f.write(json.dumps([batch_id, rows]) + "\n")
+
+    def run() -> list[Any]:
+        reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
+        reader = reader.option("subscribe", topic)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        query = (
+            reader.load()
+            .writeStream.foreachBatch(record)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(240)
+        assert query.exception() is None
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
+    first = run()
+    read_first = [] if start == "a time after all" else [[0, o] for o in range(5)]
+    assert first == [[0, read_first]]
+    (checkpoint / "commits" / "0").unlink()
+    (checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)
+    for i in range(3):
+        assert send_raw(broker, topic, b"n%d" % i, queue_id=1).code == 0
+    assert run()[1:] == [[0, read_first], [1, [[1, o] for o in range(5, 8)]]]
+
+
 def test_a_write_sends_each_row_as_a_message(spark: Any, addrs: tuple[str, str]) -> None:
     namesrv, broker = addrs
     source, target = "TopicSparkWriteIn", "TopicSparkWriteOut"
@@ -349,6 +403,14 @@ def test_misspelt_options_and_unfit_columns_are_refused(spark: Any, addrs: tuple
     start = json.dumps({topic: {"broker-a": {"0": 5.9}}})
     with pytest.raises(Exception, match=r"bad offset 5\.9"):
         read(spark, namesrv, topic, startingOffsets=start).count()
+    with pytest.raises(Exception, match=r"startingTimestamp must be at most 9223372036854775807"):
+        read(spark, namesrv, topic, startingTimestamp="99999999999999999999").count()
+    # A stream's options are checked when it is loaded: the message is the query's error,
+    # not buried under PySpark's UnboundLocalError once the stream has started.
+    stream = spark.readStream.format("pyrmq").option("nameServer", namesrv)
+    with pytest.raises(Exception, match=r"unknown option\(s\) maxoffsetspertriger") as raised:
+        stream.option("subscribe", topic).option("maxOffsetsPerTriger", "10").load()
+    assert "UnboundLocalError" not in str(raised.value)
 
     def write(df: Any) -> None:
         df.write.format("pyrmq").option("nameServer", namesrv).option("topic", topic).option(

@@ -25,6 +25,8 @@ Offsets = dict[MessageQueue, int]
 
 EARLIEST = -2
 LATEST = -1
+MAX_VALUE = 2**63 - 1
+"""The largest offset or time (ms) the brokers take: a Java long."""
 
 
 def to_json(offsets: Mapping[MessageQueue, int]) -> dict[str, Any]:
@@ -51,7 +53,7 @@ def from_json(value: Any, *, allow: frozenset[int] = frozenset()) -> Offsets:
                 bad = ConfigError(f"bad offset {offset!r} for queue {queue_id!r} of {topic!r}")
                 if type(offset) is not int or not str(queue_id).isdigit():
                     raise bad
-                if offset < 0 and offset not in allow:
+                if (offset < 0 and offset not in allow) or offset > MAX_VALUE:
                     raise bad
                 out[MessageQueue(str(topic), str(broker), int(queue_id))] = offset
     return out

@@ -118,6 +118,8 @@ def _int(options: dict[str, str], key: str, default: int | None, minimum: int) -
         raise ConfigError(f"option {key} must be an integer, not {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"option {key} must be at least {minimum}, not {value}")
+    if value > offsets.MAX_VALUE:
+        raise ConfigError(f"option {key} must be at most {offsets.MAX_VALUE}, not {value}")
     return value
 
 

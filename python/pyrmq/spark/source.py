@@ -62,11 +62,16 @@ PULLS_AHEAD = 4
 # An Arrow batch a read returns: 256 rows read 15% slower than 1,024 and 8,192 (alike).
 BATCH_ROWS = 2048
 BATCH_BYTES = 8 << 20
+INITIAL: dict[str, Any] = {"startingOffsets": "initial"}
+"""A new stream's start, as the options say it. Spark asks a source for its initial offsets
+again when it replays a first batch that did not commit; resolved to numbers there, "latest"
+(and a time or an offset past a queue's end, which resolve to it) would name later offsets
+than the batch first read. Kept symbolic, the first batch's end is resolved once, when it is
+planned, and its start again each time it is read, never past that end: a queue that started
+at its end reads nothing in it, the others read the same range."""
 AT_LATEST: dict[str, Any] = {"startingOffsets": "latest"}
-"""A new stream's start under ``startingOffsets=latest``. Spark asks a source for its initial
-offsets again when it replays a first batch that did not commit; resolved to numbers, "latest"
-would then name later offsets than the batch first read. Kept symbolic, the first batch reads
-nothing and only fixes the position; what follows is numbers."""
+"""The initial offsets of streams started with ``startingOffsets=latest`` by earlier versions:
+their first batch reads nothing."""
 
 
 class DataLossError(PyrmqError):
@@ -409,22 +414,23 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def initialOffset(self) -> dict[str, Any]:
+        return INITIAL
+
+    def _first(self, brokers: Brokers, ends: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+        """Where the first batch, which ends at ``ends``, begins in each of its queues."""
         o = self.options
-        timed = o.starting_timestamp_ms is not None or o.starting_by_timestamp is not None
-        if o.starting == "latest" and not timed:
-            return AT_LATEST
-        with self._brokers() as brokers:
-            queues = _queues(brokers, o)
-            start = _starts(brokers, queues, o, "latest")
-            # A start past a queue's end begins at the end: left past it, the first batch
-            # would take the queue for one made again and read it from its first offset.
-            # Only an offset the JSON names can be past it (a mark or a time resolves within).
-            named = o.starting if isinstance(o.starting, dict) else {}
-            for mq, at in start.items():
-                if named.get(mq, -1) >= 0 and at > (end := brokers.max_offset(mq)):
+        start = _starts(brokers, _queues(brokers, o), o, "latest")
+        out = {}
+        for mq, end in ends.items():
+            at = start.get(mq, end)
+            if at > end:
+                # Left past it, the next batch would take the queue for one made again and
+                # read it from its first offset.
+                if isinstance(o.starting, dict) and o.starting.get(mq, -1) > end:
                     log.warning("%s starts at its end %d, not at %d past it", mq, end, at)
-                    start[mq] = end
-        return offsets.to_json(start)
+                at = end
+            out[mq] = at
+        return out
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # Spark has no limit of both kinds for Python sources: a minimum is kept by
@@ -454,7 +460,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return False
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        first = start == AT_LATEST
+        first = start in (INITIAL, AT_LATEST)
         begun = {} if first else offsets.from_json(start)
         with self._brokers() as brokers:
             latest = self._target if self._target is not None else self._latest(brokers, begun)
@@ -465,7 +471,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise ConfigError(f"topic {min(missing)} does not exist")
                 if self.options.assigned is not None:
                     _named(self.options.assigned, list(latest), "assign")
-                return offsets.to_json(latest)
+                if start == AT_LATEST:
+                    return offsets.to_json(latest)
+                begun = self._first(brokers, latest)
             # A topic without a route is deleted, or its brokers are away (a restart): its
             # offsets stay, and a topic made again is read past them, or from its start
             # (below) once its offsets are behind them.
@@ -498,7 +506,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         if start == AT_LATEST:
             return []
-        begun, ends = offsets.from_json(start), offsets.from_json(end)
+        ends = offsets.from_json(end)
+        if start == INITIAL:
+            with self._brokers() as brokers:
+                begun = self._first(brokers, ends)
+        else:
+            begun = offsets.from_json(start)
         # Queues new since the last batch are read from their first offset, and so are those
         # made again behind where the last batch ended (latestOffset reported the loss).
         restart = [mq for mq, stop in ends.items() if mq not in begun or stop < begun[mq]]
@@ -517,7 +530,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Shows the query's progress as its consumer group's offsets, for monitoring only:
         the query's own progress lives in Spark's checkpoint. Spark may skip a commit (the
         last batch's often), and a failure here is only logged."""
-        if end == AT_LATEST:
+        if end in (INITIAL, AT_LATEST):
             return
         try:
             with self._brokers() as brokers:
@@ -535,6 +548,12 @@ class RocketMQDataSource(DataSource):
         return "pyrmq"
 
     def schema(self) -> StructType:
+        # Spark asks for it when a read, batch or stream, is loaded: options that fit neither
+        # fail there, rather than once a stream runs (where PySpark buries the error).
+        try:
+            ReadOptions.parse(self.options, "stream")
+        except ConfigError:
+            ReadOptions.parse(self.options, "batch")
         return SCHEMA
 
     def _check(self, schema: StructType) -> None:
