@@ -184,11 +184,15 @@ def test_a_scrape_shows_the_traffic_with_rocketmq_names_and_labels(tmp_path: Pat
         assert _value(filtered, "rocketmq_messages_in_total", **mine, message_type="normal") == 3
 
 
-def test_consumer_gauges_follow_a_stalled_consumer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("model", ["CLUSTERING", "BROADCASTING"])
+def test_consumer_gauges_follow_a_stalled_consumer(tmp_path: Path, model: str) -> None:
     """Ten messages; the consumer takes the first two, then blocks on every other it gets,
     and flow control (over 3 cached) stops its pulls at offset 8: 8 behind its commit at 2,
-    6 of them pulled and not consumed, 2 not pulled. Released, it catches up to zero."""
+    6 of them pulled and not consumed, 2 not pulled. A broadcasting consumer commits nothing
+    to the broker: as in RocketMQ, its pull offset stands for the commit, and the 2 not
+    pulled are all that shows (they showed as nothing). Released, it catches up to zero."""
     topic, group = "TopicStall", "GID_STALL"
+    expected = (8, 6, 2) if model == "CLUSTERING" else (2, 0, 2)
     conf = tmp_path / "broker.conf"
     conf.write_text(
         "metricsExporterType=PROM\nmetricsPromExporterHost=127.0.0.1\nmetricsPromExporterPort=0\n"
@@ -239,12 +243,14 @@ def test_consumer_gauges_follow_a_stalled_consumer(tmp_path: Path) -> None:
                 consume_from_where="CONSUME_FROM_FIRST_OFFSET",
                 pull_batch_size=4,
                 pull_threshold_for_queue=3,
+                message_model=model,  # type: ignore[arg-type]
+                offsets_dir=tmp_path / "offsets",
             )
             consumer.subscribe(topic, "*", listener)
             try:
                 async with consumer:
                     stalled = await until(
-                        "stalled", lambda g: (g["lag"], g["in_flight"], g["ready"]) == (8, 6, 2)
+                        "stalled", lambda g: (g["lag"], g["in_flight"], g["ready"]) == expected
                     )
                     waited_ms = time.time_ns() // 1_000_000 - sent_at_ms
                     # m2 and m8 were stored before sent_at_ms and at least 0.5 s ago.
@@ -254,8 +260,12 @@ def test_consumer_gauges_follow_a_stalled_consumer(tmp_path: Path) -> None:
                     await until("caught up", lambda g: all(v == 0 for v in g.values()))
             finally:
                 release.set()
-            # Gone offline: its series go with it.
+            # Gone offline: its series go with it. A group that committed offsets still
+            # counts, as RocketMQ's subscription group table keeps it.
             assert set((await asyncio.to_thread(read)).values()) == {None}
+            samples = await asyncio.to_thread(_scrape, metrics)
+            count = _value(samples, "rocketmq_consumer_group_number")
+            assert count == (1 if model == "CLUSTERING" else 0)
 
         helpers.run(main, timeout_s=90)
 

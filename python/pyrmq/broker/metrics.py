@@ -459,8 +459,10 @@ class BrokerMetrics(Collector):
 
     def _counts(self) -> Iterable[Metric]:
         broker = self.broker
-        # As RocketMQ, whose subscription groups include those made when consumers came.
+        # As RocketMQ, whose subscription groups include those made when consumers came and
+        # stay when they leave: here the groups with settings, online or with offsets.
         groups = {g.group_name for g in broker.groups.all()} | set(broker.clients.consumers)
+        groups |= set(broker.offsets.groups())
         groups |= {c.group for c in self._grpc_clients() if c.group}
         return (
             self._single("rocketmq_topic_number", "Topic number", len(broker.topics.all())),
@@ -571,9 +573,14 @@ class BrokerMetrics(Collector):
                     committed, cursor, holding = pops.pop_position(group, topic, queue_id)
                 else:
                     stored = offsets.query(group, topic, queue_id)
+                    at = pulled.get(queue_id)
                     if stored is None:
-                        continue
-                    committed, cursor = stored, max(pulled.get(queue_id, stored), stored)
+                        if at is None:
+                            continue
+                        # As RocketMQ's calculator: with nothing committed (a broadcasting
+                        # group, or none yet), the pull offset stands for the commit.
+                        stored = at
+                    committed, cursor = stored, stored if at is None else max(at, stored)
                     holding = cursor - committed
                 if tags is None:
                     waiting = max(top - cursor, 0)
