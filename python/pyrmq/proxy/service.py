@@ -87,11 +87,11 @@ DEFAULT_TOPIC = "TBW102"
 # Generations below this are the pop times (ms) of 4.x-protocol pops; gRPC's count µs.
 POP_TIME_LIMIT = 10**14
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+"""Consumer groups the broker keeps for itself (RocketMQ's ``MixAll.CID_RMQ_SYS_PREFIX``)."""
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 GRPC_SYSTEM_TOPICS = SYSTEM_TOPICS | {"CHECKPOINT_TOPIC"}
 """What RocketMQ 5's proxy refuses as system topics (``TopicValidator.isSystemTopic``), with
 the names starting with ``SYSTEM_TOPIC_PREFIX``."""
-"""Consumer groups the broker keeps for itself (RocketMQ's ``MixAll.CID_RMQ_SYS_PREFIX``)."""
 
 
 def _status(code: "pb.Code | int", message: str = "") -> pb.Status:
