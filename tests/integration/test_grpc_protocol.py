@@ -478,20 +478,7 @@ def test_a_push_consumer_keeps_its_messages_across_a_new_stream_and_loses_them_o
                 frames = second.receive(_receive_request(topic, group, wait_s=1))
                 assert _code(frames) == pb.MESSAGE_NOT_FOUND
             with first.opened(_push_settings(group)):
-                ack = first.call(
-                    "AckMessage",
-                    pb.AckMessageRequest(
-                        group=pb.Resource(name=group),
-                        topic=pb.Resource(name=topic),
-                        entries=[
-                            pb.AckMessageEntry(
-                                message_id=held[0].system_properties.message_id,
-                                receipt_handle=held[0].system_properties.receipt_handle,
-                            )
-                        ],
-                    ),
-                )
-                assert [e.status.code for e in ack.entries] == [pb.OK]
+                assert _ack(first, group, topic, held[0]) == pb.OK
             first.close()
             again: list[Any] = []
             deadline = time.monotonic() + 15

@@ -158,6 +158,35 @@ def stream_to_parquet(
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
 
+def stream_batches(
+    spark: Any, namesrv: str, topic: str, checkpoint: Path, log: Path, **options: str
+) -> list[Any]:
+    """Runs an ``availableNow`` query of ``topic`` with ``options`` whose sink appends each
+    micro-batch to ``log`` as ``[batch id, sorted [queue id, queue offset] rows]``; every
+    batch logged so far."""
+
+    def record(batch: Any, batch_id: int) -> None:
+        # Appended to a file: the function may run in another Python process than the test.
+        rows = sorted((r.queue_id, r.queue_offset) for r in batch.collect())
+        with log.open("a") as f:
+            f.write(json.dumps([batch_id, rows]) + "\n")
+
+    reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
+    reader = reader.option("subscribe", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(240)
+    assert query.exception() is None
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
 def test_a_stream_reads_in_capped_batches_and_resumes_from_its_checkpoint(
     spark: Any, addrs: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -215,27 +244,10 @@ def test_a_stream_replays_a_batch_that_did_not_commit_with_the_same_offsets(
     (checkpoint / "commits" / "0").unlink()
     (checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)
     send(namesrv, topic, 10, first=60)
-    log = tmp_path / "batches.jsonl"
-
-    def record(batch: Any, batch_id: int) -> None:
-        # Appended to a file: the function may run in another Python process than the test.
-        rows = sorted((r.queue_id, r.queue_offset) for r in batch.collect())
-        with log.open("a") as f:
-            f.write(json.dumps([batch_id, rows]) + "\n")
-
-    reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
-    query = (
-        reader.option("subscribe", topic)
-        .option("startingOffsets", "earliest")  # as the query was first started
-        .load()
-        .writeStream.foreachBatch(record)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
+    # As the query was first started.
+    seen = stream_batches(
+        spark, namesrv, topic, checkpoint, tmp_path / "batches.jsonl", startingOffsets="earliest"
     )
-    query.awaitTermination(240)
-    assert query.exception() is None
-    seen = [json.loads(line) for line in log.read_text().splitlines()]
     assert [batch_id for batch_id, _ in seen] == [0, 1]
     assert seen[0][1] == [[q, o] for q in (0, 1) for o in range(30)]
     assert seen[1][1] == [[q, o] for q in (0, 1) for o in range(30, 35)]
@@ -264,26 +276,8 @@ def test_a_first_batch_that_did_not_commit_is_replayed_from_the_same_start(
     }[start]
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "batches.jsonl"
 
-    def record(batch: Any, batch_id: int) -> None:
-        rows = sorted((r.queue_id, r.queue_offset) for r in batch.collect())
-        with log.open("a") as f:
-            f.write(json.dumps([batch_id, rows]) + "\n")
-
     def run() -> list[Any]:
-        reader = spark.readStream.format("pyrmq").option("nameServer", namesrv)
-        reader = reader.option("subscribe", topic)
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        query = (
-            reader.load()
-            .writeStream.foreachBatch(record)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(240)
-        assert query.exception() is None
-        return [json.loads(line) for line in log.read_text().splitlines()]
+        return stream_batches(spark, namesrv, topic, checkpoint, log, **options)
 
     first = run()
     read_first = [] if start == "a time after all" else [[0, o] for o in range(5)]
