@@ -26,6 +26,8 @@ from tests.helpers import send_raw
 
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.proxy.server import SERVICE_NAME
+from pyrmq.remoting.headers import CreateTopicRequestHeader
+from pyrmq.remoting.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.integration
 
@@ -425,6 +427,75 @@ def test_a_producers_trace_context_and_born_host_reach_the_consumer(client: Clie
     [got] = _messages(client.receive(_receive_request(topic, "GID_TRACE_CONTEXT")))
     assert not got.system_properties.trace_context
     assert got.system_properties.born_host == "127.0.0.1"
+
+
+def test_a_topics_message_type_decides_what_grpc_producers_may_send_to_it(
+    tmp_path: Path,
+) -> None:
+    """``mqadmin updateTopic -a +message.type=FIFO``: the route names FIFO as the only type
+    the topic takes and a send of another kind is refused, as RocketMQ's proxy refuses it;
+    the attribute survives a restart and an update that does not name it, and ``-`` removes
+    it. A topic without one takes every kind (pyrmq's default; RocketMQ's is NORMAL)."""
+    topic, plain = "TopicGrpcFifoOnly", "TopicGrpcAnyType"
+
+    def route_types(client: Client, name: str) -> set[int]:
+        route = client.call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=name)))
+        assert route.status.code == pb.OK, route.status.message
+        return {t for q in route.message_queues for t in q.accept_message_types}
+
+    def update(namesrv: str, *args: str) -> Any:
+        return helpers.pyrmq_admin("update-topic", "-n", namesrv, "-t", topic, "-r", "2", *args)
+
+    fifo = _message(topic, b"in order", message_group="g1", message_type=pb.FIFO)
+    normal = _message(topic, b"plain")
+    server = servers.start_serve(tmp_path)
+    try:
+        namesrv, broker = server.addresses()[:2]
+        client = Client(server.grpc_address(), "types@1")
+        for bad, code in [
+            ("+message.type=MIXED", ResponseCode.INVALID_PARAMETER),
+            ("+message.type=RANDOM", ResponseCode.SYSTEM_ERROR),
+            ("+queue.type=BatchCQ", ResponseCode.SYSTEM_ERROR),
+            ("+no.such=1", ResponseCode.SYSTEM_ERROR),
+            ("message.type=FIFO", ResponseCode.SYSTEM_ERROR),
+        ]:
+            header = CreateTopicRequestHeader(
+                topic=topic,
+                default_topic="TBW102",
+                read_queue_nums=2,
+                write_queue_nums=2,
+                perm=6,
+                attributes=bad,
+            )
+            refused = helpers.remoting_call(
+                broker, RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext()
+            )
+            assert refused.code == code, (bad, refused.remark)
+        done = update(namesrv, "-a", "+message.type=FIFO")
+        assert done.returncode == 0, done.stderr
+        servers.create_topic(broker, plain, 2)
+        assert route_types(client, topic) == {pb.FIFO}
+        assert route_types(client, plain) == {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}
+        refused = _send(client, normal)
+        assert refused.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, refused
+        assert _send(client, fifo).status.code == pb.OK
+        assert _send(client, _message(plain, b"plain")).status.code == pb.OK
+        assert update(namesrv).returncode == 0  # queues and permission only
+        client.close()
+    finally:
+        server.kill()
+    server = servers.start_serve(tmp_path)
+    try:
+        namesrv = str(server.addresses()[0])
+        client = Client(server.grpc_address(), "types@2")
+        assert route_types(client, topic) == {pb.FIFO}
+        assert _send(client, normal).status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+        assert update(namesrv, "-a", "-message.type").returncode == 0
+        assert len(route_types(client, topic)) == 4
+        assert _send(client, normal).status.code == pb.OK
+        client.close()
+    finally:
+        server.kill()
 
 
 def test_a_held_receive_is_answered_by_the_message_that_arrives(client: Client) -> None:

@@ -430,9 +430,11 @@ class Admin:
         order: bool = False,
         cluster: str | None = None,
         broker_addr: str | None = None,
+        attributes: str | None = None,
     ) -> list[str]:
         """Creates or updates ``topic`` on ``broker_addr``, or on every master of ``cluster``
         (default: of every cluster); returns the brokers' addresses. ``perm``: 2 write, 4 read.
+        ``attributes`` changes RocketMQ 5's topic attributes (``+message.type=FIFO``, ``-key``).
         Each broker is asked whatever the others answer: PartialFailureError names those that
         failed (its ``result``: the addresses of those that did it), as for every change made
         on several brokers or name servers; one broker asked raises its own failure."""
@@ -443,6 +445,7 @@ class Admin:
             write_queue_nums=queue_nums,
             perm=perm,
             order=order,
+            attributes=attributes,
         ).to_ext()
         addrs = [broker_addr] if broker_addr else await self._masters(cluster)
         return await self._each(

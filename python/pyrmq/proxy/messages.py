@@ -263,6 +263,18 @@ def checked_properties(message: pb.Message, max_body_size: int, now_ms: int) -> 
     return props
 
 
+def message_kind(message: pb.Message, props: Mapping[str, str]) -> str:
+    """The topic ``message.type`` a sent message is of, as RocketMQ's proxy reads it from the
+    message's properties (``TopicMessageType.parseFromMessageProperty``)."""
+    if message.system_properties.message_type == pb.TRANSACTION:
+        return "TRANSACTION"
+    if TIMER_DELIVER_MS in props:
+        return "DELAY"
+    if MESSAGE_GROUP in props:
+        return "FIFO"
+    return "NORMAL"
+
+
 def fifo_queue(message_group: str, queue_count: int) -> int:
     """The queue every message of ``message_group`` goes to: a hash that stays the same across
     broker restarts and Python runs."""

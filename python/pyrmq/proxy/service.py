@@ -28,6 +28,7 @@ from pyrmq.broker.services import transactions
 from pyrmq.broker.services.hold import HeldPull
 from pyrmq.broker.services.transactions import TransactionError
 from pyrmq.broker.state.groups import check_group_name
+from pyrmq.broker.state.topic_attributes import MIXED
 from pyrmq.broker.state.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 from pyrmq.errors import (
     DiskFullError,
@@ -78,8 +79,14 @@ DEADLINE_MARGIN_S = 0.5
 CLIENT_PRESENT_S = 30.0
 # What a producer is told to retry with: RocketMQ 5's defaults.
 PRODUCER_MAX_ATTEMPTS = 3
-# Every topic takes every type (RocketMQ's MIXED).
-ACCEPTED_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+# What a topic takes by its message.type attribute; one without takes every type (MIXED).
+ACCEPTED_TYPES = {
+    "NORMAL": [pb.NORMAL],
+    "FIFO": [pb.FIFO],
+    "DELAY": [pb.DELAY],
+    "TRANSACTION": [pb.TRANSACTION],
+    "MIXED": [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
+}
 # EndTransactionRequest.resolution
 COMMIT, ROLLBACK = 1, 2
 # The topic new topics take their settings from (RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC).
@@ -314,8 +321,16 @@ class MessagingService:
             broker=pb.Broker(
                 name=share.broker_name, id=0, endpoints=self._endpoints(share.host, share.port)
             ),
-            accept_message_types=ACCEPTED_TYPES,
+            accept_message_types=ACCEPTED_TYPES.get(
+                self._message_type(resource.name), [pb.MESSAGE_TYPE_UNSPECIFIED]
+            ),
         )
+
+    def _message_type(self, topic: str) -> str:
+        """The topic's ``message.type`` as this broker holds it; MIXED for one it does not
+        hold (the route's other brokers keep theirs)."""
+        config = self.broker.topics.get(topic)
+        return MIXED if config is None else config.message_type
 
     async def _shares(
         self, resource: pb.Resource, *, to_send: bool
@@ -600,6 +615,17 @@ class MessagingService:
             sys_flag = messages.stored_sys_flag(message, MAX_INFLATED_BYTES)
         except SendCheckError as e:
             return pb.SendResultEntry(status=_status(e.code, str(e)), message_id=message_id)
+        expected = config.message_type
+        if expected != MIXED and not config.topic_name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            kind = messages.message_kind(message, props)
+            if kind != expected:
+                return pb.SendResultEntry(
+                    status=_status(
+                        pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                        f"topic {config.topic_name!r} takes {expected} messages, not {kind}",
+                    ),
+                    message_id=message_id,
+                )
         group = props.get(messages.MESSAGE_GROUP)
         if group is not None:
             queue_id = messages.fifo_queue(group, config.write_queue_nums)

@@ -1170,6 +1170,8 @@ class CreateTopicRequestHeader:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    attributes: str | None = None
+    """RocketMQ 5's changes of topic attributes, ``+key=value,-key``."""
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str]) -> Self:
@@ -1183,6 +1185,7 @@ class CreateTopicRequestHeader:
             topic_filter_type=f.opt_text("topicFilterType") or "SINGLE_TAG",
             topic_sys_flag=f.opt_i32("topicSysFlag") or 0,
             order=f.flag("order"),
+            attributes=f.opt_text("attributes"),
         )
 
     def to_ext(self) -> dict[str, str]:
@@ -1196,6 +1199,7 @@ class CreateTopicRequestHeader:
                 ("topicFilterType", self.topic_filter_type),
                 ("topicSysFlag", self.topic_sys_flag),
                 ("order", self.order),
+                ("attributes", self.attributes),
             ]
         )
 

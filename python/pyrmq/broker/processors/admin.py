@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyrmq import _core
+from pyrmq.broker.state import topic_attributes
 from pyrmq.broker.state.topics import TopicConfig
 from pyrmq.errors import MessageIllegalError, PyrmqError, StoreError, SystemTopicError
 from pyrmq.namespace import SYSTEM_TOPICS
@@ -99,6 +100,22 @@ class AdminProcessor:
                     ResponseCode.SYSTEM_ERROR,
                     remark=f"{name} {nums} of topic[{topic}] is not in [1, {most}]",
                 )
+        existing = self.broker.topics.get(topic)
+        try:
+            changes = topic_attributes.parse_changes(header.attributes)
+            if changes.get("+" + topic_attributes.MESSAGE_TYPE) == topic_attributes.MIXED:
+                # As RocketMQ without enableMixedMessageType: a topic without the attribute
+                # already takes every type here.
+                return RemotingCommand.response_to(
+                    request,
+                    ResponseCode.INVALID_PARAMETER,
+                    remark="MIXED message type is not supported.",
+                )
+            attributes = topic_attributes.alter(
+                {} if existing is None else existing.attributes, changes, creating=existing is None
+            )
+        except ValueError as e:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(e))
         self.broker.topics.put(
             TopicConfig(
                 topic,
@@ -107,6 +124,7 @@ class AdminProcessor:
                 perm=header.perm,
                 topic_sys_flag=header.topic_sys_flag or 0,
                 order=header.order,
+                attributes=attributes,
             )
         )
         await self.broker.register_topics(topic)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrmq.broker.state.json_file import load_json, object_in, store_json
+from pyrmq.broker.state.topic_attributes import MESSAGE_TYPE, MIXED
 from pyrmq.properties import REPLY_TOPIC_SUFFIX
 
 __all__ = [
@@ -48,9 +49,17 @@ class TopicConfig:
     perm: int = PERM_READ | PERM_WRITE
     topic_sys_flag: int = 0
     order: bool = False
+    attributes: dict[str, str] = dataclasses.field(default_factory=dict)
+    """RocketMQ 5's topic attributes (see :mod:`pyrmq.broker.state.topic_attributes`)."""
+
+    @property
+    def message_type(self) -> str:
+        """The ``message.type`` attribute: the kinds of messages gRPC producers may send. A
+        topic without one takes them all (``MIXED``), where RocketMQ takes only NORMAL."""
+        return self.attributes.get(MESSAGE_TYPE, MIXED)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -59,6 +68,9 @@ class TopicConfig:
             "topicSysFlag": self.topic_sys_flag,
             "writeQueueNums": self.write_queue_nums,
         }
+        if self.attributes:
+            out["attributes"] = dict(self.attributes)
+        return out
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> "TopicConfig":
@@ -69,6 +81,7 @@ class TopicConfig:
             perm=int(value.get("perm", PERM_READ | PERM_WRITE)),
             topic_sys_flag=int(value.get("topicSysFlag", 0)),
             order=bool(value.get("order", False)),
+            attributes={str(k): str(v) for k, v in (value.get("attributes") or {}).items()},
         )
 
 

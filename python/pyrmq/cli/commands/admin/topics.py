@@ -90,6 +90,11 @@ def _status(status: dict[MessageQueue, TopicOffset]) -> None:
 @click.option("-r", "--queue-nums", default=8, show_default=True, help="Read and write queues.")
 @click.option("-p", "--perm", default=6, show_default=True, help="2 write, 4 read, 6 both.")
 @click.option("-o", "--order", is_flag=True, help="An ordered topic.")
+@click.option(
+    "-a",
+    "--attributes",
+    help="Topic attribute changes, e.g. +message.type=FIFO (or -message.type to remove it).",
+)
 def update_topic(
     namesrv_addr: str,
     topic: str,
@@ -98,6 +103,7 @@ def update_topic(
     queue_nums: int,
     perm: int,
     order: bool,
+    attributes: str | None,
 ) -> None:
     """Create a topic, or change its queues and permission. With -o, the name servers'
     ORDER_TOPIC_CONFIG gets the topic's queue count on each broker it was made on (merged
@@ -111,6 +117,7 @@ def update_topic(
             order=order,
             cluster=cluster,
             broker_addr=broker_addr,
+            attributes=attributes,
         )
         if not order:
             return addrs, None
