@@ -362,7 +362,10 @@ def test_the_broker_answers_for_a_consumer_that_does_not_answer_or_refuses(
                 "silent@1",
                 group,
                 topic,
-                {RequestCode.CONSUME_MESSAGE_DIRECTLY: never_answer},
+                {
+                    RequestCode.CONSUME_MESSAGE_DIRECTLY: never_answer,
+                    RequestCode.GET_CONSUMER_RUNNING_INFO: never_answer,
+                },
             ),
             raw_consumer(broker, "unaware@1", group, topic, {}),
             raw_consumer(
@@ -382,6 +385,18 @@ def test_the_broker_answers_for_a_consumer_that_does_not_answer_or_refuses(
             with pytest.raises(BrokerError, match="no way") as refused:
                 await admin.consume_message_directly(group, "refusing@1", sent.offset_msg_id)
             assert refused.value.code == ResponseCode.SYSTEM_ERROR
+            # Its running info likewise (it was SYSTEM_ERROR; RocketMQ's callConsumer).
+            remoting = RemotingClient()
+            try:
+                ask = RemotingCommand.request(
+                    RequestCode.GET_CONSUMER_RUNNING_INFO,
+                    {"consumerGroup": group, "clientId": "silent@1", "jstackEnable": "false"},
+                )
+                answer = await remoting.invoke(broker, ask, BROKER_WAIT_S + 5)
+            finally:
+                await remoting.close()
+            assert answer.code == ResponseCode.CONSUME_MSG_TIMEOUT, answer.remark
+            assert "consumer <CG_DIRECT_SILENT> <silent@1> Timeout" in (answer.remark or "")
 
     run(scenario)
 

@@ -26,7 +26,7 @@ from pyrmq.remoting.headers import (
 from pyrmq.remoting.protocol import MQVersion, RequestCode, ResponseCode, version_desc
 from pyrmq.remoting.server import Connection, RemotingServer
 
-from .consumer_manage import CLIENT_ANSWER_TIMEOUT_S
+from .consumer_manage import CLIENT_ANSWER_TIMEOUT_S, relay_to_consumer
 
 if TYPE_CHECKING:
     from pyrmq.broker.controller import BrokerController
@@ -101,26 +101,7 @@ class ConsumerCallsProcessor:
             client_id,
             phy_offset,
         )
-        try:
-            answer = await connection.request(forward, timeout_s=CLIENT_ANSWER_TIMEOUT_S)
-        except TimeoutError as e:
-            return RemotingCommand.response_to(
-                request,
-                ResponseCode.CONSUME_MSG_TIMEOUT,
-                remark=(
-                    f"consumer <{group}> <{client_id}> Timeout: no answer within "
-                    f"{CLIENT_ANSWER_TIMEOUT_S:g} s{f' ({e})' if str(e) else ''}"
-                ),
-            )
-        except RemotingError as e:
-            return RemotingCommand.response_to(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"invoke consumer <{group}> <{client_id}> Exception: {e}",
-            )
-        return RemotingCommand.response_to(
-            request, answer.code, remark=answer.remark, body=answer.body
-        )
+        return await relay_to_consumer(connection, forward, request, group, client_id)
 
     async def consumer_status(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Asks every consumer of the group (or only the one whose client id is

@@ -37,6 +37,36 @@ CLIENT_ANSWER_TIMEOUT_S = 5.0
 BEHIND = (1 << 63) - 1
 
 
+async def relay_to_consumer(
+    connection: Connection,
+    forward: RemotingCommand,
+    request: RemotingCommand,
+    group: str,
+    client_id: str,
+) -> RemotingCommand:
+    """Asks a consumer ``forward`` on its connection and answers ``request`` with what it
+    says, as RocketMQ's ``callConsumer``: CONSUME_MSG_TIMEOUT when it does not answer within
+    ``CLIENT_ANSWER_TIMEOUT_S``, SYSTEM_ERROR when the call fails otherwise."""
+    try:
+        answer = await connection.request(forward, timeout_s=CLIENT_ANSWER_TIMEOUT_S)
+    except TimeoutError as e:
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.CONSUME_MSG_TIMEOUT,
+            remark=(
+                f"consumer <{group}> <{client_id}> Timeout: no answer within "
+                f"{CLIENT_ANSWER_TIMEOUT_S:g} s{f' ({e})' if str(e) else ''}"
+            ),
+        )
+    except RemotingError as e:
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"invoke consumer <{group}> <{client_id}> Exception: {e}",
+        )
+    return RemotingCommand.response_to(request, answer.code, remark=answer.remark, body=answer.body)
+
+
 class ConsumerManageProcessor:
     def __init__(self, broker: "BrokerController") -> None:
         self.broker = broker
@@ -128,16 +158,8 @@ class ConsumerManageProcessor:
                 remark=f"The Consumer <{header.client_id}> not online",
             )
         forward = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, header.to_ext())
-        try:
-            answer = await member.connection.request(forward, timeout_s=CLIENT_ANSWER_TIMEOUT_S)
-        except (RemotingError, TimeoutError) as e:
-            return RemotingCommand.response_to(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"consumer <{header.client_id}> did not answer: {e or 'timeout'}",
-            )
-        return RemotingCommand.response_to(
-            request, answer.code, remark=answer.remark, body=answer.body
+        return await relay_to_consumer(
+            member.connection, forward, request, header.consumer_group, header.client_id
         )
 
     async def query_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
