@@ -9,7 +9,8 @@ values, not exceptions. :class:`StoreError` means a broken invariant or an I/O f
 :class:`RemotingError` covers the wire: a malformed frame or a custom header that lacks a field.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "BrokerError",
@@ -133,7 +134,11 @@ class RemotingError(PyrmqError):
 
 
 class FrameDecodeError(RemotingError):
-    """A received frame is malformed; the stream has lost its framing and must be closed."""
+    """A received frame is malformed; the stream has lost its framing and must be closed.
+
+    ``decoded``: the commands of the whole frames received before the malformed one."""
+
+    decoded: "Sequence[Any]" = ()
 
 
 class HeaderError(RemotingError):

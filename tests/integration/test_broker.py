@@ -311,14 +311,7 @@ def test_tag_filter_and_pull_outcomes(tmp_path: Path) -> None:
 
 
 def test_batch_and_compressed_batch_are_stored_message_by_message(tmp_path: Path) -> None:
-    def item(body: bytes, p: str) -> bytes:
-        pb = p.encode()
-        return (
-            struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, 0, len(body))
-            + body
-            + struct.pack(">h", len(pb))
-            + pb
-        )
+    item = _batch_item
 
     async def scenario() -> None:
         async with cluster(tmp_path) as c:
@@ -365,6 +358,122 @@ def test_batch_and_compressed_batch_are_stored_message_by_message(tmp_path: Path
             r5 = await c.send("TopicBatch", batch, batch=True, sys_flag=4)
             assert r5.code == ResponseCode.MESSAGE_ILLEGAL
             assert (await c.pull("TopicBatch", 0, 4)).code == ResponseCode.PULL_NOT_FOUND
+
+    run(scenario)
+
+
+def _batch_item(body: bytes, p: str) -> bytes:
+    pb = p.encode()
+    return (
+        struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, 0, len(body))
+        + body
+        + struct.pack(">h", len(pb))
+        + pb
+    )
+
+
+def test_a_batch_refuses_only_a_positive_delay_level_and_a_retry_topic(tmp_path: Path) -> None:
+    """As RocketMQ: a batch header with DELAY 0 (or below) is stored, one above 0 refused,
+    and so is a batch to a retry topic (RocketMQ 5: retries go back one by one)."""
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            batch = _batch_item(b"one", props(UNIQ_KEY="A")) + _batch_item(b"two", props())
+            for delay, code in (("0", ResponseCode.SUCCESS), ("-1", ResponseCode.SUCCESS)):
+                sent = await c.send("TopicBatchDelay", batch, batch=True, props=props(DELAY=delay))
+                assert sent.code == code, (delay, sent.remark)
+            refused = await c.send("TopicBatchDelay", batch, batch=True, props=props(DELAY="2"))
+            assert refused.code == ResponseCode.MESSAGE_ILLEGAL
+            retry = await c.send("%RETRY%GID_BATCH", batch, batch=True)
+            assert retry.code == ResponseCode.MESSAGE_ILLEGAL
+            assert "does not support retry group" in (retry.remark or "")
+            pulled = records((await c.pull("TopicBatchDelay", 0, 0)).body)
+            assert [m.body for m in pulled] == [b"one", b"two"] * 2
+
+    run(scenario)
+
+
+def test_the_transaction_property_makes_a_half_message_whatever_the_sys_flag(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ holds back a message whose TRAN_MSG property is true as a half, though its sys
+    flag lacks the prepared type (it was stored and delivered at once); one sent back
+    reconsumed with a delay level (clients before 4.6.1 keep the property) is not a half."""
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            half = props(TRAN_MSG="true", PGROUP="PG_TX", UNIQ_KEY="U1")
+            assert (await c.send("TopicTranProp", b"held", props=half)).code == 0
+            assert (await c.pull("TopicTranProp", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
+            held = records((await c.pull("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0)).body)
+            assert [m.body for m in held] == [b"held"]
+            back = await c.call(
+                RequestCode.SEND_MESSAGE,
+                {
+                    "producerGroup": "PG_TX",
+                    "topic": "TopicTranProp",
+                    "defaultTopic": "TBW102",
+                    "defaultTopicQueueNums": 4,
+                    "queueId": 0,
+                    "sysFlag": 0,
+                    "bornTimestamp": int(time.time() * 1000),
+                    "flag": 0,
+                    "properties": props(TRAN_MSG="true", DELAY="1", UNIQ_KEY="U2"),
+                    "reconsumeTimes": "1",
+                    "unitMode": "0",
+                },
+                b"sent back",
+            )
+            assert back.code == ResponseCode.SUCCESS
+            parked = records((await c.pull("SCHEDULE_TOPIC_XXXX", 0, 0)).body)
+            assert [m.body for m in parked] == [b"sent back"]
+            held = records((await c.pull("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0)).body)
+            assert [m.body for m in held] == [b"held"]
+
+    run(scenario)
+
+
+def test_requests_before_a_malformed_frame_are_served(tmp_path: Path) -> None:
+    """Frames that arrive together with a malformed one after them are served before the
+    connection closes, as Netty's decoder hands each on before it reads the next (they were
+    dropped with it, a oneway send lost)."""
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+            assert (await c.send("TopicBeforeBad", b"first")).code == 0
+
+            def send_frame(body: bytes, opaque: int, flag: int = 0) -> bytes:
+                ext = {
+                    "producerGroup": "PG",
+                    "topic": "TopicBeforeBad",
+                    "defaultTopic": "TBW102",
+                    "defaultTopicQueueNums": "4",
+                    "queueId": "0",
+                    "sysFlag": "0",
+                    "bornTimestamp": "0",
+                    "flag": "0",
+                    "properties": "",
+                    "reconsumeTimes": "0",
+                }
+                request = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
+                request.opaque, request.flag = opaque, flag
+                return encode(request)
+
+            bad = struct.pack(">ii", 8, 5 << 24) + b"\0" * 4  # serialize type 5
+            host, port = c.broker.address.rsplit(":", 1)
+            loop = asyncio.get_running_loop()
+            with socket.create_connection((host, int(port))) as sock:
+                sock.setblocking(False)
+                await loop.sock_sendall(
+                    sock, send_frame(b"oneway", 101, flag=2) + send_frame(b"sync", 102) + bad
+                )
+                received = b""
+                while chunk := await asyncio.wait_for(loop.sock_recv(sock, 65536), 5):
+                    received += chunk
+            pulled = records((await c.pull("TopicBeforeBad", 0, 0)).body)
+            assert [m.body for m in pulled] == [b"first", b"oneway", b"sync"]
+            # The sync send's answer went out before the connection closed.
+            assert len(received) > 8
 
     run(scenario)
 

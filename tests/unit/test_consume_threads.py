@@ -272,7 +272,9 @@ def test_while_the_process_computes_a_blocked_call_gets_no_helper(
         assert len(pool._threads) == 1
         cpu.busy = False
         wait_until(lambda: ran == ["queued"], "the queued call once the process idles")
-        assert len(pool._threads) == 2
+        # A helper ran it (on a loaded machine a later check may wake one more before it
+        # has begun).
+        assert len(pool._threads) >= 2
     finally:
         release.set()
         pool.shutdown()

@@ -49,7 +49,7 @@ framing, so the decoder refuses further input: close the connection.
 ([], {'topic': 'T'})
 """
 
-from typing import Final
+from typing import Any, Final
 
 from pyrmq import _core
 from pyrmq.errors import FrameDecodeError
@@ -121,6 +121,9 @@ class FrameDecoder:
             tuples, consumed = _core.decode_frames(source, self._max_frame_bytes)
         except FrameDecodeError as e:
             self._failed = str(e)
+            # As Netty's decoder hands on each frame before it reads the next: the whole
+            # frames before the malformed one are still the peer's requests.
+            e.decoded = self._commands(_whole_frames_before_error(source, self._max_frame_bytes))
             self._buf.clear()
             raise
         if source is self._buf:
@@ -128,6 +131,10 @@ class FrameDecoder:
         else:
             self._buf += memoryview(data)[consumed:]
         self._need = _bytes_needed(self._buf)
+        return self._commands(tuples)
+
+    @staticmethod
+    def _commands(tuples: list[Any]) -> list[RemotingCommand]:
         # Positional, and the serialize type by index: less than half the cost of keywords
         # and an enum call, paid once per frame.
         return [
@@ -136,6 +143,24 @@ class FrameDecoder:
             )
             for (code, language, version, opaque, flag, remark, ext_fields, body, st) in tuples
         ]
+
+
+def _whole_frames_before_error(source: Any, max_frame_bytes: int) -> list[Any]:
+    """The decoded frames of ``source`` up to its first malformed or incomplete one."""
+    view = memoryview(source)
+    out: list[Any] = []
+    at = 0
+    while len(view) - at >= _LENGTH_FIELD_BYTES:
+        end = at + _LENGTH_FIELD_BYTES + int.from_bytes(view[at : at + 4], "big")
+        if end > len(view):
+            break
+        try:
+            tuples, _ = _core.decode_frames(view[at:end], max_frame_bytes)
+        except FrameDecodeError:
+            break
+        out += tuples
+        at = end
+    return out
 
 
 def _bytes_needed(buf: bytearray) -> int:

@@ -137,6 +137,9 @@ class Connection(asyncio.Protocol):
             tls = looks_like_tls(data)
             hint = " (a TLS handshake: this server has no TLS certificate)" if tls else ""
             log.warning("closing connection peer=%s: %s%s", self.peer_address, e, hint)
+            # The requests before the malformed frame are served, as by RocketMQ's broker;
+            # their answers go out only if written before the connection closes.
+            self._dispatch(list(e.decoded))
             self.close()
             return
         partial = decoder.buffered_bytes

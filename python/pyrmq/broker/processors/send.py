@@ -142,7 +142,7 @@ class SendProcessor:
         body = request.body
         sys_flag = header.sys_flag
         store = broker.store
-        half = not batch and sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED
+        half = not batch and _is_half(properties, sys_flag, reconsume_times)
         put: Callable[[], PutResult]
         if batch:
             if sys_flag & SYSFLAG_COMPRESSED:
@@ -158,11 +158,18 @@ class SendProcessor:
                         f"compressed batch (maxMessageSize {limit}): {e}",
                     )
                 sys_flag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE)
-            if "DELAY" in parse_properties(properties):
+            if _int_or_zero(parse_properties(properties).get("DELAY")) > 0:
                 return self._error(
                     request,
                     ResponseCode.MESSAGE_ILLEGAL,
                     "a batch must not carry a delay level",
+                )
+            if topic.startswith(RETRY_PREFIX):
+                # RocketMQ 5's refusal: a retry goes back one message at a time.
+                return self._error(
+                    request,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"batch request does not support retry group {topic}",
                 )
             # The store parks each message of a batch with a timer as it does a single one:
             # the same checks first.
@@ -540,3 +547,26 @@ def _i64(text: str) -> int | None:
         return None
     value = int(stripped)
     return value if -(2**63) <= value < 2**63 else None
+
+
+def _int_or_zero(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+def _is_half(properties: str, sys_flag: int, reconsume_times: int) -> bool:
+    """Whether a send is a transaction's half message: as RocketMQ decides it, by its
+    ``TRAN_MSG`` property (or the prepared type in its sys flag), unless it is a
+    reconsumed message with a delay level, which clients before 4.6.1 send back with the
+    property still set."""
+    if sys_flag & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_PREPARED:
+        if "TRAN_MSG" not in properties:
+            return False
+        props = parse_properties(properties)
+        if props.get("TRAN_MSG", "").lower() != "true":
+            return False
+    else:
+        props = parse_properties(properties) if "DELAY" in properties else {}
+    return not (reconsume_times > 0 and _int_or_zero(props.get("DELAY")) > 0)
