@@ -333,9 +333,11 @@ class MessageStore:
         reconsume_times: int = 0,
         internal: bool = False,
         wait_for_flush: bool = True,
+        batch_properties: str | None = None,
     ) -> PutResult:
         """Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue
-        (``wait_for_flush`` as for :meth:`put`)."""
+        (``wait_for_flush`` as for :meth:`put`); ``batch_properties`` (encoded) follow each
+        message's own."""
     def get(
         self,
         topic: str,

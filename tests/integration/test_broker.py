@@ -374,7 +374,8 @@ def _batch_item(body: bytes, p: str) -> bytes:
 
 def test_a_batch_refuses_only_a_positive_delay_level_and_a_retry_topic(tmp_path: Path) -> None:
     """As RocketMQ: a batch header with DELAY 0 (or below) is stored, one above 0 refused,
-    and so is a batch to a retry topic (RocketMQ 5: retries go back one by one)."""
+    and so is a batch to a retry topic (RocketMQ 5: retries go back one by one). The header's
+    properties are stored with each message (they were dropped)."""
 
     async def scenario() -> None:
         async with cluster(tmp_path) as c:
@@ -389,6 +390,26 @@ def test_a_batch_refuses_only_a_positive_delay_level_and_a_retry_topic(tmp_path:
             assert "does not support retry group" in (retry.remark or "")
             pulled = records((await c.pull("TopicBatchDelay", 0, 0)).body)
             assert [m.body for m in pulled] == [b"one", b"two"] * 2
+            # The request's properties follow each message's own, as RocketMQ stores them
+            # (a key there is each message's key; the last of a name wins).
+            outer = props(KEYS="outer", WAIT="false")
+            assert (await c.send("TopicBatchProps", batch, batch=True, props=outer)).code == 0
+            stored = records((await c.pull("TopicBatchProps", 0, 0)).body)
+            assert [(m.properties.get("UNIQ_KEY"), m.properties["KEYS"]) for m in stored] == [
+                ("A", "outer"),
+                (None, "outer"),
+            ]
+            found = await c.call(
+                RequestCode.QUERY_MESSAGE,
+                {
+                    "topic": "TopicBatchProps",
+                    "key": "outer",
+                    "maxNum": 32,
+                    "beginTimestamp": 0,
+                    "endTimestamp": 2**62,
+                },
+            )
+            assert sorted(m.body for m in records(found.body)) == [b"one", b"two"]
 
     run(scenario)
 

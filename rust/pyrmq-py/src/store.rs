@@ -713,14 +713,15 @@ impl PyMessageStore {
         put(py, &self.store, &inputs, internal, wait_for_flush)
     }
 
-    /// Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue.
+    /// Appends a client batch body (RocketMQ's SEND_BATCH_MESSAGE encoding) to one queue;
+    /// `batch_properties` (the request's encoded properties) follow each message's own.
     #[pyo3(
         signature = (topic, batch_body, *, queue_id=QueueId(0), sys_flag=Field(0),
             born_timestamp_ms=None, born_host=None, reconsume_times=Field(0), internal=false,
-            wait_for_flush=true),
+            wait_for_flush=true, batch_properties=None),
         text_signature = "($self, topic, batch_body, *, queue_id=0, sys_flag=0, \
             born_timestamp_ms=None, born_host=None, reconsume_times=0, \
-            internal=False, wait_for_flush=True)"
+            internal=False, wait_for_flush=True, batch_properties=None)"
     )]
     fn put_encoded_batch(
         &self,
@@ -734,6 +735,7 @@ impl PyMessageStore {
         reconsume_times: Field<i32>,
         internal: bool,
         wait_for_flush: bool,
+        batch_properties: Option<Text<'_>>,
     ) -> PyResult<PyPutResult> {
         let batch_body = Body::extract(batch_body)?;
         // RocketMQ's checks of a client batch: no larger than one message may be, and never
@@ -754,14 +756,35 @@ impl PyMessageStore {
             .map_err(|e| errors::illegal(format!("malformed batch body: {e}")))?;
         let born_host = parse_host(born_host.as_deref())?;
         let born = born_or_now(born_timestamp_ms);
+        // As RocketMQ's batch encoder: the request's properties after each message's own,
+        // joined by a separator unless the message's end with one.
+        let extra = batch_properties.as_deref().unwrap_or("").as_bytes();
+        let merged: Vec<Vec<u8>> = if extra.is_empty() {
+            Vec::new()
+        } else {
+            items
+                .iter()
+                .map(|it| {
+                    let own = it.properties;
+                    let mut out = Vec::with_capacity(own.len() + 1 + extra.len());
+                    out.extend_from_slice(own);
+                    if !own.is_empty() && own.last() != Some(&message::PROPERTY_SEPARATOR) {
+                        out.push(message::PROPERTY_SEPARATOR);
+                    }
+                    out.extend_from_slice(extra);
+                    out
+                })
+                .collect()
+        };
         let inputs: Vec<MessageInput<'_>> = items
             .iter()
-            .map(|it: &BatchItem<'_>| MessageInput {
+            .enumerate()
+            .map(|(i, it): (usize, &BatchItem<'_>)| MessageInput {
                 topic: &topic,
                 queue_id: queue_id.0,
                 flag: it.flag,
                 body: it.body,
-                properties: it.properties,
+                properties: merged.get(i).map_or(it.properties, Vec::as_slice),
                 sys_flag: sys_flag.0,
                 born_timestamp_ms: born,
                 born_host,

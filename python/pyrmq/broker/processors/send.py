@@ -189,6 +189,8 @@ class SendProcessor:
                     reconsume_times=reconsume_times,
                     internal=True,
                     wait_for_flush=False,
+                    # As RocketMQ's batch encoder: the request's after each message's own.
+                    batch_properties=properties,
                 )
 
         elif half:
