@@ -6,6 +6,7 @@
 {'TAGS': 'A', 'KEYS': 'k1 k2'}
 """
 
+from collections.abc import Mapping
 from typing import Final
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "UNIQ_KEY",
     "WAIT",
     "encode_properties",
+    "holding_back",
     "parse_properties",
 ]
 
@@ -79,6 +81,29 @@ PUSH_REPLY_TIME: Final = "PUSH_REPLY_TIME"
 ARRIVE_TIME: Final = "ARRIVE_TIME"
 DELAYING: Final = frozenset({DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS})
 """The properties that make the store hold a message back."""
+
+
+def holding_back(properties: Mapping[str, str], now_ms: int) -> list[str]:
+    """Which of ``properties`` hold a message back at ``now_ms``: a ``DELAY`` level above 0,
+    a timer still ahead, or one that is not a number. A level of 0 and a timer already due
+    deliver at once, as in RocketMQ.
+
+    >>> holding_back({"DELAY": "0", "TIMER_DELIVER_MS": "1000"}, now_ms=5000)
+    []
+    >>> holding_back({"DELAY": "2", "TIMER_DELAY_SEC": "x"}, now_ms=5000)
+    ['DELAY', 'TIMER_DELAY_SEC']
+    """
+    out = []
+    for name in sorted(properties.keys() & DELAYING):
+        try:
+            value = int(properties[name].strip())
+        except ValueError:
+            if name != DELAY:  # RocketMQ reads a level that is no number as none
+                out.append(name)
+            continue
+        if value > (now_ms if name == TIMER_DELIVER_MS else 0):
+            out.append(name)
+    return out
 
 
 def parse_properties(encoded: str) -> dict[str, str]:

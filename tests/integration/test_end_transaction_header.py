@@ -91,7 +91,7 @@ def test_official_clients_ends_are_taken_and_an_incomplete_one_is_refused(
 
 def test_a_delayed_half_is_refused_by_the_broker_and_the_client(tmp_path: Path) -> None:
     """A delay level or a timer would make the store hold a half back as a delayed message,
-    in another topic, where no end finds it."""
+    in another topic, where no end finds it; one that delays nothing is taken."""
     from tests.helpers import fast_config
 
     from pyrmq.client.aio import Message, TransactionProducer, TransactionState
@@ -114,6 +114,23 @@ def test_a_delayed_half_is_refused_by_the_broker_and_the_client(tmp_path: Path) 
         assert [m.body for m in asyncio.run(pull_head(broker, "broker-a", TOPIC, 0)).messages] == [
             b"plain"
         ]
+        # A level of 0 or below (a Java client's setDelayTimeLevel(0)) and a timer already
+        # due delay nothing: halves as any other, delivered at once when committed (they were
+        # refused).
+        past = int(time.time() * 1000) - 5000
+        for i, delay in enumerate(
+            ("DELAY\x010", "DELAY\x01-1", "TIMER_DELAY_SEC\x010", f"TIMER_DELIVER_MS\x01{past}")
+        ):
+            body = f"now{i}".encode()
+            properties = f"TRAN_MSG\x01true\x02PGROUP\x01PG_TX\x02UNIQ_KEY\x01U-now{i}\x02{delay}"
+            sent = send_raw(
+                broker, TOPIC, body, sys_flag=4, properties=properties, producer_group="PG_TX"
+            )
+            assert sent.code == ResponseCode.SUCCESS, (delay, sent.remark)
+            phy = _core.decode_offset_msg_id(sent.ext_fields["msgId"])[1]
+            assert _end(broker, phy, body).code == ResponseCode.SUCCESS
+        delivered = asyncio.run(pull_head(broker, "broker-a", TOPIC, 0)).messages
+        assert [m.body for m in delivered] == [b"plain", b"now0", b"now1", b"now2", b"now3"]
 
         async def client() -> None:
             config = fast_config(namesrv)
@@ -123,5 +140,8 @@ def test_a_delayed_half_is_refused_by_the_broker_and_the_client(tmp_path: Path) 
                 late = Message(TOPIC, b"late", properties={"TIMER_DELAY_MS": "5000"})
                 with pytest.raises(MessageIllegalError, match="cannot have a delay level or timer"):
                     await producer.send_half(late)
+                now = Message(TOPIC, b"now", properties={"DELAY": "0"})
+                result, _ = await producer.send_half(now)
+                assert result.status.name == "OK"
 
         asyncio.run(client())

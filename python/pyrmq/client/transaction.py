@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
@@ -24,7 +25,7 @@ from pyrmq.client.instance import DEFAULT_TOPIC
 from pyrmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from pyrmq.client.producer import Producer
 from pyrmq.errors import MessageIllegalError, PyrmqError
-from pyrmq.properties import DELAYING, PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY
+from pyrmq.properties import PRODUCER_GROUP, TRAN_MSG, UNIQ_KEY, holding_back
 from pyrmq.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 
 __all__ = [
@@ -186,7 +187,7 @@ class TransactionProducer(Producer):
                 message cannot be delayed), or fails another client-side check.
             SendError, BrokerError, NoRouteError: As :meth:`Producer.send`.
         """
-        delays = sorted(msg.properties.keys() & DELAYING)
+        delays = holding_back(msg.properties, time.time_ns() // 1_000_000)
         if delays:
             raise MessageIllegalError(
                 f"a transactional message cannot have a delay level or timer ({', '.join(delays)})"

@@ -45,11 +45,11 @@ from pyrmq.broker.state.json_file import load_json, store_json
 from pyrmq.errors import ConfigError, MessageIllegalError
 from pyrmq.properties import (
     CHECK_IMMUNITY,
-    DELAYING,
     PRODUCER_GROUP,
     TRAN_MSG,
     UNIQ_KEY,
     encode_properties,
+    holding_back,
 )
 from pyrmq.store import GetMessageStatus, MessageStore, PutResult, StoredMessage
 
@@ -288,9 +288,10 @@ class TransactionService:
         born_host: str | None = None,
     ) -> PutResult:
         """Stores a half message (appended now; durable as :meth:`BrokerController.put_now`
-        describes) and tracks it. Raises :class:`MessageIllegalError` for a delayed one: the
-        store would hold it back under the schedule or timer topic rather than as a half."""
-        delays = sorted(properties.keys() & DELAYING)
+        describes) and tracks it. Raises :class:`MessageIllegalError` for a delayed one (a
+        level of 0 or a timer already due delays nothing): the store would hold it back
+        under the schedule or timer topic rather than as a half."""
+        delays = holding_back(properties, time.time_ns() // 1_000_000)
         if delays:
             raise MessageIllegalError(
                 f"a transactional message cannot have a delay level or timer ({', '.join(delays)})"
