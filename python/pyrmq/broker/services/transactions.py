@@ -109,22 +109,26 @@ class Checkpoint:
     """Halves below ``half_offset`` have ended; ops of later ones lie from ``op_offset``.
     ``checks``: how many times each open half (by queue offset) has been checked, so that a
     restart does not give every half ``transactionCheckMax`` checks anew (RocketMQ keeps the
-    count in the half, stored again at each check).
+    count in the half, stored again at each check). ``given_up``: the queue offsets of the
+    halves given up after their last check, which a late end still commits or rolls back.
 
-    >>> Checkpoint.from_json(Checkpoint(3, 7, {4: 2}).to_json())
-    Checkpoint(half_offset=3, op_offset=7, checks={4: 2})
+    >>> Checkpoint.from_json(Checkpoint(3, 7, {4: 2}, frozenset({1})).to_json())
+    Checkpoint(half_offset=3, op_offset=7, checks={4: 2}, given_up=frozenset({1}))
     >>> Checkpoint.from_json({"halfOffset": 3, "opOffset": 7, "checks": {"x": 1, "5": -1}})
-    Checkpoint(half_offset=3, op_offset=7, checks={})
+    Checkpoint(half_offset=3, op_offset=7, checks={}, given_up=frozenset())
     """
 
     half_offset: int = 0
     op_offset: int = 0
     checks: dict[int, int] = dataclasses.field(default_factory=dict)
+    given_up: frozenset[int] = frozenset()
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"halfOffset": self.half_offset, "opOffset": self.op_offset}
         if self.checks:
             out["checks"] = {str(k): v for k, v in self.checks.items()}
+        if self.given_up:
+            out["givenUp"] = sorted(self.given_up)
         return out
 
     @classmethod
@@ -140,7 +144,11 @@ class Checkpoint:
             for k, v in (checks.items() if isinstance(checks, dict) else ())
             if isinstance(k, str) and k.isdigit() and type(v) is int and v > 0
         }
-        return cls(half, op, counted)
+        given_up = value.get("givenUp")
+        kept = frozenset(
+            o for o in (given_up if isinstance(given_up, list) else ()) if type(o) is int and o >= 0
+        )
+        return cls(half, op, counted, kept)
 
 
 class TransactionService:
@@ -149,6 +157,9 @@ class TransactionService:
         self.checkpoint_path = checkpoint
         self._checkpoint_lock = threading.Lock()
         self.open: dict[int, HalfMessage] = {}
+        self.given_up: set[int] = set()
+        """Queue offsets of halves given up, which a late end still ends, as RocketMQ's
+        does (it finds a half by its offset whatever became of it)."""
         # (due_ms, queue_offset) of every open half, soonest first; ties in the order sent.
         self._due: SortedList = SortedList()
         # Asks a live producer to resolve a half (``stored``, transaction id); True if asked.
@@ -173,6 +184,7 @@ class TransactionService:
             half = self.open.get(queue_offset)
             if half is not None:
                 half.checks = checks
+        self.given_up = set(start.given_up)
         if self.open:
             log.info(
                 "transactions: %d half messages still open (read from half %d, op %d)",
@@ -201,11 +213,17 @@ class TransactionService:
     def checkpoint(self) -> Checkpoint:
         """Where the next start may begin reading: the oldest open half, or the ends."""
         store = self.broker.store
+        # Those whose record retention took can no longer be ended.
+        first = store.min_offset(HALF_TOPIC, 0)
+        self.given_up = {o for o in self.given_up if o >= first}
+        given_up = frozenset(self.given_up)
         if self.open:
             oldest = self.open[min(self.open)]
             checks = {h.queue_offset: h.checks for h in self.open.values() if h.checks}
-            return Checkpoint(oldest.queue_offset, oldest.op_from, checks)
-        return Checkpoint(store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
+            return Checkpoint(oldest.queue_offset, oldest.op_from, checks, given_up)
+        return Checkpoint(
+            store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0), given_up=given_up
+        )
 
     async def save_checkpoint(self) -> None:
         """Writes :meth:`checkpoint`, taken on the loop, from a worker thread. The CommitLog
@@ -362,7 +380,8 @@ class TransactionService:
         if stored is None or stored.topic != HALF_TOPIC:
             raise TransactionError(f"no half message at offset {phy_offset}")
         half = self.open.get(stored.queue_offset)
-        if half is None:
+        late = half is None and stored.queue_offset in self.given_up
+        if half is None and not late:
             raise TransactionError(f"the transaction of {stored.msg_id} has already ended")
         if message_id is not None and stored.property(UNIQ_KEY) not in (None, message_id):
             raise TransactionError(f"the half message at {phy_offset} is not {message_id}")
@@ -397,14 +416,17 @@ class TransactionService:
                 )
             )
         result = self._op(stored.queue_offset)
-        self._forget(half)
+        if half is not None:
+            self._forget(half)
+        self.given_up.discard(stored.queue_offset)
         if (metrics := broker.metrics) is not None:
             metrics.ended(stored.property(REAL_TOPIC) or stored.topic, commit=commit)
         log.info(
-            "transaction %s of %s %s",
+            "transaction %s of %s %s%s",
             stored.property(UNIQ_KEY) or stored.msg_id,
             stored.property(REAL_TOPIC),
             "committed" if commit else "rolled back",
+            " after it was given up" if late else "",
         )
         return result
 
@@ -541,6 +563,7 @@ class TransactionService:
         )
         self._op(half.queue_offset)
         self._forget(half)
+        self.given_up.add(half.queue_offset)
         log.warning(
             "transaction %s of %s given up after %d checks: kept in %s at offset %d",
             stored.property(UNIQ_KEY) or stored.msg_id,
