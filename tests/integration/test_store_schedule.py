@@ -206,3 +206,22 @@ def test_a_due_time_beyond_its_level_after_the_clock_went_back_is_due_at_once(
     assert store.deliver_due(sent.store_timestamp_ms) == 0  # due in 1 s: within its level
     assert store.deliver_due(sent.store_timestamp_ms - 10_000) == 1
     assert bodies(store, "TopicClock") == [b"skewed"]
+
+
+def test_a_delay_level_wins_over_a_timer_and_clears_it(open_store: Callable[..., Any]) -> None:
+    """A message with a level above 0 and a timer (a batch's message, which the broker's send
+    checks do not see one by one) waits for its level, as RocketMQ clears the timer: it went
+    by the timer, and the timer left on the delivered copy parked it again."""
+    store = open_store(message_delay_level=LEVELS)
+    now = int(time.time() * 1000)
+    sent = store.put("TopicBoth", b"both", properties={"DELAY": "1", "TIMER_DELAY_MS": "7000"})
+    assert store.max_offset(SCHEDULE, 0) == 1  # level 1, not the timer's 7 s
+    assert store.deliver_due(sent.store_timestamp_ms + LEVEL_MS[1]) == 1
+    [msg] = store.get("TopicBoth", 0, 0).messages()
+    assert msg.body == b"both"
+    assert not {"TIMER_DELAY_MS", "TIMER_DELIVER_MS"} & msg.properties.keys()
+    # A level of 0 leaves the timer to decide.
+    store.put(
+        "TopicTimerOnly", b"timer", properties={"DELAY": "0", "TIMER_DELIVER_MS": str(now + 7000)}
+    )
+    assert store.max_offset("TopicTimerOnly", 0) == 0

@@ -1117,26 +1117,29 @@ impl Inner {
         if levels.is_empty() {
             return Ok(None);
         }
-        // A timer already due (a consumer handing back a delivered timer message, say)
-        // leaves the message to its delay level, if it has one.
-        let (level, timer) = match timer_due(m.properties, now_ms) {
-            Some(due) if due > now_ms => (level_for(levels, due - now_ms), Some(due)),
-            _ => {
-                let Some(level) = message::property(m.properties, PROPERTY_DELAY)
-                    .and_then(|v| v.trim().parse::<i64>().ok())
-                else {
-                    return Ok(None);
-                };
-                if level <= 0 {
-                    return Ok(None);
-                }
-                ((level as usize).min(levels.len()), None)
-            }
+        // As RocketMQ: a delay level above 0 wins over a timer, which it clears (a consumer
+        // handing back a delivered timer message, a batch's message with both); a timer
+        // still ahead hops over the levels.
+        let level = message::property(m.properties, PROPERTY_DELAY)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .filter(|&level| level > 0);
+        let (level, timer) = match (level, timer_due(m.properties, now_ms)) {
+            (Some(level), _) => ((level as usize).min(levels.len()), None),
+            (None, Some(due)) if due > now_ms => (level_for(levels, due - now_ms), Some(due)),
+            _ => return Ok(None),
         };
-        let mut properties = message::without_properties(
-            m.properties,
-            &[PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID],
-        );
+        let cleared: &[&str] = if timer.is_some() {
+            &[PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID]
+        } else {
+            &[
+                PROPERTY_REAL_TOPIC,
+                PROPERTY_REAL_QUEUE_ID,
+                PROPERTY_TIMER_DELIVER_MS,
+                PROPERTY_TIMER_DELAY_SEC,
+                PROPERTY_TIMER_DELAY_MS,
+            ]
+        };
+        let mut properties = message::without_properties(m.properties, cleared);
         if let Some(due) = timer {
             properties = message::without_properties(
                 &properties,
