@@ -6,6 +6,7 @@ types."""
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import inspect
 import platform
@@ -179,6 +180,16 @@ def test_hashing_queue_selector_signature_and_result() -> None:
         0,
         1,
     ]
+    # The official one reads the C int its producer passes: an order id past 32 bits wraps,
+    # and a queue count that does not divide 2**32 gets another queue than arg % count.
+    for arg in (20231129001, 2**31, -7, 2**40 + 5):
+        cell = ctypes.c_int(arg)
+        for count in (3, 6, 8):
+            official_queue = official.hashing_queue_selector(count, None, ctypes.addressof(cell))
+            assert pyrmq.client.hashing_queue_selector(count, None, arg) == official_queue, (
+                arg,
+                count,
+            )
 
 
 def test_official_exceptions_exist_with_the_same_hierarchy() -> None:

@@ -1155,6 +1155,53 @@ def test_an_object_with_an_async_call_method_is_a_coroutine_listener(
     run(scenario)
 
 
+def test_a_coroutine_listener_has_its_own_task_for_its_timeouts(addrs: tuple[str, str]) -> None:
+    """``asyncio.timeout`` in a coroutine listener times out the listener only. Run inside
+    the queue's pull task (caught up) its timeout cancelled that task and the queue was read
+    no more; run with no task (a backlog) it raised "Timeout should be used inside a task"
+    and every message went to the retry topic."""
+    namesrv, broker = addrs
+    topic, group = "TopicAsyncTimeout", "CG_ASYNC_TIMEOUT"
+    create_topic(broker, topic, 1)
+    got: list[bytes] = []
+    timed_out: list[bytes] = []
+
+    async def listener(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        for m in msgs:
+            try:
+                async with asyncio.timeout(0.2):
+                    await asyncio.sleep(2 if m.body.startswith(b"slow") else 0)
+            except TimeoutError:
+                timed_out.append(m.body)
+            got.append(m.body)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def scenario() -> None:
+        backlog = [b"slow-0", *(f"b{i}".encode() for i in range(15))]
+        await send_bodies(namesrv, topic, backlog)
+        c = consumer(
+            namesrv,
+            group,
+            topic,
+            listener,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            pull_batch_size=4,
+        )
+        await c.start()
+        try:
+            await eventually(lambda: len(got) >= len(backlog), what="the backlog consumed")
+            later = [b"slow-1", b"c0", b"c1"]
+            for body in later:  # one at a time, each found by a pull that had caught up
+                await send_bodies(namesrv, topic, [body])
+                await eventually(lambda b=body: b in got, what=f"{body!r} consumed")
+        finally:
+            await c.shutdown()
+        assert sorted(got) == sorted(backlog + later)  # once each: no retries
+        assert timed_out == [b"slow-0", b"slow-1"]
+
+    run(scenario)
+
+
 def test_a_topic_subscribed_while_running_needs_a_listener_unless_async_for_reads(
     addrs: tuple[str, str],
 ) -> None:

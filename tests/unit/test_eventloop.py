@@ -1,96 +1,42 @@
-"""start_eagerly: a coroutine runs at once, and only one that waits becomes a task, which
-then behaves like a task made from the start (results, errors, cancellation)."""
+"""listener_task: a coroutine listener runs in a task of its own, so what it does with its task
+(``asyncio.timeout``, ``current_task``) touches no one else's."""
 
 import asyncio
 
-import pytest
-
-from pyrmq.eventloop import start_eagerly
+from pyrmq.eventloop import listener_task
 
 
-def test_a_coroutine_that_does_not_wait_finishes_inside_the_call() -> None:
-    steps: list[str] = []
+def test_a_listener_sees_its_own_task_and_its_timeout_cancels_only_it() -> None:
+    async def main() -> None:
+        caller = asyncio.current_task()
+        seen: list[asyncio.Task[object] | None] = []
 
-    async def quick() -> int:
-        steps.append("ran")
-        return 7
-
-    loop = asyncio.new_event_loop()
-    try:
-        started = start_eagerly(loop, quick())
-        assert steps == ["ran"]
-        assert (started.result, started.error, started.task) == (7, None, None)
-    finally:
-        loop.close()
-
-
-def test_an_error_before_the_first_wait_is_returned_not_raised() -> None:
-    async def broken() -> None:
-        raise ValueError("on purpose")
-
-    loop = asyncio.new_event_loop()
-    try:
-        started = start_eagerly(loop, broken())
-        assert isinstance(started.error, ValueError)
-        assert started.task is None
-    finally:
-        loop.close()
-
-
-def test_a_coroutine_that_waits_goes_on_in_a_task_with_what_it_waited_for() -> None:
-    async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[str] = loop.create_future()
-        steps: list[str] = []
-
-        async def waits() -> str:
-            steps.append("before")
-            got = await fut
-            steps.append(got)
-            await asyncio.sleep(0)  # a bare yield, as sleep(0) makes
-            await asyncio.sleep(0.01)
-            return got + "!"
-
-        started = start_eagerly(loop, waits())
-        assert steps == ["before"]
-        assert started.task is not None
-        loop.call_soon(fut.set_result, "value")
-        assert await started.task == "value!"
-        assert steps == ["before", "value"]
-
-    asyncio.run(scenario())
-
-
-def test_an_error_after_a_wait_ends_the_task_with_that_error() -> None:
-    async def scenario() -> None:
-        async def fails_later() -> None:
-            await asyncio.sleep(0.01)
-            raise KeyError("later")
-
-        started = start_eagerly(asyncio.get_running_loop(), fails_later())
-        assert started.task is not None
-        with pytest.raises(KeyError):
-            await started.task
-
-    asyncio.run(scenario())
-
-
-def test_cancelling_the_task_cancels_the_coroutine_where_it_waits() -> None:
-    async def scenario() -> None:
-        cleaned: list[bool] = []
-
-        async def waits_long() -> None:
+        async def listener() -> str:
+            seen.append(asyncio.current_task())
             try:
-                await asyncio.sleep(30)
-            finally:
-                cleaned.append(True)
+                async with asyncio.timeout(0.05):
+                    await asyncio.sleep(5)
+            except TimeoutError:
+                return "timed out"
+            return "slept"
 
-        started = start_eagerly(asyncio.get_running_loop(), waits_long())
-        assert started.task is not None
+        task = listener_task(asyncio.get_running_loop(), listener())
+        assert await task == "timed out"
+        assert seen == [task]
+        assert seen[0] is not caller
+        # The caller was not cancelled: it goes on waiting.
         await asyncio.sleep(0.01)
-        started.task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await started.task
-        assert cleaned == [True]
 
-    asyncio.run(scenario())
+    asyncio.run(main())
+
+
+def test_an_error_is_the_tasks() -> None:
+    async def main() -> None:
+        async def broken() -> None:
+            raise ValueError("on purpose")
+
+        task = listener_task(asyncio.get_running_loop(), broken())
+        await asyncio.wait([task])
+        assert isinstance(task.exception(), ValueError)
+
+    asyncio.run(main())

@@ -279,15 +279,18 @@ QueueSelector = Callable[[int, Any, Any], int]
 
 
 def hashing_queue_selector(mq_size: int, msg: Any, arg: Any) -> int:
-    """The official default selector: ``arg % mq_size`` for an int ``arg``. A str is hashed
-    as Java's ``String.hashCode`` (as Java producers' SelectMessageQueueByHash does).
+    """The official default selector: ``arg % mq_size`` for an int ``arg``, taken as the C
+    int the official client passes it as (a larger one wraps to 32 bits). A str is hashed as
+    Java's ``String.hashCode`` (as Java producers' SelectMessageQueueByHash does).
 
     >>> hashing_queue_selector(4, None, 6), hashing_queue_selector(4, None, "order-1")
     (2, 2)
+    >>> hashing_queue_selector(6, None, 20231129001)  # wrapped to -1243707479
+    1
     """
     if isinstance(arg, str):
         return abs(_core.java_string_hash(arg)) % mq_size
-    return int(arg) % mq_size
+    return ctypes.c_int(int(arg)).value % mq_size
 
 
 def fetch_namesrv_addr(domain: str, timeout_s: float = NAMESRV_DOMAIN_TIMEOUT_S) -> str:

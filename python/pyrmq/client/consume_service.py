@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue, unreadable
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.errors import PyrmqError
-from pyrmq.eventloop import start_eagerly
+from pyrmq.eventloop import listener_task
 
 if TYPE_CHECKING:
     from pyrmq.client.push_consumer import PushConsumer
@@ -109,6 +109,14 @@ def succeeded(status: object, group: str, told: set[str]) -> bool:
             status,
         )
     return False
+
+
+def _outcome(task: "asyncio.Task[Any]") -> tuple[Any, BaseException | None]:
+    """A finished listener task's (status, error)."""
+    if task.cancelled():
+        return None, asyncio.CancelledError()
+    error = task.exception()
+    return (None if error else task.result()), error
 
 
 def _user_cpu_s() -> float:
@@ -589,8 +597,8 @@ class ConcurrentConsumeService:
         pq: ProcessQueue,
         mq: MessageQueue,
     ) -> None:
-        """Runs a coroutine listener at once, in the loop; only one that waits gets a task
-        (and holds a slot until it returns)."""
+        """Runs a coroutine listener in a task of its own, started at once where Python has
+        eager tasks; one that waits holds a slot until it returns."""
         if pq.dropped or self._closed.is_set():
             return
         if pq.handing_over and not pq.gate(msgs, self._rerun(listener, msgs, pq, mq)):
@@ -601,10 +609,9 @@ class ConcurrentConsumeService:
         except Exception as e:  # a listener that cannot be called with (msgs, ctx)
             self._async_done(None, e, msgs, ctx, pq, mq)
             return
-        started = start_eagerly(self._loop, coro)
-        task = started.task
-        if task is None:
-            self._async_done(started.result, started.error, msgs, ctx, pq, mq)
+        task = listener_task(self._loop, coro)
+        if task.done():  # an eager task that did not wait
+            self._async_done(*_outcome(task), msgs, ctx, pq, mq)
             return
         self._async_running += 1
         self._tasks.add(task)
@@ -620,11 +627,7 @@ class ConcurrentConsumeService:
     ) -> None:
         self._tasks.discard(task)
         self._async_running -= 1
-        if task.cancelled():
-            self._async_done(None, asyncio.CancelledError(), msgs, ctx, pq, mq)
-        else:
-            error = task.exception()
-            self._async_done(None if error else task.result(), error, msgs, ctx, pq, mq)
+        self._async_done(*_outcome(task), msgs, ctx, pq, mq)
         while self._async_queued and self._async_running < self._async_max:
             self._consume_async(*self._async_queued.popleft())
 

@@ -53,6 +53,7 @@ from pyrmq.client.process_queue import OrderlyProcessQueue, ProcessQueue
 from pyrmq.client.route import TopicRoute
 from pyrmq.client.subscription import MessageSelector, Subscription, consumer_data
 from pyrmq.errors import BrokerError, ClientStateError, PyrmqError
+from pyrmq.eventloop import EAGER_TASKS
 from pyrmq.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, TRAN_MSG, encode_properties
 from pyrmq.remoting.headers import PullMessageRequestHeader
 from pyrmq.remoting.protocol import PullSysFlag
@@ -987,6 +988,8 @@ class PushConsumer(ClientLifecycle):
                     # would only delay these (the broker, woken to park it, often takes this
                     # CPU for about 100 µs).
                     self._dispatch(msgs, pq, mq)
+                    if not EAGER_TASKS:
+                        await asyncio.sleep(0)  # the listeners' tasks begin first
                 elif runs == "threads":
                     # Likewise, and a consume thread woken while the loop writes the pull
                     # would wait for the interpreter lock: the pull waits until the thread
