@@ -1202,6 +1202,68 @@ def test_a_coroutine_listener_has_its_own_task_for_its_timeouts(addrs: tuple[str
     run(scenario)
 
 
+@pytest.mark.parametrize("kind", ["thread", "coroutine"])
+def test_shutdown_waits_for_a_stuck_listener_no_longer_than_await_termination(
+    addrs: tuple[str, str], kind: str
+) -> None:
+    """``await_termination_s`` (RocketMQ's awaitTerminationMillisWhenShutdown) bounds the
+    wait for listener calls at shutdown: the call still running is left, and its message
+    comes again to the group's next consumer (shutdown waited for it without end)."""
+    namesrv, broker = addrs
+    topic, group = f"TopicStuck{kind.title()}", f"CG_STUCK_{kind.upper()}"
+    create_topic(broker, topic, 1)
+    release = threading.Event()
+    began = threading.Event()
+    seen: list[bytes] = []
+
+    def stuck(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        seen.extend(m.body for m in msgs)
+        began.set()
+        release.wait(30)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def stuck_coroutine(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+        seen.extend(m.body for m in msgs)
+        began.set()
+        await asyncio.sleep(30)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async def scenario() -> None:
+        await send_bodies(namesrv, topic, [b"stuck"])
+        first = consumer(
+            namesrv,
+            group,
+            topic,
+            stuck if kind == "thread" else stuck_coroutine,
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            await_termination_s=0.5,
+        )
+        await first.start()
+        try:
+            await eventually(began.is_set, what="the listener called")
+        finally:
+            await asyncio.wait_for(first.shutdown(), 10)
+        assert seen == [b"stuck"]  # and the call has not returned
+        again: list[bytes] = []
+
+        def recorder(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeStatus:
+            again.extend(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        second = consumer(namesrv, group, topic, recorder)
+        await second.start()
+        try:
+            await eventually(lambda: again == [b"stuck"], what="the message again")
+        finally:
+            release.set()
+            await second.shutdown()
+
+    try:
+        run(scenario)
+    finally:
+        release.set()
+
+
 def test_a_topic_subscribed_while_running_needs_a_listener_unless_async_for_reads(
     addrs: tuple[str, str],
 ) -> None:

@@ -138,6 +138,11 @@ class PushConsumer(ClientLifecycle):
     ``max_reconsume_times`` of -1 (the default) means 16 retries through the retry topic for
     a concurrent consumer and retries without end for an orderly one, as in RocketMQ's
     client.
+
+    :meth:`shutdown` waits for the listener calls running, which then commit their messages;
+    with ``await_termination_s`` (RocketMQ's ``awaitTerminationMillisWhenShutdown``) at most
+    that long, after which the calls still running are left to finish unheeded and their
+    messages are delivered again.
     """
 
     _KIND = "consumer"
@@ -165,6 +170,7 @@ class PushConsumer(ClientLifecycle):
         offsets_dir: str | Path | None = None,
         instance_name: str | None = None,
         client_config: ClientConfig | None = None,
+        await_termination_s: float | None = None,
     ) -> None:
         if message_model not in ("CLUSTERING", "BROADCASTING"):
             raise ValueError(f"unknown message model {message_model!r}")
@@ -187,6 +193,7 @@ class PushConsumer(ClientLifecycle):
         self.suspend_timeout_s = suspend_timeout_s
         self.pull_interval_s = pull_interval_s
         self.offsets_dir = Path(offsets_dir) if offsets_dir else None
+        self.await_termination_s = await_termination_s
         self.subscriptions: dict[str, Subscription] = {}
         self._listeners: dict[str, Listener] = {}
         self._default_listener: Listener | None = None
@@ -370,13 +377,21 @@ class PushConsumer(ClientLifecycle):
         self._unacked = None
         if self._inbox is not None:
             self._inbox.put_nowait(None)  # ends `async for`
-        if self._service is not None:
-            # Listeners already running finish and move their queues' offsets; the queues
-            # are marked dropped only afterwards, or those offsets would be lost and the
-            # messages delivered again after a restart.
-            await self._service.shutdown(waiting_thread)
-        if self._orderly is not None:
-            await self._orderly.shutdown(waiting_thread)
+        # Listeners already running finish and move their queues' offsets; the queues are
+        # marked dropped only afterwards, or those offsets would be lost and the messages
+        # delivered again after a restart.
+        services = [s for s in (self._service, self._orderly) if s is not None]
+        waiting = asyncio.gather(*(s.shutdown(waiting_thread) for s in services))
+        waiting.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen if left
+        try:
+            await asyncio.wait_for(asyncio.shield(waiting), self.await_termination_s)
+        except TimeoutError:
+            log.warning(
+                "%s shut down with listener calls still running after %g s: their messages "
+                "are delivered again",
+                self.group,
+                self.await_termination_s,
+            )
         handing_over, self._handing_over = self._handing_over, {}
         for pq in [*self._pqs.values(), *handing_over.values()]:
             pq.dropped = True
