@@ -225,7 +225,7 @@ def test_a_slave_made_a_master_delivers_on_from_its_masters_delay_offsets(
 ) -> None:
     """The slave copies the master's delayed-message progress as it copies offsets; an
     operator who restarts the slave as the master (the master's disk lost) gets the delayed
-    messages still to come, and none of those the master delivered again."""
+    messages still to come, and none of those the master delivered before that copy again."""
     levels = "messageDelayLevel=1s 60s"
     master = cluster.start("master", "ASYNC_MASTER", levels)
     slave = cluster.start("slave", "SLAVE", levels)

@@ -67,8 +67,8 @@ def test_replication_keys_load_and_a_role_needs_its_broker_id() -> None:
     assert not BrokerConfig.from_mapping({"brokerRole": "SYNC_MASTER"}).is_slave
     with pytest.raises(ConfigError, match="SLAVE's broker_id must be > 0"):
         BrokerConfig.from_mapping({"brokerRole": "SLAVE"})
-    with pytest.raises(ConfigError, match="ASYNC_MASTER's broker_id must be 0"):
-        BrokerConfig.from_mapping({"brokerId": "1"})
+    # As RocketMQ's BrokerStartup: a master's id is 0 whatever brokerId says.
+    assert BrokerConfig.from_mapping({"brokerId": "1"}).broker_id == 0
     with pytest.raises(ConfigError, match="broker_role"):
         BrokerConfig.from_mapping({"brokerRole": "LEADER"})
     with pytest.raises(ConfigError, match="ha_master_address"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pyrmq.broker.clients import ClientTable
+from pyrmq.broker.state.groups import GroupTable
 from pyrmq.broker.state.offsets import OffsetTable
 from pyrmq.broker.state.topics import TopicConfig, TopicTable
 
@@ -89,3 +90,26 @@ def test_a_group_whose_last_client_left_is_forgotten() -> None:
     assert clients.producers == {}
     assert clients.expire(now_ms=10_000, expired_after_ms=1_000) == ["CG_KEPT"]
     assert clients.consumers == {}
+
+
+def test_a_slave_takes_its_masters_group_table_in_place_of_its_own(tmp_path: Path) -> None:
+    """A group deleted on the master goes from the slave too (it stayed, and its settings, a
+    consumeEnable of false say, went on refusing pulls there), as RocketMQ's slave replaces
+    its table with the master's."""
+    path = tmp_path / "subscriptionGroup.json"
+    groups = GroupTable(path)
+    groups.put({"groupName": "GID_GONE", "consumeEnable": False})
+    groups.put({"groupName": "GID_KEPT", "retryMaxTimes": 3})
+    master = {
+        "subscriptionGroupTable": {
+            "GID_KEPT": {"groupName": "GID_KEPT", "retryMaxTimes": 5},
+            "GID_NEW": {"groupName": "GID_NEW"},
+        }
+    }
+    groups.replace_from_master(master)
+    assert [g.group_name for g in groups.all()] == ["GID_KEPT", "GID_NEW"]
+    kept = groups.get("GID_KEPT")
+    assert kept is not None
+    assert kept.retry_max_times == 5
+    # Saved: a restarted slave (or one made a master) has the master's table.
+    assert [g.group_name for g in GroupTable(path).all()] == ["GID_KEPT", "GID_NEW"]

@@ -217,9 +217,13 @@ class BrokerConfig:
         elif self.is_slave and self.broker_id == 0:
             problems.append("a SLAVE's broker_id must be > 0 (0 is its master's)")
         elif not self.is_slave and self.broker_id != 0:
-            problems.append(
-                f"a {self.store.broker_role}'s broker_id must be 0 (slaves have ids above 0)"
+            # As RocketMQ's BrokerStartup, which sets a master's id to 0 whatever it was.
+            log.warning(
+                "brokerId %d of a %s taken as 0: a master's id is 0 (slaves have ids above 0)",
+                self.broker_id,
+                self.store.broker_role,
             )
+            object.__setattr__(self, "broker_id", 0)
         if self.metrics_exporter_type.isdigit() and int(self.metrics_exporter_type) < len(
             EXPORTER_TYPES
         ):

@@ -189,7 +189,8 @@ class SlaveSync:
                 try:
                     await self.sync(self.master_addr)
                     failing = False
-                except (RemotingError, ValueError, KeyError, TypeError) as e:
+                # A file that cannot be saved now (a full disk) fails this round only.
+                except (PyrmqError, OSError, ValueError, KeyError, TypeError) as e:
                     log.log(
                         logging.DEBUG if failing else logging.WARNING,
                         "sync from master %s failed: %s",
@@ -233,7 +234,7 @@ class SlaveSync:
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         broker.offsets.merge_from_master(offsets.get("offsetTable") or {})
         groups = await self._get(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        broker.groups.merge_from_master(groups)
+        broker.groups.replace_from_master(groups)
         delays = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
         table = delays.get("offsetTable") or {}
         progress = {int(level): int(n) for level, n in table.items()}

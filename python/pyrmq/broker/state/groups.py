@@ -116,20 +116,16 @@ class GroupTable:
             self._persist()
         return config
 
-    def merge_from_master(self, wrapper: dict[str, Any]) -> None:
-        """A slave takes its master's group settings (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
-        configs = [
-            (GroupConfig.from_json(value), dict(value))
-            for value in (wrapper.get("subscriptionGroupTable") or {}).values()
-        ]
+    def replace_from_master(self, wrapper: dict[str, Any]) -> None:
+        """A slave takes its master's group settings (GET_ALL_SUBSCRIPTIONGROUP_CONFIG) in
+        place of its own, as RocketMQ's slave does: a group deleted there goes here too."""
+        groups = {}
+        for value in (wrapper.get("subscriptionGroupTable") or {}).values():
+            config = GroupConfig.from_json(value)
+            groups[config.group_name] = (config, {**value, **config.to_json()})
         with self._lock:
-            changed = False
-            for config, raw in configs:
-                entry = (config, {**raw, **config.to_json()})
-                if self._groups.get(config.group_name) != entry:
-                    self._groups[config.group_name] = entry
-                    changed = True
-            if changed:
+            if groups != self._groups:
+                self._groups = groups
                 self._persist()
 
     def delete(self, group: str) -> bool:
