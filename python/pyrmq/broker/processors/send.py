@@ -158,7 +158,7 @@ class SendProcessor:
                         f"compressed batch (maxMessageSize {limit}): {e}",
                     )
                 sys_flag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE)
-            if _int_or_zero(parse_properties(properties).get("DELAY")) > 0:
+            if (_i64(parse_properties(properties).get("DELAY", "")) or 0) > 0:
                 return self._error(
                     request,
                     ResponseCode.MESSAGE_ILLEGAL,
@@ -551,13 +551,6 @@ def _i64(text: str) -> int | None:
     return value if -(2**63) <= value < 2**63 else None
 
 
-def _int_or_zero(text: str | None) -> int:
-    try:
-        return int(text or 0)
-    except ValueError:
-        return 0
-
-
 def _is_half(properties: str, sys_flag: int, reconsume_times: int) -> bool:
     """Whether a send is a transaction's half message: as RocketMQ decides it, by its
     ``TRAN_MSG`` property (or the prepared type in its sys flag), unless it is a
@@ -571,4 +564,4 @@ def _is_half(properties: str, sys_flag: int, reconsume_times: int) -> bool:
             return False
     else:
         props = parse_properties(properties) if "DELAY" in properties else {}
-    return not (reconsume_times > 0 and _int_or_zero(props.get("DELAY")) > 0)
+    return not (reconsume_times > 0 and (_i64(props.get("DELAY", "")) or 0) > 0)
