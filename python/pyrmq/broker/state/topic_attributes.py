@@ -28,13 +28,11 @@ class _Attribute:
     """The values this broker serves (the others are RocketMQ's but need what it lacks)."""
 
 
+_MESSAGE_TYPES = frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", MIXED})
+
 # RocketMQ 5.3's TopicAttributes; reserve.time needs its tiered store.
 _KNOWN = {
-    MESSAGE_TYPE: _Attribute(
-        frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", MIXED}),
-        changeable=True,
-        supported=frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", MIXED}),
-    ),
+    MESSAGE_TYPE: _Attribute(_MESSAGE_TYPES, changeable=True, supported=_MESSAGE_TYPES),
     "queue.type": _Attribute(
         frozenset({"BatchCQ", "SimpleCQ"}), changeable=False, supported=frozenset({"SimpleCQ"})
     ),
