@@ -181,7 +181,7 @@ def test_exactly_once_a_task_that_fails_mid_write_leaves_nothing_delivered(
         checkpoint,
         keys="keys_once(body)",
         deliveryGuarantee="exactly_once",
-        checkImmunitySeconds="20",
+        checkImmunitySeconds="10",
     )
     with pytest.raises(Exception, match="holds a space"):
         query.awaitTermination(240)
@@ -197,10 +197,10 @@ def test_exactly_once_a_task_that_fails_mid_write_leaves_nothing_delivered(
         keys="keys_once(body)",
         trigger={"processingTime": "1 second"},
         deliveryGuarantee="exactly_once",
-        checkImmunitySeconds="20",
+        checkImmunitySeconds="10",
     )
     try:
-        # The failed attempt's halves are first checked 20 s after they were written.
+        # The failed attempt's halves are first checked 10 s after they were written.
         deadline = asyncio.run(_deadline(90))
         while True:
             halves, ended = transactions(broker)
