@@ -106,6 +106,12 @@ def test_trigger_limits_and_times_are_read() -> None:
     assert (timed.ending_timestamp_ms, timed.timestamp_strategy) == (1_800_000_000_000, "latest")
     # As Spark's Kafka source, a batch read ignores trigger limits.
     assert ReadOptions.parse(NS | {"subscribe": "T", "maxOffsetsPerTrigger": "5"}, "batch")
+    # Kafka's fetchOffset options: 3 retries 10 ms apart unless set.
+    plain = ReadOptions.parse(NS | {"subscribe": "T"}, "stream")
+    assert (plain.fetch_offset_retries, plain.fetch_offset_retry_interval_s) == (3, 0.01)
+    retries = {"fetchOffset.numRetries": "0", "fetchOffset.retryIntervalMs": "250"}
+    tuned = ReadOptions.parse(NS | {"subscribe": "T"} | retries, "batch")
+    assert (tuned.fetch_offset_retries, tuned.fetch_offset_retry_interval_s) == (0, 0.25)
 
 
 @pytest.mark.parametrize(
@@ -137,6 +143,7 @@ def test_trigger_limits_and_times_are_read() -> None:
             "bad offset -1",
         ),
         ({"subscribe": "T", "startingOffsetsByTimestamp": "{"}, "is not valid JSON"),
+        ({"subscribe": "T", "fetchOffset.numRetries": "-1"}, "numRetries must be at least 0"),
     ],
 )
 def test_bad_read_options_are_refused(options: dict[str, str], message: str) -> None:

@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.compat.servers import Cluster, create_topic
+from tests.compat.servers import BROKER_HA, Cluster, create_topic
 from tests.spark.test_spark_source import read, send, stream_to_parquet
 
 from pyrmq.client.admin import Admin
+from pyrmq.client.message import MessageQueue
+from pyrmq.errors import PyrmqError
+from pyrmq.spark.broker import Brokers
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -269,3 +272,27 @@ def test_a_stream_waits_out_a_broker_restart_without_loss_or_duplicates(
         assert run() == [2]
     stored = spark.read.parquet(str(tmp_path / "out")).collect()
     assert bodies(stored) == list(range(12))
+
+
+def test_offset_lookups_are_tried_again_while_a_broker_restarts(tmp_path: Path) -> None:
+    """``fetchOffset.numRetries``: an offset look-up that fails because the topic's broker
+    restarted (on another port) is tried again, with the route asked for again; without
+    retries it fails."""
+    topic = "TopicSparkFetchRetry"
+    mq = MessageQueue(topic, BROKER_HA, 0)
+    with Cluster(tmp_path) as cluster:
+        broker = cluster.start("m", "ASYNC_MASTER")
+        create_topic(broker, topic, 1)
+        send(cluster.namesrv, topic, 3)
+        with (
+            Brokers(cluster.namesrv, 5.0) as once,
+            Brokers(
+                cluster.namesrv, 5.0, offset_retries=100, offset_retry_interval_s=0.1
+            ) as retried,
+        ):
+            assert once.max_offset(mq) == retried.max_offset(mq) == 3
+            assert cluster.procs["m"].stop() == 0
+            cluster.start("m", "ASYNC_MASTER")
+            with pytest.raises((PyrmqError, OSError)):
+                once.max_offset(mq)
+            assert retried.max_offset(mq) == 3

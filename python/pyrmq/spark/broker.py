@@ -7,8 +7,9 @@ connections and closes them.
 """
 
 import asyncio
+import time
 import types
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Self, TypeVar
 
 from pyrmq.acl.signing import Credentials
@@ -40,8 +41,12 @@ class Brokers:
         credentials: Credentials | None = None,
         group: str = SOURCE_GROUP,
         tls: ClientTls | None = None,
+        offset_retries: int = 0,
+        offset_retry_interval_s: float = 0.01,
     ) -> None:
         self.namesrv = split_addresses(namesrv)
+        self.offset_retries = offset_retries
+        self.offset_retry_interval_s = offset_retry_interval_s
         self.timeout_s = timeout_s
         self.credentials = credentials
         self.tls = tls
@@ -126,11 +131,28 @@ class Brokers:
             raise PyrmqError(f"no address for broker {mq.broker_name} of {mq.topic}")
         return addr
 
+    def _offset(self, topic: str, ask: Callable[[], Coroutine[Any, Any, int]]) -> int:
+        """An offset look-up, tried ``offset_retries`` more times after a failure (a broker
+        restarting, a connection dropped), with the topic's route asked for again: Kafka's
+        ``fetchOffset.numRetries``."""
+        attempt = 0
+        while True:
+            try:
+                return self._run(ask())
+            except ConfigError:
+                raise
+            except (PyrmqError, OSError, TimeoutError):
+                if attempt >= self.offset_retries:
+                    raise
+            attempt += 1
+            self._routes.pop(topic, None)
+            time.sleep(self.offset_retry_interval_s)
+
     def min_offset(self, mq: MessageQueue) -> int:
-        return self._run(self.api.min_offset(self.addr(mq), mq))
+        return self._offset(mq.topic, lambda: self.api.min_offset(self.addr(mq), mq))
 
     def max_offset(self, mq: MessageQueue) -> int:
-        return self._run(self.api.max_offset(self.addr(mq), mq))
+        return self._offset(mq.topic, lambda: self.api.max_offset(self.addr(mq), mq))
 
     def commit_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         """Stores ``group``'s consumer offset of ``mq`` on its broker."""
@@ -138,7 +160,9 @@ class Brokers:
 
     def offset_for_time(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms`` (the queue's end if none)."""
-        return self._run(self.api.search_offset(self.addr(mq), mq, timestamp_ms))
+        return self._offset(
+            mq.topic, lambda: self.api.search_offset(self.addr(mq), mq, timestamp_ms)
+        )
 
     async def pull(
         self, addr: str, mq: MessageQueue, offset: int, max_nums: int, sub: Subscription

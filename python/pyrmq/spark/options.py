@@ -63,6 +63,8 @@ READ_KEYS = (
     "consumerGroup",
     "consumerGroupPrefix",
     "pushDownPredicate",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
     *CLIENT_KEYS,
 )
 WRITE_KEYS = (
@@ -301,6 +303,10 @@ class ReadOptions:
     push_down_predicate: bool = False
     """Batch reads: a query's filters narrow what is pulled (see :mod:`pyrmq.spark.pushdown`);
     Spark then needs ``spark.sql.python.filterPushdown.enabled``."""
+    fetch_offset_retries: int = 3
+    """Offset look-ups on the driver tried again after a failure, as Kafka's
+    ``fetchOffset.numRetries``."""
+    fetch_offset_retry_interval_s: float = 0.01
 
     def selects(self, topic: str) -> bool:
         """Whether the read takes messages of ``topic``."""
@@ -403,6 +409,9 @@ class ReadOptions:
             consumer_group=groups["consumerGroup"],
             consumer_group_prefix=groups["consumerGroupPrefix"] or GROUP_PREFIX,
             push_down_predicate=_bool(options, "pushDownPredicate", False),
+            fetch_offset_retries=_int(options, "fetchOffset.numRetries", 3, 0) or 0,
+            fetch_offset_retry_interval_s=(_int(options, "fetchOffset.retryIntervalMs", 10, 0) or 0)
+            / 1000,
         )
 
 

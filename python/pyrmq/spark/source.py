@@ -163,6 +163,8 @@ def _brokers(options: ReadOptions) -> Brokers:
         options.credentials,
         options.consumer_group or options.consumer_group_prefix,
         options.tls,
+        options.fetch_offset_retries,
+        options.fetch_offset_retry_interval_s,
     )
 
 
