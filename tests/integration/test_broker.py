@@ -454,6 +454,46 @@ def test_the_transaction_property_makes_a_half_message_whatever_the_sys_flag(
     run(scenario)
 
 
+def test_a_message_sent_to_a_retry_topic_goes_to_the_dlq_after_its_last_retry(
+    tmp_path: Path,
+) -> None:
+    """A client whose send-back failed sends the message to the retry topic itself, its
+    reconsume times counting the failed delivery: with the group's 16 retries, 16 is one more
+    retry and 17 the dead-letter queue, as RocketMQ 5 decides (>; 4.9's >= took 16 there)."""
+
+    async def scenario() -> None:
+        async with cluster(tmp_path) as c:
+
+            async def back(body: bytes, times: int) -> None:
+                sent = await c.call(
+                    RequestCode.SEND_MESSAGE,
+                    {
+                        "producerGroup": "PG",
+                        "topic": "%RETRY%GID_FALLBACK",
+                        "defaultTopic": "TBW102",
+                        "defaultTopicQueueNums": 4,
+                        "queueId": 0,
+                        "sysFlag": 0,
+                        "bornTimestamp": int(time.time() * 1000),
+                        "flag": 0,
+                        "properties": props(DELAY=str(3 + times)),
+                        "reconsumeTimes": str(times),
+                        "unitMode": "0",
+                    },
+                    body,
+                )
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+
+            await back(b"retried", 16)
+            await back(b"dead", 17)
+            dead = records((await c.pull("%DLQ%GID_FALLBACK", 0, 0)).body)
+            assert [m.body for m in dead] == [b"dead"]
+            parked = records((await c.pull("SCHEDULE_TOPIC_XXXX", 17, 0)).body)
+            assert [m.body for m in parked] == [b"retried"]
+
+    run(scenario)
+
+
 def test_requests_before_a_malformed_frame_are_served(tmp_path: Path) -> None:
     """Frames that arrive together with a malformed one after them are served before the
     connection closes, as Netty's decoder hands each on before it reads the next (they were

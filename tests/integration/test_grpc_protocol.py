@@ -779,6 +779,15 @@ def test_compressed_4x_bodies_arrive_inflated_and_undecodable_ones_go_to_the_dlq
     assert [m.system_properties.dead_letter_queue.topic for m in dead] == [topic, topic]
     # Read from the DLQ, a body that does not inflate comes as stored.
     assert [m.body for m in dead] == [b"not zlib at all", zlib.compress(b"lz4 is claimed")]
+    # A 4.x consumer of the DLQ finds what RocketMQ's send-back names in a dead letter.
+    import asyncio
+
+    broker = server.addresses()[1]
+    pulled = asyncio.run(helpers.pull_head(broker, "broker-a", f"%DLQ%{group}", 0)).messages
+    assert [m.properties["RETRY_TOPIC"] for m in pulled] == [topic, topic]
+    assert [m.properties["ORIGIN_MESSAGE_ID"] for m in pulled] == [
+        m.properties["DLQ_ORIGIN_MESSAGE_ID"] for m in pulled
+    ]
 
 
 def test_a_gzip_encoded_send_is_stored_compressed_and_one_that_does_not_inflate_is_refused(

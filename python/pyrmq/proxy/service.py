@@ -39,7 +39,7 @@ from pyrmq.errors import (
     SystemTopicError,
 )
 from pyrmq.namespace import SYSTEM_TOPICS
-from pyrmq.properties import RECONSUME_TIME, UNIQ_KEY
+from pyrmq.properties import ORIGIN_MESSAGE_ID, RECONSUME_TIME, RETRY_TOPIC, UNIQ_KEY
 from pyrmq.proxy import messages, pop_state
 from pyrmq.proxy.access import Caller, GrpcAccess, peer_endpoint
 from pyrmq.proxy.cluster import BrokerQueues, ClusterRoutes
@@ -1026,8 +1026,13 @@ class MessagingService:
         if created:
             broker.request_registration(topic)
         props = dict(stored.properties)
+        origin_id = props.get(UNIQ_KEY) or stored.msg_id
         props.setdefault(messages.DLQ_ORIGIN_TOPIC, stored.topic)
-        props.setdefault(messages.DLQ_ORIGIN_MESSAGE_ID, props.get(UNIQ_KEY) or stored.msg_id)
+        props.setdefault(messages.DLQ_ORIGIN_MESSAGE_ID, origin_id)
+        # What RocketMQ's send-back, which makes every dead letter there, names: tools that
+        # send dead letters back read them.
+        props.setdefault(RETRY_TOPIC, stored.topic)
+        props.setdefault(ORIGIN_MESSAGE_ID, origin_id)
         props.pop(RECONSUME_TIME, None)
         try:
             broker.put_now(

@@ -130,7 +130,9 @@ class SendProcessor:
                 and header.max_reconsume_times is not None
             ):
                 limit_times = header.max_reconsume_times
-            if reconsume_times >= limit_times:
+            # As RocketMQ 5 (4.9's >= sent it one retry early): the client counted the
+            # delivery that failed before it sent the message here.
+            if reconsume_times > limit_times:
                 topic = DLQ_PREFIX + group
                 broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
                 queue_id = 0
