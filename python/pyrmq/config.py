@@ -517,9 +517,11 @@ _PROPERTY_ESCAPES: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 
-def _unescape(text: str) -> str:
+def _unescape(text: str, source: str) -> str:
     def replace(match: re.Match[str]) -> str:
         escaped = match.group(1)
+        if escaped == "u":
+            raise ConfigError(f"{source}: malformed \\uxxxx encoding in {text!r}")
         if len(escaped) == 5:
             return chr(int(escaped[1:], 16))
         return _PROPERTY_ESCAPES.get(escaped, escaped)
@@ -527,9 +529,14 @@ def _unescape(text: str) -> str:
     return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", replace, text, flags=re.DOTALL)
 
 
+LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")
+"""Where java.util.Properties ends a line: not at the other breaks str.splitlines knows
+(form feed, U+2028, ...), which may sit inside a comment or a value."""
+
+
 def _logical_lines(text: str) -> Iterable[str]:
     pending: str | None = None
-    for physical in text.splitlines():
+    for physical in LINE_BREAK.split(text):
         line = physical.lstrip(" \t\f")
         if pending is None and (not line or line[0] in "#!"):
             continue
@@ -560,8 +567,9 @@ def parse_properties(text: str, *, source: str = "properties") -> dict[str, str]
             start += 1
         if start < len(line) and line[start] in "=:":
             start += 1
-        key = _unescape(line[:end])
-        value = _unescape(line[start:].strip(" \t\f"))
+        key = _unescape(line[:end], source)
+        # Java keeps a value's trailing spaces, escaped or not, and RocketMQ trims them.
+        value = _unescape(line[start:], source).strip(" \t\f")
         if key in properties:
             log.warning("store config key repeated, last value wins: key=%s source=%s", key, source)
         properties[key] = value

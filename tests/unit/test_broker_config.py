@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from pyrmq.broker.config import BrokerConfig, setting_key, write_settings
-from pyrmq.config import SYNC_FLUSH
+from pyrmq.config import SYNC_FLUSH, parse_properties
 from pyrmq.errors import ConfigError
 
 BROKER_CONF = """\
@@ -151,3 +151,40 @@ def test_written_settings_replace_their_lines_and_keep_the_rest(tmp_path: Path) 
     config = BrokerConfig.from_properties(path)
     assert (config.store.file_reserved_time_hours, config.store.delete_when) == (24, "01;13")
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_written_setting_replaces_every_entry_of_its_key_with_their_continued_lines(
+    tmp_path: Path,
+) -> None:
+    """A key set twice (the last wins) and a value continued on the next line: the update
+    holds after a restart and leaves no stray line (the first entry only was rewritten, the
+    last still won, and a continued line became a key of its own)."""
+    path = tmp_path / "broker.conf"
+    path.write_text(
+        "brokerName=b1\nfileReservedTime=72\ndeleteWhen=01;\\\n    02\nfileReservedTime=48\n"
+    )
+    write_settings(path, {"fileReservedTime": "24", "deleteWhen": "05"})
+    settings = parse_properties(path.read_text())
+    assert settings == {"brokerName": "b1", "fileReservedTime": "24", "deleteWhen": "05"}
+    # A value is escaped as java.util.Properties writes it: it cannot set another key.
+    write_settings(path, {"brokerClusterName": "c\nbrokerRole=SLAVE"})
+    assert parse_properties(path.read_text())["brokerClusterName"] == "c\nbrokerRole=SLAVE"
+    assert BrokerConfig.from_properties(path).store.broker_role == "ASYNC_MASTER"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"flushConsumerOffsetInterval": "0"}, "flushConsumerOffsetInterval 0 must be positive"),
+        ({"channelExpiredTimeout": "-1"}, "channelExpiredTimeout -1 must be positive"),
+        ({"brokerRole": "SLAVE", "brokerId": "99999999999999999999"}, "out of range"),
+        ({"defaultTopicQueueNums": "3000000000"}, "more than maxQueueNumsPerTopic 1024"),
+    ],
+)
+def test_settings_rocketmq_would_not_start_with_are_refused(
+    settings: dict[str, str], message: str
+) -> None:
+    """A period of 0 spun the broker's loop at full CPU; a number past a Java long, or more
+    queues than a topic may have, reached the name server or topics.json."""
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_mapping(settings)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pyrmq.config
-from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_delay_levels
+from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_delay_levels, parse_properties
 from pyrmq.errors import ConfigError, PyrmqError
 
 # RocketMQ's MessageStoreConfig defaults, written as its Java source writes them.
@@ -259,6 +259,16 @@ def test_from_properties_handles_escapes_and_a_repeated_key(
         messages
     )
     assert f"unknown store config key ignored: key=deleteWhen=x source={path}" in messages
+
+
+def test_properties_lines_end_where_java_ends_them() -> None:
+    """Only at \\r and \\n, as java.util.Properties: text past a U+2028 or a form feed in a
+    comment stayed a setting (str.splitlines breaks there); an escaped trailing space is the
+    value's, trimmed as RocketMQ trims values (it left a stray backslash)."""
+    text = "# role docs\u2028brokerRole=SLAVE is for replicas\nbrokerName=b1\f\na=value\\ \n"
+    assert parse_properties(text) == {"brokerName": "b1", "a": "value"}
+    with pytest.raises(ConfigError, match="malformed"):
+        parse_properties("a=\\uZZZZ")
 
 
 def test_from_properties_of_an_empty_file_gives_the_defaults(tmp_path: Path) -> None:

@@ -11,7 +11,13 @@ from typing import Any, Self
 from pyrmq.acl.signing import Credentials
 from pyrmq.broker.metrics import EXPORTER_TYPES, parse_labels
 from pyrmq.broker.state.json_file import write_atomic
-from pyrmq.config import ROCKETMQ_ALIASES, StoreConfig, parse_properties, rocketmq_key
+from pyrmq.config import (
+    LINE_BREAK,
+    ROCKETMQ_ALIASES,
+    StoreConfig,
+    parse_properties,
+    rocketmq_key,
+)
 from pyrmq.errors import ConfigError
 from pyrmq.remoting.addresses import split_addresses
 from pyrmq.remoting.tls import SECRET_KEYS, TLS_KEYS, TlsConfig
@@ -201,8 +207,25 @@ class BrokerConfig:
             problems.append("transaction timings must be positive")
         if self.lock_queue_timeout_ms < 0:
             problems.append("lock_queue_timeout_ms must be >= 0")
+        # Periods of the broker's loops (one of 0 would spin) and timeouts: RocketMQ's
+        # scheduled executors refuse a period of 0 or less, so its broker does not start.
+        for key, value in (
+            ("flushConsumerOffsetInterval", self.flush_consumer_offset_interval_ms),
+            ("registerNameServerPeriod", self.register_name_server_period_ms),
+            ("channelExpiredTimeout", self.channel_expired_timeout_ms),
+            ("serverChannelMaxIdleTimeSeconds", self.server_channel_max_idle_s),
+            ("shortPollingTimeMills", self.short_polling_time_ms),
+            ("timerMaxDelaySec", self.timer_max_delay_s),
+        ):
+            if value <= 0:
+                problems.append(f"{key} {value} must be positive")
         if self.default_topic_queue_nums <= 0:
             problems.append("default_topic_queue_nums must be positive")
+        elif self.default_topic_queue_nums > self.store.max_queue_nums_per_topic:
+            problems.append(
+                f"defaultTopicQueueNums {self.default_topic_queue_nums} is more than "
+                f"maxQueueNumsPerTopic {self.store.max_queue_nums_per_topic}"
+            )
         if self.default_message_request_mode not in ("PULL", "POP"):
             problems.append(
                 f"defaultMessageRequestMode {self.default_message_request_mode!r} is not PULL "
@@ -394,20 +417,54 @@ _KEY_OF_LINE = re.compile(r"^[ \t\f]*([^#!=: \t\f][^=: \t\f]*)")
 
 
 def write_settings(path: str | Path, updates: Mapping[str, str]) -> None:
-    """Sets ``updates`` (by :func:`setting_key`) in the properties file at ``path``: a line
-    that sets one gets its new value, under the key it was written with; the others are
-    appended. Comments and every other line stay as they were. The file is replaced whole
-    (written aside, synced, renamed), so a crash leaves the old or the new one."""
+    """Sets ``updates`` (by :func:`setting_key`) in the properties file at ``path``: each entry
+    that sets one (with the lines a trailing backslash continues it on) becomes one line with
+    the new value, under the key it was written with; the others are appended. Comments and
+    every other entry stay as they were. The file is replaced whole (written aside, synced,
+    renamed), so a crash leaves the old or the new one."""
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    pending = dict(updates)
-    for i, line in enumerate(lines):
-        match = _KEY_OF_LINE.match(line)
-        if match and (key := setting_key(match.group(1))) in pending:
-            lines[i] = f"{match.group(1)}={pending.pop(key)}"
-    lines += [f"{key}={value}" for key, value in pending.items()]
+    lines = LINE_BREAK.split(path.read_text(encoding="utf-8"))
+    if lines and not lines[-1]:
+        lines.pop()
+    out: list[str] = []
+    written: set[str] = set()
+    i = 0
+    while i < len(lines):
+        first = lines[i]
+        stripped = first.lstrip(" \t\f")
+        end = i
+        if stripped and stripped[0] not in "#!":
+            while end + 1 < len(lines) and _continues(lines[end]):
+                end += 1
+        match = None if not stripped or stripped[0] in "#!" else _KEY_OF_LINE.match(first)
+        key = setting_key(match.group(1)) if match else None
+        if match and key is not None and key in updates:
+            out.append(f"{match.group(1)}={_escape(updates[key])}")
+            written.add(key)
+        else:
+            out += lines[i : end + 1]
+        i = end + 1
+    out += [f"{key}={_escape(value)}" for key, value in updates.items() if key not in written]
     # No backup: the broker must find its configuration file at every moment.
-    write_atomic(path, ("\n".join(lines) + "\n").encode(), backup=False)
+    write_atomic(path, ("\n".join(out) + "\n").encode(), backup=False)
+
+
+def _continues(line: str) -> bool:
+    """Whether a properties line goes on on the next: it ends in an odd number of backslashes."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _escape(value: str) -> str:
+    r"""A value as java.util.Properties writes it: backslashes and line breaks escaped, so that
+    a value can neither end its line early nor set another key.
+
+    >>> _escape("C:\\store\nbrokerRole=SLAVE")
+    'C:\\\\store\\nbrokerRole=SLAVE'
+    """
+    out = value.replace("\\", "\\\\")
+    for char, escaped in (("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"), ("\f", "\\f")):
+        out = out.replace(char, escaped)
+    return "\\" + out if out.startswith(" ") else out
 
 
 def _format(value: object) -> str:
@@ -440,5 +497,8 @@ def _convert(kind: object, raw: object) -> object:
         text = str(raw).strip()
         if re.fullmatch(r"[+-]?[0-9]+", text) is None:
             raise ValueError(f"{raw!r} is not a decimal integer")
-        return int(text)
+        value = int(text)
+        if not -(2**63) <= value < 2**63:  # a Java long, the widest RocketMQ's settings take
+            raise ValueError(f"{raw!r} is out of range")
+        return value
     return str(raw)

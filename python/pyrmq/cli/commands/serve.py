@@ -3,6 +3,7 @@
 import asyncio
 import dataclasses
 import logging
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -115,8 +116,11 @@ def _grpc_part(broker: BrokerController) -> str:
 def _setup_logging(level: str, log_file: Path | None) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file))
+        try:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            handlers.append(logging.FileHandler(log_file))
+        except OSError as e:
+            raise click.UsageError(f"--log-file {log_file}: {e.strerror or e}") from None
     logging.basicConfig(
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -173,11 +177,13 @@ def _broker_config(
     tls_config: Path | None = None,
     *,
     grpc_default: int = -1,
+    namesrv_default: str = "",
 ) -> BrokerConfig:
     # The store's default root is pyrmq's, unless the file or --store names one.
     base = BrokerConfig(
         store=StoreConfig(store_path_root_dir=str(DEFAULT_STORE.expanduser())),
         grpc_server_port=grpc_default,
+        namesrv_addr=namesrv_default,
     )
     try:
         config = BrokerConfig.from_properties(config_file, base=base) if config_file else base
@@ -341,7 +347,16 @@ def broker(
     """A broker that registers with the given name servers."""
     _setup_logging(log_level, log_file)
     config = _broker_config(
-        config_file, store, port, flush, namesrv_addr, grpc_port, acl, tls_config
+        config_file,
+        store,
+        port,
+        flush,
+        namesrv_addr,
+        grpc_port,
+        acl,
+        tls_config,
+        # As RocketMQ's broker: the environment's, unless broker.conf or -n names others.
+        namesrv_default=os.environ.get("NAMESRV_ADDR", ""),
     )
     if not config.namesrv_addrs:
         raise click.UsageError("no name server: give -n HOST:PORT or namesrvAddr in broker.conf")

@@ -41,7 +41,8 @@ NAMESRV = click.option(
     "--namesrv-addr",
     default="127.0.0.1:9876",
     show_default=True,
-    help="Name servers, host:port;host:port.",
+    envvar="NAMESRV_ADDR",
+    help="Name servers, host:port;host:port (else $NAMESRV_ADDR, as mqadmin reads it).",
 )
 
 
