@@ -494,15 +494,6 @@ def _problems(config: StoreConfig) -> list[str]:
             valid.add(name)
         else:
             problems.append(f"{_label(name)} = {value!r}: {reason}")
-    if {"disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"} <= valid and (
-        config.disk_space_clean_forcibly_ratio > config.disk_space_warning_level_ratio
-    ):
-        problems.append(
-            f"{_label('disk_space_clean_forcibly_ratio')} = "
-            f"{config.disk_space_clean_forcibly_ratio}: must not exceed "
-            f"{_label('disk_space_warning_level_ratio')} = "
-            f"{config.disk_space_warning_level_ratio}: writes would stop before cleaning starts"
-        )
     return problems
 
 

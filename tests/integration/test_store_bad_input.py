@@ -505,7 +505,6 @@ def test_an_empty_store_path_is_refused(tmp_path, monkeypatch):
         ("clean_resource_interval_ms", 0),
         ("disk_space_warning_level_ratio", 0),
         ("disk_max_used_space_ratio", 500),
-        ("disk_space_clean_forcibly_ratio", 95),
         ("delete_when", ""),
         ("delete_when", "4;;5"),
         ("max_message_size", 0),

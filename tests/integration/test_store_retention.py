@@ -197,6 +197,24 @@ def test_disk_above_the_forcible_ratio_deletes_the_oldest_segment_unexpired(open
         check_queue(store, q, sent[q])
 
 
+def test_a_disk_past_the_warning_level_is_cleaned_forcibly_whatever_that_ratio_says(
+    open_store, tmp_path
+):
+    """As RocketMQ, a disk fuller than ``diskSpaceWarningLevelRatio`` is cleaned as forcibly
+    as one past ``diskSpaceCleanForciblyRatio``: writes stop there, so a forced clean-up set
+    above it would never come (such a configuration was refused)."""
+    root = tmp_path / "store"
+    store = open_store(root, **CONFIG)
+    fill(store, 4)
+    store.close()
+    tight = {**CONFIG, "disk_space_warning_level_ratio": 1, "disk_max_used_space_ratio": 1}
+    store = open_store(root, **tight)
+    before = segments(root)
+    now = time.time_ns() // 1_000_000
+    assert store.delete_expired_files(at_local_hour(now, 12)) == 1
+    assert segments(root) == before[1:]
+
+
 def test_offset_for_time_after_retention(open_store, tmp_path):
     root = tmp_path / "store"
     store = open_store(root, **CONFIG)
@@ -328,7 +346,7 @@ def test_retention_settings_change_while_the_store_is_open(open_store, tmp_path)
         ({"file_reserved_time_hours": 1, "disk_max_used_space_ratio": 0}, "not in \\[1, 100\\]"),
         ({"delete_when": "24"}, "bad delete_when"),
         ({"file_reserved_time_hours": 2**62}, "file_reserved_time_hours .* is not in"),
-        ({"disk_space_warning_level_ratio": 50}, "above disk_space_warning_level_ratio 50"),
+        ({"disk_space_warning_level_ratio": 0}, "disk_space_warning_level_ratio"),
     ):
         with pytest.raises(ConfigError, match=reason):
             store.set_retention(bad)

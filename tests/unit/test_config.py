@@ -439,17 +439,11 @@ def test_int_fields_refuse_other_types(value: object) -> None:
         StoreConfig(max_message_size=value)  # type: ignore[arg-type]
 
 
-def test_clean_forcibly_ratio_must_not_exceed_warning_ratio() -> None:
-    with pytest.raises(ConfigError) as excinfo:
-        StoreConfig(disk_space_clean_forcibly_ratio=91)
-
-    assert problems_of(excinfo) == (
-        "disk_space_clean_forcibly_ratio (diskSpaceCleanForciblyRatio) = 91: must not exceed "
-        "disk_space_warning_level_ratio (diskSpaceWarningLevelRatio) = 90: "
-        "writes would stop before cleaning starts",
-    )
-    config = StoreConfig(disk_space_clean_forcibly_ratio=90)
-    assert config.disk_space_clean_forcibly_ratio == config.disk_space_warning_level_ratio
+def test_a_clean_forcibly_ratio_above_the_warning_level_is_taken() -> None:
+    """As RocketMQ takes it (the store cleans forcibly past either ratio)."""
+    assert StoreConfig(disk_space_clean_forcibly_ratio=91).disk_space_clean_forcibly_ratio == 91
+    lowered = StoreConfig.from_mapping({"diskSpaceWarningLevelRatio": "80"})
+    assert lowered.disk_space_warning_level_ratio == 80
 
 
 @pytest.mark.parametrize(

@@ -184,13 +184,6 @@ impl Retention {
                 self.file_reserved_time_hours
             ));
         }
-        if self.disk_space_clean_forcibly_ratio > self.disk_space_warning_level_ratio {
-            problems.push(format!(
-                "disk_space_clean_forcibly_ratio {} is above disk_space_warning_level_ratio {}: \
-                 writes would be refused before the forced clean-up could make room",
-                self.disk_space_clean_forcibly_ratio, self.disk_space_warning_level_ratio
-            ));
-        }
         if problems.is_empty() {
             Ok(())
         } else {

@@ -2194,7 +2194,8 @@ impl Inner {
 
     /// Deletes CommitLog segments older than `file_reserved_time_hours` when it is a delete hour
     /// or the disk is fuller than `disk_max_used_space_ratio` (or `force`); above
-    /// `disk_space_clean_forcibly_ratio` the oldest segment goes even if not expired. The
+    /// `disk_space_clean_forcibly_ratio` (or `disk_space_warning_level_ratio`, if lower) the
+    /// oldest segment goes even if not expired. The
     /// active segment is never deleted. Queues, then index files, follow the new minimum.
     pub(crate) fn delete_expired_files(&self, now_ms: i64, force: bool) -> StoreResult<usize> {
         let ratio = self.fullest_disk().map_or(0.0, |(r, _)| r) * 100.0;
@@ -2202,7 +2203,14 @@ impl Inner {
         let delete_hour =
             clock::local_hour(now_ms).is_some_and(|h| retention.delete_when_hours.contains(&h));
         let space_tight = ratio > f64::from(retention.disk_max_used_space_ratio);
-        let forcibly = ratio > f64::from(retention.disk_space_clean_forcibly_ratio);
+        // As RocketMQ: past either ratio (writes stop at the warning level, so a forced
+        // clean-up set above it would never come).
+        let forcibly = ratio
+            > f64::from(
+                retention
+                    .disk_space_clean_forcibly_ratio
+                    .min(retention.disk_space_warning_level_ratio),
+            );
         if !(delete_hour || space_tight || force || forcibly) {
             return Ok(0);
         }
