@@ -210,7 +210,26 @@ def send_raw(
 ) -> RemotingCommand:
     """SEND_MESSAGE as a 4.x client sends it, with any sys flag and encoded properties
     (``name\\x01value\\x02``...)."""
-    ext = {
+    ext = send_fields(
+        topic,
+        sys_flag=sys_flag,
+        properties=properties,
+        queue_id=queue_id,
+        producer_group=producer_group,
+    )
+    return remoting_call(broker, RequestCode.SEND_MESSAGE, ext, body)
+
+
+def send_fields(
+    topic: str,
+    *,
+    sys_flag: int = 0,
+    properties: str = "",
+    queue_id: int = 0,
+    producer_group: str = "PG",
+) -> dict[str, str]:
+    """The ext fields of a SEND_MESSAGE as a 4.x client fills them."""
+    return {
         "producerGroup": producer_group,
         "topic": topic,
         "defaultTopic": "TBW102",
@@ -223,7 +242,6 @@ def send_raw(
         "reconsumeTimes": "0",
         "unitMode": "false",
     }
-    return remoting_call(broker, RequestCode.SEND_MESSAGE, ext, body)
 
 
 def register_broker_request(

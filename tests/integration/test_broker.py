@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import consumer_heartbeat, register_broker_request
+from tests.helpers import consumer_heartbeat, register_broker_request, send_fields
 
 from pyrmq import _core
 from pyrmq.broker.config import BrokerConfig
@@ -66,6 +66,7 @@ class Cluster:
         props: str = "",
         sys_flag: int = 0,
         batch: bool = False,
+        reconsume_times: int = 0,
     ) -> RemotingCommand:
         return await self.call(
             RequestCode.SEND_MESSAGE,
@@ -79,7 +80,7 @@ class Cluster:
                 "bornTimestamp": int(time.time() * 1000),
                 "flag": 0,
                 "properties": props,
-                "reconsumeTimes": "0",
+                "reconsumeTimes": str(reconsume_times),
                 "unitMode": "0",
                 "batch": "1" if batch else "0",
             },
@@ -428,22 +429,11 @@ def test_the_transaction_property_makes_a_half_message_whatever_the_sys_flag(
             assert (await c.pull("TopicTranProp", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
             held = records((await c.pull("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0)).body)
             assert [m.body for m in held] == [b"held"]
-            back = await c.call(
-                RequestCode.SEND_MESSAGE,
-                {
-                    "producerGroup": "PG_TX",
-                    "topic": "TopicTranProp",
-                    "defaultTopic": "TBW102",
-                    "defaultTopicQueueNums": 4,
-                    "queueId": 0,
-                    "sysFlag": 0,
-                    "bornTimestamp": int(time.time() * 1000),
-                    "flag": 0,
-                    "properties": props(TRAN_MSG="true", DELAY="1", UNIQ_KEY="U2"),
-                    "reconsumeTimes": "1",
-                    "unitMode": "0",
-                },
+            back = await c.send(
+                "TopicTranProp",
                 b"sent back",
+                props=props(TRAN_MSG="true", DELAY="1", UNIQ_KEY="U2"),
+                reconsume_times=1,
             )
             assert back.code == ResponseCode.SUCCESS
             parked = records((await c.pull("SCHEDULE_TOPIC_XXXX", 0, 0)).body)
@@ -465,23 +455,8 @@ def test_a_message_sent_to_a_retry_topic_goes_to_the_dlq_after_its_last_retry(
         async with cluster(tmp_path) as c:
 
             async def back(body: bytes, times: int) -> None:
-                sent = await c.call(
-                    RequestCode.SEND_MESSAGE,
-                    {
-                        "producerGroup": "PG",
-                        "topic": "%RETRY%GID_FALLBACK",
-                        "defaultTopic": "TBW102",
-                        "defaultTopicQueueNums": 4,
-                        "queueId": 0,
-                        "sysFlag": 0,
-                        "bornTimestamp": int(time.time() * 1000),
-                        "flag": 0,
-                        "properties": props(DELAY=str(3 + times)),
-                        "reconsumeTimes": str(times),
-                        "unitMode": "0",
-                    },
-                    body,
-                )
+                retry = props(DELAY=str(3 + times))
+                sent = await c.send("%RETRY%GID_FALLBACK", body, props=retry, reconsume_times=times)
                 assert sent.code == ResponseCode.SUCCESS, sent.remark
 
             await back(b"retried", 16)
@@ -504,18 +479,7 @@ def test_requests_before_a_malformed_frame_are_served(tmp_path: Path) -> None:
             assert (await c.send("TopicBeforeBad", b"first")).code == 0
 
             def send_frame(body: bytes, opaque: int, flag: int = 0) -> bytes:
-                ext = {
-                    "producerGroup": "PG",
-                    "topic": "TopicBeforeBad",
-                    "defaultTopic": "TBW102",
-                    "defaultTopicQueueNums": "4",
-                    "queueId": "0",
-                    "sysFlag": "0",
-                    "bornTimestamp": "0",
-                    "flag": "0",
-                    "properties": "",
-                    "reconsumeTimes": "0",
-                }
+                ext = send_fields("TopicBeforeBad")
                 request = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
                 request.opaque, request.flag = opaque, flag
                 return encode(request)
