@@ -27,7 +27,13 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from pyrmq.client.consume_service import DEAD_LETTER_LEVEL, ConsumeStatus, awaits, succeeded
+from pyrmq.client.consume_service import (
+    DEAD_LETTER_LEVEL,
+    ConsumeStatus,
+    awaits,
+    in_daemon_thread,
+    succeeded,
+)
 from pyrmq.client.message import RETRY_PREFIX, MessageExt, MessageQueue, unreadable
 from pyrmq.client.process_queue import OrderlyProcessQueue
 from pyrmq.errors import PyrmqError
@@ -428,7 +434,7 @@ class OrderlyConsumeService:
             handle.cancel()
         self._timers.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
-        await asyncio.to_thread(self._wait_for_runs, leave)
+        await in_daemon_thread(self._wait_for_runs, leave)
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def _wait_for_runs(self, leave: int | None) -> None:

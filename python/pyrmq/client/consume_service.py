@@ -111,6 +111,34 @@ def succeeded(status: object, group: str, told: set[str]) -> bool:
     return False
 
 
+async def in_daemon_thread(fn: Callable[..., None], *args: Any) -> None:
+    """Runs ``fn(*args)`` on a daemon thread of its own and waits for it: a wait for stuck
+    listener calls that a shutdown gives up (``await_termination_s``) then holds up no
+    interpreter exit, as a thread of asyncio's default executor would."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            fn(*args)
+        except BaseException as e:  # handed to the waiter
+            error = e
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=run, name="pyrmq-consume-shutdown", daemon=True).start()
+    await done
+
+
 def _outcome(task: "asyncio.Task[Any]") -> tuple[Any, BaseException | None]:
     """A finished listener task's (status, error)."""
     if task.cancelled():
@@ -710,7 +738,7 @@ class ConcurrentConsumeService:
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
-        await asyncio.to_thread(self._pool.shutdown, leave)
+        await in_daemon_thread(self._pool.shutdown, leave)
         # Coroutine batches not started are left uncommitted; those running finish.
         self._async_queued.clear()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -131,8 +131,9 @@ class SendProcessor:
             ):
                 limit_times = header.max_reconsume_times
             # As RocketMQ 5 (4.9's >= sent it one retry early): the client counted the
-            # delivery that failed before it sent the message here.
-            if reconsume_times > limit_times:
+            # delivery that failed before it sent the message here. An orderly group (one
+            # holding queue locks) sends a message here only once it is out of retries.
+            if reconsume_times > limit_times or broker.queue_locks.holds_any(group):
                 topic = DLQ_PREFIX + group
                 broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
                 queue_id = 0

@@ -73,6 +73,15 @@ class QueueLockTable:
             return None
         return held[0]
 
+    def holds_any(self, group: str) -> bool:
+        """Whether ``group`` holds an unexpired lock (RocketMQ's ``!isLockAllExpired``): it
+        consumes orderly."""
+        now = _now_ms()
+        return any(
+            key[0] == group and now - renewed <= LOCK_MAX_LIVE_MS
+            for key, (_, renewed) in self._locks.items()
+        )
+
     def unlock(self, client_id: str, keys: list[LockKey]) -> bool:
         """Releases the keys ``client_id`` holds; whether any was released."""
         released = False
