@@ -486,13 +486,10 @@ def _field_problem(name: str, value: object) -> str | None:
 
 def _problems(config: StoreConfig) -> list[str]:
     problems: list[str] = []
-    valid: set[str] = set()
     for name in _FIELD_TYPES:
         value = getattr(config, name)
         reason = _field_problem(name, value)
-        if reason is None:
-            valid.add(name)
-        else:
+        if reason is not None:
             problems.append(f"{_label(name)} = {value!r}: {reason}")
     return problems
 
