@@ -179,12 +179,16 @@ def test_a_written_setting_replaces_every_entry_of_its_key_with_their_continued_
         ({"channelExpiredTimeout": "-1"}, "channelExpiredTimeout -1 must be positive"),
         ({"brokerRole": "SLAVE", "brokerId": "99999999999999999999"}, "out of range"),
         ({"defaultTopicQueueNums": "3000000000"}, "more than maxQueueNumsPerTopic 1024"),
+        # RocketMQ reads both as false; they enabled the ACL here.
+        ({"aclEnable": "1"}, "'1' is not true or false"),
+        ({"autoCreateTopicEnable": "yes"}, "'yes' is not true or false"),
     ],
 )
 def test_settings_rocketmq_would_not_start_with_are_refused(
     settings: dict[str, str], message: str
 ) -> None:
     """A period of 0 spun the broker's loop at full CPU; a number past a Java long, or more
-    queues than a topic may have, reached the name server or topics.json."""
+    queues than a topic may have, reached the name server or topics.json; a boolean that
+    RocketMQ reads as false was read as true."""
     with pytest.raises(ConfigError, match=message):
         BrokerConfig.from_mapping(settings)

@@ -485,12 +485,12 @@ def _convert(kind: object, raw: object) -> object:
     if kind in (bool, "bool"):
         if isinstance(raw, bool):
             return raw
+        # RocketMQ's Boolean.parseBoolean reads anything but "true" as false: "1" or "yes"
+        # would mean false there, so they are refused here rather than read either way.
         text = str(raw).strip().lower()
-        if text in ("true", "1", "yes"):
-            return True
-        if text in ("false", "0", "no"):
-            return False
-        raise ValueError(f"{raw!r} is not a boolean")
+        if text in ("true", "false"):
+            return text == "true"
+        raise ValueError(f"{raw!r} is not true or false")
     if kind in (int, "int"):
         if isinstance(raw, bool):
             raise ValueError(f"{raw!r} is not an integer")
