@@ -216,14 +216,14 @@ class StoreConfig:
         like) are logged as a warning and ignored.
 
         Args:
-            path: The file to read, UTF-8 encoded.
+            path: The file to read, UTF-8 encoded (else ISO-8859-1, as Java reads it).
 
         Raises:
             ConfigError: The file cannot be read, or lists every value that is invalid.
         """
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_properties_text(path)
+        except OSError as exc:
             raise ConfigError(f"cannot read store config {os.fspath(path)!r}: {exc}") from exc
         properties = parse_properties(text, source=os.fspath(path))
         entries = [(key, _resolve_key(key), value) for key, value in properties.items()]
@@ -515,6 +515,18 @@ def _unescape(text: str, source: str) -> str:
         return _PROPERTY_ESCAPES.get(escaped, escaped)
 
     return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", replace, text, flags=re.DOTALL)
+
+
+def read_properties_text(path: str | os.PathLike[str]) -> str:
+    """A properties file's text: UTF-8, or else ISO-8859-1, the encoding java.util.Properties
+    reads a stream in (a RocketMQ broker.conf with one Latin-1 byte, in a comment say, was
+    refused)."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        log.warning("%s is not UTF-8: read as ISO-8859-1, as Java reads it", os.fspath(path))
+        return data.decode("latin-1")
 
 
 LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")

@@ -16,6 +16,7 @@ from pyrmq.config import (
     ROCKETMQ_ALIASES,
     StoreConfig,
     parse_properties,
+    read_properties_text,
     rocketmq_key,
 )
 from pyrmq.errors import ConfigError
@@ -378,11 +379,7 @@ class BrokerConfig:
     @classmethod
     def from_properties(cls, path: str | Path, *, base: "BrokerConfig | None" = None) -> Self:
         """Reads a RocketMQ broker.conf (Java properties: ``key=value`` lines, comments)."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"{path} is not UTF-8 text: {e}") from e
-        values = parse_properties(text, source=str(path))
+        values = parse_properties(read_properties_text(path), source=str(path))
         values.setdefault("brokerConfigPath", str(path))
         return cls.from_mapping(values, base=base)
 
