@@ -15,7 +15,7 @@ into the names they send; 5.x clients send it beside each name, and the broker f
 from pyrmq import _core
 from pyrmq.errors import MessageIllegalError, SystemTopicError
 
-__all__ = ["SEPARATOR", "SYSTEM_TOPICS", "split", "wrap"]
+__all__ = ["SEPARATOR", "SYSTEM_TOPICS", "SYSTEM_TOPIC_PREFIX", "is_system_topic", "split", "wrap"]
 
 SEPARATOR = "%"
 SYSTEM_TOPICS = frozenset(
@@ -33,8 +33,22 @@ SYSTEM_TOPICS = frozenset(
 )
 """RocketMQ 4.9's system topics (``TopicValidator``): in no namespace, and named by
 GET_SYSTEM_TOPIC_LIST_FROM_BROKER whether a broker has created them or not."""
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+_SYSTEM_TOPICS_5 = SYSTEM_TOPICS | {"CHECKPOINT_TOPIC"}
+
+
+def is_system_topic(topic: str) -> bool:
+    """RocketMQ 5's ``TopicValidator.isSystemTopic``: one of :data:`SYSTEM_TOPICS`, its
+    ``CHECKPOINT_TOPIC``, or a name starting with ``rmq_sys_``.
+
+    >>> is_system_topic("RMQ_SYS_TRACE_TOPIC"), is_system_topic("rmq_sys_x"), is_system_topic("T")
+    (True, True, False)
+    """
+    return topic in _SYSTEM_TOPICS_5 or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
 _PREFIXES = ("%RETRY%", "%DLQ%")
-_SYSTEM_PREFIXES = ("rmq_sys_", "CID_RMQ_SYS_")
+_SYSTEM_PREFIXES = (SYSTEM_TOPIC_PREFIX, "CID_RMQ_SYS_")
 
 
 def _system(resource: str) -> bool:

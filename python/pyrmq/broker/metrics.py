@@ -40,7 +40,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from pyrmq.errors import ConfigError
-from pyrmq.namespace import SYSTEM_TOPICS
+from pyrmq.namespace import is_system_topic
 from pyrmq.proxy.proto import messaging_pb2 as pb
 from pyrmq.remoting.protocol import RequestCode, ResponseCode, version_desc
 
@@ -67,9 +67,6 @@ MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1 << 20, 2 << 20, 4 << 20)
 RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
 """RocketMQ's bounds of ``rocketmq_rpc_latency``, in milliseconds."""
 
-# RocketMQ's system topics, which series mark with is_system="true", as groups whose name
-# starts with CID_RMQ_SYS_ (in any case).
-_SYSTEM_TOPICS = SYSTEM_TOPICS | {"CHECKPOINT_TOPIC"}
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 # Collecting waits this long for the loop; a scrape of a broker too busy to answer fails.
@@ -129,16 +126,14 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _system_topic(topic: str) -> bool:
-    return topic in _SYSTEM_TOPICS or topic.startswith("rmq_sys_")
-
-
 def _system_group(group: str) -> bool:
+    """Series mark system topics (:func:`is_system_topic`) with is_system="true", as groups
+    whose name starts with CID_RMQ_SYS_ (in any case)."""
     return group.lower().startswith("cid_rmq_sys_")
 
 
 def _system(topic: str, group: str) -> str:
-    return _flag(_system_topic(topic) or _system_group(group))
+    return _flag(is_system_topic(topic) or _system_group(group))
 
 
 def _retry_or_dead(topic: str) -> bool:
@@ -370,7 +365,7 @@ class BrokerMetrics(Collector):
         )
         bounds = [str(float(b)) for b in MESSAGE_SIZE_BUCKETS] + ["+Inf"]
         for (topic, kind), entry in self._received.items():
-            labels = [*common, topic, kind, _flag(_system_topic(topic))]
+            labels = [*common, topic, kind, _flag(is_system_topic(topic))]
             messages_in.add_metric(labels, entry.messages)
             throughput_in.add_metric(labels, entry.nbytes)
             cumulative, buckets = 0, []

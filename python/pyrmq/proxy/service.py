@@ -38,7 +38,7 @@ from pyrmq.errors import (
     StoreError,
     SystemTopicError,
 )
-from pyrmq.namespace import SYSTEM_TOPICS
+from pyrmq.namespace import is_system_topic
 from pyrmq.properties import ORIGIN_MESSAGE_ID, RECONSUME_TIME, RETRY_TOPIC, UNIQ_KEY
 from pyrmq.proxy import messages, pop_state
 from pyrmq.proxy.access import Caller, GrpcAccess, peer_endpoint
@@ -95,10 +95,6 @@ DEFAULT_TOPIC = "TBW102"
 POP_TIME_LIMIT = 10**14
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 """Consumer groups the broker keeps for itself (RocketMQ's ``MixAll.CID_RMQ_SYS_PREFIX``)."""
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-GRPC_SYSTEM_TOPICS = SYSTEM_TOPICS | {"CHECKPOINT_TOPIC"}
-"""What RocketMQ 5's proxy refuses as system topics (``TopicValidator.isSystemTopic``), with
-the names starting with ``SYSTEM_TOPIC_PREFIX``."""
 
 
 def _status(code: "pb.Code | int", message: str = "") -> pb.Status:
@@ -312,7 +308,12 @@ class MessagingService:
         return pb.NONE
 
     def _message_queue(
-        self, resource: pb.Resource, share: BrokerQueues, queue_id: int, permission: int
+        self,
+        resource: pb.Resource,
+        share: BrokerQueues,
+        queue_id: int,
+        permission: int,
+        accepted: list[Any],
     ) -> Any:
         return pb.MessageQueue(
             topic=resource,
@@ -321,16 +322,16 @@ class MessagingService:
             broker=pb.Broker(
                 name=share.broker_name, id=0, endpoints=self._endpoints(share.host, share.port)
             ),
-            accept_message_types=ACCEPTED_TYPES.get(
-                self._message_type(resource.name), [pb.MESSAGE_TYPE_UNSPECIFIED]
-            ),
+            accept_message_types=accepted,
         )
 
-    def _message_type(self, topic: str) -> str:
-        """The topic's ``message.type`` as this broker holds it; MIXED for one it does not
-        hold (the route's other brokers keep theirs)."""
+    def _accepted_types(self, topic: str) -> list[Any]:
+        """The message types a route names for ``topic``, by its ``message.type`` as this
+        broker holds it; MIXED for one it does not hold (the route's other brokers keep
+        theirs)."""
         config = self.broker.topics.get(topic)
-        return MIXED if config is None else config.message_type
+        kind = MIXED if config is None else config.message_type
+        return ACCEPTED_TYPES.get(kind, [pb.MESSAGE_TYPE_UNSPECIFIED])
 
     async def _shares(
         self, resource: pb.Resource, *, to_send: bool
@@ -370,13 +371,16 @@ class MessagingService:
         if isinstance(shares, pb.Status):
             return pb.QueryRouteResponse(status=shares)
         queues = []
+        accepted = self._accepted_types(request.topic.name)
         for share in shares:
             config = share.config
             for queue_id in self.broker.queue_ids(
                 max(config.read_queue_nums, config.write_queue_nums)
             ):
                 permission = self._queue_permission(config, queue_id)
-                queues.append(self._message_queue(request.topic, share, queue_id, permission))
+                queues.append(
+                    self._message_queue(request.topic, share, queue_id, permission, accepted)
+                )
         return pb.QueryRouteResponse(status=OK, message_queues=queues)
 
     async def query_assignment(self, request: pb.QueryAssignmentRequest, context: Any) -> Any:
@@ -392,6 +396,7 @@ class MessagingService:
             return pb.QueryAssignmentResponse(status=shares)
         orderly = self.broker.group_config(request.group.name).consume_message_orderly
         queues = []
+        accepted = self._accepted_types(request.topic.name)
         for share in shares:
             config = share.config
             if not config.perm & PERM_READ or config.read_queue_nums < 1:
@@ -400,11 +405,13 @@ class MessagingService:
                 # An orderly group receives queue by queue, each queue one batch at a time.
                 for queue_id in self.broker.queue_ids(config.read_queue_nums):
                     permission = self._queue_permission(config, queue_id)
-                    queues.append(self._message_queue(request.topic, share, queue_id, permission))
+                    queues.append(
+                        self._message_queue(request.topic, share, queue_id, permission, accepted)
+                    )
             else:
                 # One assignment per broker (queue id -1): its receives pop from every queue.
                 permission = pb.READ_WRITE if config.perm & PERM_WRITE else pb.READ
-                queues.append(self._message_queue(request.topic, share, -1, permission))
+                queues.append(self._message_queue(request.topic, share, -1, permission, accepted))
         if not queues:
             return pb.QueryAssignmentResponse(
                 status=_status(pb.FORBIDDEN, f"topic {request.topic.name!r} has no readable queue")
@@ -1573,7 +1580,7 @@ def _check_topic(name: str) -> pb.Status | None:
         return _status(pb.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
     except MessageIllegalError as e:
         return _status(pb.ILLEGAL_TOPIC, str(e))
-    if name in GRPC_SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIX):
+    if is_system_topic(name):
         return _status(pb.ILLEGAL_TOPIC, f"topic {name!r} is a system topic")
     return None
 
